@@ -1,0 +1,29 @@
+/*
+ * The cuda resource: cudaMalloc and cudaFree on one device.
+ *
+ * cudaMalloc is synchronous and cudaFree synchronizes the device, so the
+ * stream arguments only order nothing: memory is ready for every stream.
+ * Alignment: cudaMalloc gives 256 bytes; a larger alignment is
+ * RMMC_ERROR_NOT_SUPPORTED (stack an aligned adaptor or a pool on top).
+ * A pointer cudaFree does not know is RMMC_ERROR_UNKNOWN_POINTER. Two cuda
+ * resources of one device are equal. Thread-safe.
+ */
+#ifndef RMMC_CUDA_RESOURCE_H
+#define RMMC_CUDA_RESOURCE_H
+
+#include "rmmc/resource.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates a cuda resource for `device` (-1: the current device).
+ * RMMC_ERROR_NO_DEVICE without a GPU; RMMC_ERROR_INVALID_ARGUMENT for a bad
+ * device id or NULL out. */
+RMMC_EXPORT rmmc_status_t rmmc_cuda_resource_create(int device, rmmc_resource_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMMC_CUDA_RESOURCE_H */

@@ -1,0 +1,90 @@
+/*
+ * The per-device resource registry, device helpers and convenience calls.
+ *
+ * The registry holds one resource per CUDA device. Until a resource is set
+ * for a device, the first get builds that device's default: a cuda resource,
+ * or the stack RMMC_ALLOC_CONF names (see defaults.h). The current device is
+ * cudaGetDevice() at call time; on a machine with no CUDA device the current
+ * device is 0 and no default can be built, so a program sets a resource (a
+ * host resource, say) explicitly, and get without one says so with
+ * RMMC_ERROR_NO_DEVICE.
+ *
+ * Lifetime. The registry retains what it holds. rmmc_set_device_resource()
+ * retains the new resource and hands the reference it held on the previous
+ * one to the caller, who releases it (after freeing what was allocated from
+ * it). The pointer rmmc_get_device_resource() returns is borrowed: it stays
+ * valid while the registry holds it; retain it to keep it across a set.
+ * rmmc_registry_clear() drops every reference the registry holds.
+ *
+ * All calls are safe from many threads at once.
+ */
+#ifndef RMMC_REGISTRY_H
+#define RMMC_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "rmmc/resource.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The highest number of devices the registry tracks. */
+#define RMMC_REGISTRY_MAX_DEVICES 64
+
+/* The number of CUDA devices; 0 when there is none or no driver. Never
+ * fails. */
+RMMC_EXPORT int rmmc_device_count(void);
+
+/* The current CUDA device of the calling thread, or 0 when the machine has
+ * no CUDA device. RMMC_ERROR_INVALID_ARGUMENT for NULL, RMMC_ERROR_CUDA if
+ * CUDA fails otherwise. */
+RMMC_EXPORT rmmc_status_t rmmc_get_current_device(int *device);
+
+/* Device `device`'s resource, borrowed, in *out; builds the default on first
+ * use. RMMC_ERROR_INVALID_ARGUMENT for a NULL out or an id out of range;
+ * RMMC_ERROR_NO_DEVICE when nothing is set and there is no device to build a
+ * default on; the default's own status if building it fails. */
+RMMC_EXPORT rmmc_status_t rmmc_get_device_resource(int device, rmmc_resource_t **out);
+
+/* Makes `r` device `device`'s resource (retaining it) and stores the
+ * reference the registry held on the previous one in *previous (NULL if
+ * there was none; `previous` itself may be NULL, which releases it). r ==
+ * NULL returns the device to its lazily built default.
+ * RMMC_ERROR_INVALID_ARGUMENT for an id out of range;
+ * RMMC_ERROR_INCOMPATIBLE for a resource of another device. */
+RMMC_EXPORT rmmc_status_t rmmc_set_device_resource(int device, rmmc_resource_t *r,
+                                                   rmmc_resource_t **previous);
+
+/* The same for the current device. */
+RMMC_EXPORT rmmc_status_t rmmc_get_current_device_resource(rmmc_resource_t **out);
+RMMC_EXPORT rmmc_status_t rmmc_set_current_device_resource(rmmc_resource_t *r,
+                                                           rmmc_resource_t **previous);
+
+/* Drops every reference the registry holds; the next get builds defaults
+ * again. For tests and orderly shutdown. */
+RMMC_EXPORT void rmmc_registry_clear(void);
+
+/* Allocates from the current device's resource on `stream` with the
+ * default alignment (statuses as rmmc_resource_allocate). */
+RMMC_EXPORT rmmc_status_t rmmc_allocate(size_t bytes, cudaStream_t stream, void **out);
+
+/* Returns memory from rmmc_allocate() to the current device's resource. */
+RMMC_EXPORT rmmc_status_t rmmc_deallocate(void *ptr, size_t bytes, cudaStream_t stream);
+
+/* Free and total memory of `device` (-1: the current device).
+ * RMMC_ERROR_NO_DEVICE with no GPU, RMMC_ERROR_CUDA if CUDA fails. */
+RMMC_EXPORT rmmc_status_t rmmc_device_memory_info(int device, size_t *free_bytes,
+                                                  size_t *total_bytes);
+
+/* `percent` (0 < percent <= 100) of device `device`'s free memory, rounded
+ * down to a multiple of 256 bytes. */
+RMMC_EXPORT rmmc_status_t rmmc_percent_of_free_device_memory(int device, double percent,
+                                                             size_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMMC_REGISTRY_H */

@@ -1,0 +1,185 @@
+/*
+ * Using memory resources.
+ *
+ * A memory resource hands out memory: device memory (cuda, cuda_async),
+ * managed memory, pinned host memory or plain host memory. Sub-allocators
+ * (pool, fixed_size, binning, arena) carve memory they took from an upstream
+ * resource, and adaptors (limiting, statistics, logging, ...) wrap an upstream
+ * and add one concern. Every resource is used through the calls below, which
+ * validate arguments once and dispatch through the resource's ops table.
+ *
+ * Stream order. allocate(bytes, alignment, stream) returns memory that is
+ * ready for use by work enqueued on `stream` after the call. deallocate(...,
+ * stream) declares that once the work already enqueued on `stream` is done,
+ * the memory may be reused; a resource may hand it out again at once to the
+ * same stream, and to another stream only after making that stream wait. A
+ * NULL stream is the legacy default stream; cudaStreamPerThread works too.
+ * Host-memory resources treat streams as opaque keys and never call CUDA.
+ *
+ * Guarantees (as RMM): every pointer is aligned to at least
+ * RMMC_DEFAULT_ALIGNMENT (256) bytes, or to the requested alignment if larger;
+ * alignment must be a power of two; a request of 0 bytes returns NULL with
+ * RMMC_SUCCESS; deallocate must be given the bytes and alignment that were
+ * passed to allocate. Deallocating NULL is a no-op that succeeds.
+ *
+ * Ownership. Resources are reference counted. A _create call returns one
+ * reference to the caller. An adaptor or sub-allocator retains its upstream
+ * and releases it when it is destroyed, so releasing the top of a stack frees
+ * the whole stack once nobody else holds a part of it; the per-device
+ * registry retains what it holds and hands the previous resource back to the
+ * caller of set. Whoever holds a reference drops it with
+ * rmmc_resource_release(); a failed _create retains nothing. Memory still
+ * allocated from a resource must be returned before its last reference goes:
+ * destroying a resource frees what it cached, not what callers still hold.
+ *
+ * Thread safety. Every built-in resource may be called from many threads at
+ * once. Retain and release are atomic.
+ */
+#ifndef RMMC_RESOURCE_H
+#define RMMC_RESOURCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "rmmc/export.h"
+#include "rmmc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The smallest alignment of every pointer rmmc hands out. */
+#define RMMC_DEFAULT_ALIGNMENT ((size_t)256)
+
+/* A memory resource. Built-in resources are opaque: use the functions of
+ * this header and of each resource's own header. resource_ops.h shows the
+ * layout to those who write their own resource. */
+typedef struct rmmc_resource rmmc_resource_t;
+
+/* What kind of memory a resource hands out. */
+typedef enum rmmc_memory_kind {
+  RMMC_MEMORY_DEVICE = 1,  /* device memory: not readable by the CPU */
+  RMMC_MEMORY_HOST = 2,    /* pageable host memory: not usable by kernels */
+  RMMC_MEMORY_PINNED = 3,  /* page-locked host memory: CPU and device */
+  RMMC_MEMORY_MANAGED = 4, /* managed (unified) memory: CPU and device */
+} rmmc_memory_kind_t;
+
+/* "device", "host", "pinned" or "managed" ("unknown" otherwise). */
+RMMC_EXPORT const char *rmmc_memory_kind_name(rmmc_memory_kind_t kind);
+/* True for device, pinned and managed memory. */
+RMMC_EXPORT bool rmmc_memory_kind_is_device_accessible(rmmc_memory_kind_t kind);
+/* True for host, pinned and managed memory. */
+RMMC_EXPORT bool rmmc_memory_kind_is_host_accessible(rmmc_memory_kind_t kind);
+
+/* Allocates `bytes` bytes aligned to max(alignment, 256), ready for use on
+ * `stream`, and stores the pointer in *out (NULL for 0 bytes). On failure
+ * *out is set to NULL (when out is not NULL).
+ * Returns RMMC_SUCCESS; RMMC_ERROR_INVALID_ARGUMENT for a NULL resource or
+ * out-pointer, an alignment that is not a power of two, or a size that
+ * overflows when rounded to the alignment; RMMC_ERROR_OUT_OF_MEMORY when the
+ * resource cannot satisfy the request (the message gives the request, the
+ * device, the stream, the resource and the figures it knows);
+ * RMMC_ERROR_CUDA for other CUDA failures. Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_resource_allocate(rmmc_resource_t *r,
+                                                 size_t bytes,
+                                                 size_t alignment,
+                                                 cudaStream_t stream,
+                                                 void **out);
+
+/* Returns memory obtained from rmmc_resource_allocate() with the same bytes
+ * and alignment; it may be reused by `stream` at once. NULL is a no-op.
+ * Returns RMMC_SUCCESS; RMMC_ERROR_INVALID_ARGUMENT for a NULL resource, a
+ * bad alignment or a non-NULL pointer with 0 bytes;
+ * RMMC_ERROR_UNKNOWN_POINTER where the resource can tell that the pointer or
+ * size is not one it handed out (the memory it does own is left as it was);
+ * RMMC_ERROR_CUDA when CUDA fails. Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_resource_deallocate(rmmc_resource_t *r,
+                                                   void *ptr, size_t bytes,
+                                                   size_t alignment,
+                                                   cudaStream_t stream);
+
+/* Synchronous convenience: allocate with the default alignment on the legacy
+ * default stream and, for device-accessible memory, wait for that stream, so
+ * the memory may be used on any stream at once. */
+RMMC_EXPORT rmmc_status_t rmmc_resource_allocate_sync(rmmc_resource_t *r,
+                                                      size_t bytes,
+                                                      void **out);
+
+/* Synchronous convenience: for device-accessible memory, wait for the whole
+ * device first (the memory may have been used on any stream), then
+ * deallocate with the default alignment on the legacy default stream. */
+RMMC_EXPORT rmmc_status_t rmmc_resource_deallocate_sync(rmmc_resource_t *r,
+                                                        void *ptr,
+                                                        size_t bytes);
+
+/* Takes one more reference to r and returns r (NULL stays NULL). */
+RMMC_EXPORT rmmc_resource_t *rmmc_resource_retain(rmmc_resource_t *r);
+
+/* Drops one reference; the last one destroys the resource, which releases
+ * its upstream in turn. NULL is a no-op. */
+RMMC_EXPORT void rmmc_resource_release(rmmc_resource_t *r);
+
+/* The number of references held now (for tests and reports). */
+RMMC_EXPORT long rmmc_resource_refcount(const rmmc_resource_t *r);
+
+/* True when memory allocated from one may be deallocated through the
+ * other: the same resource, or equal per the resource's is_equal slot. */
+RMMC_EXPORT bool rmmc_resource_is_equal(const rmmc_resource_t *a,
+                                        const rmmc_resource_t *b);
+
+/* Gives cached but unused memory back to the upstream (pools give back
+ * wholly free chunks). Resources that cache nothing succeed and do nothing.
+ * Adaptors forward to their upstream. */
+RMMC_EXPORT rmmc_status_t rmmc_resource_release_cached(rmmc_resource_t *r);
+
+/* The resource's short name ("cuda", "pool", "statistics", ...). */
+RMMC_EXPORT const char *rmmc_resource_name(const rmmc_resource_t *r);
+
+/* The kind of memory the resource hands out. */
+RMMC_EXPORT rmmc_memory_kind_t rmmc_resource_memory_kind(const rmmc_resource_t *r);
+
+/* The CUDA device the memory belongs to (-1 for host memory that belongs to
+ * no device). */
+RMMC_EXPORT int rmmc_resource_device(const rmmc_resource_t *r);
+
+/* The upstream of an adaptor or sub-allocator, borrowed (valid while r is),
+ * or NULL for a base resource. */
+RMMC_EXPORT rmmc_resource_t *rmmc_resource_upstream(const rmmc_resource_t *r);
+
+/* One figure a resource reports about itself. */
+typedef enum rmmc_field_kind {
+  RMMC_FIELD_BYTES = 1, /* value is a number of bytes */
+  RMMC_FIELD_COUNT = 2, /* value is a count */
+  RMMC_FIELD_TEXT = 3,  /* text is a string */
+} rmmc_field_kind_t;
+
+typedef struct rmmc_field {
+  const char *key; /* "reserved", "in_use", "peak", "limit", ... */
+  rmmc_field_kind_t kind;
+  uint64_t value;
+  const char *text;
+} rmmc_field_t;
+
+/* Called once per figure; the field is valid only during the call. */
+typedef void (*rmmc_field_cb)(void *ctx, const rmmc_field_t *field);
+
+/* Calls `emit` for each figure the resource knows about itself (not its
+ * upstream's). Keys used by the built-in resources, where they apply:
+ * "reserved" (bytes taken from the upstream), "in_use" (bytes handed out),
+ * "peak", "limit", "largest_free", "chunks", "outstanding". Thread-safe. */
+RMMC_EXPORT void rmmc_resource_describe(rmmc_resource_t *r, rmmc_field_cb emit,
+                                        void *ctx);
+
+/* Looks up one figure by key through rmmc_resource_describe(); returns false
+ * (and leaves *value alone) if the resource does not report it. */
+RMMC_EXPORT bool rmmc_resource_get_field(rmmc_resource_t *r, const char *key,
+                                         uint64_t *value);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMMC_RESOURCE_H */

@@ -1,0 +1,117 @@
+/*
+ * Writing a memory resource.
+ *
+ * A resource is a struct whose first member is an rmmc_resource_t; the
+ * rmmc_resource_t points to a const ops table. Fill the table with
+ * designated initializers, set .version to RMMC_RESOURCE_OPS_VERSION, and
+ * call rmmc_resource_init() on the embedded base before handing the resource
+ * out. The library calls the slots only through its own wrappers
+ * (rmmc_resource_allocate() and friends), after validating the arguments, so
+ * a slot never sees a NULL resource, a NULL out-pointer, 0 bytes, a NULL
+ * pointer to free, or an alignment that is not a power of two below 256.
+ *
+ * Growth. Slots are only ever appended, grouped by the version that added
+ * them; the library reads a slot only if the table's version is at least the
+ * slot's version, so a table built against an older header keeps working.
+ * examples/custom_resource.c writes a complete resource.
+ */
+#ifndef RMMC_RESOURCE_OPS_H
+#define RMMC_RESOURCE_OPS_H
+
+#include "rmmc/resource.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RMMC_RESOURCE_OPS_VERSION 1
+
+typedef struct rmmc_resource_ops {
+  /* RMMC_RESOURCE_OPS_VERSION of the header the table was built with. */
+  int version;
+  /* Short name, used in reports, messages and stack specs. Required. */
+  const char *name;
+
+  /* ---- version 1 ---- */
+
+  /* Required. bytes > 0; alignment is a power of two >= 256. Stores the
+   * pointer in *out and returns RMMC_SUCCESS, or returns an error status
+   * (after rmmc_set_error() or rmmc_set_oom_error()) and leaves *out alone.
+   * Must be thread-safe. */
+  rmmc_status_t (*allocate)(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                            cudaStream_t stream, void **out);
+
+  /* Required. ptr != NULL, bytes and alignment as given to allocate. On
+   * RMMC_ERROR_UNKNOWN_POINTER the resource must not have changed. */
+  rmmc_status_t (*deallocate)(rmmc_resource_t *r, void *ptr, size_t bytes,
+                              size_t alignment, cudaStream_t stream);
+
+  /* Optional (NULL: only a resource is equal to itself). Called only for two
+   * resources with the same ops table. */
+  bool (*is_equal)(const rmmc_resource_t *a, const rmmc_resource_t *b);
+
+  /* Optional (NULL: nothing is cached; adaptors with an upstream slot get
+   * the call forwarded). Gives cached, unused memory back upstream. */
+  rmmc_status_t (*release_cached)(rmmc_resource_t *r);
+
+  /* Optional. Emits the resource's own figures (resource.h lists keys). */
+  void (*describe)(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx);
+
+  /* Required. Frees everything the resource holds, releases its upstream
+   * (rmmc_resource_release) and frees the struct. Called once, by the last
+   * rmmc_resource_release(). */
+  void (*destroy)(rmmc_resource_t *r);
+
+  /* Optional. The upstream, borrowed, or NULL. */
+  rmmc_resource_t *(*upstream)(const rmmc_resource_t *r);
+} rmmc_resource_ops_t;
+
+/* The base every resource embeds as its first member. Fields are set by
+ * rmmc_resource_init() and read through the accessors of resource.h. */
+struct rmmc_resource {
+  const rmmc_resource_ops_t *ops;
+  long refcount; /* atomic; only retain/release touch it */
+  rmmc_memory_kind_t kind;
+  int device;
+};
+
+/* Initializes the embedded base with one reference. */
+RMMC_EXPORT void rmmc_resource_init(rmmc_resource_t *r,
+                                    const rmmc_resource_ops_t *ops,
+                                    rmmc_memory_kind_t kind, int device);
+
+/* Records a failure on this thread: sets the thread-local message
+ * (printf-style) and returns `status`, so a slot can
+ * `return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "...", ...)`. */
+RMMC_EXPORT rmmc_status_t rmmc_set_error(rmmc_status_t status, const char *fmt,
+                                         ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Records a CUDA failure: RMMC_ERROR_OUT_OF_MEMORY for
+ * cudaErrorMemoryAllocation, RMMC_ERROR_CUDA otherwise; keeps `err` as the
+ * last CUDA error; the message names `what` and CUDA's own text. Clears
+ * CUDA's sticky-free last error so it does not leak into later calls. */
+RMMC_EXPORT rmmc_status_t rmmc_set_cuda_error(cudaError_t err,
+                                              const char *what);
+
+/* Records an out-of-memory failure of resource r for `bytes` on `stream`
+ * with a message in the style of PyTorch's: the request, the device, the
+ * stream, the resource, the `detail` given (printf-style; may be NULL) and,
+ * for device memory, the device's free and total memory. Returns
+ * RMMC_ERROR_OUT_OF_MEMORY. */
+RMMC_EXPORT rmmc_status_t rmmc_set_oom_error(const rmmc_resource_t *r,
+                                             size_t bytes, cudaStream_t stream,
+                                             const char *detail, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMMC_RESOURCE_OPS_H */

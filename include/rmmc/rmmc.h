@@ -1,0 +1,23 @@
+/*
+ * rmmc: composable GPU memory resources for C.
+ *
+ * The umbrella header: includes every public header. See resource.h for
+ * the interface every resource shares, registry.h for the per-device
+ * registry, and one header per resource and adaptor.
+ */
+#ifndef RMMC_RMMC_H
+#define RMMC_RMMC_H
+
+#include "rmmc/version.h"
+#include "rmmc/status.h"
+#include "rmmc/resource.h"
+#include "rmmc/resource_ops.h"
+#include "rmmc/registry.h"
+#include "rmmc/spec.h"
+#include "rmmc/host_resource.h"
+#include "rmmc/cuda_resource.h"
+#include "rmmc/managed_resource.h"
+#include "rmmc/pinned_resource.h"
+#include "rmmc/cuda_async_resource.h"
+
+#endif /* RMMC_RMMC_H */

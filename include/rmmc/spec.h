@@ -1,0 +1,54 @@
+/*
+ * Stack specs: one textual form that names a whole stack, outermost first.
+ *
+ *   pool(initial=1GiB, max=80%) > cuda
+ *   statistics > limiting(limit=4GiB) > binning > pool(initial=256MiB) > host
+ *
+ * A spec is layers separated by '>'; a layer is a resource name with an
+ * optional parenthesized list of key=value options. Sizes take B, KiB, MiB,
+ * GiB, TiB (and K, M, G, T) and fractions (1.5GiB); options that accept a
+ * percentage (max=80%) resolve it against the free memory of the device the
+ * stack serves, or of the host for host-memory stacks. The innermost layer
+ * must be a base resource (cuda, managed, pinned, cuda_async, host); every
+ * other layer wraps the one to its right. Whitespace is ignored.
+ *
+ * The same form is used by rmmc-bench, rmmc-replay and RMMC_ALLOC_CONF.
+ */
+#ifndef RMMC_SPEC_H
+#define RMMC_SPEC_H
+
+#include <stddef.h>
+
+#include "rmmc/resource.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Builds the stack `spec` names for `device` (-1: the current device) and
+ * stores its outermost layer in *out (one reference; releasing it frees the
+ * stack). RMMC_ERROR_PARSE for a malformed spec: the message names the
+ * offending word and its column and shows the spec with a caret under it.
+ * A layer's own failure (RMMC_ERROR_NO_DEVICE for cuda on a machine with no
+ * GPU, RMMC_ERROR_OUT_OF_MEMORY for an initial size that does not fit)
+ * comes back as that layer's status; nothing built is kept. */
+RMMC_EXPORT rmmc_status_t rmmc_stack_create(const char *spec, int device,
+                                            rmmc_resource_t **out);
+
+/* Checks `spec` without building anything (names, options, value types and
+ * the order of layers). RMMC_SUCCESS or RMMC_ERROR_PARSE as above. */
+RMMC_EXPORT rmmc_status_t rmmc_stack_validate(const char *spec);
+
+/* Parses a byte size as specs write them ("256MiB", "1.5GiB", "4096").
+ * RMMC_ERROR_PARSE for anything else. */
+RMMC_EXPORT rmmc_status_t rmmc_parse_size(const char *text, size_t *out);
+
+/* Writes a one-line-per-resource list of the names and options specs accept
+ * into buf (always terminated); returns the length it needed. */
+RMMC_EXPORT size_t rmmc_stack_help(char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMMC_SPEC_H */

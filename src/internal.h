@@ -1,0 +1,149 @@
+/*
+ * Internal helpers shared by the core, the resources and the adaptors.
+ * Never installed. Non-static internal functions are named rmmc__*.
+ */
+#ifndef RMMC_INTERNAL_H
+#define RMMC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rmmc/resource_ops.h"
+
+#define RMMC_API RMMC_EXPORT
+
+#define RMMC_MAX_DEVICES 64
+
+#if defined(__GNUC__) || defined(__clang__)
+#define RMMC_LIKELY(x) __builtin_expect(!!(x), 1)
+#define RMMC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define RMMC_LIKELY(x) (x)
+#define RMMC_UNLIKELY(x) (x)
+#endif
+
+#define RMMC_CONTAINER_OF(ptr, type, member)                                   \
+  ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+static inline bool rmmc__is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+/* Rounds x up to a multiple of the power of two a; the caller makes sure it
+ * does not overflow (rmmc__align_up_checked does). */
+static inline size_t rmmc__align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
+
+static inline bool rmmc__align_up_checked(size_t x, size_t a, size_t *out) {
+  if (x > SIZE_MAX - (a - 1)) return false;
+  *out = rmmc__align_up(x, a);
+  return true;
+}
+
+/* Relaxed atomic counters (statistics, figures read at any time). */
+static inline uint64_t rmmc__atomic_load_u64(const uint64_t *p) {
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+static inline uint64_t rmmc__atomic_add_u64(uint64_t *p, uint64_t v) {
+  return __atomic_add_fetch(p, v, __ATOMIC_RELAXED);
+}
+static inline uint64_t rmmc__atomic_sub_u64(uint64_t *p, uint64_t v) {
+  return __atomic_sub_fetch(p, v, __ATOMIC_RELAXED);
+}
+/* Raises *p to at least v. */
+static inline void rmmc__atomic_max_u64(uint64_t *p, uint64_t v) {
+  uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (cur < v &&
+         !__atomic_compare_exchange_n(p, &cur, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+/* Formats a byte count human-readably ("1.50 GiB", "256 B") into buf. */
+const char *rmmc__format_bytes(uint64_t bytes, char *buf, size_t len);
+
+/* Emits one field through a describe callback. */
+void rmmc__emit_bytes(rmmc_field_cb emit, void *ctx, const char *key, uint64_t v);
+void rmmc__emit_count(rmmc_field_cb emit, void *ctx, const char *key, uint64_t v);
+void rmmc__emit_text(rmmc_field_cb emit, void *ctx, const char *key, const char *text);
+
+/* Total physical host memory in bytes (0 if unknown). */
+size_t rmmc__host_memory_total(void);
+
+/* ---- adaptors ----
+ * Every adaptor and sub-allocator embeds rmmc__adaptor_t first: it holds the
+ * retained upstream and takes the upstream's memory kind and device. */
+typedef struct rmmc__adaptor {
+  rmmc_resource_t base;
+  rmmc_resource_t *upstream;
+} rmmc__adaptor_t;
+
+/* Initializes the base with ops and retains upstream (which must not be
+ * NULL; the caller checks and reports that with the adaptor's name). */
+void rmmc__adaptor_init(rmmc__adaptor_t *a, const rmmc_resource_ops_t *ops,
+                        rmmc_resource_t *upstream);
+/* Releases the upstream. */
+void rmmc__adaptor_fini(rmmc__adaptor_t *a);
+/* The `upstream` slot shared by every adaptor. */
+rmmc_resource_t *rmmc__adaptor_upstream(const rmmc_resource_t *r);
+/* Checks the common arguments of an adaptor's _create call (NULL out or
+ * upstream) and sets *out to NULL. */
+rmmc_status_t rmmc__check_create(const char *what, const rmmc_resource_t *upstream,
+                                 rmmc_resource_t **out);
+
+static inline rmmc_resource_t *rmmc__upstream_of(rmmc_resource_t *r) {
+  return ((rmmc__adaptor_t *)r)->upstream;
+}
+
+/* ---- CUDA helpers ----
+ * Each returns a status after recording the error. */
+
+/* True if the CUDA runtime sees at least one device; never fails. */
+bool rmmc__cuda_available(void);
+
+/* Makes `device` current for the calling thread and remembers the previous
+ * one in *saved (-1 if nothing had to change). */
+rmmc_status_t rmmc__device_push(int device, int *saved);
+void rmmc__device_pop(int saved);
+
+/* Resolves -1 to the current device and checks the id. */
+rmmc_status_t rmmc__resolve_device(int device, int *out);
+
+/* Allocates and initializes a base resource of `struct_size` bytes for
+ * `device` (-1: current) after checking that a GPU is there; the struct is
+ * zeroed past the base. For the resources that talk to CUDA directly. */
+rmmc_status_t rmmc__device_resource_new(const char *what, int device,
+                                        const rmmc_resource_ops_t *ops,
+                                        rmmc_memory_kind_t kind, size_t struct_size,
+                                        rmmc_resource_t **out);
+
+/* Base CUDA resources give 256-byte alignment and no more. */
+static inline rmmc_status_t rmmc__check_base_alignment(const rmmc_resource_t *r,
+                                                       size_t alignment) {
+  if (RMMC_LIKELY(alignment <= RMMC_DEFAULT_ALIGNMENT)) return RMMC_SUCCESS;
+  return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                        "%s resource gives 256-byte alignment, not %zu: stack an aligned "
+                        "adaptor or a pool on it",
+                        r->ops->name, alignment);
+}
+
+/* Stream name for messages ("default", "per-thread", or the pointer). */
+const char *rmmc__stream_name(cudaStream_t stream, char *buf, size_t len);
+
+/* Appends to this thread's error message. */
+void rmmc__append_error(const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* Builds device `device`'s default resource (registry, first use). */
+rmmc_status_t rmmc__create_default_resource(int device, rmmc_resource_t **out);
+
+/* Records that CUDA refused to free a pointer it does not know:
+ * RMMC_ERROR_UNKNOWN_POINTER, keeping err as the last CUDA error. */
+rmmc_status_t rmmc__unknown_cuda_pointer(const rmmc_resource_t *r, cudaError_t err,
+                                         const char *what, const void *ptr);
+
+/* ---- thread-local nesting of the public wrappers ---- */
+extern _Thread_local int rmmc__call_depth;
+
+#endif /* RMMC_INTERNAL_H */

@@ -1,0 +1,239 @@
+/*
+ * Resource dispatch: the only place that calls through an ops table.
+ *
+ * The wrappers validate arguments once (NULL resource or out-pointer, 0
+ * bytes, alignment, size overflow), normalize the alignment to at least 256,
+ * and add what every resource shares: the stack figures in an out-of-memory
+ * message at the outermost call, the forwarding of release_cached through
+ * adaptors, reference counting.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+RMMC_API void rmmc_resource_init(rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
+                                 rmmc_memory_kind_t kind, int device) {
+  r->ops = ops;
+  r->refcount = 1;
+  r->kind = kind;
+  r->device = device;
+}
+
+RMMC_API const char *rmmc_memory_kind_name(rmmc_memory_kind_t kind) {
+  switch (kind) {
+  case RMMC_MEMORY_DEVICE: return "device";
+  case RMMC_MEMORY_HOST: return "host";
+  case RMMC_MEMORY_PINNED: return "pinned";
+  case RMMC_MEMORY_MANAGED: return "managed";
+  }
+  return "unknown";
+}
+
+RMMC_API bool rmmc_memory_kind_is_device_accessible(rmmc_memory_kind_t kind) {
+  return kind == RMMC_MEMORY_DEVICE || kind == RMMC_MEMORY_PINNED ||
+         kind == RMMC_MEMORY_MANAGED;
+}
+
+RMMC_API bool rmmc_memory_kind_is_host_accessible(rmmc_memory_kind_t kind) {
+  return kind == RMMC_MEMORY_HOST || kind == RMMC_MEMORY_PINNED ||
+         kind == RMMC_MEMORY_MANAGED;
+}
+
+/* Adds what the stack knows to an out-of-memory message: each layer's
+ * reserved and in-use figures, outermost first. */
+static void append_stack_figures(rmmc_resource_t *r) {
+  rmmc__append_error("; stack:");
+  for (int depth = 0; r != NULL && depth < 16; depth++, r = rmmc_resource_upstream(r)) {
+    uint64_t reserved, in_use;
+    char a[32], b[32];
+    bool has_reserved = rmmc_resource_get_field(r, "reserved", &reserved);
+    bool has_in_use = rmmc_resource_get_field(r, "in_use", &in_use);
+    rmmc__append_error("%s %s", depth ? " >" : "", r->ops->name);
+    if (has_reserved)
+      rmmc__append_error(" (reserved %s", rmmc__format_bytes(reserved, a, sizeof a));
+    if (has_in_use)
+      rmmc__append_error("%sin use %s)", has_reserved ? ", " : " (",
+                         rmmc__format_bytes(in_use, b, sizeof b));
+    else if (has_reserved)
+      rmmc__append_error(")");
+  }
+}
+
+RMMC_API rmmc_status_t rmmc_resource_allocate(rmmc_resource_t *r, size_t bytes,
+                                              size_t alignment, cudaStream_t stream,
+                                              void **out) {
+  if (RMMC_UNLIKELY(out == NULL))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "allocate: out-pointer is NULL");
+  *out = NULL;
+  if (RMMC_UNLIKELY(r == NULL))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "allocate: resource is NULL");
+  if (RMMC_UNLIKELY(!rmmc__is_pow2(alignment)))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "allocate: alignment %zu is not a power of two", alignment);
+  if (alignment < RMMC_DEFAULT_ALIGNMENT) alignment = RMMC_DEFAULT_ALIGNMENT;
+  if (bytes == 0) return RMMC_SUCCESS;
+  if (RMMC_UNLIKELY(bytes > SIZE_MAX - (alignment - 1)))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "allocate: %zu bytes overflows when rounded to alignment %zu",
+                          bytes, alignment);
+  rmmc__call_depth++;
+  rmmc_status_t st = r->ops->allocate(r, bytes, alignment, stream, out);
+  rmmc__call_depth--;
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) {
+    *out = NULL;
+    if (st == RMMC_ERROR_OUT_OF_MEMORY && rmmc__call_depth == 0) append_stack_figures(r);
+  }
+  return st;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                                size_t alignment, cudaStream_t stream) {
+  if (RMMC_UNLIKELY(r == NULL))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "deallocate: resource is NULL");
+  if (RMMC_UNLIKELY(!rmmc__is_pow2(alignment)))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "deallocate: alignment %zu is not a power of two", alignment);
+  if (ptr == NULL) return RMMC_SUCCESS;
+  if (RMMC_UNLIKELY(bytes == 0))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "deallocate: %p with 0 bytes (allocate(0) returns NULL)", ptr);
+  if (alignment < RMMC_DEFAULT_ALIGNMENT) alignment = RMMC_DEFAULT_ALIGNMENT;
+  return r->ops->deallocate(r, ptr, bytes, alignment, stream);
+}
+
+RMMC_API rmmc_status_t rmmc_resource_allocate_sync(rmmc_resource_t *r, size_t bytes, void **out) {
+  rmmc_status_t st = rmmc_resource_allocate(r, bytes, RMMC_DEFAULT_ALIGNMENT, NULL, out);
+  if (st != RMMC_SUCCESS || *out == NULL || r->kind == RMMC_MEMORY_HOST) return st;
+  cudaError_t err = cudaStreamSynchronize(NULL);
+  if (err != cudaSuccess) {
+    rmmc_status_t cst = rmmc_set_cuda_error(err, "allocate_sync: cudaStreamSynchronize");
+    (void)rmmc_resource_deallocate(r, *out, bytes, RMMC_DEFAULT_ALIGNMENT, NULL);
+    *out = NULL;
+    return cst;
+  }
+  return RMMC_SUCCESS;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_deallocate_sync(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  if (r != NULL && ptr != NULL && r->kind != RMMC_MEMORY_HOST) {
+    int saved;
+    rmmc_status_t st = rmmc__device_push(r->device, &saved);
+    if (st != RMMC_SUCCESS) return st;
+    cudaError_t err = cudaDeviceSynchronize();
+    rmmc__device_pop(saved);
+    if (err != cudaSuccess) return rmmc_set_cuda_error(err, "deallocate_sync: cudaDeviceSynchronize");
+  }
+  return rmmc_resource_deallocate(r, ptr, bytes, RMMC_DEFAULT_ALIGNMENT, NULL);
+}
+
+RMMC_API rmmc_resource_t *rmmc_resource_retain(rmmc_resource_t *r) {
+  if (r != NULL) __atomic_add_fetch(&r->refcount, 1, __ATOMIC_RELAXED);
+  return r;
+}
+
+RMMC_API void rmmc_resource_release(rmmc_resource_t *r) {
+  if (r == NULL) return;
+  if (__atomic_sub_fetch(&r->refcount, 1, __ATOMIC_ACQ_REL) == 0) r->ops->destroy(r);
+}
+
+RMMC_API long rmmc_resource_refcount(const rmmc_resource_t *r) {
+  return r == NULL ? 0 : __atomic_load_n(&r->refcount, __ATOMIC_RELAXED);
+}
+
+RMMC_API bool rmmc_resource_is_equal(const rmmc_resource_t *a, const rmmc_resource_t *b) {
+  if (a == b) return true;
+  if (a == NULL || b == NULL || a->ops != b->ops || a->ops->is_equal == NULL) return false;
+  return a->ops->is_equal(a, b);
+}
+
+RMMC_API rmmc_status_t rmmc_resource_release_cached(rmmc_resource_t *r) {
+  if (r == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "release_cached: resource is NULL");
+  if (r->ops->release_cached != NULL) return r->ops->release_cached(r);
+  rmmc_resource_t *up = rmmc_resource_upstream(r);
+  return up != NULL ? rmmc_resource_release_cached(up) : RMMC_SUCCESS;
+}
+
+RMMC_API const char *rmmc_resource_name(const rmmc_resource_t *r) {
+  return r == NULL ? "(null)" : r->ops->name;
+}
+
+RMMC_API rmmc_memory_kind_t rmmc_resource_memory_kind(const rmmc_resource_t *r) {
+  return r == NULL ? (rmmc_memory_kind_t)0 : r->kind;
+}
+
+RMMC_API int rmmc_resource_device(const rmmc_resource_t *r) { return r == NULL ? -1 : r->device; }
+
+RMMC_API rmmc_resource_t *rmmc_resource_upstream(const rmmc_resource_t *r) {
+  if (r == NULL || r->ops->upstream == NULL) return NULL;
+  return r->ops->upstream(r);
+}
+
+RMMC_API void rmmc_resource_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+  if (r == NULL || emit == NULL || r->ops->describe == NULL) return;
+  r->ops->describe(r, emit, ctx);
+}
+
+struct field_lookup {
+  const char *key;
+  uint64_t value;
+  bool found;
+};
+
+static void lookup_cb(void *ctx, const rmmc_field_t *f) {
+  struct field_lookup *l = ctx;
+  if (!l->found && f->kind != RMMC_FIELD_TEXT && strcmp(f->key, l->key) == 0) {
+    l->value = f->value;
+    l->found = true;
+  }
+}
+
+RMMC_API bool rmmc_resource_get_field(rmmc_resource_t *r, const char *key, uint64_t *value) {
+  if (key == NULL || value == NULL) return false;
+  struct field_lookup l = {key, 0, false};
+  rmmc_resource_describe(r, lookup_cb, &l);
+  if (l.found) *value = l.value;
+  return l.found;
+}
+
+void rmmc__emit_bytes(rmmc_field_cb emit, void *ctx, const char *key, uint64_t v) {
+  rmmc_field_t f = {key, RMMC_FIELD_BYTES, v, NULL};
+  emit(ctx, &f);
+}
+
+void rmmc__emit_count(rmmc_field_cb emit, void *ctx, const char *key, uint64_t v) {
+  rmmc_field_t f = {key, RMMC_FIELD_COUNT, v, NULL};
+  emit(ctx, &f);
+}
+
+void rmmc__emit_text(rmmc_field_cb emit, void *ctx, const char *key, const char *text) {
+  rmmc_field_t f = {key, RMMC_FIELD_TEXT, 0, text};
+  emit(ctx, &f);
+}
+
+/* ---- adaptor base ---- */
+
+void rmmc__adaptor_init(rmmc__adaptor_t *a, const rmmc_resource_ops_t *ops,
+                        rmmc_resource_t *upstream) {
+  rmmc_resource_init(&a->base, ops, upstream->kind, upstream->device);
+  a->upstream = rmmc_resource_retain(upstream);
+}
+
+void rmmc__adaptor_fini(rmmc__adaptor_t *a) {
+  rmmc_resource_release(a->upstream);
+  a->upstream = NULL;
+}
+
+rmmc_resource_t *rmmc__adaptor_upstream(const rmmc_resource_t *r) {
+  return ((const rmmc__adaptor_t *)r)->upstream;
+}
+
+rmmc_status_t rmmc__check_create(const char *what, const rmmc_resource_t *upstream,
+                                 rmmc_resource_t **out) {
+  if (out == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: out-pointer is NULL", what);
+  *out = NULL;
+  if (upstream == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: upstream resource is NULL", what);
+  return RMMC_SUCCESS;
+}

@@ -1,0 +1,236 @@
+/*
+ * The cuda_async resource: cudaMallocFromPoolAsync / cudaFreeAsync on a
+ * cudaMemPool_t the resource owns (created with an initial size and a
+ * release threshold) or only views (the device's default pool, or one the
+ * caller gives).
+ */
+#include <stdlib.h>
+
+#include "../spec.h"
+#include "rmmc/cuda_async_resource.h"
+#include "rmmc/cuda_resource.h"
+
+typedef struct async_resource {
+  rmmc_resource_t base;
+  cudaMemPool_t pool;
+  bool owned;
+} async_resource_t;
+
+static rmmc_status_t async_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                    cudaStream_t stream, void **out) {
+  async_resource_t *a = (async_resource_t *)r;
+  int saved;
+  rmmc_status_t st = rmmc__check_base_alignment(r, alignment);
+  if (st == RMMC_SUCCESS) st = rmmc__device_push(r->device, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  cudaError_t err = cudaMallocFromPoolAsync(out, bytes, a->pool, stream);
+  rmmc__device_pop(saved);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return rmmc_set_oom_error(r, bytes, stream, "cudaMallocFromPoolAsync failed");
+  }
+  return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cudaMallocFromPoolAsync");
+}
+
+static rmmc_status_t async_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                      size_t alignment, cudaStream_t stream) {
+  (void)bytes, (void)alignment;
+  int saved;
+  rmmc_status_t st = rmmc__device_push(r->device, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  cudaError_t err = cudaFreeAsync(ptr, stream);
+  rmmc__device_pop(saved);
+  if (err == cudaErrorInvalidValue)
+    return rmmc__unknown_cuda_pointer(r, err, "cudaFreeAsync", ptr);
+  return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cudaFreeAsync");
+}
+
+static bool async_is_equal(const rmmc_resource_t *a, const rmmc_resource_t *b) {
+  return ((const async_resource_t *)a)->pool == ((const async_resource_t *)b)->pool;
+}
+
+static rmmc_status_t async_release_cached(rmmc_resource_t *r) {
+  async_resource_t *a = (async_resource_t *)r;
+  int saved;
+  rmmc_status_t st = rmmc__device_push(r->device, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) err = cudaMemPoolTrimTo(a->pool, 0);
+  rmmc__device_pop(saved);
+  return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cuda_async release");
+}
+
+static void async_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+  async_resource_t *a = (async_resource_t *)r;
+  static const struct {
+    const char *key;
+    enum cudaMemPoolAttr attr;
+  } attrs[] = {
+      {"reserved", cudaMemPoolAttrReservedMemCurrent},
+      {"in_use", cudaMemPoolAttrUsedMemCurrent},
+      {"peak", cudaMemPoolAttrUsedMemHigh},
+      {"reserved_peak", cudaMemPoolAttrReservedMemHigh},
+      {"release_threshold", cudaMemPoolAttrReleaseThreshold},
+  };
+  for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+    uint64_t v = 0;
+    if (cudaMemPoolGetAttribute(a->pool, attrs[i].attr, &v) == cudaSuccess)
+      rmmc__emit_bytes(emit, ctx, attrs[i].key, (uint64_t)v);
+    else
+      (void)cudaGetLastError();
+  }
+  rmmc__emit_text(emit, ctx, "pool", a->owned ? "owned" : "view");
+}
+
+static void async_destroy(rmmc_resource_t *r) {
+  async_resource_t *a = (async_resource_t *)r;
+  if (a->owned) {
+    /* Frees enqueued on streams must complete before the pool goes. */
+    int saved;
+    if (rmmc__device_push(r->device, &saved) == RMMC_SUCCESS) {
+      (void)cudaDeviceSynchronize();
+      (void)cudaMemPoolDestroy(a->pool);
+      rmmc__device_pop(saved);
+    }
+  }
+  free(a);
+}
+
+static const rmmc_resource_ops_t async_ops = {
+    .version = RMMC_RESOURCE_OPS_VERSION,
+    .name = "cuda_async",
+    .allocate = async_allocate,
+    .deallocate = async_deallocate,
+    .is_equal = async_is_equal,
+    .release_cached = async_release_cached,
+    .describe = async_describe,
+    .destroy = async_destroy,
+};
+
+static rmmc_status_t check_pools_supported(int device) {
+  int supported = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device);
+  if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaDeviceGetAttribute");
+  if (!supported)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "cuda_async: device %d does not support memory pools", device);
+  return RMMC_SUCCESS;
+}
+
+/* Reserves `bytes` in the pool by allocating and freeing them, as RMM does. */
+static rmmc_status_t reserve_initial(async_resource_t *a, size_t bytes) {
+  void *p = NULL;
+  cudaError_t err = cudaMallocFromPoolAsync(&p, bytes, a->pool, NULL);
+  if (err == cudaSuccess) err = cudaFreeAsync(p, NULL);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(NULL);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return rmmc_set_oom_error(&a->base, bytes, NULL, "cannot reserve the initial pool size");
+  }
+  return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cuda_async initial reserve");
+}
+
+RMMC_API rmmc_status_t rmmc_cuda_async_resource_create(int device,
+                                                       const rmmc_cuda_async_options_t *options,
+                                                       rmmc_resource_t **out) {
+  rmmc_cuda_async_options_t opts = RMMC_CUDA_ASYNC_OPTIONS_INIT;
+  if (options != NULL) opts = *options;
+  if (out == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "cuda_async_resource_create: out is NULL");
+  rmmc_resource_t *r;
+  rmmc_status_t st = rmmc__device_resource_new("cuda_async_resource_create", device, &async_ops,
+                                               RMMC_MEMORY_DEVICE, sizeof(async_resource_t), &r);
+  if (st != RMMC_SUCCESS) return st;
+  async_resource_t *a = (async_resource_t *)r;
+  int saved = -1;
+  st = check_pools_supported(r->device);
+  if (st == RMMC_SUCCESS) st = rmmc__device_push(r->device, &saved);
+  if (st != RMMC_SUCCESS) goto free_resource;
+  struct cudaMemPoolProps props = {0};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = r->device;
+  cudaError_t err = cudaMemPoolCreate(&a->pool, &props);
+  if (err != cudaSuccess) {
+    st = rmmc_set_cuda_error(err, "cudaMemPoolCreate");
+    goto pop_device;
+  }
+  a->owned = true;
+  uint64_t threshold = (uint64_t)opts.release_threshold;
+  err = cudaMemPoolSetAttribute(a->pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+  if (err != cudaSuccess) {
+    st = rmmc_set_cuda_error(err, "cudaMemPoolSetAttribute(release threshold)");
+    goto destroy_pool;
+  }
+  if (opts.initial_pool_size > 0) {
+    st = reserve_initial(a, rmmc__align_up(opts.initial_pool_size, RMMC_DEFAULT_ALIGNMENT));
+    if (st != RMMC_SUCCESS) goto destroy_pool;
+  }
+  rmmc__device_pop(saved);
+  *out = r;
+  return RMMC_SUCCESS;
+
+destroy_pool:
+  (void)cudaMemPoolDestroy(a->pool);
+pop_device:
+  rmmc__device_pop(saved);
+free_resource:
+  free(r);
+  return st;
+}
+
+RMMC_API rmmc_status_t rmmc_cuda_async_resource_create_view(int device, cudaMemPool_t pool,
+                                                            rmmc_resource_t **out) {
+  if (out == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "cuda_async_resource_create_view: out is NULL");
+  rmmc_resource_t *r;
+  rmmc_status_t st = rmmc__device_resource_new("cuda_async_resource_create_view", device,
+                                               &async_ops, RMMC_MEMORY_DEVICE,
+                                               sizeof(async_resource_t), &r);
+  if (st != RMMC_SUCCESS) return st;
+  st = check_pools_supported(r->device);
+  if (st == RMMC_SUCCESS && pool == NULL) {
+    cudaError_t err = cudaDeviceGetDefaultMemPool(&pool, r->device);
+    if (err != cudaSuccess) st = rmmc_set_cuda_error(err, "cudaDeviceGetDefaultMemPool");
+  }
+  if (st != RMMC_SUCCESS) {
+    free(r);
+    return st;
+  }
+  ((async_resource_t *)r)->pool = pool;
+  *out = r;
+  return RMMC_SUCCESS;
+}
+
+RMMC_API cudaMemPool_t rmmc_cuda_async_resource_pool(const rmmc_resource_t *r) {
+  if (r == NULL || r->ops != &async_ops) return NULL;
+  return ((const async_resource_t *)r)->pool;
+}
+
+static const rmmc__spec_option_t async_spec_options[] = {
+    {"initial", RMMC__OPT_BYTES_PCT, "bytes reserved at creation"},
+    {"release_threshold", RMMC__OPT_BYTES_PCT, "bytes kept cached at synchronization"},
+    {"default_pool", RMMC__OPT_BOOL, "use the device's default pool (plain cudaMallocAsync)"},
+    {NULL, 0, NULL},
+};
+
+static rmmc_status_t async_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
+                                 int device, rmmc_resource_t **out) {
+  (void)upstream;
+  bool use_default = false;
+  rmmc__spec_bool(args, "default_pool", &use_default);
+  if (use_default) return rmmc_cuda_async_resource_create_view(device, NULL, out);
+  rmmc_cuda_async_options_t opts = RMMC_CUDA_ASYNC_OPTIONS_INIT;
+  rmmc_resource_t *probe = NULL;
+  rmmc_status_t st = rmmc_cuda_resource_create(device, &probe); /* resolves percentages */
+  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "initial", probe, &opts.initial_pool_size);
+  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "release_threshold", probe, &opts.release_threshold);
+  rmmc_resource_release(probe);
+  return st == RMMC_SUCCESS ? rmmc_cuda_async_resource_create(device, &opts, out) : st;
+}
+
+const rmmc__spec_entry_t rmmc__cuda_async_spec = {
+    .name = "cuda_async",
+    .help = "CUDA's stream-ordered pool (cudaMallocFromPoolAsync)",
+    .options = async_spec_options,
+    .build = async_build,
+};

@@ -1,0 +1,112 @@
+/*
+ * The managed resource: cudaMallocManaged, optionally prefetched to the
+ * device on the allocating stream.
+ */
+#include <stdlib.h>
+
+#include "../spec.h"
+#include "rmmc/managed_resource.h"
+
+typedef struct managed_resource {
+  rmmc_resource_t base;
+  bool prefetch;
+} managed_resource_t;
+
+static rmmc_status_t managed_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                      cudaStream_t stream, void **out) {
+  managed_resource_t *m = (managed_resource_t *)r;
+  int saved;
+  rmmc_status_t st = rmmc__check_base_alignment(r, alignment);
+  if (st == RMMC_SUCCESS) st = rmmc__device_push(r->device, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  void *p = NULL;
+  cudaError_t err = cudaMallocManaged(&p, bytes, cudaMemAttachGlobal);
+  if (err == cudaSuccess && m->prefetch) {
+    struct cudaMemLocation loc = {.type = cudaMemLocationTypeDevice, .id = r->device};
+    err = cudaMemPrefetchAsync(p, bytes, loc, 0, stream);
+    if (err != cudaSuccess) {
+      st = rmmc_set_cuda_error(err, "managed resource: cudaMemPrefetchAsync");
+      (void)cudaFree(p);
+      rmmc__device_pop(saved);
+      return st;
+    }
+  }
+  rmmc__device_pop(saved);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return rmmc_set_oom_error(r, bytes, stream, "cudaMallocManaged failed");
+  }
+  if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaMallocManaged");
+  *out = p;
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t managed_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                        size_t alignment, cudaStream_t stream) {
+  (void)bytes, (void)alignment, (void)stream;
+  int saved;
+  rmmc_status_t st = rmmc__device_push(r->device, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  cudaError_t err = cudaFree(ptr);
+  rmmc__device_pop(saved);
+  if (err == cudaErrorInvalidValue || err == cudaErrorInvalidDevicePointer)
+    return rmmc__unknown_cuda_pointer(r, err, "cudaFree", ptr);
+  return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cudaFree");
+}
+
+static bool managed_is_equal(const rmmc_resource_t *a, const rmmc_resource_t *b) {
+  return a->device == b->device;
+}
+
+static void managed_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+  rmmc__emit_text(emit, ctx, "prefetch", ((managed_resource_t *)r)->prefetch ? "on" : "off");
+}
+
+static void managed_destroy(rmmc_resource_t *r) { free(r); }
+
+static const rmmc_resource_ops_t managed_ops = {
+    .version = RMMC_RESOURCE_OPS_VERSION,
+    .name = "managed",
+    .allocate = managed_allocate,
+    .deallocate = managed_deallocate,
+    .is_equal = managed_is_equal,
+    .describe = managed_describe,
+    .destroy = managed_destroy,
+};
+
+RMMC_API rmmc_status_t rmmc_managed_resource_create(int device, const rmmc_managed_options_t *options,
+                                                    rmmc_resource_t **out) {
+  rmmc_status_t st = rmmc__device_resource_new("managed_resource_create", device, &managed_ops,
+                                               RMMC_MEMORY_MANAGED, sizeof(managed_resource_t), out);
+  if (st != RMMC_SUCCESS) return st;
+  int supported = 0;
+  if (cudaDeviceGetAttribute(&supported, cudaDevAttrManagedMemory, (*out)->device) != cudaSuccess ||
+      !supported) {
+    (void)cudaGetLastError();
+    free(*out);
+    *out = NULL;
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "managed_resource_create: device does not support managed memory");
+  }
+  ((managed_resource_t *)*out)->prefetch = options != NULL && options->prefetch;
+  return RMMC_SUCCESS;
+}
+
+static const rmmc__spec_option_t managed_spec_options[] = {
+    {"prefetch", RMMC__OPT_BOOL, "prefetch each allocation to the device"},
+    {NULL, 0, NULL},
+};
+
+static rmmc_status_t managed_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
+                                   int device, rmmc_resource_t **out) {
+  (void)upstream;
+  rmmc_managed_options_t opts = RMMC_MANAGED_OPTIONS_INIT;
+  rmmc__spec_bool(args, "prefetch", &opts.prefetch);
+  return rmmc_managed_resource_create(device, &opts, out);
+}
+
+const rmmc__spec_entry_t rmmc__managed_spec = {
+    .name = "managed",
+    .help = "managed (unified) memory, cudaMallocManaged",
+    .options = managed_spec_options,
+    .build = managed_build,
+};

@@ -1,0 +1,395 @@
+/*
+ * The stack-spec parser: `name(key=value, ...) > name > ...`.
+ *
+ * Parsing and building are separate: the whole spec is parsed and checked
+ * against the registered entries first (so a typo in the outermost layer
+ * builds nothing), then the layers are built innermost first. Every error
+ * message quotes the spec with a caret under the offending word.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rmmc/registry.h"
+#include "rmmc/spec.h"
+#include "spec.h"
+
+#define MAX_LAYERS 16
+
+typedef struct layer {
+  const rmmc__spec_entry_t *entry;
+  size_t column; /* of the name, for messages */
+  rmmc__spec_args_t args;
+} layer_t;
+
+typedef struct parser {
+  const char *spec;
+  size_t pos;
+  int nlayers;
+  layer_t layers[MAX_LAYERS];
+} parser_t;
+
+/* Records a parse error at [col, col+len) with the spec and a caret line. */
+static rmmc_status_t parse_error(const parser_t *p, size_t col, size_t len, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+static rmmc_status_t parse_error(const parser_t *p, size_t col, size_t len, const char *fmt, ...) {
+  char what[256], caret[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  size_t n = 0;
+  for (size_t i = 0; i < col && n + 1 < sizeof caret; i++) caret[n++] = ' ';
+  if (len == 0) len = 1;
+  for (size_t i = 0; i < len && n + 1 < sizeof caret; i++) caret[n++] = '^';
+  caret[n] = '\0';
+  return rmmc_set_error(RMMC_ERROR_PARSE, "stack spec: %s at column %zu\n  %s\n  %s", what,
+                        col + 1, p->spec, caret);
+}
+
+static void skip_space(parser_t *p) {
+  while (isspace((unsigned char)p->spec[p->pos])) p->pos++;
+}
+
+static bool is_word_char(char c) {
+  return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-' || c == '+' || c == '%' ||
+         c == ':' || c == '/';
+}
+
+/* Reads a word (name or value) and returns its length. */
+static size_t read_word(parser_t *p) {
+  size_t start = p->pos;
+  while (is_word_char(p->spec[p->pos])) p->pos++;
+  return p->pos - start;
+}
+
+static const rmmc__spec_entry_t *find_entry(const char *name, size_t len) {
+  for (const rmmc__spec_entry_t *const *e = rmmc__spec_entries; *e != NULL; e++)
+    if (strlen((*e)->name) == len && strncmp((*e)->name, name, len) == 0) return *e;
+  return NULL;
+}
+
+static const rmmc__spec_option_t *find_option(const rmmc__spec_entry_t *e, const char *name,
+                                              size_t len) {
+  for (const rmmc__spec_option_t *o = e->options; o != NULL && o->name != NULL; o++)
+    if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
+  return NULL;
+}
+
+static void list_options(const rmmc__spec_entry_t *e, char *buf, size_t len) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (const rmmc__spec_option_t *o = e->options; o != NULL && o->name != NULL; o++)
+    n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", n ? ", " : "", o->name);
+  if (n == 0) snprintf(buf, len, "none");
+}
+
+rmmc_status_t rmmc__parse_bytes(const char *text, size_t len, size_t *out) {
+  char buf[64];
+  if (len == 0 || len >= sizeof buf) return RMMC_ERROR_PARSE;
+  memcpy(buf, text, len);
+  buf[len] = '\0';
+  char *end;
+  double v = strtod(buf, &end);
+  if (end == buf || !(v >= 0) || !isdigit((unsigned char)buf[0])) return RMMC_ERROR_PARSE;
+  static const struct {
+    const char *suffix;
+    double mult;
+  } units[] = {{"", 1},          {"B", 1},
+               {"K", 1024.0},    {"KB", 1024.0},    {"KiB", 1024.0},
+               {"M", 1048576.0}, {"MB", 1048576.0}, {"MiB", 1048576.0},
+               {"G", 1073741824.0}, {"GB", 1073741824.0}, {"GiB", 1073741824.0},
+               {"T", 1099511627776.0}, {"TB", 1099511627776.0}, {"TiB", 1099511627776.0}};
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcmp(end, units[i].suffix) == 0) {
+      double bytes = v * units[i].mult;
+      if (bytes >= 18446744073709551615.0 || bytes != floor(bytes)) return RMMC_ERROR_PARSE;
+      *out = (size_t)bytes;
+      return RMMC_SUCCESS;
+    }
+  }
+  return RMMC_ERROR_PARSE;
+}
+
+RMMC_API rmmc_status_t rmmc_parse_size(const char *text, size_t *out) {
+  if (text == NULL || out == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "parse_size: NULL argument");
+  if (rmmc__parse_bytes(text, strlen(text), out) != RMMC_SUCCESS)
+    return rmmc_set_error(RMMC_ERROR_PARSE,
+                          "'%s' is not a size (write 1024, 64KiB, 256MiB, 1.5GiB)", text);
+  return RMMC_SUCCESS;
+}
+
+static const char *type_hint(rmmc__opt_type_t t) {
+  switch (t) {
+  case RMMC__OPT_BYTES: return "a size such as 256MiB";
+  case RMMC__OPT_BYTES_PCT: return "a size such as 256MiB or a percentage such as 80%";
+  case RMMC__OPT_INT: return "an integer";
+  case RMMC__OPT_DOUBLE: return "a number";
+  case RMMC__OPT_BOOL: return "true or false";
+  case RMMC__OPT_STRING: return "a word or a quoted string";
+  }
+  return "a value";
+}
+
+/* Converts the value text at [col, col+len) for option o into v. */
+static rmmc_status_t parse_value(parser_t *p, const rmmc__spec_option_t *o, size_t col,
+                                 size_t len, rmmc__spec_value_t *v) {
+  const char *t = p->spec + col;
+  char buf[RMMC__SPEC_MAX_TEXT];
+  if (len >= sizeof buf) return parse_error(p, col, len, "value too long for '%s'", o->name);
+  memcpy(buf, t, len);
+  buf[len] = '\0';
+  v->option = o;
+  char *end;
+  switch (o->type) {
+  case RMMC__OPT_BYTES_PCT:
+    if (len > 1 && buf[len - 1] == '%') {
+      double pct = strtod(buf, &end);
+      if (end != buf + len - 1 || !(pct > 0.0 && pct <= 100.0))
+        return parse_error(p, col, len, "'%s' wants a percentage in (0, 100]", o->name);
+      v->is_percent = true;
+      v->number = pct;
+      return RMMC_SUCCESS;
+    }
+    /* fall through */
+  case RMMC__OPT_BYTES: {
+    size_t bytes;
+    if (rmmc__parse_bytes(buf, len, &bytes) != RMMC_SUCCESS)
+      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
+    v->number = (double)bytes;
+    return RMMC_SUCCESS;
+  }
+  case RMMC__OPT_INT: {
+    long long x = strtoll(buf, &end, 10);
+    if (end == buf || *end != '\0')
+      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
+    v->number = (double)x;
+    return RMMC_SUCCESS;
+  }
+  case RMMC__OPT_DOUBLE: {
+    double x = strtod(buf, &end);
+    if (end == buf || *end != '\0')
+      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
+    v->number = x;
+    return RMMC_SUCCESS;
+  }
+  case RMMC__OPT_BOOL:
+    if (!strcmp(buf, "true") || !strcmp(buf, "on") || !strcmp(buf, "yes") || !strcmp(buf, "1"))
+      v->boolean = true;
+    else if (!strcmp(buf, "false") || !strcmp(buf, "off") || !strcmp(buf, "no") || !strcmp(buf, "0"))
+      v->boolean = false;
+    else
+      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
+    return RMMC_SUCCESS;
+  case RMMC__OPT_STRING:
+    memcpy(v->text, buf, len + 1);
+    return RMMC_SUCCESS;
+  }
+  return parse_error(p, col, len, "option '%s' has an unknown type", o->name);
+}
+
+static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
+  p->pos++; /* '(' */
+  skip_space(p);
+  if (p->spec[p->pos] == ')') {
+    p->pos++;
+    return RMMC_SUCCESS;
+  }
+  for (;;) {
+    skip_space(p);
+    size_t kcol = p->pos;
+    size_t klen = read_word(p);
+    if (klen == 0) return parse_error(p, kcol, 1, "expected an option name");
+    const rmmc__spec_option_t *o = find_option(l->entry, p->spec + kcol, klen);
+    if (o == NULL) {
+      char names[256];
+      list_options(l->entry, names, sizeof names);
+      return parse_error(p, kcol, klen, "%s has no option '%.*s' (it takes: %s)", l->entry->name,
+                         (int)klen, p->spec + kcol, names);
+    }
+    if (rmmc__spec_find(&l->args, o->name) != NULL)
+      return parse_error(p, kcol, klen, "option '%s' given twice", o->name);
+    if (l->args.count == RMMC__SPEC_MAX_ARGS)
+      return parse_error(p, kcol, klen, "too many options");
+    skip_space(p);
+    if (p->spec[p->pos] != '=')
+      return parse_error(p, p->pos, 1, "expected '=' after '%s'", o->name);
+    p->pos++;
+    skip_space(p);
+    size_t vcol = p->pos, vlen;
+    if (p->spec[p->pos] == '"') {
+      const char *close = strchr(p->spec + p->pos + 1, '"');
+      if (close == NULL) return parse_error(p, vcol, 1, "unterminated quoted string");
+      vcol++;
+      vlen = (size_t)(close - (p->spec + vcol));
+      p->pos = (size_t)(close - p->spec) + 1;
+    } else {
+      vlen = read_word(p);
+    }
+    if (vlen == 0) return parse_error(p, vcol, 1, "expected a value for '%s'", o->name);
+    rmmc_status_t st = parse_value(p, o, vcol, vlen, &l->args.values[l->args.count]);
+    if (st != RMMC_SUCCESS) return st;
+    l->args.count++;
+    skip_space(p);
+    if (p->spec[p->pos] == ',') {
+      p->pos++;
+      continue;
+    }
+    if (p->spec[p->pos] == ')') {
+      p->pos++;
+      return RMMC_SUCCESS;
+    }
+    return parse_error(p, p->pos, 1, "expected ',' or ')'");
+  }
+}
+
+static rmmc_status_t parse(parser_t *p) {
+  for (;;) {
+    skip_space(p);
+    size_t col = p->pos;
+    size_t len = read_word(p);
+    if (len == 0) {
+      if (p->spec[col] == '\0')
+        return parse_error(p, col, 1, p->nlayers ? "expected a resource after '>'" : "empty spec");
+      return parse_error(p, col, 1, "expected a resource name, found '%c'", p->spec[col]);
+    }
+    const rmmc__spec_entry_t *e = find_entry(p->spec + col, len);
+    if (e == NULL)
+      return parse_error(p, col, len, "unknown resource '%.*s'", (int)len, p->spec + col);
+    if (p->nlayers == MAX_LAYERS) return parse_error(p, col, len, "too many layers");
+    layer_t *l = &p->layers[p->nlayers++];
+    memset(l, 0, sizeof *l);
+    l->entry = e;
+    l->column = col;
+    l->args.layer = e->name;
+    skip_space(p);
+    if (p->spec[p->pos] == '(') {
+      rmmc_status_t st = parse_options(p, l);
+      if (st != RMMC_SUCCESS) return st;
+      skip_space(p);
+    }
+    char c = p->spec[p->pos];
+    if (c == '\0') break;
+    if (c != '>') return parse_error(p, p->pos, 1, "expected '>' or the end of the spec");
+    if (!e->needs_upstream)
+      return parse_error(p, col, len, "%s is a base resource and takes no upstream", e->name);
+    p->pos++;
+  }
+  layer_t *last = &p->layers[p->nlayers - 1];
+  if (last->entry->needs_upstream)
+    return parse_error(p, last->column, strlen(last->entry->name),
+                       "%s needs an upstream: end the spec with a base resource such as "
+                       "'> cuda' or '> host'",
+                       last->entry->name);
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t parse_spec(parser_t *p, const char *spec) {
+  memset(p, 0, sizeof *p);
+  p->spec = spec;
+  if (strlen(spec) > 4096)
+    return rmmc_set_error(RMMC_ERROR_PARSE, "stack spec: longer than 4096 characters");
+  return parse(p);
+}
+
+RMMC_API rmmc_status_t rmmc_stack_validate(const char *spec) {
+  if (spec == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "stack spec is NULL");
+  parser_t *p = malloc(sizeof *p);
+  if (p == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "stack spec: no host memory");
+  rmmc_status_t st = parse_spec(p, spec);
+  free(p);
+  return st;
+}
+
+RMMC_API rmmc_status_t rmmc_stack_create(const char *spec, int device, rmmc_resource_t **out) {
+  if (out == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "stack_create: out is NULL");
+  *out = NULL;
+  if (spec == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "stack spec is NULL");
+  parser_t *p = malloc(sizeof *p);
+  if (p == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "stack spec: no host memory");
+  rmmc_status_t st = parse_spec(p, spec);
+  if (st == RMMC_SUCCESS && device == -1 && rmmc__cuda_available())
+    st = rmmc_get_current_device(&device);
+  rmmc_resource_t *upstream = NULL;
+  for (int i = p->nlayers - 1; st == RMMC_SUCCESS && i >= 0; i--) {
+    rmmc_resource_t *r = NULL;
+    st = p->layers[i].entry->build(&p->layers[i].args, upstream, device, &r);
+    rmmc_resource_release(upstream); /* the new layer holds its own reference */
+    upstream = st == RMMC_SUCCESS ? r : NULL;
+    if (st != RMMC_SUCCESS)
+      rmmc__append_error(" (building layer %d, '%s', of \"%s\")", i + 1, p->layers[i].entry->name,
+                         spec);
+  }
+  free(p);
+  if (st == RMMC_SUCCESS) *out = upstream;
+  return st;
+}
+
+RMMC_API size_t rmmc_stack_help(char *buf, size_t len) {
+  size_t n = 0;
+  if (buf != NULL && len > 0) buf[0] = '\0';
+  for (const rmmc__spec_entry_t *const *e = rmmc__spec_entries; *e != NULL; e++) {
+    char opts[512];
+    list_options(*e, opts, sizeof opts);
+    n += (size_t)snprintf(buf ? buf + (n < len ? n : len) : NULL, n < len ? len - n : 0,
+                          "  %-18s %s (options: %s)\n", (*e)->name, (*e)->help, opts);
+  }
+  return n;
+}
+
+/* ---- accessors ---- */
+
+const rmmc__spec_value_t *rmmc__spec_find(const rmmc__spec_args_t *args, const char *name) {
+  for (int i = 0; i < args->count; i++)
+    if (strcmp(args->values[i].option->name, name) == 0) return &args->values[i];
+  return NULL;
+}
+
+bool rmmc__spec_int(const rmmc__spec_args_t *args, const char *name, long long *out) {
+  const rmmc__spec_value_t *v = rmmc__spec_find(args, name);
+  if (v != NULL) *out = (long long)v->number;
+  return v != NULL;
+}
+
+bool rmmc__spec_double(const rmmc__spec_args_t *args, const char *name, double *out) {
+  const rmmc__spec_value_t *v = rmmc__spec_find(args, name);
+  if (v != NULL) *out = v->number;
+  return v != NULL;
+}
+
+bool rmmc__spec_bool(const rmmc__spec_args_t *args, const char *name, bool *out) {
+  const rmmc__spec_value_t *v = rmmc__spec_find(args, name);
+  if (v != NULL) *out = v->boolean;
+  return v != NULL;
+}
+
+const char *rmmc__spec_string(const rmmc__spec_args_t *args, const char *name) {
+  const rmmc__spec_value_t *v = rmmc__spec_find(args, name);
+  return v != NULL ? v->text : NULL;
+}
+
+rmmc_status_t rmmc__spec_bytes(const rmmc__spec_args_t *args, const char *name,
+                               const rmmc_resource_t *upstream, size_t *out) {
+  const rmmc__spec_value_t *v = rmmc__spec_find(args, name);
+  if (v == NULL) return RMMC_SUCCESS;
+  if (!v->is_percent) {
+    *out = (size_t)v->number;
+    return RMMC_SUCCESS;
+  }
+  if (upstream != NULL && upstream->kind == RMMC_MEMORY_DEVICE)
+    return rmmc_percent_of_free_device_memory(upstream->device, v->number, out);
+  size_t total = rmmc__host_memory_total();
+  if (total == 0)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "%s: %s=%g%%: host memory size unknown",
+                          args->layer, name, v->number);
+  *out = (size_t)((double)total * v->number / 100.0) & ~(RMMC_DEFAULT_ALIGNMENT - 1);
+  return RMMC_SUCCESS;
+}

@@ -1,0 +1,75 @@
+/*
+ * The stack-spec parser's registration interface (internal).
+ *
+ * Each resource and adaptor defines one rmmc__spec_entry_t next to its code
+ * (named rmmc__<name>_spec) and is listed once in spec_table.c. The parser
+ * checks names, option names and value types, and calls `build` innermost
+ * layer first, with the layer below as `upstream` (NULL for base resources).
+ */
+#ifndef RMMC_SPEC_INTERNAL_H
+#define RMMC_SPEC_INTERNAL_H
+
+#include "internal.h"
+
+typedef enum rmmc__opt_type {
+  RMMC__OPT_BYTES,      /* 1024, 64KiB, 1.5GiB (B, KiB, MiB, GiB, TiB; K/M/G too) */
+  RMMC__OPT_BYTES_PCT,  /* bytes, or a percentage: 80% */
+  RMMC__OPT_INT,        /* a signed integer */
+  RMMC__OPT_DOUBLE,     /* a number */
+  RMMC__OPT_BOOL,       /* true/false, on/off, yes/no, 1/0 */
+  RMMC__OPT_STRING,     /* a word or "a quoted string" */
+} rmmc__opt_type_t;
+
+typedef struct rmmc__spec_option {
+  const char *name;
+  rmmc__opt_type_t type;
+  const char *help;
+} rmmc__spec_option_t;
+
+#define RMMC__SPEC_MAX_ARGS 16
+#define RMMC__SPEC_MAX_TEXT 256
+
+typedef struct rmmc__spec_value {
+  const rmmc__spec_option_t *option;
+  bool is_percent;
+  double number; /* bytes, percent, int or double value */
+  bool boolean;
+  char text[RMMC__SPEC_MAX_TEXT];
+} rmmc__spec_value_t;
+
+typedef struct rmmc__spec_args {
+  const char *layer; /* the resource's name, for messages */
+  int count;
+  rmmc__spec_value_t values[RMMC__SPEC_MAX_ARGS];
+} rmmc__spec_args_t;
+
+typedef struct rmmc__spec_entry {
+  const char *name;
+  const char *help;
+  bool needs_upstream;                 /* false for base resources */
+  const rmmc__spec_option_t *options;  /* terminated by {NULL} */
+  rmmc_status_t (*build)(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
+                         int device, rmmc_resource_t **out);
+} rmmc__spec_entry_t;
+
+/* Accessors: each returns true if the option was given and stores it. */
+const rmmc__spec_value_t *rmmc__spec_find(const rmmc__spec_args_t *args, const char *name);
+bool rmmc__spec_int(const rmmc__spec_args_t *args, const char *name, long long *out);
+bool rmmc__spec_double(const rmmc__spec_args_t *args, const char *name, double *out);
+bool rmmc__spec_bool(const rmmc__spec_args_t *args, const char *name, bool *out);
+const char *rmmc__spec_string(const rmmc__spec_args_t *args, const char *name);
+
+/* A bytes or percentage option, resolved: a percentage is of the free
+ * memory of the device `upstream` serves (device-kind memory) or of the
+ * host's physical memory (host-kind memory). Returns RMMC_SUCCESS and leaves
+ * *out alone if the option is absent. */
+rmmc_status_t rmmc__spec_bytes(const rmmc__spec_args_t *args, const char *name,
+                               const rmmc_resource_t *upstream, size_t *out);
+
+/* Parses "64KiB", "1.5GiB", "1024" (bytes; no percentage). */
+rmmc_status_t rmmc__parse_bytes(const char *text, size_t len, size_t *out);
+
+/* The table of every registered entry, NULL-terminated (spec_table.c). */
+extern const rmmc__spec_entry_t *const rmmc__spec_entries[];
+
+#endif /* RMMC_SPEC_INTERNAL_H */

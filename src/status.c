@@ -1,0 +1,166 @@
+/*
+ * Status names and the thread-local error detail.
+ *
+ * The message buffer and the raw cudaError_t live in thread-local storage:
+ * resources are shared between threads, so no error state is kept per
+ * object. rmmc_set_error() and friends are the only writers.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define RMMC_MESSAGE_MAX 1024
+
+static _Thread_local char tl_message[RMMC_MESSAGE_MAX];
+static _Thread_local cudaError_t tl_cuda_error = cudaSuccess;
+_Thread_local int rmmc__call_depth;
+
+RMMC_API const char *rmmc_status_name(rmmc_status_t status) {
+  switch (status) {
+#define RMMC_STATUS_NAME_(name, value, text)                                   \
+  case RMMC_##name:                                                            \
+    return #name;
+    RMMC_STATUS_MAP(RMMC_STATUS_NAME_)
+#undef RMMC_STATUS_NAME_
+  }
+  return "UNKNOWN_STATUS";
+}
+
+RMMC_API const char *rmmc_status_string(rmmc_status_t status) {
+  switch (status) {
+#define RMMC_STATUS_TEXT_(name, value, text)                                   \
+  case RMMC_##name:                                                            \
+    return text;
+    RMMC_STATUS_MAP(RMMC_STATUS_TEXT_)
+#undef RMMC_STATUS_TEXT_
+  }
+  return "unknown status";
+}
+
+RMMC_API const char *rmmc_last_error_message(void) { return tl_message; }
+
+RMMC_API cudaError_t rmmc_last_cuda_error(void) { return tl_cuda_error; }
+
+RMMC_API void rmmc_clear_last_error(void) {
+  tl_message[0] = '\0';
+  tl_cuda_error = cudaSuccess;
+}
+
+static void vset_message(const char *fmt, va_list ap) {
+  vsnprintf(tl_message, sizeof tl_message, fmt, ap);
+}
+
+/* Appends to the current message (used to add stack figures to an
+ * out-of-memory message at the outermost call). */
+void rmmc__append_error(const char *fmt, ...) {
+  size_t used = strlen(tl_message);
+  if (used + 1 >= sizeof tl_message) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tl_message + used, sizeof tl_message - used, fmt, ap);
+  va_end(ap);
+}
+
+RMMC_API rmmc_status_t rmmc_set_error(rmmc_status_t status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vset_message(fmt, ap);
+  va_end(ap);
+  tl_cuda_error = cudaSuccess;
+  return status;
+}
+
+rmmc_status_t rmmc__unknown_cuda_pointer(const rmmc_resource_t *r, cudaError_t err,
+                                         const char *what, const void *ptr) {
+  (void)cudaGetLastError();
+  snprintf(tl_message, sizeof tl_message, "%s resource: %s does not know %p (%s)",
+           r->ops->name, what, ptr, cudaGetErrorName(err));
+  tl_cuda_error = err;
+  return RMMC_ERROR_UNKNOWN_POINTER;
+}
+
+RMMC_API rmmc_status_t rmmc_set_cuda_error(cudaError_t err, const char *what) {
+  /* Reading the error resets CUDA's non-sticky last error. */
+  (void)cudaGetLastError();
+  rmmc_status_t status =
+      err == cudaErrorMemoryAllocation ? RMMC_ERROR_OUT_OF_MEMORY : RMMC_ERROR_CUDA;
+  snprintf(tl_message, sizeof tl_message, "%s failed: %s (%s, %d)", what,
+           cudaGetErrorString(err), cudaGetErrorName(err), (int)err);
+  tl_cuda_error = err;
+  return status;
+}
+
+RMMC_API rmmc_status_t rmmc_set_oom_error(const rmmc_resource_t *r, size_t bytes,
+                                          cudaStream_t stream, const char *detail, ...) {
+  char req[32], sbuf[32];
+  int n = snprintf(tl_message, sizeof tl_message,
+                   "out of memory: %s resource could not allocate %s (%zu bytes) on ",
+                   r->ops->name, rmmc__format_bytes(bytes, req, sizeof req), bytes);
+  if (r->device >= 0)
+    n += snprintf(tl_message + n, sizeof tl_message - (size_t)n, "device %d", r->device);
+  else
+    n += snprintf(tl_message + n, sizeof tl_message - (size_t)n, "host memory");
+  n += snprintf(tl_message + n, sizeof tl_message - (size_t)n, ", stream %s",
+                rmmc__stream_name(stream, sbuf, sizeof sbuf));
+  if (detail != NULL && (size_t)n + 2 < sizeof tl_message) {
+    n += snprintf(tl_message + n, sizeof tl_message - (size_t)n, ": ");
+    va_list ap;
+    va_start(ap, detail);
+    if ((size_t)n < sizeof tl_message)
+      n += vsnprintf(tl_message + n, sizeof tl_message - (size_t)n, detail, ap);
+    va_end(ap);
+  }
+  if (r->device >= 0 && (size_t)n < sizeof tl_message) {
+    size_t free_b = 0, total_b = 0;
+    int saved;
+    cudaError_t prev_error = tl_cuda_error;
+    if (rmmc__device_push(r->device, &saved) == RMMC_SUCCESS) {
+      if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+        char fb[32], tb[32];
+        snprintf(tl_message + n, sizeof tl_message - (size_t)n,
+                 "; device %d has %s free of %s", r->device,
+                 rmmc__format_bytes(free_b, fb, sizeof fb),
+                 rmmc__format_bytes(total_b, tb, sizeof tb));
+      } else {
+        (void)cudaGetLastError();
+      }
+      rmmc__device_pop(saved);
+    }
+    tl_cuda_error = prev_error;
+  }
+  return RMMC_ERROR_OUT_OF_MEMORY;
+}
+
+const char *rmmc__format_bytes(uint64_t bytes, char *buf, size_t len) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) {
+    snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+    return buf;
+  }
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    u++;
+  }
+  snprintf(buf, len, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+const char *rmmc__stream_name(cudaStream_t stream, char *buf, size_t len) {
+  if (stream == NULL) return "default";
+  if (stream == cudaStreamPerThread) return "per-thread";
+  if (stream == cudaStreamLegacy) return "legacy";
+  snprintf(buf, len, "%p", (void *)stream);
+  return buf;
+}
+
+size_t rmmc__host_memory_total(void) {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return (size_t)pages * (size_t)page;
+}

@@ -1,0 +1,299 @@
+/*
+ * The conformance battery (see conformance.h). Every check builds a fresh
+ * stack over a host spy, runs, releases the stack, and asserts that the spy
+ * got back every byte and was destroyed: leaks and double frees fail here.
+ */
+#include "conformance.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rmmc/host_resource.h"
+#include "spy.h"
+
+static const conformance_case_t *g_cases;
+
+typedef struct fixture {
+  const conformance_case_t *c;
+  rmmc_resource_t *spy;
+  rmmc_resource_t *r;
+  uint64_t destroyed_before;
+} fixture_t;
+
+static void setup(fixture_t *f, int i) {
+  f->c = &g_cases[i];
+  f->destroyed_before = spy_destroyed_total();
+  ck_assert_int_eq(spy_create(RMMC_MEMORY_HOST, &f->spy), RMMC_SUCCESS);
+  rmmc_status_t st = f->c->make(f->spy, &f->r);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s: factory failed: %s", f->c->name, rmmc_last_error_message());
+  ck_assert_ptr_nonnull(f->r);
+}
+
+static void teardown(fixture_t *f) {
+  spy_t *s = spy_of(f->spy);
+  rmmc_resource_release(f->r);
+  spy_counts_t c = spy_counts(s);
+  ck_assert_msg(c.outstanding == 0, "%s: %llu upstream allocations leaked", f->c->name,
+                (unsigned long long)c.outstanding);
+  ck_assert_msg(c.deallocate_errors == 0, "%s: %llu bad frees reached the upstream", f->c->name,
+                (unsigned long long)c.deallocate_errors);
+  rmmc_resource_release(f->spy);
+  ck_assert_uint_eq(spy_destroyed_total(), f->destroyed_before + 1);
+}
+
+static size_t max_request(const fixture_t *f) {
+  return f->c->max_request ? f->c->max_request : (size_t)8 << 20;
+}
+
+static void fill(void *p, size_t n, unsigned seed) {
+  unsigned char *b = p;
+  for (size_t i = 0; i < n; i += 61) b[i] = (unsigned char)(seed + i);
+  b[n - 1] = (unsigned char)(seed ^ 0x5a);
+}
+
+static int check_fill(const void *p, size_t n, unsigned seed) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i += 61)
+    if (b[i] != (unsigned char)(seed + i)) return 0;
+  return b[n - 1] == (unsigned char)(seed ^ 0x5a);
+}
+
+START_TEST(test_conformance_sizes_and_alignment) {
+  fixture_t f;
+  setup(&f, _i);
+  static const size_t sizes[] = {1, 255, 256, 257, 1000, 4095, 4096, 65537, 1 << 20, (3 << 20) + 7};
+  static const size_t aligns[] = {1, 8, 256, 512, 4096};
+  void *ptrs[sizeof sizes / sizeof sizes[0]][sizeof aligns / sizeof aligns[0]];
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    for (size_t j = 0; j < sizeof aligns / sizeof aligns[0]; j++) {
+      size_t a = aligns[j] < 256 ? 256 : aligns[j];
+      ptrs[i][j] = NULL;
+      if (sizes[i] > max_request(&f)) continue;
+      rmmc_status_t st = rmmc_resource_allocate(f.r, sizes[i], aligns[j], NULL, &ptrs[i][j]);
+      ck_assert_msg(st == RMMC_SUCCESS, "%s: allocate %zu/%zu: %s", f.c->name, sizes[i], aligns[j],
+                    rmmc_last_error_message());
+      ck_assert_ptr_nonnull(ptrs[i][j]);
+      ck_assert_msg((uintptr_t)ptrs[i][j] % a == 0, "%s: %p not aligned to %zu", f.c->name,
+                    ptrs[i][j], a);
+      fill(ptrs[i][j], sizes[i], (unsigned)(i * 7 + j));
+    }
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    for (size_t j = 0; j < sizeof aligns / sizeof aligns[0]; j++) {
+      if (ptrs[i][j] == NULL) continue;
+      ck_assert_msg(check_fill(ptrs[i][j], sizes[i], (unsigned)(i * 7 + j)),
+                    "%s: data of %zu-byte block changed", f.c->name, sizes[i]);
+      ck_assert_int_eq(rmmc_resource_deallocate(f.r, ptrs[i][j], sizes[i], aligns[j], NULL),
+                       RMMC_SUCCESS);
+    }
+  teardown(&f);
+}
+END_TEST
+
+START_TEST(test_conformance_bad_input) {
+  fixture_t f;
+  setup(&f, _i);
+  void *p = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(f.r, 0, 256, NULL, &p), RMMC_SUCCESS);
+  ck_assert_ptr_null(p);
+  ck_assert_int_eq(rmmc_resource_deallocate(f.r, NULL, 0, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(f.r, NULL, 64, 256, NULL), RMMC_SUCCESS);
+  p = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(f.r, 64, 3, NULL, &p), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(p);
+  ck_assert_int_eq(rmmc_resource_allocate(f.r, 64, 0, NULL, &p), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_resource_allocate(f.r, 64, 256, NULL, NULL), RMMC_ERROR_INVALID_ARGUMENT);
+  p = (void *)1;
+  rmmc_status_t st = rmmc_resource_allocate(f.r, SIZE_MAX, 256, NULL, &p);
+  ck_assert_int_ne(st, RMMC_SUCCESS);
+  ck_assert_ptr_null(p);
+  st = rmmc_resource_allocate(f.r, SIZE_MAX / 2, 256, NULL, &p);
+  ck_assert_int_ne(st, RMMC_SUCCESS);
+  ck_assert_ptr_null(p);
+  ck_assert_str_ne(rmmc_last_error_message(), "");
+  /* Still serves correctly afterwards. */
+  ck_assert_int_eq(rmmc_resource_allocate(f.r, 4096, 256, NULL, &p), RMMC_SUCCESS);
+  fill(p, 4096, 9);
+  ck_assert(check_fill(p, 4096, 9));
+  ck_assert_int_eq(rmmc_resource_deallocate(f.r, p, 4096, 256, NULL), RMMC_SUCCESS);
+  ck_assert_ptr_nonnull(rmmc_resource_name(f.r));
+  ck_assert_int_eq(rmmc_resource_memory_kind(f.r), RMMC_MEMORY_HOST);
+  ck_assert_int_eq(rmmc_resource_release_cached(f.r), RMMC_SUCCESS);
+  teardown(&f);
+}
+END_TEST
+
+typedef struct live {
+  char *p;
+  size_t n;
+  unsigned seed;
+  cudaStream_t stream;
+} live_t;
+
+static int cmp_live(const void *a, const void *b) {
+  const live_t *x = a, *y = b;
+  return x->p < y->p ? -1 : x->p > y->p;
+}
+
+/* Random allocate/free with up to `nlive` live blocks; checks data and that
+ * no two live blocks overlap. */
+static void random_run(fixture_t *f, unsigned seed, int ops, int nlive, int nstreams) {
+  live_t *live = calloc((size_t)nlive, sizeof *live);
+  live_t *sorted = calloc((size_t)nlive, sizeof *sorted);
+  int n = 0;
+  size_t maxr = max_request(f);
+  size_t cap = maxr < ((size_t)1 << 20) ? maxr : ((size_t)1 << 20);
+  for (int op = 0; op < ops; op++) {
+    seed = seed * 1103515245u + 12345u;
+    bool do_alloc = n == 0 || (n < nlive && (seed >> 16) % 3 != 0);
+    if (do_alloc) {
+      seed = seed * 1103515245u + 12345u;
+      size_t bytes = 1 + ((size_t)(seed >> 8) % cap);
+      cudaStream_t st = (cudaStream_t)(uintptr_t)(1 + (seed >> 4) % (unsigned)nstreams);
+      void *p;
+      rmmc_status_t s = rmmc_resource_allocate(f->r, bytes, 256, st, &p);
+      ck_assert_msg(s == RMMC_SUCCESS, "%s: allocate %zu: %s", f->c->name, bytes,
+                    rmmc_last_error_message());
+      ck_assert_msg((uintptr_t)p % 256 == 0, "misaligned");
+      fill(p, bytes, seed);
+      live[n++] = (live_t){p, bytes, seed, st};
+    } else {
+      int k = (int)((seed >> 8) % (unsigned)n);
+      ck_assert_msg(check_fill(live[k].p, live[k].n, live[k].seed), "%s: data corrupted",
+                    f->c->name);
+      /* Free on the allocating stream or another: both are allowed. */
+      cudaStream_t st = (seed & 64) ? live[k].stream : (cudaStream_t)(uintptr_t)(1 + (seed >> 7) % (unsigned)nstreams);
+      ck_assert_int_eq(rmmc_resource_deallocate(f->r, live[k].p, live[k].n, 256, st), RMMC_SUCCESS);
+      live[k] = live[--n];
+    }
+    if (op % 97 == 0 && n > 1) {
+      memcpy(sorted, live, (size_t)n * sizeof *live);
+      qsort(sorted, (size_t)n, sizeof *sorted, cmp_live);
+      for (int i = 1; i < n; i++)
+        ck_assert_msg(sorted[i - 1].p + sorted[i - 1].n <= sorted[i].p, "%s: live blocks overlap",
+                      f->c->name);
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    ck_assert(check_fill(live[i].p, live[i].n, live[i].seed));
+    ck_assert_int_eq(rmmc_resource_deallocate(f->r, live[i].p, live[i].n, 256, live[i].stream),
+                     RMMC_SUCCESS);
+  }
+  free(live);
+  free(sorted);
+}
+
+START_TEST(test_conformance_random_sequence) {
+  fixture_t f;
+  setup(&f, _i);
+  random_run(&f, 12345u + (unsigned)_i, 4000, 150, 3);
+  ck_assert_int_eq(rmmc_resource_release_cached(f.r), RMMC_SUCCESS);
+  random_run(&f, 777u, 1000, 40, 1);
+  teardown(&f);
+}
+END_TEST
+
+typedef struct thread_arg {
+  fixture_t *f;
+  unsigned seed;
+} thread_arg_t;
+
+static void *thread_main(void *arg) {
+  thread_arg_t *t = arg;
+  random_run(t->f, t->seed, 3000, 40, 2);
+  return NULL;
+}
+
+START_TEST(test_conformance_threads) {
+  fixture_t f;
+  setup(&f, _i);
+  enum { T = 8 };
+  pthread_t th[T];
+  thread_arg_t args[T];
+  for (int i = 0; i < T; i++) {
+    args[i] = (thread_arg_t){&f, 1000u + (unsigned)i * 7919u};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, thread_main, &args[i]), 0);
+  }
+  for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+  teardown(&f);
+}
+END_TEST
+
+START_TEST(test_conformance_upstream_failure) {
+  fixture_t f;
+  setup(&f, _i);
+  spy_t *s = spy_of(f.spy);
+  spy_counts_t c = spy_counts(s);
+  /* Nothing more from upstream: a request the resource has not cached
+   * must fail cleanly, and the resource must serve again afterwards. */
+  spy_set_capacity(s, c.outstanding_bytes);
+  size_t big = max_request(&f);
+  void *p = (void *)1;
+  rmmc_status_t st = rmmc_resource_allocate(f.r, big, 256, NULL, &p);
+  if (st == RMMC_SUCCESS) { /* it had that much cached: give it back */
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(rmmc_resource_deallocate(f.r, p, big, 256, NULL), RMMC_SUCCESS);
+  } else {
+    ck_assert_int_eq(st, RMMC_ERROR_OUT_OF_MEMORY);
+    ck_assert_ptr_null(p);
+    ck_assert_str_ne(rmmc_last_error_message(), "");
+  }
+  spy_set_capacity(s, SIZE_MAX);
+  ck_assert_int_eq(rmmc_resource_allocate(f.r, big, 256, NULL, &p), RMMC_SUCCESS);
+  fill(p, big, 3);
+  ck_assert(check_fill(p, big, 3));
+  ck_assert_int_eq(rmmc_resource_deallocate(f.r, p, big, 256, NULL), RMMC_SUCCESS);
+  /* Every second upstream call fails: whatever fails is reported, what
+   * succeeds is usable, nothing leaks (teardown checks). */
+  spy_fail_every(s, 2);
+  void *ps[64];
+  size_t ns[64];
+  int got = 0;
+  for (int i = 0; i < 64; i++) {
+    ns[got] = (size_t)(i + 1) * 100000;
+    if (ns[got] > big) ns[got] = big;
+    st = rmmc_resource_allocate(f.r, ns[got], 256, NULL, &ps[got]);
+    ck_assert(st == RMMC_SUCCESS || st == RMMC_ERROR_OUT_OF_MEMORY);
+    if (st == RMMC_SUCCESS) fill(ps[got], ns[got], 11), got++;
+  }
+  spy_fail_every(s, 0);
+  for (int i = 0; i < got; i++) {
+    ck_assert(check_fill(ps[i], ns[i], 11));
+    ck_assert_int_eq(rmmc_resource_deallocate(f.r, ps[i], ns[i], 256, NULL), RMMC_SUCCESS);
+  }
+  teardown(&f);
+}
+END_TEST
+
+START_TEST(test_conformance_ownership) {
+  fixture_t f;
+  setup(&f, _i);
+  /* The stack holds the spy: dropping our reference keeps it alive. */
+  ck_assert_int_ge(rmmc_resource_refcount(f.spy), 2);
+  rmmc_resource_t *extra = rmmc_resource_retain(f.r);
+  ck_assert_ptr_eq(extra, f.r);
+  ck_assert_int_eq(rmmc_resource_refcount(f.r), 2);
+  rmmc_resource_release(extra);
+  ck_assert_int_eq(rmmc_resource_refcount(f.r), 1);
+  ck_assert(rmmc_resource_is_equal(f.r, f.r));
+  ck_assert(!rmmc_resource_is_equal(f.r, f.spy));
+  void *p;
+  ck_assert_int_eq(rmmc_resource_allocate(f.r, 1000, 256, NULL, &p), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(f.r, p, 1000, 256, NULL), RMMC_SUCCESS);
+  teardown(&f);
+}
+END_TEST
+
+void conformance_add(Suite *s, const conformance_case_t *cases, int ncases) {
+  g_cases = cases;
+  TCase *tc = tcase_create("conformance");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, test_conformance_sizes_and_alignment, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_bad_input, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_random_sequence, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_threads, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_upstream_failure, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_ownership, 0, ncases);
+  suite_add_tcase(s, tc);
+}
