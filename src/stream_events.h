@@ -1,0 +1,111 @@
+/*
+ * Stream identities and their events, for resources that reuse memory in
+ * stream order (fixed_size, binning's bins, arena; any pool).
+ *
+ * A stream set maps stream handles to slots, one per stream the resource
+ * has seen. Two handles name the same slot exactly when they are the same
+ * stream: NULL and cudaStreamLegacy share one slot, and
+ * cudaStreamPerThread gets one slot per calling thread (it is a different
+ * stream in every thread). Slots live until the set is finalized, so a
+ * slot pointer may be kept as a tag on free memory.
+ *
+ * For device-accessible memory each slot owns a CUDA event (created with
+ * the slot, destroyed with the set). The owner records it on the slot's
+ * stream while it is in a call on that stream (so the handle is alive) and
+ * another stream waits on it before reusing memory freed there: the event
+ * outlives the stream, so a stream destroyed after freeing never has to be
+ * named again. The one hazard left is CUDA handing a destroyed stream's
+ * handle to a new stream: the new stream then counts as the old one, as in
+ * RMM.
+ *
+ * For host memory (RMMC_MEMORY_HOST) streams are opaque keys and no CUDA
+ * call is ever made: record, wait and sync succeed at once. They are still
+ * counted, so CPU tests observe the same policy a GPU run follows.
+ *
+ * Locking: get() takes the set's own lock (innermost: it calls nothing
+ * that locks). record/wait/sync take no lock. count/at read the slot array
+ * and need the owner to exclude concurrent get() calls (fixed_size calls
+ * everything under its own lock).
+ */
+#ifndef RMMC_STREAM_EVENTS_H
+#define RMMC_STREAM_EVENTS_H
+
+#include "internal.h"
+#include "ptrmap.h"
+
+typedef struct rmmc__stream_slot {
+  cudaStream_t stream; /* the handle (per-thread streams: cudaStreamPerThread) */
+  cudaEvent_t event;   /* device kinds only; NULL for host memory */
+  uint32_t id;         /* order of first use: 0, 1, 2, ... (for messages) */
+  bool recorded;       /* atomic: the event was recorded at least once */
+} rmmc__stream_slot_t;
+
+typedef struct rmmc__stream_set {
+  pthread_mutex_t lock;
+  bool host;        /* no CUDA at all */
+  int device;       /* the device whose events these are */
+  size_t user_size; /* zeroed owner bytes after each slot (rmmc__stream_slot_user) */
+  rmmc__ptrmap_t map;
+  rmmc__stream_slot_t **slots;
+  uint32_t nslots, cap;
+  uint64_t records, waits, syncs; /* relaxed counters, for describe */
+} rmmc__stream_set_t;
+
+/* Owner data starts at this alignment after the slot. */
+#define RMMC__SLOT_USER_OFFSET                                                 \
+  ((sizeof(rmmc__stream_slot_t) + 15) & ~(size_t)15)
+
+/* Prepares a set for memory of r's kind and device (r: the resource
+ * itself or its upstream). Allocates nothing. */
+void rmmc__stream_set_init(rmmc__stream_set_t *s, const rmmc_resource_t *r, size_t user_size);
+
+/* Destroys every slot and its event. */
+void rmmc__stream_set_fini(rmmc__stream_set_t *s);
+
+/* The slot of `stream`, created on first use (with its event for device
+ * memory). Thread-safe. RMMC_ERROR_OUT_OF_MEMORY without host memory;
+ * RMMC_ERROR_CUDA if the event cannot be created. */
+rmmc_status_t rmmc__stream_set_get(rmmc__stream_set_t *s, cudaStream_t stream,
+                                   rmmc__stream_slot_t **out);
+
+/* The identity get() keys a handle by: compare it to find a slot without
+ * the lookup (a per-owner cache). Never NULL. */
+const void *rmmc__stream_key(cudaStream_t stream);
+
+/* The owner bytes of a slot. */
+static inline void *rmmc__stream_slot_user(rmmc__stream_slot_t *slot) {
+  return (char *)slot + RMMC__SLOT_USER_OFFSET;
+}
+
+/* Number of slots and the i-th (see Locking above). */
+static inline uint32_t rmmc__stream_set_count(const rmmc__stream_set_t *s) {
+  return __atomic_load_n(&s->nslots, __ATOMIC_ACQUIRE);
+}
+static inline rmmc__stream_slot_t *rmmc__stream_set_at(const rmmc__stream_set_t *s, uint32_t i) {
+  return s->slots[i];
+}
+
+/* Records slot's event on `stream`, which must be the slot's stream and
+ * alive (the caller is inside a call made on it). Afterwards the event
+ * covers all work enqueued on the stream so far. */
+rmmc_status_t rmmc__stream_slot_record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
+                                       cudaStream_t stream);
+
+/* Makes `consumer` (alive) wait for the last record of producer's event,
+ * which must have been recorded (a never-recorded event would not wait). */
+rmmc_status_t rmmc__stream_slot_wait(rmmc__stream_set_t *s, const rmmc__stream_slot_t *producer,
+                                     cudaStream_t consumer);
+
+static inline bool rmmc__stream_slot_recorded(const rmmc__stream_slot_t *slot) {
+  return __atomic_load_n(&slot->recorded, __ATOMIC_ACQUIRE);
+}
+
+/* Waits for all work on the set's device (cudaDeviceSynchronize): after
+ * it, memory freed on any stream may be reused on any stream. The heavy
+ * fallback, for out-of-memory paths and releasing memory upstream. */
+rmmc_status_t rmmc__stream_set_sync(rmmc__stream_set_t *s);
+
+/* Emits event_records, event_waits, device_syncs and streams. */
+void rmmc__stream_set_describe(rmmc__stream_set_t *s, rmmc_field_cb emit, void *ctx);
+
+#endif /* RMMC_STREAM_EVENTS_H */
