@@ -1,0 +1,91 @@
+/*
+ * The fixed_size resource: blocks of one size carved from upstream chunks.
+ *
+ * Every allocation gets one block of `block_size` bytes. Blocks come from
+ * chunks of `blocks_per_chunk` blocks that the resource takes from its
+ * upstream when it runs out (the first on first use); allocate and
+ * deallocate pop and push a free list: O(1), no search. The bookkeeping is
+ * on the host: the memory handed out is never read or written, so any
+ * upstream works (cuda, pool, host, a simulated one).
+ *
+ * Requests. A request larger than the block, or with an alignment above the
+ * block alignment (the largest power of two dividing the block size, at
+ * most RMMC_FIXED_SIZE_MAX_BLOCK_ALIGNMENT), fails with
+ * RMMC_ERROR_NOT_SUPPORTED and a message naming the block size: it is a
+ * request this resource never serves (not a shortage, so retry logic keyed
+ * on RMMC_ERROR_OUT_OF_MEMORY leaves it alone). Chunks are asked of the
+ * upstream with the block alignment; an upstream that refuses alignments
+ * above 256 (the base CUDA resources) gets padded requests instead.
+ *
+ * Stream order (as RMM's fixed_size_memory_resource). Each stream has its
+ * own free list. A block freed on stream S is reused by S at once, with no
+ * CUDA call. Once the resource has seen more than one stream, each
+ * deallocate records S's event, and a stream T whose list is empty takes
+ * S's whole list after cudaStreamWaitEvent(T, S's event); before that (one
+ * stream only) nothing is recorded, so single-stream use makes no CUDA call
+ * at all. A new chunk is taken on the requesting stream and its blocks
+ * belong to that stream. Order of supply when a stream's list is empty:
+ * another stream's covered list, a new chunk, and when the upstream is out
+ * of memory, a device synchronization after which any stream's blocks are
+ * reused. The events belong to the resource and survive the streams, so
+ * freeing on a stream that is later destroyed is safe; a destroyed stream's
+ * handle reused by CUDA for a new stream counts as the same stream (as in
+ * RMM). For host memory streams are opaque keys and no CUDA call is made.
+ *
+ * Bad input. deallocate returns RMMC_ERROR_UNKNOWN_POINTER, changing
+ * nothing, for a pointer that is not the start of one of its blocks
+ * (foreign or interior pointers), a block that is already free (double
+ * free), or a size or alignment no block could have served. A wrong size
+ * that still fits the block cannot be told apart and is accepted.
+ *
+ * release_cached gives every wholly free chunk back to the upstream (after
+ * a device synchronization for device memory, since the blocks may have
+ * been freed on streams with work in flight), then forwards to the
+ * upstream. Thread-safe: one mutex per resource.
+ *
+ * describe: block_size, blocks_per_chunk, reserved (bytes taken from the
+ * upstream), in_use (blocks handed out x block size), peak, chunks, blocks,
+ * free_blocks, largest_free, streams, event_records, event_waits,
+ * device_syncs.
+ */
+#ifndef RMMC_FIXED_SIZE_RESOURCE_H
+#define RMMC_FIXED_SIZE_RESOURCE_H
+
+#include "rmmc/resource.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The most a block is aligned to (a page). */
+#define RMMC_FIXED_SIZE_MAX_BLOCK_ALIGNMENT ((size_t)4096)
+
+typedef struct rmmc_fixed_size_options {
+  size_t size;             /* sizeof(rmmc_fixed_size_options_t) */
+  size_t block_size;       /* bytes per block, rounded up to 256 (default 1 MiB) */
+  size_t blocks_per_chunk; /* blocks per upstream chunk (default 128) */
+} rmmc_fixed_size_options_t;
+
+#define RMMC_FIXED_SIZE_OPTIONS_INIT                                           \
+  {sizeof(rmmc_fixed_size_options_t), (size_t)1 << 20, 128}
+
+/* Creates a fixed_size resource over `upstream` (retained; NULL options mean
+ * defaults). Takes nothing from the upstream until the first allocate.
+ * RMMC_ERROR_INVALID_ARGUMENT for a NULL upstream or out, options.size 0,
+ * a block size or blocks_per_chunk of 0, or a chunk size that overflows;
+ * RMMC_ERROR_OUT_OF_MEMORY without host memory. */
+RMMC_EXPORT rmmc_status_t rmmc_fixed_size_resource_create(rmmc_resource_t *upstream,
+                                                          const rmmc_fixed_size_options_t *options,
+                                                          rmmc_resource_t **out);
+
+/* The block size of a fixed_size resource (0 for another kind). */
+RMMC_EXPORT size_t rmmc_fixed_size_resource_block_size(const rmmc_resource_t *r);
+
+/* The alignment every block has (0 for another kind). */
+RMMC_EXPORT size_t rmmc_fixed_size_resource_block_alignment(const rmmc_resource_t *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMMC_FIXED_SIZE_RESOURCE_H */

@@ -1,0 +1,513 @@
+/*
+ * The fixed_size resource (see include/rmmc/fixed_size_resource.h).
+ *
+ * Each chunk carries an array of block descriptors on the host. A free
+ * block sits on the free list of the stream slot it was freed on (doubly
+ * linked, so releasing a wholly free chunk can unlink its blocks wherever
+ * they are); an allocated block is on no list (owner NULL), which is how a
+ * double free is caught. Deallocate finds a pointer's chunk through a map
+ * from address windows to the chunk that starts in the window: a window is
+ * the largest power of two not above the chunk span, so at most one chunk
+ * starts in each window and a pointer's chunk starts in its own window or
+ * one of the two before it (three lookups at most, O(1)).
+ *
+ * A stream's list carries how far its blocks may go to another stream:
+ * CLEAN (anywhere: the device was synchronized), EVENT (after waiting on the
+ * stream's event, recorded after the last push) or NONE (only this stream).
+ * One mutex guards everything; the upstream is called with it held (chunk
+ * growth is rare and this keeps two threads from growing at once).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../spec.h"
+#include "../stream_events.h"
+#include "fixed_size_internal.h"
+#include "rmmc/fixed_size_resource.h"
+
+typedef struct fs_chunk fs_chunk_t;
+
+typedef struct fs_block {
+  struct fs_block *next, *prev;
+  fs_chunk_t *chunk;
+  rmmc__stream_slot_t *owner; /* the slot whose list holds it; NULL while allocated */
+} fs_block_t;
+
+struct fs_chunk {
+  void *raw; /* as the upstream returned it */
+  size_t raw_bytes, raw_align;
+  char *first; /* the first block */
+  size_t index; /* in fixed_size_t.chunks */
+  size_t nfree;
+  fs_block_t blocks[];
+};
+
+enum { COVER_CLEAN, COVER_EVENT, COVER_NONE };
+
+/* The owner data of each stream slot. */
+typedef struct fs_list {
+  fs_block_t *head, *tail;
+  size_t count;
+  int cover;
+} fs_list_t;
+
+typedef struct fixed_size {
+  rmmc__adaptor_t base;
+  size_t block, per_chunk, span, align;
+  unsigned block_shift; /* log2(block) when block is a power of two, else 0 */
+  unsigned window_shift;
+  bool pad; /* the upstream refused the chunk alignment: pad chunks instead */
+  pthread_mutex_t lock;
+  rmmc__stream_set_t streams;
+  const void *last_key; /* cache of the last stream looked up */
+  rmmc__stream_slot_t *last_slot;
+  rmmc__ptrmap_t windows; /* window index + 1 -> chunk starting in it */
+  fs_chunk_t **chunks;
+  size_t nchunks, cap_chunks;
+  uint64_t reserved, in_use, peak, free_blocks;
+} fixed_size_t;
+
+static const rmmc_resource_ops_t fs_ops;
+
+/* ---- free lists ---- */
+
+static inline fs_list_t *list_of(rmmc__stream_slot_t *slot) { return rmmc__stream_slot_user(slot); }
+
+static inline void list_push(fs_list_t *l, fs_block_t *b) {
+  b->prev = NULL;
+  b->next = l->head;
+  if (l->head != NULL) l->head->prev = b;
+  else l->tail = b;
+  l->head = b;
+  l->count++;
+}
+
+static inline fs_block_t *list_pop(fs_list_t *l) {
+  fs_block_t *b = l->head;
+  l->head = b->next;
+  if (l->head != NULL) l->head->prev = NULL;
+  else l->tail = NULL;
+  l->count--;
+  return b;
+}
+
+static void list_unlink(fs_list_t *l, fs_block_t *b) {
+  if (b->prev != NULL) b->prev->next = b->next;
+  else l->head = b->next;
+  if (b->next != NULL) b->next->prev = b->prev;
+  else l->tail = b->prev;
+  l->count--;
+}
+
+/* Moves every block of src to the front of dst, now owned by dst_slot. */
+static void list_take_all(fs_list_t *dst, rmmc__stream_slot_t *dst_slot, fs_list_t *src) {
+  for (fs_block_t *b = src->head; b != NULL; b = b->next) b->owner = dst_slot;
+  src->tail->next = dst->head;
+  if (dst->head != NULL) dst->head->prev = src->tail;
+  else dst->tail = src->tail;
+  dst->head = src->head;
+  dst->count += src->count;
+  src->head = src->tail = NULL;
+  src->count = 0;
+}
+
+static void mark_all_clean(fixed_size_t *fs) {
+  uint32_t n = rmmc__stream_set_count(&fs->streams);
+  for (uint32_t i = 0; i < n; i++) list_of(rmmc__stream_set_at(&fs->streams, i))->cover = COVER_CLEAN;
+}
+
+/* ---- lookups ---- */
+
+static inline char *block_ptr(const fixed_size_t *fs, const fs_block_t *b) {
+  return b->chunk->first + (size_t)(b - b->chunk->blocks) * fs->block;
+}
+
+static inline void *window_key(const fixed_size_t *fs, uintptr_t addr) {
+  return (void *)((addr >> fs->window_shift) + 1);
+}
+
+/* The descriptor of the block starting at ptr, or NULL. */
+static fs_block_t *find_block(const fixed_size_t *fs, const void *ptr) {
+  uintptr_t p = (uintptr_t)ptr, w = p >> fs->window_shift;
+  for (uintptr_t d = 0; d < 3 && d <= w; d++) {
+    rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&fs->windows, (void *)(w - d + 1));
+    if (e == NULL) continue;
+    fs_chunk_t *c = e->value;
+    uintptr_t first = (uintptr_t)c->first;
+    if (p < first) continue; /* starts after p: a chunk further back may hold it */
+    size_t off = p - first;
+    if (off >= fs->span) return NULL; /* past the last chunk starting before p */
+    if (fs->block_shift != 0) {
+      if ((off & (fs->block - 1)) != 0) return NULL;
+      return &c->blocks[off >> fs->block_shift];
+    }
+    if (off % fs->block != 0) return NULL;
+    return &c->blocks[off / fs->block];
+  }
+  return NULL;
+}
+
+static inline rmmc_status_t slot_for(fixed_size_t *fs, cudaStream_t stream,
+                                     rmmc__stream_slot_t **out) {
+  const void *key = rmmc__stream_key(stream);
+  if (RMMC_LIKELY(key == fs->last_key)) {
+    *out = fs->last_slot;
+    return RMMC_SUCCESS;
+  }
+  rmmc_status_t st = rmmc__stream_set_get(&fs->streams, stream, out);
+  if (st == RMMC_SUCCESS) {
+    fs->last_key = key;
+    fs->last_slot = *out;
+  }
+  return st;
+}
+
+/* ---- supply: steal, grow, reclaim ---- */
+
+/* Takes another stream's whole list for `slot` (whose list is empty) if
+ * one may be reused: a clean list as it is, a covered one after making
+ * `stream` wait on its event. Returns false if none qualifies; otherwise
+ * true with *st the outcome of the wait. */
+static bool steal(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStream_t stream,
+                  rmmc_status_t *st) {
+  fs_list_t *mine = list_of(slot);
+  uint32_t n = rmmc__stream_set_count(&fs->streams);
+  for (uint32_t i = 0; i < n; i++) {
+    rmmc__stream_slot_t *other = rmmc__stream_set_at(&fs->streams, i);
+    fs_list_t *l = list_of(other);
+    if (other == slot || l->head == NULL || l->cover == COVER_NONE) continue;
+    if (l->cover == COVER_EVENT) {
+      *st = rmmc__stream_slot_wait(&fs->streams, other, stream);
+      if (*st != RMMC_SUCCESS) return true;
+    }
+    /* Safe for this stream now; for others only once it records again. */
+    mine->cover = l->cover == COVER_CLEAN ? COVER_CLEAN : COVER_NONE;
+    list_take_all(mine, slot, l);
+    *st = RMMC_SUCCESS;
+    return true;
+  }
+  return false;
+}
+
+/* Takes a new chunk from the upstream on `stream`; its blocks go to the
+ * slot's (empty) list, usable by that stream only until it records. */
+static rmmc_status_t grow(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStream_t stream) {
+  rmmc_resource_t *up = fs->base.upstream;
+  if (fs->nchunks == fs->cap_chunks) {
+    size_t cap = fs->cap_chunks ? fs->cap_chunks * 2 : 8;
+    fs_chunk_t **a = realloc(fs->chunks, cap * sizeof *a);
+    if (a == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "fixed_size: no host memory");
+    fs->chunks = a;
+    fs->cap_chunks = cap;
+  }
+  fs_chunk_t *c = malloc(sizeof *c + fs->per_chunk * sizeof(fs_block_t));
+  if (c == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "fixed_size: no host memory");
+  void *raw = NULL;
+  size_t bytes = fs->span, align = fs->align;
+  rmmc_status_t st = RMMC_ERROR_NOT_SUPPORTED;
+  if (!fs->pad) {
+    st = rmmc_resource_allocate(up, bytes, align, stream, &raw);
+    if (st == RMMC_ERROR_NOT_SUPPORTED && align > RMMC_DEFAULT_ALIGNMENT) fs->pad = true;
+  }
+  if (fs->pad) {
+    bytes = fs->span + fs->align - RMMC_DEFAULT_ALIGNMENT;
+    align = RMMC_DEFAULT_ALIGNMENT;
+    st = rmmc_resource_allocate(up, bytes, align, stream, &raw);
+  }
+  if (st != RMMC_SUCCESS) {
+    char b1[32], b2[32];
+    rmmc__append_error("; fixed_size (%s blocks) could not take a %s chunk from %s",
+                       rmmc__format_bytes(fs->block, b1, sizeof b1),
+                       rmmc__format_bytes(bytes, b2, sizeof b2), up->ops->name);
+    free(c);
+    return st;
+  }
+  c->raw = raw;
+  c->raw_bytes = bytes;
+  c->raw_align = align;
+  c->first = (char *)rmmc__align_up((uintptr_t)raw, fs->align);
+  if (!rmmc__ptrmap_insert(&fs->windows, window_key(fs, (uintptr_t)c->first), c, 0)) {
+    (void)rmmc_resource_deallocate(up, raw, bytes, align, stream);
+    free(c);
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "fixed_size: no host memory");
+  }
+  fs_list_t *l = list_of(slot);
+  for (size_t i = 0; i < fs->per_chunk; i++) {
+    fs_block_t *b = &c->blocks[i];
+    b->chunk = c;
+    b->owner = slot;
+    b->prev = i ? &c->blocks[i - 1] : NULL;
+    b->next = i + 1 < fs->per_chunk ? &c->blocks[i + 1] : NULL;
+  }
+  l->head = &c->blocks[0];
+  l->tail = &c->blocks[fs->per_chunk - 1];
+  l->count = fs->per_chunk;
+  l->cover = COVER_NONE;
+  c->nfree = fs->per_chunk;
+  c->index = fs->nchunks;
+  fs->chunks[fs->nchunks++] = c;
+  fs->free_blocks += fs->per_chunk;
+  fs->reserved += bytes;
+  return RMMC_SUCCESS;
+}
+
+/* Fills the empty list of `slot`: another stream's reusable list, else a
+ * new chunk, else (upstream out of memory) a device synchronization after
+ * which every stream's free blocks may be taken. */
+static rmmc_status_t refill(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStream_t stream) {
+  rmmc_status_t st;
+  if (steal(fs, slot, stream, &st)) return st;
+  st = grow(fs, slot, stream);
+  if (st != RMMC_ERROR_OUT_OF_MEMORY || fs->free_blocks == 0) return st;
+  rmmc_status_t sst = rmmc__stream_set_sync(&fs->streams);
+  if (sst != RMMC_SUCCESS) return sst;
+  mark_all_clean(fs);
+  return steal(fs, slot, stream, &sst) ? sst : st;
+}
+
+/* ---- the ops ---- */
+
+static rmmc_status_t refuse(const fixed_size_t *fs, size_t bytes, size_t alignment) {
+  char b[32];
+  if (bytes > fs->block)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "fixed_size: a request of %zu bytes is larger than its block size %s "
+                          "(%zu bytes); stack binning or pool for larger requests",
+                          bytes, rmmc__format_bytes(fs->block, b, sizeof b), fs->block);
+  return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                        "fixed_size: alignment %zu is above the %zu bytes its %s blocks are "
+                        "aligned to",
+                        alignment, fs->align, rmmc__format_bytes(fs->block, b, sizeof b));
+}
+
+static rmmc_status_t fs_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                 cudaStream_t stream, void **out) {
+  fixed_size_t *fs = (fixed_size_t *)r;
+  if (RMMC_UNLIKELY(bytes > fs->block || alignment > fs->align)) return refuse(fs, bytes, alignment);
+  rmmc__stream_slot_t *slot;
+  pthread_mutex_lock(&fs->lock);
+  rmmc_status_t st = slot_for(fs, stream, &slot);
+  if (RMMC_LIKELY(st == RMMC_SUCCESS)) {
+    fs_list_t *l = list_of(slot);
+    if (RMMC_UNLIKELY(l->head == NULL)) st = refill(fs, slot, stream);
+    if (RMMC_LIKELY(st == RMMC_SUCCESS)) {
+      fs_block_t *b = list_pop(l);
+      b->owner = NULL;
+      b->chunk->nfree--;
+      fs->free_blocks--;
+      fs->in_use += fs->block;
+      if (fs->in_use > fs->peak) fs->peak = fs->in_use;
+      *out = block_ptr(fs, b);
+    }
+  }
+  pthread_mutex_unlock(&fs->lock);
+  return st;
+}
+
+static rmmc_status_t fs_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes, size_t alignment,
+                                   cudaStream_t stream) {
+  fixed_size_t *fs = (fixed_size_t *)r;
+  if (RMMC_UNLIKELY(bytes > fs->block || alignment > fs->align))
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "fixed_size: %p with %zu bytes and alignment %zu cannot be one of its "
+                          "%zu-byte blocks",
+                          ptr, bytes, alignment, fs->block);
+  rmmc__stream_slot_t *slot;
+  rmmc_status_t st;
+  pthread_mutex_lock(&fs->lock);
+  fs_block_t *b = find_block(fs, ptr);
+  if (RMMC_UNLIKELY(b == NULL))
+    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                        "fixed_size: %p is not the start of one of its blocks", ptr);
+  else if (RMMC_UNLIKELY(b->owner != NULL))
+    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER, "fixed_size: block %p is already free", ptr);
+  else if ((st = slot_for(fs, stream, &slot)) == RMMC_SUCCESS) {
+    fs_list_t *l = list_of(slot);
+    list_push(l, b);
+    b->owner = slot;
+    b->chunk->nfree++;
+    fs->free_blocks++;
+    fs->in_use -= fs->block;
+    /* With one stream nobody else can reuse the block: record nothing.
+     * A failed record only keeps the list to this stream. */
+    l->cover = COVER_NONE;
+    if (rmmc__stream_set_count(&fs->streams) > 1 &&
+        rmmc__stream_slot_record(&fs->streams, slot, stream) == RMMC_SUCCESS)
+      l->cover = COVER_EVENT;
+  }
+  pthread_mutex_unlock(&fs->lock);
+  return st;
+}
+
+/* Unlinks a wholly free chunk's blocks and forgets it (the caller gave its
+ * memory back). */
+static void drop_chunk(fixed_size_t *fs, fs_chunk_t *c) {
+  for (size_t i = 0; i < fs->per_chunk; i++) list_unlink(list_of(c->blocks[i].owner), &c->blocks[i]);
+  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&fs->windows, window_key(fs, (uintptr_t)c->first));
+  if (e != NULL) rmmc__ptrmap_remove(&fs->windows, e);
+  fs->free_blocks -= fs->per_chunk;
+  fs->reserved -= c->raw_bytes;
+  fs->chunks[c->index] = fs->chunks[--fs->nchunks];
+  fs->chunks[c->index]->index = c->index;
+  free(c);
+}
+
+rmmc_status_t rmmc__fixed_size_release_chunks(rmmc_resource_t *r) {
+  fixed_size_t *fs = (fixed_size_t *)r;
+  rmmc_status_t st = RMMC_SUCCESS;
+  pthread_mutex_lock(&fs->lock);
+  bool any = false;
+  for (size_t i = 0; i < fs->nchunks && !any; i++) any = fs->chunks[i]->nfree == fs->per_chunk;
+  /* Blocks may have been freed on streams with work in flight: wait for
+   * the device, then hand whole chunks back on the default stream. */
+  if (any) st = rmmc__stream_set_sync(&fs->streams);
+  if (any && st == RMMC_SUCCESS) {
+    mark_all_clean(fs);
+    for (size_t i = 0; i < fs->nchunks;) {
+      fs_chunk_t *c = fs->chunks[i];
+      if (c->nfree != fs->per_chunk) {
+        i++;
+        continue;
+      }
+      st = rmmc_resource_deallocate(fs->base.upstream, c->raw, c->raw_bytes, c->raw_align, NULL);
+      if (st != RMMC_SUCCESS) break;
+      drop_chunk(fs, c);
+    }
+  }
+  pthread_mutex_unlock(&fs->lock);
+  return st;
+}
+
+static rmmc_status_t fs_release_cached(rmmc_resource_t *r) {
+  rmmc_status_t st = rmmc__fixed_size_release_chunks(r);
+  return st == RMMC_SUCCESS ? rmmc_resource_release_cached(rmmc__upstream_of(r)) : st;
+}
+
+static void fs_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+  fixed_size_t *fs = (fixed_size_t *)r;
+  pthread_mutex_lock(&fs->lock);
+  uint64_t reserved = fs->reserved, in_use = fs->in_use, peak = fs->peak;
+  uint64_t nchunks = fs->nchunks, nfree = fs->free_blocks;
+  pthread_mutex_unlock(&fs->lock);
+  rmmc__emit_bytes(emit, ctx, "block_size", fs->block);
+  rmmc__emit_count(emit, ctx, "blocks_per_chunk", fs->per_chunk);
+  rmmc__emit_bytes(emit, ctx, "reserved", reserved);
+  rmmc__emit_bytes(emit, ctx, "in_use", in_use);
+  rmmc__emit_bytes(emit, ctx, "peak", peak);
+  rmmc__emit_count(emit, ctx, "chunks", nchunks);
+  rmmc__emit_count(emit, ctx, "blocks", nchunks * fs->per_chunk);
+  rmmc__emit_count(emit, ctx, "free_blocks", nfree);
+  rmmc__emit_bytes(emit, ctx, "largest_free", nfree ? fs->block : 0);
+  rmmc__stream_set_describe(&fs->streams, emit, ctx);
+}
+
+static void fs_destroy(rmmc_resource_t *r) {
+  fixed_size_t *fs = (fixed_size_t *)r;
+  if (fs->nchunks > 0) (void)rmmc__stream_set_sync(&fs->streams);
+  for (size_t i = 0; i < fs->nchunks; i++) {
+    fs_chunk_t *c = fs->chunks[i];
+    (void)rmmc_resource_deallocate(fs->base.upstream, c->raw, c->raw_bytes, c->raw_align, NULL);
+    free(c);
+  }
+  free(fs->chunks);
+  rmmc__ptrmap_fini(&fs->windows);
+  rmmc__stream_set_fini(&fs->streams);
+  pthread_mutex_destroy(&fs->lock);
+  rmmc__adaptor_fini(&fs->base);
+  free(fs);
+}
+
+static const rmmc_resource_ops_t fs_ops = {
+    .version = RMMC_RESOURCE_OPS_VERSION,
+    .name = "fixed_size",
+    .allocate = fs_allocate,
+    .deallocate = fs_deallocate,
+    .release_cached = fs_release_cached,
+    .describe = fs_describe,
+    .destroy = fs_destroy,
+    .upstream = rmmc__adaptor_upstream,
+};
+
+static unsigned log2_floor(size_t x) { return (unsigned)(63 - __builtin_clzll((unsigned long long)x)); }
+
+RMMC_API rmmc_status_t rmmc_fixed_size_resource_create(rmmc_resource_t *upstream,
+                                                       const rmmc_fixed_size_options_t *options,
+                                                       rmmc_resource_t **out) {
+  rmmc_status_t st = rmmc__check_create("fixed_size_resource_create", upstream, out);
+  if (st != RMMC_SUCCESS) return st;
+  rmmc_fixed_size_options_t o = RMMC_FIXED_SIZE_OPTIONS_INIT;
+  if (options != NULL) {
+    if (options->size < sizeof(size_t))
+      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                            "fixed_size_resource_create: options.size is not set (start from "
+                            "RMMC_FIXED_SIZE_OPTIONS_INIT)");
+    memcpy(&o, options, options->size < sizeof o ? options->size : sizeof o);
+  }
+  size_t block;
+  if (o.block_size == 0 || o.blocks_per_chunk == 0)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "fixed_size_resource_create: block size (%zu) and blocks per chunk "
+                          "(%zu) must both be at least 1",
+                          o.block_size, o.blocks_per_chunk);
+  if (!rmmc__align_up_checked(o.block_size, RMMC_DEFAULT_ALIGNMENT, &block) ||
+      o.blocks_per_chunk > (SIZE_MAX - RMMC_FIXED_SIZE_MAX_BLOCK_ALIGNMENT) / block)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "fixed_size_resource_create: %zu blocks of %zu bytes overflow a chunk",
+                          o.blocks_per_chunk, o.block_size);
+  fixed_size_t *fs = calloc(1, sizeof *fs);
+  if (fs == NULL)
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "fixed_size_resource_create: no host memory");
+  rmmc__adaptor_init(&fs->base, &fs_ops, upstream);
+  fs->block = block;
+  fs->per_chunk = o.blocks_per_chunk;
+  fs->span = block * o.blocks_per_chunk;
+  fs->align = block & (~block + 1);
+  if (fs->align > RMMC_FIXED_SIZE_MAX_BLOCK_ALIGNMENT) fs->align = RMMC_FIXED_SIZE_MAX_BLOCK_ALIGNMENT;
+  fs->block_shift = rmmc__is_pow2(block) ? log2_floor(block) : 0;
+  fs->window_shift = log2_floor(fs->span);
+  pthread_mutex_init(&fs->lock, NULL);
+  rmmc__stream_set_init(&fs->streams, upstream, sizeof(fs_list_t));
+  rmmc__ptrmap_init(&fs->windows);
+  *out = &fs->base.base;
+  return RMMC_SUCCESS;
+}
+
+RMMC_API size_t rmmc_fixed_size_resource_block_size(const rmmc_resource_t *r) {
+  return r != NULL && r->ops == &fs_ops ? ((const fixed_size_t *)r)->block : 0;
+}
+
+RMMC_API size_t rmmc_fixed_size_resource_block_alignment(const rmmc_resource_t *r) {
+  return r != NULL && r->ops == &fs_ops ? ((const fixed_size_t *)r)->align : 0;
+}
+
+static const rmmc__spec_option_t fs_spec_options[] = {
+    {"block", RMMC__OPT_BYTES, "bytes per block (default 1MiB)"},
+    {"blocks_per_chunk", RMMC__OPT_INT, "blocks taken from the upstream at a time (default 128)"},
+    {NULL, 0, NULL},
+};
+
+static rmmc_status_t fs_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream, int device,
+                              rmmc_resource_t **out) {
+  (void)device;
+  rmmc_fixed_size_options_t o = RMMC_FIXED_SIZE_OPTIONS_INIT;
+  long long n;
+  rmmc_status_t st = rmmc__spec_bytes(args, "block", upstream, &o.block_size);
+  if (st != RMMC_SUCCESS) return st;
+  if (o.block_size == 0)
+    return rmmc_set_error(RMMC_ERROR_PARSE, "fixed_size: block=0: a block needs at least 1 byte");
+  if (rmmc__spec_int(args, "blocks_per_chunk", &n)) {
+    if (n < 1)
+      return rmmc_set_error(RMMC_ERROR_PARSE,
+                            "fixed_size: blocks_per_chunk=%lld: a chunk needs at least 1 block", n);
+    o.blocks_per_chunk = (size_t)n;
+  }
+  return rmmc_fixed_size_resource_create(upstream, &o, out);
+}
+
+const rmmc__spec_entry_t rmmc__fixed_size_spec = {
+    .name = "fixed_size",
+    .help = "blocks of one size carved from upstream chunks, O(1) free lists per stream",
+    .needs_upstream = true,
+    .options = fs_spec_options,
+    .build = fs_build,
+};
