@@ -6,6 +6,8 @@
 
 extern const rmmc__spec_entry_t rmmc__host_spec, rmmc__cuda_spec, rmmc__managed_spec,
     rmmc__pinned_spec, rmmc__cuda_async_spec;
+extern const rmmc__spec_entry_t rmmc__fixed_size_spec;
+extern const rmmc__spec_entry_t rmmc__binning_spec;
 
 const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* base resources */
@@ -15,6 +17,8 @@ const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     &rmmc__cuda_async_spec,
     &rmmc__host_spec,
     /* sub-allocators */
+    &rmmc__fixed_size_spec,
+    &rmmc__binning_spec,
     /* adaptors */
     NULL,
 };

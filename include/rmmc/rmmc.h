@@ -19,5 +19,7 @@
 #include "rmmc/managed_resource.h"
 #include "rmmc/pinned_resource.h"
 #include "rmmc/cuda_async_resource.h"
+#include "rmmc/fixed_size_resource.h"
+#include "rmmc/binning_resource.h"
 
 #endif /* RMMC_RMMC_H */

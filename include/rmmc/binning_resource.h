@@ -1,0 +1,92 @@
+/*
+ * The binning resource: size classes served by fixed_size bins, larger
+ * requests by the upstream.
+ *
+ * A request goes to the smallest bin whose block holds it (and whose
+ * blocks are aligned enough); each bin is a fixed_size resource over the
+ * binning's upstream, so its blocks come in chunks from the upstream and
+ * are reused in O(1). Requests above the largest bin go to the upstream
+ * itself: in practice `binning > pool > cuda`, bins for the many small
+ * requests and the coalescing pool for the large ones. The bin is found in
+ * O(1) (a table indexed by the request's power of two, then at most the
+ * few bins of that octave). deallocate routes by size and alignment the
+ * same way, so it must be given the size allocate was given.
+ *
+ * Bins. Either powers of two from min_bin to max_bin (default 256 B to
+ * 1 MiB: 13 bins), or an explicit ascending list (each rounded up to a
+ * multiple of 256). Default rationale: rmmc aligns to 256 bytes, so no
+ * smaller bin is useful; below 1 MiB requests are numerous and a free list
+ * beats a coalescing search; above it, power-of-two rounding would waste up
+ * to half of large blocks, which the upstream pool sizes exactly. (RMM's
+ * benchmarks bin 2^18 to 2^22; small requests there all take 256 KiB.)
+ * Each bin takes chunks of max(1, chunk_size / bin) blocks (default 2 MiB
+ * of blocks per chunk).
+ *
+ * Stream order, thread safety and bad input: those of fixed_size for
+ * binned sizes (see fixed_size_resource.h), the upstream's for the rest.
+ * A wrong size that routes to another bin than the block's is caught there
+ * (RMMC_ERROR_UNKNOWN_POINTER); one that routes to the upstream is for the
+ * upstream to catch. Thread-safe: bins lock separately, routing takes no
+ * lock.
+ *
+ * release_cached releases every bin's wholly free chunks, then forwards to
+ * the upstream once. describe: bins, reserved and in_use (all bins plus
+ * what the upstream serves directly), upstream_in_use, upstream_allocations,
+ * and per bin "bin_<bytes>_reserved", "bin_<bytes>_in_use",
+ * "bin_<bytes>_chunks", "bin_<bytes>_free_blocks" (e.g. bin_4096_in_use).
+ */
+#ifndef RMMC_BINNING_RESOURCE_H
+#define RMMC_BINNING_RESOURCE_H
+
+#include "rmmc/resource.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The most bins one binning resource has. */
+#define RMMC_BINNING_MAX_BINS 64
+
+typedef struct rmmc_binning_options {
+  size_t size;         /* sizeof(rmmc_binning_options_t) */
+  size_t min_bin;      /* smallest power-of-two bin (default 256) */
+  size_t max_bin;      /* largest power-of-two bin (default 1 MiB) */
+  const size_t *bins;  /* explicit ascending bin sizes (borrowed), or NULL */
+  size_t nbins;        /* entries in bins */
+  size_t chunk_size;   /* upstream bytes per bin chunk (default 2 MiB) */
+} rmmc_binning_options_t;
+
+#define RMMC_BINNING_OPTIONS_INIT                                              \
+  {sizeof(rmmc_binning_options_t), 256, (size_t)1 << 20, NULL, 0, (size_t)2 << 20}
+
+/* Creates a binning resource over `upstream` (retained by the binning and
+ * by each bin); NULL options mean defaults. Takes nothing from the
+ * upstream until used. RMMC_ERROR_INVALID_ARGUMENT for a NULL upstream or
+ * out, options.size 0, min_bin or max_bin not a power of two, min_bin >
+ * max_bin, an explicit list that is empty, longer than
+ * RMMC_BINNING_MAX_BINS, contains 0 or is not strictly ascending after
+ * rounding to 256, or a chunk_size of 0; RMMC_ERROR_OUT_OF_MEMORY. */
+RMMC_EXPORT rmmc_status_t rmmc_binning_resource_create(rmmc_resource_t *upstream,
+                                                       const rmmc_binning_options_t *options,
+                                                       rmmc_resource_t **out);
+
+/* Number of bins (0 for a resource of another kind). */
+RMMC_EXPORT size_t rmmc_binning_resource_bin_count(const rmmc_resource_t *r);
+
+/* Block size of bin i, smallest first (0 if out of range or another kind). */
+RMMC_EXPORT size_t rmmc_binning_resource_bin_size(const rmmc_resource_t *r, size_t i);
+
+/* The fixed_size resource behind bin i, borrowed (valid while r is), or
+ * NULL. Its describe gives the bin's own figures. */
+RMMC_EXPORT rmmc_resource_t *rmmc_binning_resource_bin(const rmmc_resource_t *r, size_t i);
+
+/* Which bin serves (bytes, alignment): its index, or the bin count when
+ * the upstream serves it (also for a resource of another kind: 0). */
+RMMC_EXPORT size_t rmmc_binning_resource_bin_for(const rmmc_resource_t *r, size_t bytes,
+                                                 size_t alignment);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMMC_BINNING_RESOURCE_H */

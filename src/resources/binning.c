@@ -1,0 +1,281 @@
+/*
+ * The binning resource (see include/rmmc/binning_resource.h).
+ *
+ * Routing: bins are ascending. first[k] is the first bin that can hold a
+ * request in (2^(k-1), 2^k], so a request starts there and steps past at
+ * most the bins of its own octave (and past bins whose blocks are not
+ * aligned enough for an alignment above 256). No lock: the table is read
+ * only. Each bin is a fixed_size resource with its own lock and streams.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../spec.h"
+#include "fixed_size_internal.h"
+#include "rmmc/binning_resource.h"
+#include "rmmc/fixed_size_resource.h"
+
+typedef struct binning {
+  rmmc__adaptor_t base;
+  size_t n;
+  size_t size[RMMC_BINNING_MAX_BINS];
+  size_t align[RMMC_BINNING_MAX_BINS];
+  rmmc_resource_t *bin[RMMC_BINNING_MAX_BINS];
+  uint8_t first[65];
+  uint64_t up_in_use, up_count; /* relaxed atomics: what the upstream serves */
+} binning_t;
+
+static const rmmc_resource_ops_t binning_ops;
+
+static inline size_t route(const binning_t *b, size_t bytes, size_t alignment) {
+  unsigned k = bytes > 1 ? 64u - (unsigned)__builtin_clzll((unsigned long long)(bytes - 1)) : 0u;
+  size_t i = b->first[k];
+  while (i < b->n && (b->size[i] < bytes || b->align[i] < alignment)) i++;
+  return i;
+}
+
+static rmmc_status_t binning_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                      cudaStream_t stream, void **out) {
+  binning_t *b = (binning_t *)r;
+  size_t i = route(b, bytes, alignment);
+  if (RMMC_LIKELY(i < b->n)) return rmmc_resource_allocate(b->bin[i], bytes, alignment, stream, out);
+  rmmc_status_t st = rmmc_resource_allocate(b->base.upstream, bytes, alignment, stream, out);
+  if (st == RMMC_SUCCESS) {
+    rmmc__atomic_add_u64(&b->up_in_use, bytes);
+    rmmc__atomic_add_u64(&b->up_count, 1);
+  }
+  return st;
+}
+
+static rmmc_status_t binning_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                        size_t alignment, cudaStream_t stream) {
+  binning_t *b = (binning_t *)r;
+  size_t i = route(b, bytes, alignment);
+  if (RMMC_LIKELY(i < b->n)) return rmmc_resource_deallocate(b->bin[i], ptr, bytes, alignment, stream);
+  rmmc_status_t st = rmmc_resource_deallocate(b->base.upstream, ptr, bytes, alignment, stream);
+  if (st == RMMC_SUCCESS) {
+    rmmc__atomic_sub_u64(&b->up_in_use, bytes);
+    rmmc__atomic_sub_u64(&b->up_count, 1);
+  }
+  return st;
+}
+
+static rmmc_status_t binning_release_cached(rmmc_resource_t *r) {
+  binning_t *b = (binning_t *)r;
+  for (size_t i = 0; i < b->n; i++) {
+    rmmc_status_t st = rmmc__fixed_size_release_chunks(b->bin[i]);
+    if (st != RMMC_SUCCESS) return st;
+  }
+  return rmmc_resource_release_cached(b->base.upstream);
+}
+
+/* The figures binning reports per bin, read from the bin's describe. */
+typedef struct bin_figures {
+  uint64_t reserved, in_use, chunks, free_blocks;
+} bin_figures_t;
+
+static void collect_cb(void *ctx, const rmmc_field_t *f) {
+  bin_figures_t *g = ctx;
+  if (strcmp(f->key, "reserved") == 0) g->reserved = f->value;
+  else if (strcmp(f->key, "in_use") == 0) g->in_use = f->value;
+  else if (strcmp(f->key, "chunks") == 0) g->chunks = f->value;
+  else if (strcmp(f->key, "free_blocks") == 0) g->free_blocks = f->value;
+}
+
+static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+  binning_t *b = (binning_t *)r;
+  uint64_t reserved = 0, in_use = 0, up_in_use = rmmc__atomic_load_u64(&b->up_in_use);
+  char key[64];
+  rmmc__emit_count(emit, ctx, "bins", b->n);
+  for (size_t i = 0; i < b->n; i++) {
+    bin_figures_t g = {0, 0, 0, 0};
+    rmmc_resource_describe(b->bin[i], collect_cb, &g);
+    reserved += g.reserved;
+    in_use += g.in_use;
+    snprintf(key, sizeof key, "bin_%zu_reserved", b->size[i]);
+    rmmc__emit_bytes(emit, ctx, key, g.reserved);
+    snprintf(key, sizeof key, "bin_%zu_in_use", b->size[i]);
+    rmmc__emit_bytes(emit, ctx, key, g.in_use);
+    snprintf(key, sizeof key, "bin_%zu_chunks", b->size[i]);
+    rmmc__emit_count(emit, ctx, key, g.chunks);
+    snprintf(key, sizeof key, "bin_%zu_free_blocks", b->size[i]);
+    rmmc__emit_count(emit, ctx, key, g.free_blocks);
+  }
+  rmmc__emit_bytes(emit, ctx, "reserved", reserved);
+  rmmc__emit_bytes(emit, ctx, "in_use", in_use + up_in_use);
+  rmmc__emit_bytes(emit, ctx, "upstream_in_use", up_in_use);
+  rmmc__emit_count(emit, ctx, "upstream_allocations", rmmc__atomic_load_u64(&b->up_count));
+}
+
+static void binning_free(binning_t *b) {
+  for (size_t i = 0; i < b->n; i++) rmmc_resource_release(b->bin[i]);
+  rmmc__adaptor_fini(&b->base);
+  free(b);
+}
+
+static void binning_destroy(rmmc_resource_t *r) { binning_free((binning_t *)r); }
+
+static const rmmc_resource_ops_t binning_ops = {
+    .version = RMMC_RESOURCE_OPS_VERSION,
+    .name = "binning",
+    .allocate = binning_allocate,
+    .deallocate = binning_deallocate,
+    .release_cached = binning_release_cached,
+    .describe = binning_describe,
+    .destroy = binning_destroy,
+    .upstream = rmmc__adaptor_upstream,
+};
+
+/* Fills sizes[] from the options; returns the count or an error status
+ * (negative) after setting the message. */
+static rmmc_status_t bin_sizes(const rmmc_binning_options_t *o, size_t *sizes, size_t *n) {
+  const char *what = "binning_resource_create";
+  if (o->bins != NULL) {
+    if (o->nbins == 0 || o->nbins > RMMC_BINNING_MAX_BINS)
+      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: %zu bins given (1 to %d allowed)",
+                            what, o->nbins, RMMC_BINNING_MAX_BINS);
+    for (size_t i = 0; i < o->nbins; i++) {
+      if (o->bins[i] == 0 ||
+          !rmmc__align_up_checked(o->bins[i], RMMC_DEFAULT_ALIGNMENT, &sizes[i]) ||
+          sizes[i] > SIZE_MAX / 2)
+        return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: bin %zu has size %zu", what, i,
+                              o->bins[i]);
+      if (i > 0 && sizes[i] <= sizes[i - 1])
+        return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                              "%s: bins must ascend: %zu (%zu rounded to 256) after %zu", what,
+                              o->bins[i], sizes[i], sizes[i - 1]);
+    }
+    *n = o->nbins;
+    return RMMC_SUCCESS;
+  }
+  if (!rmmc__is_pow2(o->min_bin) || !rmmc__is_pow2(o->max_bin) || o->max_bin > SIZE_MAX / 2)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "%s: min_bin (%zu) and max_bin (%zu) must be powers of two", what,
+                          o->min_bin, o->max_bin);
+  size_t lo = o->min_bin < RMMC_DEFAULT_ALIGNMENT ? RMMC_DEFAULT_ALIGNMENT : o->min_bin;
+  if (o->max_bin < lo)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "%s: max_bin (%zu) is below min_bin (%zu; at least 256)", what,
+                          o->max_bin, lo);
+  size_t k = 0;
+  for (size_t s = lo; s <= o->max_bin; s *= 2) sizes[k++] = s;
+  *n = k;
+  return RMMC_SUCCESS;
+}
+
+RMMC_API rmmc_status_t rmmc_binning_resource_create(rmmc_resource_t *upstream,
+                                                    const rmmc_binning_options_t *options,
+                                                    rmmc_resource_t **out) {
+  rmmc_status_t st = rmmc__check_create("binning_resource_create", upstream, out);
+  if (st != RMMC_SUCCESS) return st;
+  rmmc_binning_options_t o = RMMC_BINNING_OPTIONS_INIT;
+  if (options != NULL) {
+    if (options->size < sizeof(size_t))
+      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                            "binning_resource_create: options.size is not set (start from "
+                            "RMMC_BINNING_OPTIONS_INIT)");
+    memcpy(&o, options, options->size < sizeof o ? options->size : sizeof o);
+  }
+  if (o.chunk_size == 0)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "binning_resource_create: chunk_size is 0");
+  size_t sizes[RMMC_BINNING_MAX_BINS], n = 0;
+  st = bin_sizes(&o, sizes, &n);
+  if (st != RMMC_SUCCESS) return st;
+  binning_t *b = calloc(1, sizeof *b);
+  if (b == NULL)
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "binning_resource_create: no host memory");
+  rmmc__adaptor_init(&b->base, &binning_ops, upstream);
+  for (size_t i = 0; i < n; i++) {
+    rmmc_fixed_size_options_t fo = RMMC_FIXED_SIZE_OPTIONS_INIT;
+    fo.block_size = sizes[i];
+    fo.blocks_per_chunk = o.chunk_size / sizes[i] ? o.chunk_size / sizes[i] : 1;
+    st = rmmc_fixed_size_resource_create(upstream, &fo, &b->bin[i]);
+    if (st != RMMC_SUCCESS) {
+      binning_free(b);
+      return st;
+    }
+    b->n = i + 1;
+    b->size[i] = sizes[i];
+    b->align[i] = rmmc_fixed_size_resource_block_alignment(b->bin[i]);
+  }
+  for (unsigned k = 0; k <= 64; k++) {
+    size_t lower = k == 0 ? 1 : ((size_t)1 << (k - 1)) + 1;
+    size_t i = 0;
+    while (i < n && sizes[i] < lower) i++;
+    b->first[k] = (uint8_t)i;
+  }
+  *out = &b->base.base;
+  return RMMC_SUCCESS;
+}
+
+RMMC_API size_t rmmc_binning_resource_bin_count(const rmmc_resource_t *r) {
+  return r != NULL && r->ops == &binning_ops ? ((const binning_t *)r)->n : 0;
+}
+
+RMMC_API size_t rmmc_binning_resource_bin_size(const rmmc_resource_t *r, size_t i) {
+  if (r == NULL || r->ops != &binning_ops || i >= ((const binning_t *)r)->n) return 0;
+  return ((const binning_t *)r)->size[i];
+}
+
+RMMC_API rmmc_resource_t *rmmc_binning_resource_bin(const rmmc_resource_t *r, size_t i) {
+  if (r == NULL || r->ops != &binning_ops || i >= ((const binning_t *)r)->n) return NULL;
+  return ((const binning_t *)r)->bin[i];
+}
+
+RMMC_API size_t rmmc_binning_resource_bin_for(const rmmc_resource_t *r, size_t bytes,
+                                              size_t alignment) {
+  if (r == NULL || r->ops != &binning_ops) return 0;
+  if (alignment < RMMC_DEFAULT_ALIGNMENT) alignment = RMMC_DEFAULT_ALIGNMENT;
+  return route((const binning_t *)r, bytes ? bytes : 1, alignment);
+}
+
+static const rmmc__spec_option_t binning_spec_options[] = {
+    {"min", RMMC__OPT_BYTES, "smallest power-of-two bin (default 256B)"},
+    {"max", RMMC__OPT_BYTES, "largest power-of-two bin (default 1MiB)"},
+    {"bins", RMMC__OPT_STRING, "explicit bin sizes, ascending: bins=256B:4KiB:64KiB"},
+    {"chunk", RMMC__OPT_BYTES, "upstream bytes per bin chunk (default 2MiB)"},
+    {NULL, 0, NULL},
+};
+
+static rmmc_status_t binning_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
+                                   int device, rmmc_resource_t **out) {
+  (void)device;
+  rmmc_binning_options_t o = RMMC_BINNING_OPTIONS_INIT;
+  size_t sizes[RMMC_BINNING_MAX_BINS];
+  const char *list = rmmc__spec_string(args, "bins");
+  if (list != NULL) {
+    if (rmmc__spec_find(args, "min") != NULL || rmmc__spec_find(args, "max") != NULL)
+      return rmmc_set_error(RMMC_ERROR_PARSE, "binning: give bins= or min=/max=, not both");
+    size_t n = 0;
+    for (const char *p = list;;) {
+      const char *end = strchr(p, ':');
+      size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+      if (n == RMMC_BINNING_MAX_BINS)
+        return rmmc_set_error(RMMC_ERROR_PARSE, "binning: bins=%s: more than %d bins", list,
+                              RMMC_BINNING_MAX_BINS);
+      if (rmmc__parse_bytes(p, len, &sizes[n]) != RMMC_SUCCESS || sizes[n] == 0)
+        return rmmc_set_error(RMMC_ERROR_PARSE,
+                              "binning: bins=%s: '%.*s' is not a bin size (write "
+                              "bins=256B:4KiB:64KiB)",
+                              list, (int)len, p);
+      n++;
+      if (end == NULL) break;
+      p = end + 1;
+    }
+    o.bins = sizes;
+    o.nbins = n;
+  }
+  rmmc_status_t st = rmmc__spec_bytes(args, "min", upstream, &o.min_bin);
+  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "max", upstream, &o.max_bin);
+  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "chunk", upstream, &o.chunk_size);
+  return st == RMMC_SUCCESS ? rmmc_binning_resource_create(upstream, &o, out) : st;
+}
+
+const rmmc__spec_entry_t rmmc__binning_spec = {
+    .name = "binning",
+    .help = "size classes served by fixed_size bins, larger requests by the upstream",
+    .needs_upstream = true,
+    .options = binning_spec_options,
+    .build = binning_build,
+};
