@@ -8,6 +8,7 @@ extern const rmmc__spec_entry_t rmmc__host_spec, rmmc__cuda_spec, rmmc__managed_
     rmmc__pinned_spec, rmmc__cuda_async_spec;
 extern const rmmc__spec_entry_t rmmc__fixed_size_spec;
 extern const rmmc__spec_entry_t rmmc__binning_spec;
+extern const rmmc__spec_entry_t rmmc__arena_spec;
 
 const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* base resources */
@@ -19,6 +20,7 @@ const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* sub-allocators */
     &rmmc__fixed_size_spec,
     &rmmc__binning_spec,
+    &rmmc__arena_spec,
     /* adaptors */
     NULL,
 };

@@ -73,7 +73,11 @@ static rmmc_status_t new_slot(rmmc__stream_set_t *s, cudaStream_t stream, const 
     }
   }
   if (!rmmc__ptrmap_insert(&s->map, (void *)key, slot, 0)) {
-    if (slot->event != NULL) (void)cudaEventDestroy(slot->event);
+    int saved;
+    if (slot->event != NULL && rmmc__device_push(s->device, &saved) == RMMC_SUCCESS) {
+      (void)cudaEventDestroy(slot->event);
+      rmmc__device_pop(saved);
+    }
     free(slot);
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "stream map: no host memory");
   }
@@ -135,9 +139,22 @@ rmmc_status_t rmmc__stream_set_sync(rmmc__stream_set_t *s) {
   return RMMC_SUCCESS;
 }
 
+rmmc_status_t rmmc__stream_set_sync_stream(rmmc__stream_set_t *s, cudaStream_t stream) {
+  rmmc__atomic_add_u64(&s->stream_syncs, 1);
+  if (s->host) return RMMC_SUCCESS;
+  int saved;
+  rmmc_status_t st = rmmc__device_push(s->device, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  cudaError_t err = cudaStreamSynchronize(stream);
+  rmmc__device_pop(saved);
+  if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaStreamSynchronize");
+  return RMMC_SUCCESS;
+}
+
 void rmmc__stream_set_describe(rmmc__stream_set_t *s, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "streams", rmmc__stream_set_count(s));
   rmmc__emit_count(emit, ctx, "event_records", rmmc__atomic_load_u64(&s->records));
   rmmc__emit_count(emit, ctx, "event_waits", rmmc__atomic_load_u64(&s->waits));
   rmmc__emit_count(emit, ctx, "device_syncs", rmmc__atomic_load_u64(&s->syncs));
+  rmmc__emit_count(emit, ctx, "stream_syncs", rmmc__atomic_load_u64(&s->stream_syncs));
 }

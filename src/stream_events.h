@@ -48,7 +48,7 @@ typedef struct rmmc__stream_set {
   rmmc__ptrmap_t map;
   rmmc__stream_slot_t **slots;
   uint32_t nslots, cap;
-  uint64_t records, waits, syncs; /* relaxed counters, for describe */
+  uint64_t records, waits, syncs, stream_syncs; /* relaxed counters, for describe */
 } rmmc__stream_set_t;
 
 /* Owner data starts at this alignment after the slot. */
@@ -105,7 +105,11 @@ static inline bool rmmc__stream_slot_recorded(const rmmc__stream_slot_t *slot) {
  * fallback, for out-of-memory paths and releasing memory upstream. */
 rmmc_status_t rmmc__stream_set_sync(rmmc__stream_set_t *s);
 
-/* Emits event_records, event_waits, device_syncs and streams. */
+/* Waits for the work enqueued so far on `stream` (alive), e.g. after
+ * allocating on it memory that every stream will share. */
+rmmc_status_t rmmc__stream_set_sync_stream(rmmc__stream_set_t *s, cudaStream_t stream);
+
+/* Emits streams, event_records, event_waits, device_syncs, stream_syncs. */
 void rmmc__stream_set_describe(rmmc__stream_set_t *s, rmmc_field_cb emit, void *ctx);
 
 #endif /* RMMC_STREAM_EVENTS_H */

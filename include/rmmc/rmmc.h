@@ -21,5 +21,6 @@
 #include "rmmc/cuda_async_resource.h"
 #include "rmmc/fixed_size_resource.h"
 #include "rmmc/binning_resource.h"
+#include "rmmc/arena_resource.h"
 
 #endif /* RMMC_RMMC_H */

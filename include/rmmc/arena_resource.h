@@ -1,0 +1,101 @@
+/*
+ * The arena resource: per-thread arenas over a global arena, for many
+ * threads allocating at once (RMM's arena_memory_resource, reworked).
+ *
+ * Layout. The global arena takes memory from the upstream in chunks of
+ * chunk_size and carves it into superblocks (superblock_size, aligned to
+ * it) and large blocks. Each thread gets its own arena per stream it uses;
+ * an arena holds superblocks, each cut into equal blocks of one size class
+ * (classes step by a quarter of each power of two from 256 B up to a
+ * quarter superblock, so at most 25% of a block is rounding). Allocating
+ * and freeing a small block on the owning thread takes only that arena's
+ * lock (uncontended) and a bitmap scan: threads on their own streams never
+ * share a lock. Requests above a quarter superblock go to the global arena
+ * directly (one lock, address-ordered first fit, rounded the same way).
+ * Bookkeeping is on the host; the memory is never touched.
+ *
+ * Superblocks move. An arena keeps up to keep_superblocks wholly free
+ * superblocks for itself and gives further ones back to the global arena.
+ * When the upstream is out of memory (or max_size is reached), every arena
+ * gives back all its wholly free superblocks and the allocation is retried
+ * once; the same happens on release_cached, which then returns wholly free
+ * chunks to the upstream. When a thread exits, its arenas give back their
+ * wholly free superblocks; superblocks still holding blocks stay until
+ * those are freed (from any thread) and then go back too. The arena
+ * resource may be destroyed while threads that used it still run, and a
+ * thread may exit after the resource is gone: both are safe.
+ *
+ * Stream order. A block freed on the stream of the arena that owns it is
+ * reused by that stream at once, with no CUDA call. A block freed on
+ * another stream records that stream's event and is reused by the owner's
+ * stream only after cudaStreamWaitEvent on it (at the owner's next
+ * allocate). A superblock or large block given back during a call on its
+ * stream records that stream's event, and another stream taking it waits
+ * on the event first; one given back with no live stream to record on
+ * (thread exit, out-of-memory reclaim) is reused by the same stream at
+ * once and by other streams only after a device synchronization, which
+ * the out-of-memory path performs. Chunks are taken from the upstream on
+ * the default stream and synchronized once, so every stream may use them.
+ * For host memory streams are opaque keys and no CUDA call is made.
+ * (As in RMM, a destroyed stream's handle reused by CUDA for a new stream
+ * counts as the same stream.)
+ *
+ * Alignment: any power of two. A small request takes the first class that
+ * is a multiple of the alignment (superblocks are aligned to their size);
+ * when no small class is, and for large requests, the global arena places
+ * the block on the alignment.
+ *
+ * Bad input. deallocate returns RMMC_ERROR_UNKNOWN_POINTER, changing
+ * nothing, for a pointer no block of the arena starts at, a block already
+ * free (also when its free on another stream is still pending), a size
+ * whose class differs from the block's, or a large block freed with
+ * another rounded size. A wrong size of the same class is not detectable.
+ *
+ * describe: superblock_size, reserved, in_use, chunks, superblocks (held by
+ * arenas), cached_superblocks (wholly free ones among them), global_free,
+ * largest_free, large_allocations, large_bytes, arenas (of live threads),
+ * detached_arenas, streams, event_records, event_waits, device_syncs,
+ * stream_syncs. Thread-safe.
+ */
+#ifndef RMMC_ARENA_RESOURCE_H
+#define RMMC_ARENA_RESOURCE_H
+
+#include "rmmc/resource.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rmmc_arena_options {
+  size_t size;             /* sizeof(rmmc_arena_options_t) */
+  size_t superblock_size;  /* power of two, 64 KiB to 1 GiB (default 4 MiB) */
+  size_t chunk_size;       /* taken from the upstream at a time, rounded up to
+                              superblocks (default 256 MiB) */
+  size_t max_size;         /* most taken from the upstream (default 0: no limit) */
+  size_t keep_superblocks; /* wholly free superblocks an arena keeps (default 4) */
+} rmmc_arena_options_t;
+
+#define RMMC_ARENA_OPTIONS_INIT                                                \
+  {sizeof(rmmc_arena_options_t), (size_t)4 << 20, (size_t)256 << 20, 0, 4}
+
+/* Creates an arena resource over `upstream` (retained); NULL options mean
+ * defaults. Takes nothing from the upstream until the first allocate.
+ * RMMC_ERROR_INVALID_ARGUMENT for a NULL upstream or out, options.size 0,
+ * a superblock size that is not a power of two in range, a chunk_size of 0
+ * or a max_size below one superblock; RMMC_ERROR_OUT_OF_MEMORY;
+ * RMMC_ERROR_INTERNAL if no thread-exit hook can be registered. */
+RMMC_EXPORT rmmc_status_t rmmc_arena_resource_create(rmmc_resource_t *upstream,
+                                                     const rmmc_arena_options_t *options,
+                                                     rmmc_resource_t **out);
+
+/* The bytes a request of `bytes` at `alignment` occupies in an arena: its
+ * size class, or its rounded large size (0 for a resource of another kind
+ * or a size too large to serve). */
+RMMC_EXPORT size_t rmmc_arena_resource_block_size(const rmmc_resource_t *r, size_t bytes,
+                                                  size_t alignment);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMMC_ARENA_RESOURCE_H */
