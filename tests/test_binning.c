@@ -53,15 +53,17 @@ START_TEST(test_binning_routes_by_size_class) {
   rmmc_resource_t *spy = new_spy(), *r;
   spy_t *s = spy_of(spy);
   ck_assert_int_eq(rmmc_binning_resource_create(spy, NULL, &r), RMMC_SUCCESS);
-  ck_assert_uint_eq(rmmc_binning_resource_bin_count(r), 13);
+  ck_assert_uint_eq(rmmc_binning_resource_bin_count(r), 15);
   ck_assert_uint_eq(rmmc_binning_resource_bin_size(r, 0), 256);
   ck_assert_uint_eq(rmmc_binning_resource_bin_size(r, 12), MiB);
-  ck_assert_uint_eq(rmmc_binning_resource_bin_size(r, 13), 0);
+  ck_assert_uint_eq(rmmc_binning_resource_bin_size(r, 14), 4 * MiB);
+  ck_assert_uint_eq(rmmc_binning_resource_bin_size(r, 15), 0);
   struct { size_t bytes, align, bin; } routes[] = {
-      {1, 256, 0},        {256, 256, 0},     {257, 1, 1},          {512, 256, 1},
-      {513, 256, 2},      {4096, 256, 4},    {4097, 256, 5},       {MiB - 1, 256, 12},
-      {MiB, 256, 12},     {MiB + 1, 256, 13}, {100, 4096, 4},       {5000, 4096, 5},
-      {100, 8192, 13},    {SIZE_MAX, 256, 13}, {(size_t)1 << 63, 256, 13}};
+      {1, 256, 0},         {256, 256, 0},        {257, 1, 1},          {512, 256, 1},
+      {513, 256, 2},       {4096, 256, 4},       {4097, 256, 5},       {MiB - 1, 256, 12},
+      {MiB, 256, 12},      {MiB + 1, 256, 13},   {4 * MiB, 256, 14},   {4 * MiB + 1, 256, 15},
+      {100, 4096, 4},      {5000, 4096, 5},      {100, 8192, 15},      {SIZE_MAX, 256, 15},
+      {(size_t)1 << 63, 256, 15}};
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
     ck_assert_msg(rmmc_binning_resource_bin_for(r, routes[i].bytes, routes[i].align) == routes[i].bin,
                   "%zu/%zu went to %zu, not %zu", routes[i].bytes, routes[i].align,
@@ -86,16 +88,16 @@ START_TEST(test_binning_routes_by_size_class) {
   ck_assert_uint_eq(spy_counts(s).last_bytes, 2 * MiB);
   ck_assert_uint_eq(field(r, "bin_1048576_in_use"), MiB);
   /* Above the largest bin: straight to the upstream, exactly sized. */
-  ck_assert_int_eq(rmmc_resource_allocate(r, MiB + 1, 256, S1, &d), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 4 * MiB + 1, 256, S1, &d), RMMC_SUCCESS);
   sc = spy_counts(s);
   ck_assert_uint_eq(sc.allocate_calls, 3);
-  ck_assert_uint_eq(sc.last_bytes, MiB + 1);
+  ck_assert_uint_eq(sc.last_bytes, 4 * MiB + 1);
   ck_assert_ptr_eq(sc.last_ptr, d);
-  ck_assert_uint_eq(field(r, "upstream_in_use"), MiB + 1);
+  ck_assert_uint_eq(field(r, "upstream_in_use"), 4 * MiB + 1);
   ck_assert_uint_eq(field(r, "upstream_allocations"), 1);
   ck_assert_uint_eq(field(r, "reserved"), 4 * MiB);
-  ck_assert_uint_eq(field(r, "in_use"), 1024 + MiB + MiB + 1);
-  ck_assert_int_eq(rmmc_resource_deallocate(r, d, MiB + 1, 256, S1), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "in_use"), 1024 + MiB + 4 * MiB + 1);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, d, 4 * MiB + 1, 256, S1), RMMC_SUCCESS);
   ck_assert_uint_eq(spy_counts(s).outstanding, 2);
   ck_assert_uint_eq(field(r, "upstream_allocations"), 0);
   ck_assert_int_eq(rmmc_resource_deallocate(r, a, 300, 256, S1), RMMC_SUCCESS);
@@ -107,7 +109,7 @@ START_TEST(test_binning_routes_by_size_class) {
   ck_assert_str_eq(rmmc_resource_name(bin), "fixed_size");
   ck_assert_ptr_eq(rmmc_resource_upstream(bin), spy);
   ck_assert_uint_eq(rmmc_fixed_size_resource_block_size(bin), 512);
-  ck_assert_ptr_null(rmmc_binning_resource_bin(r, 13));
+  ck_assert_ptr_null(rmmc_binning_resource_bin(r, 15));
   ck_assert_ptr_null(rmmc_binning_resource_bin(spy, 0));
   ck_assert_uint_eq(rmmc_binning_resource_bin_count(spy), 0);
   finish(r, spy);
@@ -200,19 +202,19 @@ START_TEST(test_binning_wrong_size_is_caught_by_the_bin) {
   /* p is the second block, so it is not the bin chunk's own address either. */
   ck_assert_int_eq(rmmc_resource_allocate(r, 256, 256, S1, &p0), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, 256, 256, S1, &p), RMMC_SUCCESS);
-  ck_assert_int_eq(rmmc_resource_allocate(r, 3 * MiB, 256, S1, &big), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 5 * MiB, 256, S1, &big), RMMC_SUCCESS);
   /* Routed to the 4 KiB bin, which never handed p out. */
   ck_assert_int_eq(rmmc_resource_deallocate(r, p, 4096, 256, S1), RMMC_ERROR_UNKNOWN_POINTER);
   /* Routed to the upstream, which knows p is not its own. */
-  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 2 * MiB, 256, S1), RMMC_ERROR_UNKNOWN_POINTER);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 6 * MiB, 256, S1), RMMC_ERROR_UNKNOWN_POINTER);
   ck_assert_uint_eq(spy_counts(s).deallocate_errors, 1);
   /* A big block freed with a binned size: the bin refuses it. */
   ck_assert_int_eq(rmmc_resource_deallocate(r, big, 1000, 256, S1), RMMC_ERROR_UNKNOWN_POINTER);
-  ck_assert_uint_eq(field(r, "in_use"), 512 + 3 * MiB);
+  ck_assert_uint_eq(field(r, "in_use"), 512 + 5 * MiB);
   /* Same bin, same block: a double free is refused too. */
   ck_assert_int_eq(rmmc_resource_deallocate(r, p, 200, 256, S1), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_deallocate(r, p, 256, 256, S1), RMMC_ERROR_UNKNOWN_POINTER);
-  ck_assert_int_eq(rmmc_resource_deallocate(r, big, 3 * MiB, 256, S1), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, big, 5 * MiB, 256, S1), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_deallocate(r, p0, 256, 256, S1), RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "in_use"), 0);
   rmmc_resource_release(r);
@@ -255,7 +257,7 @@ static void expect_spec_error(const char *spec, rmmc_status_t status, const char
 START_TEST(test_binning_spec) {
   rmmc_resource_t *r;
   ck_assert_int_eq(rmmc_stack_create("binning > host", -1, &r), RMMC_SUCCESS);
-  ck_assert_uint_eq(rmmc_binning_resource_bin_count(r), 13);
+  ck_assert_uint_eq(rmmc_binning_resource_bin_count(r), 15);
   rmmc_resource_release(r);
   ck_assert_int_eq(rmmc_stack_create("binning(min=512, max=64KiB, chunk=1MiB) > host", -1, &r), RMMC_SUCCESS);
   ck_assert_uint_eq(rmmc_binning_resource_bin_count(r), 8);

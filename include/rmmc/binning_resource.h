@@ -13,14 +13,15 @@
  * same way, so it must be given the size allocate was given.
  *
  * Bins. Either powers of two from min_bin to max_bin (default 256 B to
- * 1 MiB: 13 bins), or an explicit ascending list (each rounded up to a
+ * 4 MiB: 15 bins), or an explicit ascending list (each rounded up to a
  * multiple of 256). Default rationale: rmmc aligns to 256 bytes, so no
- * smaller bin is useful; below 1 MiB requests are numerous and a free list
- * beats a coalescing search; above it, power-of-two rounding would waste up
- * to half of large blocks, which the upstream pool sizes exactly. (RMM's
- * benchmarks bin 2^18 to 2^22; small requests there all take 256 KiB.)
- * Each bin takes chunks of max(1, chunk_size / bin) blocks (default 2 MiB
- * of blocks per chunk).
+ * smaller bin is useful; the top is RMM's (2^22, whose bins start at
+ * 256 KiB, so small requests there all take 256 KiB). Up to 4 MiB requests
+ * are numerous and a free list beats a coalescing search; rounding wastes
+ * at most half a block (a quarter on average), which above 4 MiB starts to
+ * cost more than the pool's exact sizing saves in time. Each bin takes
+ * chunks of max(1, chunk_size / bin) blocks (default 2 MiB of blocks per
+ * chunk).
  *
  * Stream order, thread safety and bad input: those of fixed_size for
  * binned sizes (see fixed_size_resource.h), the upstream's for the rest.
@@ -50,14 +51,14 @@ extern "C" {
 typedef struct rmmc_binning_options {
   size_t size;         /* sizeof(rmmc_binning_options_t) */
   size_t min_bin;      /* smallest power-of-two bin (default 256) */
-  size_t max_bin;      /* largest power-of-two bin (default 1 MiB) */
+  size_t max_bin;      /* largest power-of-two bin (default 4 MiB) */
   const size_t *bins;  /* explicit ascending bin sizes (borrowed), or NULL */
   size_t nbins;        /* entries in bins */
   size_t chunk_size;   /* upstream bytes per bin chunk (default 2 MiB) */
 } rmmc_binning_options_t;
 
 #define RMMC_BINNING_OPTIONS_INIT                                              \
-  {sizeof(rmmc_binning_options_t), 256, (size_t)1 << 20, NULL, 0, (size_t)2 << 20}
+  {sizeof(rmmc_binning_options_t), 256, (size_t)4 << 20, NULL, 0, (size_t)2 << 20}
 
 /* Creates a binning resource over `upstream` (retained by the binning and
  * by each bin); NULL options mean defaults. Takes nothing from the

@@ -12,9 +12,11 @@
  *   large blocks. Ranges of different chunks or tags never merge.
  * - Arena (one per thread and stream, lock uncontended unless another
  *   thread frees into it): superblocks by size class (lists of those with a
- *   free block), wholly free superblocks kept, a map of its superblocks,
- *   and frees from other streams waiting for the owner's stream to wait on
- *   their events.
+ *   free block), a map of its superblocks, and frees from other streams
+ *   waiting for the owner's stream to wait on their events. Up to `keep`
+ *   wholly free superblocks stay: the last one of its class stays in the
+ *   class list still formatted (a thread that allocates and frees one block
+ *   over and over never reformats), others go to a classless list.
  * - Superblock: superblock_size bytes at a multiple of that size, one size
  *   class, a bitmap of blocks in use (a hint keeps the scan short).
  *
@@ -83,9 +85,10 @@ typedef struct arena {
   pthread_mutex_t lock;
   rmmc__stream_slot_t *slot; /* its stream */
   bool attached;             /* a live thread uses it */
-  size_t nsb, nempty;
+  size_t nsb;   /* superblocks held */
+  size_t nidle; /* of which wholly free (kept in their class list or in `empty`) */
   uint64_t in_use;
-  sb_t *empty; /* wholly free superblocks kept (singly linked) */
+  sb_t *empty; /* wholly free superblocks of no class (singly linked) */
   rmmc__ptrmap_t sbs;
   pending_t *pending;
   size_t npending, cap_pending;
@@ -384,8 +387,10 @@ static void sb_format(const arena_res_t *res, sb_t *sb, uint32_t cls) {
   sb->nused = 0;
   sb->hint = 0;
   sb->mixed = false;
-  memset(sb->bits, 0, res->nwords * sizeof(uint64_t));
-  for (uint32_t b = sb->nblocks; b < res->nwords * 64; b++) sb->bits[b / 64] |= (uint64_t)1 << (b % 64);
+  uint32_t w = sb->nblocks / 64, rem = sb->nblocks % 64;
+  memset(sb->bits, 0, w * sizeof(uint64_t));
+  if (rem != 0) sb->bits[w++] = ~(uint64_t)0 << rem;
+  memset(&sb->bits[w], 0xff, (res->nwords - w) * sizeof(uint64_t));
 }
 
 static inline uint32_t sb_take(sb_t *sb) {
@@ -414,15 +419,29 @@ static void give_back(arena_res_t *res, arena_t *a, sb_t *sb, int tag) {
   free(sb);
 }
 
-/* A superblock became wholly free in a call made on `stream`, the stream
- * of its arena (or sb is mixed): keep it, or give it back covered by an
- * event recorded now. */
-static void retire(arena_res_t *res, arena_t *a, sb_t *sb, cudaStream_t stream) {
-  if (a->attached && a->nempty < res->keep) {
-    sb->cls = NO_CLASS;
-    sb->next = a->empty;
-    a->empty = sb;
-    a->nempty++;
+/* Marks block idx of sb free (the caller accounted in_use). A superblock
+ * left wholly free is kept (see the top of the file) or given back covered
+ * by an event recorded now on `stream`, which is the arena's stream (the
+ * caller frees or allocates on it) unless sb is mixed. */
+static void sb_release(arena_res_t *res, arena_t *a, sb_t *sb, uint32_t idx, cudaStream_t stream) {
+  bool was_full = sb->nused == sb->nblocks;
+  sb->bits[idx / 64] &= ~((uint64_t)1 << (idx % 64));
+  if (idx / 64 < sb->hint) sb->hint = idx / 64;
+  sb->nused--;
+  if (sb->nused != 0) {
+    if (was_full) list_push(&a->partial[sb->cls], sb);
+    return;
+  }
+  if (!was_full) list_remove(&a->partial[sb->cls], sb);
+  if (a->attached && a->nidle < res->keep) {
+    a->nidle++;
+    if (a->partial[sb->cls] == NULL) {
+      list_push(&a->partial[sb->cls], sb); /* stays formatted for its class */
+    } else {
+      sb->cls = NO_CLASS;
+      sb->next = a->empty;
+      a->empty = sb;
+    }
     return;
   }
   int tag = TAG_SAME;
@@ -431,18 +450,28 @@ static void retire(arena_res_t *res, arena_t *a, sb_t *sb, cudaStream_t stream) 
   give_back(res, a, sb, tag);
 }
 
-/* Marks block idx of sb free (the caller accounted in_use). */
-static void sb_release(arena_res_t *res, arena_t *a, sb_t *sb, uint32_t idx, cudaStream_t stream) {
-  bool was_full = sb->nused == sb->nblocks;
-  sb->bits[idx / 64] &= ~((uint64_t)1 << (idx % 64));
-  if (idx / 64 < sb->hint) sb->hint = idx / 64;
-  sb->nused--;
-  if (sb->nused == 0) {
-    if (!was_full) list_remove(&a->partial[sb->cls], sb);
-    retire(res, a, sb, stream);
-  } else if (was_full) {
-    list_push(&a->partial[sb->cls], sb);
+/* Gives every wholly free superblock of the arena back, tagged `tag`
+ * (no stream to record on: the caller is not on the arena's stream).
+ * Returns how many. */
+static size_t give_back_idle(arena_res_t *res, arena_t *a, int tag) {
+  size_t n = 0;
+  while (a->empty != NULL) {
+    sb_t *sb = a->empty;
+    a->empty = sb->next;
+    give_back(res, a, sb, tag);
+    n++;
   }
+  for (uint32_t c = 0; c < res->nclasses && n < a->nidle; c++) {
+    for (sb_t *sb = a->partial[c], *next; sb != NULL; sb = next) {
+      next = sb->next;
+      if (sb->nused != 0) continue;
+      list_remove(&a->partial[c], sb);
+      give_back(res, a, sb, tag);
+      n++;
+    }
+  }
+  a->nidle = 0;
+  return n;
 }
 
 /* The index of the allocated block of class cls at ptr in sb, or
@@ -493,8 +522,7 @@ static rmmc_status_t take_superblock(arena_res_t *res, arena_t *a, uint32_t cls,
                                      cudaStream_t stream, sb_t **out) {
   sb_t *sb = a->empty;
   if (sb != NULL) {
-    a->empty = sb->next;
-    a->nempty--;
+    a->empty = sb->next; /* still counted idle until its first block goes */
   } else {
     sb = malloc(sizeof *sb + res->nwords * sizeof(uint64_t));
     if (sb == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "arena: no host memory");
@@ -517,6 +545,7 @@ static rmmc_status_t take_superblock(arena_res_t *res, arena_t *a, uint32_t cls,
     }
     sb->owner = a;
     a->nsb++;
+    a->nidle++; /* idle until its first block goes */
   }
   sb_format(res, sb, cls);
   list_push(&a->partial[cls], sb);
@@ -532,6 +561,7 @@ static rmmc_status_t small_allocate(arena_res_t *res, arena_t *a, uint32_t cls,
   sb_t *sb = a->partial[cls];
   if (RMMC_UNLIKELY(sb == NULL) && st == RMMC_SUCCESS) st = take_superblock(res, a, cls, stream, &sb);
   if (RMMC_LIKELY(st == RMMC_SUCCESS)) {
+    if (RMMC_UNLIKELY(sb->nused == 0)) a->nidle--;
     uint32_t idx = sb_take(sb);
     if (sb->nused == sb->nblocks) list_remove(&a->partial[cls], sb);
     a->in_use += sb->block;
@@ -638,12 +668,7 @@ static void detach(arena_res_t *res, arena_t *a) {
     a->pending[i].sb->mixed = true;
     sb_release(res, a, a->pending[i].sb, a->pending[i].idx, NULL);
   }
-  while (a->empty != NULL) {
-    sb_t *sb = a->empty;
-    a->empty = sb->next;
-    a->nempty--;
-    give_back(res, a, sb, TAG_SAME);
-  }
+  (void)give_back_idle(res, a, TAG_SAME);
   pthread_mutex_unlock(&a->lock);
 }
 
@@ -774,13 +799,7 @@ static rmmc_status_t reclaim(arena_res_t *res, bool *changed) {
   pthread_mutex_lock(&res->arenas_lock);
   for (arena_t *a = res->arenas; a != NULL; a = a->next_all) {
     pthread_mutex_lock(&a->lock);
-    while (a->empty != NULL) {
-      sb_t *sb = a->empty;
-      a->empty = sb->next;
-      a->nempty--;
-      give_back(res, a, sb, TAG_SAME);
-      *changed = true;
-    }
+    if (give_back_idle(res, a, TAG_SAME) != 0) *changed = true;
     pthread_mutex_unlock(&a->lock);
   }
   pthread_mutex_unlock(&res->arenas_lock);
@@ -923,12 +942,12 @@ static rmmc_status_t arena_release_cached(rmmc_resource_t *r) {
 
 static void arena_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   arena_res_t *res = (arena_res_t *)r;
-  uint64_t nsb = 0, nempty = 0, in_use = 0, attached = 0, detached = 0;
+  uint64_t nsb = 0, nidle = 0, in_use = 0, attached = 0, detached = 0;
   pthread_mutex_lock(&res->arenas_lock);
   for (arena_t *a = res->arenas; a != NULL; a = a->next_all) {
     pthread_mutex_lock(&a->lock);
     nsb += a->nsb;
-    nempty += a->nempty;
+    nidle += a->nidle;
     in_use += a->in_use;
     if (a->attached) attached++;
     else if (a->nsb > 0) detached++;
@@ -948,7 +967,7 @@ static void arena_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_bytes(emit, ctx, "in_use", in_use + large);
   rmmc__emit_count(emit, ctx, "chunks", chunks);
   rmmc__emit_count(emit, ctx, "superblocks", nsb);
-  rmmc__emit_count(emit, ctx, "cached_superblocks", nempty);
+  rmmc__emit_count(emit, ctx, "cached_superblocks", nidle);
   rmmc__emit_bytes(emit, ctx, "global_free", gfree);
   rmmc__emit_bytes(emit, ctx, "largest_free", largest);
   rmmc__emit_count(emit, ctx, "large_allocations", nlarge);
