@@ -561,11 +561,14 @@ START_TEST(test_arena_spec) {
   ck_assert_int_eq(rmmc_stack_create("arena(superblock=1MiB, chunk=16MiB, max=64MiB, keep=0) > host", -1, &r),
                    RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "superblock_size"), MiB);
-  void *p;
-  ck_assert_int_eq(rmmc_resource_allocate(r, 1000, 256, NULL, &p), RMMC_SUCCESS);
+  void *p[8];
+  for (int i = 0; i < 8; i++) ck_assert_int_eq(rmmc_resource_allocate(r, 256 * KiB, 256, NULL, &p[i]), RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "reserved"), 16 * MiB);
-  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 1000, 256, NULL), RMMC_SUCCESS);
-  ck_assert_uint_eq(field(r, "superblocks"), 0); /* keep=0 */
+  ck_assert_uint_eq(field(r, "superblocks"), 2);
+  for (int i = 0; i < 8; i++) ck_assert_int_eq(rmmc_resource_deallocate(r, p[i], 256 * KiB, 256, NULL), RMMC_SUCCESS);
+  /* keep=0: only the class's last superblock stays. */
+  ck_assert_uint_eq(field(r, "superblocks"), 1);
+  ck_assert_uint_eq(field(r, "cached_superblocks"), 1);
   rmmc_resource_release(r);
   ck_assert_int_eq(rmmc_stack_create("arena(max=5%) > host", -1, &r), RMMC_SUCCESS);
   rmmc_resource_release(r);

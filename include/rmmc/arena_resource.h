@@ -14,8 +14,9 @@
  * directly (one lock, address-ordered first fit, rounded the same way).
  * Bookkeeping is on the host; the memory is never touched.
  *
- * Superblocks move. An arena keeps up to keep_superblocks wholly free
- * superblocks for itself and gives further ones back to the global arena.
+ * Superblocks move. An arena keeps the last superblock of each class it
+ * uses even when wholly free, plus up to keep_superblocks further wholly
+ * free ones, and gives others back to the global arena.
  * When the upstream is out of memory (or max_size is reached), every arena
  * gives back all its wholly free superblocks and the allocation is retried
  * once; the same happens on release_cached, which then returns wholly free
@@ -72,7 +73,8 @@ typedef struct rmmc_arena_options {
   size_t chunk_size;       /* taken from the upstream at a time, rounded up to
                               superblocks (default 256 MiB) */
   size_t max_size;         /* most taken from the upstream (default 0: no limit) */
-  size_t keep_superblocks; /* wholly free superblocks an arena keeps (default 4) */
+  size_t keep_superblocks; /* wholly free superblocks an arena keeps beyond
+                              the last of each class (default 4) */
 } rmmc_arena_options_t;
 
 #define RMMC_ARENA_OPTIONS_INIT                                                \

@@ -13,10 +13,11 @@
  * - Arena (one per thread and stream, lock uncontended unless another
  *   thread frees into it): superblocks by size class (lists of those with a
  *   free block), a map of its superblocks, and frees from other streams
- *   waiting for the owner's stream to wait on their events. Up to `keep`
- *   wholly free superblocks stay: the last one of its class stays in the
- *   class list still formatted (a thread that allocates and frees one block
- *   over and over never reformats), others go to a classless list.
+ *   waiting for the owner's stream to wait on their events. A class's last
+ *   superblock stays in its class list when wholly free, still formatted (a
+ *   thread that allocates and frees one block over and over never
+ *   reformats, nor touches the global arena); up to `keep` further wholly
+ *   free superblocks wait in a classless list.
  * - Superblock: superblock_size bytes at a multiple of that size, one size
  *   class, a bitmap of blocks in use (a hint keeps the scan short).
  *
@@ -85,8 +86,9 @@ typedef struct arena {
   pthread_mutex_t lock;
   rmmc__stream_slot_t *slot; /* its stream */
   bool attached;             /* a live thread uses it */
-  size_t nsb;   /* superblocks held */
-  size_t nidle; /* of which wholly free (kept in their class list or in `empty`) */
+  size_t nsb;    /* superblocks held */
+  size_t nidle;  /* of which wholly free (in their class list or in `empty`) */
+  size_t nempty; /* of which in `empty` */
   uint64_t in_use;
   sb_t *empty; /* wholly free superblocks of no class (singly linked) */
   rmmc__ptrmap_t sbs;
@@ -433,15 +435,17 @@ static void sb_release(arena_res_t *res, arena_t *a, sb_t *sb, uint32_t idx, cud
     return;
   }
   if (!was_full) list_remove(&a->partial[sb->cls], sb);
-  if (a->attached && a->nidle < res->keep) {
+  if (a->attached && a->partial[sb->cls] == NULL) {
+    list_push(&a->partial[sb->cls], sb); /* the class's last: stays, formatted */
     a->nidle++;
-    if (a->partial[sb->cls] == NULL) {
-      list_push(&a->partial[sb->cls], sb); /* stays formatted for its class */
-    } else {
-      sb->cls = NO_CLASS;
-      sb->next = a->empty;
-      a->empty = sb;
-    }
+    return;
+  }
+  if (a->attached && a->nempty < res->keep) {
+    sb->cls = NO_CLASS;
+    sb->next = a->empty;
+    a->empty = sb;
+    a->nempty++;
+    a->nidle++;
     return;
   }
   int tag = TAG_SAME;
@@ -471,6 +475,7 @@ static size_t give_back_idle(arena_res_t *res, arena_t *a, int tag) {
     }
   }
   a->nidle = 0;
+  a->nempty = 0;
   return n;
 }
 
@@ -523,6 +528,7 @@ static rmmc_status_t take_superblock(arena_res_t *res, arena_t *a, uint32_t cls,
   sb_t *sb = a->empty;
   if (sb != NULL) {
     a->empty = sb->next; /* still counted idle until its first block goes */
+    a->nempty--;
   } else {
     sb = malloc(sizeof *sb + res->nwords * sizeof(uint64_t));
     if (sb == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "arena: no host memory");
