@@ -44,12 +44,13 @@ static void finish(rmmc_resource_t *r, rmmc_resource_t *spy) {
 
 /* Small superblocks so tests move many of them: 64 KiB superblocks
  * (classes up to 16 KiB), chunks of 4. */
-static rmmc_resource_t *make_small(rmmc_resource_t *up, size_t keep, size_t max) {
+static rmmc_resource_t *make_small(rmmc_resource_t *up, size_t keep, size_t max, size_t cache) {
   rmmc_arena_options_t o = RMMC_ARENA_OPTIONS_INIT;
   o.superblock_size = 64 * KiB;
   o.chunk_size = 256 * KiB;
   o.keep_superblocks = keep;
   o.max_size = max;
+  o.large_cache_size = cache;
   rmmc_resource_t *r = NULL;
   ck_assert_int_eq(rmmc_arena_resource_create(up, &o, &r), RMMC_SUCCESS);
   return r;
@@ -101,7 +102,7 @@ START_TEST(test_arena_size_classes) {
 END_TEST
 
 START_TEST(test_arena_same_stream_reuse_makes_no_cuda_call) {
-  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0);
+  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0, MiB);
   void *p, *keep, *q[2] = {NULL, NULL};
   ck_assert_int_eq(rmmc_resource_allocate(r, 700, 256, S1, &keep), RMMC_SUCCESS);
   for (int i = 0; i < 1000; i++) {
@@ -114,15 +115,16 @@ START_TEST(test_arena_same_stream_reuse_makes_no_cuda_call) {
   ck_assert_int_eq(rmmc_resource_deallocate(r, keep, 700, 256, S1), RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "event_waits"), 0);
   ck_assert_uint_eq(field(r, "device_syncs"), 0);
-  /* Large frees record an event so other streams can reuse them. */
-  ck_assert_uint_eq(field(r, "event_records"), 500);
+  /* Large blocks freed on their stream are cached by the arena. */
+  ck_assert_uint_eq(field(r, "event_records"), 0);
+  ck_assert_uint_eq(field(r, "cached_large_bytes"), 112 * KiB);
   ck_assert_uint_eq(field(r, "streams"), 1);
   finish(r, spy);
 }
 END_TEST
 
 START_TEST(test_arena_free_on_another_stream_waits_before_reuse) {
-  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0);
+  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0, MiB);
   void *x, *y, *z;
   ck_assert_int_eq(rmmc_resource_allocate(r, 3000, 256, S1, &x), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, 3000, 256, S1, &y), RMMC_SUCCESS);
@@ -147,7 +149,7 @@ END_TEST
 START_TEST(test_arena_large_block_crosses_streams_after_event) {
   /* One 256 KiB chunk and no more: the clean space is used up, so S2 can
    * only get the block S1 freed, after waiting on S1's event. */
-  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 256 * KiB);
+  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 256 * KiB, 0);
   void *l1, *l2, *l3, *p;
   ck_assert_int_eq(rmmc_resource_allocate(r, 128 * KiB, 256, S2, &l2), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, 128 * KiB, 256, S1, &l1), RMMC_SUCCESS);
@@ -168,7 +170,7 @@ START_TEST(test_arena_large_block_crosses_streams_after_event) {
 END_TEST
 
 START_TEST(test_arena_out_of_memory_reclaims_superblocks_and_retries) {
-  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0);
+  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0, MiB);
   spy_t *s = spy_of(spy);
   void *p[16], *q;
   /* 16 KiB blocks, 4 per superblock: fill all 4 superblocks of the chunk on S1. */
@@ -205,6 +207,46 @@ START_TEST(test_arena_out_of_memory_reclaims_superblocks_and_retries) {
 }
 END_TEST
 
+START_TEST(test_arena_large_blocks_cached_per_stream) {
+  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0, 256 * KiB);
+  void *a, *b, *c[3];
+  ck_assert_int_eq(rmmc_resource_allocate(r, 100 * KiB, 256, S1, &a), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, a, 100 * KiB, 256, S1), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "cached_large_bytes"), 112 * KiB);
+  uint64_t gfree = field(r, "global_free");
+  /* Same class on the same stream: the cached block, global arena untouched. */
+  ck_assert_int_eq(rmmc_resource_allocate(r, 110 * KiB, 256, S1, &b), RMMC_SUCCESS);
+  ck_assert_ptr_eq(b, a);
+  ck_assert_uint_eq(field(r, "cached_large_bytes"), 0);
+  ck_assert_uint_eq(field(r, "global_free"), gfree);
+  ck_assert_uint_eq(field(r, "large_allocations"), 1);
+  /* Another stream does not see S1's cache. */
+  ck_assert_int_eq(rmmc_resource_allocate(r, 100 * KiB, 256, S2, &c[0]), RMMC_SUCCESS);
+  ck_assert_ptr_ne(c[0], a);
+  /* Freed on another stream than its arena's: back to the global arena,
+   * covered by S1's event. */
+  ck_assert_int_eq(rmmc_resource_deallocate(r, c[0], 100 * KiB, 256, S1), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "event_records"), 1);
+  ck_assert_uint_eq(field(r, "cached_large_bytes"), 0);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, b, 110 * KiB, 256, S1), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, b, 110 * KiB, 256, S1), RMMC_ERROR_UNKNOWN_POINTER);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "already free"), "%s", rmmc_last_error_message());
+  /* The cache holds 256 KiB: two 112 KiB blocks; the third goes back. */
+  ck_assert_int_eq(rmmc_resource_allocate(r, 100 * KiB, 256, S1, &c[0]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 100 * KiB, 256, S1, &c[1]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 100 * KiB, 256, S1, &c[2]), RMMC_SUCCESS);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(rmmc_resource_deallocate(r, c[i], 100 * KiB, 256, S1), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "cached_large_bytes"), 224 * KiB);
+  ck_assert_uint_eq(field(r, "event_records"), 2);
+  ck_assert_uint_eq(field(r, "in_use"), 0);
+  /* release_cached takes the caches back and returns whole chunks. */
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "cached_large_bytes"), 0);
+  ck_assert_uint_eq(spy_counts(spy_of(spy)).outstanding, 0);
+  finish(r, spy);
+}
+END_TEST
+
 typedef struct exit_arg {
   rmmc_resource_t *r;
   cudaStream_t stream;
@@ -214,7 +256,11 @@ typedef struct exit_arg {
 
 static void *alloc_then_exit(void *arg) {
   exit_arg_t *e = arg;
-  void *p[40];
+  void *p[40], *big;
+  /* A large block freed on the thread's stream stays cached until exit. */
+  if (rmmc_resource_allocate(e->r, 100 * KiB, 256, e->stream, &big) != RMMC_SUCCESS ||
+      rmmc_resource_deallocate(e->r, big, 100 * KiB, 256, e->stream) != RMMC_SUCCESS)
+    return (void *)3;
   for (int i = 0; i < 40; i++)
     if (rmmc_resource_allocate(e->r, (size_t)(i % 2 ? 16 : 4) * KiB, 256, e->stream, &p[i]) != RMMC_SUCCESS)
       return (void *)1;
@@ -226,7 +272,7 @@ static void *alloc_then_exit(void *arg) {
 }
 
 START_TEST(test_arena_thread_exit_returns_superblocks) {
-  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 8, 0);
+  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 8, 0, MiB);
   exit_arg_t e = {r, S1, 0, NULL};
   pthread_t t;
   void *res;
@@ -260,7 +306,7 @@ START_TEST(test_arena_thread_exit_returns_superblocks) {
   ck_assert_ptr_null(res);
   ck_assert_uint_eq(field(r, "superblocks"), 0);
   /* It found room in what the first thread left (all but the mixed one). */
-  ck_assert_uint_eq(spy_counts(spy_of(spy)).allocate_calls, 2);
+  ck_assert_uint_eq(spy_counts(spy_of(spy)).allocate_calls, 3);
   finish(r, spy);
 }
 END_TEST
@@ -312,7 +358,7 @@ static void *outlive(void *arg) {
 }
 
 START_TEST(test_arena_destroyed_while_threads_live) {
-  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0);
+  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0, MiB);
   gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
   outlive_arg_t o = {r, &g, 0};
   pthread_t t;
@@ -363,7 +409,7 @@ static void *own_stream_worker(void *arg) {
 }
 
 START_TEST(test_arena_sixteen_threads_on_their_streams) {
-  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 2, 0);
+  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 2, 0, MiB);
   enum { T = 16 };
   pthread_t th[T];
   mt_arg_t args[T];
@@ -445,7 +491,7 @@ static void *consumer(void *arg) {
 }
 
 START_TEST(test_arena_blocks_freed_by_other_threads_on_other_streams) {
-  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 2, 0);
+  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 2, 0, MiB);
   handoff_t h;
   memset(&h, 0, sizeof h);
   pthread_mutex_init(&h.m, NULL);
@@ -476,7 +522,7 @@ START_TEST(test_arena_blocks_freed_by_other_threads_on_other_streams) {
 END_TEST
 
 START_TEST(test_arena_bad_frees_change_nothing) {
-  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0);
+  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0, MiB);
   void *p, *q, *big;
   ck_assert_int_eq(rmmc_resource_allocate(r, 1000, 256, S1, &p), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, 1000, 256, S1, &q), RMMC_SUCCESS);
@@ -558,7 +604,7 @@ START_TEST(test_arena_spec) {
   ck_assert_int_eq(rmmc_stack_create("arena > host", -1, &r), RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "superblock_size"), 4 * MiB);
   rmmc_resource_release(r);
-  ck_assert_int_eq(rmmc_stack_create("arena(superblock=1MiB, chunk=16MiB, max=64MiB, keep=0) > host", -1, &r),
+  ck_assert_int_eq(rmmc_stack_create("arena(superblock=1MiB, chunk=16MiB, max=64MiB, keep=0, cache=0) > host", -1, &r),
                    RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "superblock_size"), MiB);
   void *p[8];
@@ -569,6 +615,13 @@ START_TEST(test_arena_spec) {
   /* keep=0: only the class's last superblock stays. */
   ck_assert_uint_eq(field(r, "superblocks"), 1);
   ck_assert_uint_eq(field(r, "cached_superblocks"), 1);
+  /* The second superblock went back with an event; with cache=0 a freed
+   * large block does too. */
+  ck_assert_uint_eq(field(r, "event_records"), 1);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 300 * KiB, 256, NULL, &p[0]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p[0], 300 * KiB, 256, NULL), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "cached_large_bytes"), 0);
+  ck_assert_uint_eq(field(r, "event_records"), 2);
   rmmc_resource_release(r);
   ck_assert_int_eq(rmmc_stack_create("arena(max=5%) > host", -1, &r), RMMC_SUCCESS);
   rmmc_resource_release(r);
@@ -582,7 +635,8 @@ START_TEST(test_arena_spec) {
   expect_spec_error("arena(chunk=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "chunk size 0");
   expect_spec_error("arena(max=1MiB) > host", RMMC_ERROR_INVALID_ARGUMENT, "below one superblock");
   expect_spec_error("arena(max=200%) > host", RMMC_ERROR_PARSE, "percentage in (0, 100]");
-  expect_spec_error("arena(size=1GiB) > host", RMMC_ERROR_PARSE, "it takes: superblock, chunk, max, keep");
+  expect_spec_error("arena(size=1GiB) > host", RMMC_ERROR_PARSE, "it takes: superblock, chunk, max, keep, cache");
+  expect_spec_error("arena(cache=lots) > host", RMMC_ERROR_PARSE, "'lots' is not a size");
 }
 END_TEST
 
@@ -600,6 +654,7 @@ int main(void) {
   tcase_add_test(tc, test_arena_free_on_another_stream_waits_before_reuse);
   tcase_add_test(tc, test_arena_large_block_crosses_streams_after_event);
   tcase_add_test(tc, test_arena_out_of_memory_reclaims_superblocks_and_retries);
+  tcase_add_test(tc, test_arena_large_blocks_cached_per_stream);
   tcase_add_test(tc, test_arena_thread_exit_returns_superblocks);
   tcase_add_test(tc, test_arena_destroyed_while_threads_live);
   tcase_add_test(tc, test_arena_sixteen_threads_on_their_streams);

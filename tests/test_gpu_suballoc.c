@@ -44,7 +44,8 @@ static rmmc_resource_t *make(kind_t k, rmmc_resource_t *cuda) {
     rmmc_arena_options_t o = RMMC_ARENA_OPTIONS_INIT;
     o.superblock_size = MiB;
     o.chunk_size = 2 * MiB;
-    o.max_size = 2 * MiB; /* room for exactly two 1 MiB large blocks */
+    o.max_size = 2 * MiB;     /* room for exactly two 1 MiB large blocks */
+    o.large_cache_size = 0; /* freed large blocks go back at once, with an event */
     st = rmmc_arena_resource_create(cuda, &o, &r);
   } else {
     rmmc_arena_options_t o = RMMC_ARENA_OPTIONS_INIT;

@@ -11,7 +11,10 @@
  * and freeing a small block on the owning thread takes only that arena's
  * lock (uncontended) and a bitmap scan: threads on their own streams never
  * share a lock. Requests above a quarter superblock go to the global arena
- * directly (one lock, address-ordered first fit, rounded the same way).
+ * directly (one lock, address-ordered first fit, rounded the same way);
+ * a large block freed on its arena's stream is cached by that arena (up to
+ * large_cache_size bytes) and reused by its next request of the same class
+ * without the global lock.
  * Bookkeeping is on the host; the memory is never touched.
  *
  * Superblocks move. An arena keeps the last superblock of each class it
@@ -20,8 +23,9 @@
  * When the upstream is out of memory (or max_size is reached), every arena
  * gives back all its wholly free superblocks and the allocation is retried
  * once; the same happens on release_cached, which then returns wholly free
- * chunks to the upstream. When a thread exits, its arenas give back their
- * wholly free superblocks; superblocks still holding blocks stay until
+ * chunks to the upstream. Cached large blocks go back in the same events.
+ * When a thread exits, its arenas give back their wholly free superblocks
+ * and cached large blocks; superblocks still holding blocks stay until
  * those are freed (from any thread) and then go back too. The arena
  * resource may be destroyed while threads that used it still run, and a
  * thread may exit after the resource is gone: both are safe.
@@ -30,9 +34,10 @@
  * reused by that stream at once, with no CUDA call. A block freed on
  * another stream records that stream's event and is reused by the owner's
  * stream only after cudaStreamWaitEvent on it (at the owner's next
- * allocate). A superblock or large block given back during a call on its
- * stream records that stream's event, and another stream taking it waits
- * on the event first; one given back with no live stream to record on
+ * allocate). A large block freed on another stream than its arena's goes
+ * back to the global arena at once. A superblock or large block given back
+ * during a call on a stream records that stream's event, and another
+ * stream taking it waits on the event first; one given back with no live stream to record on
  * (thread exit, out-of-memory reclaim) is reused by the same stream at
  * once and by other streams only after a device synchronization, which
  * the out-of-memory path performs. Chunks are taken from the upstream on
@@ -54,7 +59,8 @@
  *
  * describe: superblock_size, reserved, in_use, chunks, superblocks (held by
  * arenas), cached_superblocks (wholly free ones among them), global_free,
- * largest_free, large_allocations, large_bytes, arenas (of live threads),
+ * largest_free, large_allocations, large_bytes, cached_large_bytes, arenas
+ * (of live threads),
  * detached_arenas, streams, event_records, event_waits, device_syncs,
  * stream_syncs. Thread-safe.
  */
@@ -75,10 +81,12 @@ typedef struct rmmc_arena_options {
   size_t max_size;         /* most taken from the upstream (default 0: no limit) */
   size_t keep_superblocks; /* wholly free superblocks an arena keeps beyond
                               the last of each class (default 4) */
+  size_t large_cache_size; /* bytes of freed large blocks an arena keeps for
+                              its stream (default 1 GiB; 0: none) */
 } rmmc_arena_options_t;
 
 #define RMMC_ARENA_OPTIONS_INIT                                                \
-  {sizeof(rmmc_arena_options_t), (size_t)4 << 20, (size_t)256 << 20, 0, 4}
+  {sizeof(rmmc_arena_options_t), (size_t)4 << 20, (size_t)256 << 20, 0, 4, (size_t)1 << 30}
 
 /* Creates an arena resource over `upstream` (retained); NULL options mean
  * defaults. Takes nothing from the upstream until the first allocate.

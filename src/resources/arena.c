@@ -8,8 +8,8 @@
  * - Global arena (glock): chunks from the upstream; an address-ordered
  *   array of free ranges, each tagged with how other streams may reuse it
  *   (clean; same stream only; after the stream's event; after a device
- *   synchronization); a map from superblock base to owning arena; a map of
- *   large blocks. Ranges of different chunks or tags never merge.
+ *   synchronization); maps from superblock base and from large block to
+ *   the owning arena. Ranges of different chunks or tags never merge.
  * - Arena (one per thread and stream, lock uncontended unless another
  *   thread frees into it): superblocks by size class (lists of those with a
  *   free block), a map of its superblocks, and frees from other streams
@@ -17,7 +17,9 @@
  *   superblock stays in its class list when wholly free, still formatted (a
  *   thread that allocates and frees one block over and over never
  *   reformats, nor touches the global arena); up to `keep` further wholly
- *   free superblocks wait in a classless list.
+ *   free superblocks wait in a classless list. Large blocks it took from
+ *   the global arena are its own too: freed on its stream they are cached
+ *   by class (up to cache_limit bytes) for its next large request.
  * - Superblock: superblock_size bytes at a multiple of that size, one size
  *   class, a bitmap of blocks in use (a hint keeps the scan short).
  *
@@ -82,6 +84,18 @@ typedef struct pending {
   rmmc__stream_slot_t *slot;
 } pending_t;
 
+/* A large block an arena owns: allocated, or freed on its stream and
+ * cached for its next request of the same class. */
+typedef struct lblk {
+  char *ptr;
+  size_t size;
+  achunk_t *chunk;
+  struct lblk *next; /* in the cache */
+  bool cached;
+} lblk_t;
+
+#define LARGE_CLASSES 64 /* cached large classes: up to 2^16 x the largest small one */
+
 typedef struct arena {
   pthread_mutex_t lock;
   rmmc__stream_slot_t *slot; /* its stream */
@@ -94,8 +108,12 @@ typedef struct arena {
   rmmc__ptrmap_t sbs;
   pending_t *pending;
   size_t npending, cap_pending;
+  rmmc__ptrmap_t large; /* its large blocks -> lblk_t */
+  size_t lcached;       /* bytes of large blocks cached */
+  uint64_t large_live, large_bytes;
   struct arena *next_all;
   sb_t *partial[MAX_CLASSES];
+  lblk_t *lcache[LARGE_CLASSES];
 } arena_t;
 
 struct arena_res;
@@ -110,7 +128,7 @@ typedef struct shared {
 typedef struct arena_res {
   rmmc__adaptor_t base;
   uint64_t rid;
-  size_t sb_size, max_small, chunk_size, max_size, keep;
+  size_t sb_size, max_small, chunk_size, max_size, keep, cache_limit;
   unsigned sb_shift;
   uint32_t nwords, nclasses;
   uint32_t class_bytes[MAX_CLASSES];
@@ -121,8 +139,8 @@ typedef struct arena_res {
   achunk_t **chunks;
   size_t nchunks, cap_chunks;
   rmmc__ptrmap_t owners; /* superblock base -> arena */
-  rmmc__ptrmap_t large;  /* pointer -> chunk, size */
-  size_t reserved, large_bytes, large_count;
+  rmmc__ptrmap_t large;  /* large block -> owning arena */
+  size_t reserved;
   bool pad;
   pthread_mutex_t arenas_lock;
   arena_t *arenas;
@@ -479,6 +497,36 @@ static size_t give_back_idle(arena_res_t *res, arena_t *a, int tag) {
   return n;
 }
 
+/* Takes large block b from arena a (owner's lock held) and gives its range
+ * to the global arena. */
+static void large_give_back(arena_res_t *res, arena_t *a, lblk_t *b, int tag,
+                            rmmc__stream_slot_t *slot) {
+  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&a->large, b->ptr);
+  if (e != NULL) rmmc__ptrmap_remove(&a->large, e);
+  pthread_mutex_lock(&res->glock);
+  e = rmmc__ptrmap_find(&res->large, b->ptr);
+  if (e != NULL) rmmc__ptrmap_remove(&res->large, e);
+  g_put(res, b->ptr, b->size, b->chunk, tag, slot);
+  pthread_mutex_unlock(&res->glock);
+  free(b);
+}
+
+/* Gives every cached large block of the arena back (no stream to record
+ * on). Returns how many. */
+static size_t give_back_large_cache(arena_res_t *res, arena_t *a) {
+  size_t n = 0;
+  for (uint32_t c = 0; c < LARGE_CLASSES; c++) {
+    while (a->lcache[c] != NULL) {
+      lblk_t *b = a->lcache[c];
+      a->lcache[c] = b->next;
+      large_give_back(res, a, b, TAG_SAME, a->slot);
+      n++;
+    }
+  }
+  a->lcached = 0;
+  return n;
+}
+
 /* The index of the allocated block of class cls at ptr in sb, or
  * UINT32_MAX with *st set. */
 static uint32_t sb_check(const arena_t *a, const sb_t *sb, const void *ptr, uint32_t cls,
@@ -577,58 +625,6 @@ static rmmc_status_t small_allocate(arena_res_t *res, arena_t *a, uint32_t cls,
   return st;
 }
 
-/* ---- large blocks (global arena) ---- */
-
-static rmmc_status_t large_allocate(arena_res_t *res, rmmc__stream_slot_t *slot, size_t bytes,
-                                    size_t alignment, cudaStream_t stream, void **out) {
-  size_t size = large_size(bytes);
-  if (size == 0)
-    return rmmc_set_oom_error(&res->base.base, bytes, stream, "arena: the request is too large");
-  char *p;
-  achunk_t *chunk;
-  pthread_mutex_lock(&res->glock);
-  rmmc_status_t st = g_take(res, size, alignment, slot, stream, &p, &chunk);
-  if (st == RMMC_SUCCESS) {
-    if (rmmc__ptrmap_insert(&res->large, p, chunk, size)) {
-      res->large_bytes += size;
-      res->large_count++;
-      *out = p;
-    } else {
-      g_put(res, p, size, chunk, TAG_SAME, slot);
-      st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "arena: no host memory");
-    }
-  }
-  pthread_mutex_unlock(&res->glock);
-  return st;
-}
-
-static rmmc_status_t large_deallocate(arena_res_t *res, void *ptr, size_t bytes,
-                                      cudaStream_t stream) {
-  size_t size = large_size(bytes);
-  rmmc__stream_slot_t *slot;
-  rmmc_status_t st = rmmc__stream_set_get(&res->streams, stream, &slot);
-  if (st != RMMC_SUCCESS) return st;
-  pthread_mutex_lock(&res->glock);
-  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&res->large, ptr);
-  if (e == NULL) {
-    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
-                        "arena: %p is not a large block of this arena (%zu bytes given)", ptr, bytes);
-  } else if (e->size != size) {
-    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
-                        "arena: large block %p has %zu bytes, not the %zu of a %zu-byte request",
-                        ptr, e->size, size, bytes);
-  } else {
-    achunk_t *chunk = e->value;
-    rmmc__ptrmap_remove(&res->large, e);
-    int tag = rmmc__stream_slot_record(&res->streams, slot, stream) == RMMC_SUCCESS ? TAG_EVENT : TAG_SAME;
-    g_put(res, ptr, size, chunk, tag, slot);
-    res->large_bytes -= size;
-    res->large_count--;
-  }
-  pthread_mutex_unlock(&res->glock);
-  return st;
-}
-
 /* ---- finding this thread's arena ---- */
 
 typedef struct tl_arena {
@@ -675,6 +671,7 @@ static void detach(arena_res_t *res, arena_t *a) {
     sb_release(res, a, a->pending[i].sb, a->pending[i].idx, NULL);
   }
   (void)give_back_idle(res, a, TAG_SAME);
+  (void)give_back_large_cache(res, a);
   pthread_mutex_unlock(&a->lock);
 }
 
@@ -702,7 +699,7 @@ static rmmc_status_t attach_arena(arena_res_t *res, rmmc__stream_slot_t *slot, a
   pthread_mutex_lock(&res->arenas_lock);
   for (arena_t *x = res->arenas; x != NULL && a == NULL; x = x->next_all) {
     pthread_mutex_lock(&x->lock);
-    if (!x->attached && x->nsb == 0 && x->npending == 0) {
+    if (!x->attached && x->nsb == 0 && x->npending == 0 && x->large.count == 0) {
       a = x;
       a->attached = true;
       a->slot = slot;
@@ -716,6 +713,7 @@ static rmmc_status_t attach_arena(arena_res_t *res, rmmc__stream_slot_t *slot, a
       memset(a, 0, sizeof *a);
       pthread_mutex_init(&a->lock, NULL);
       rmmc__ptrmap_init(&a->sbs);
+      rmmc__ptrmap_init(&a->large);
       a->attached = true;
       a->slot = slot;
       a->next_all = res->arenas;
@@ -805,7 +803,7 @@ static rmmc_status_t reclaim(arena_res_t *res, bool *changed) {
   pthread_mutex_lock(&res->arenas_lock);
   for (arena_t *a = res->arenas; a != NULL; a = a->next_all) {
     pthread_mutex_lock(&a->lock);
-    if (give_back_idle(res, a, TAG_SAME) != 0) *changed = true;
+    if (give_back_idle(res, a, TAG_SAME) + give_back_large_cache(res, a) != 0) *changed = true;
     pthread_mutex_unlock(&a->lock);
   }
   pthread_mutex_unlock(&res->arenas_lock);
@@ -822,6 +820,122 @@ static rmmc_status_t reclaim(arena_res_t *res, bool *changed) {
   return st;
 }
 
+/* ---- large blocks: the global arena, cached per arena ---- */
+
+/* The cache list of a large block of `size` bytes, or NULL if not cached. */
+static lblk_t **cache_list(const arena_res_t *res, arena_t *a, size_t size) {
+  uint32_t c = class_index(size);
+  if (c < res->nclasses || c - res->nclasses >= LARGE_CLASSES) return NULL;
+  return &a->lcache[c - res->nclasses];
+}
+
+static rmmc_status_t large_allocate(arena_res_t *res, arena_t *a, size_t bytes, size_t alignment,
+                                    cudaStream_t stream, void **out) {
+  size_t size = large_size(bytes);
+  if (size == 0)
+    return rmmc_set_oom_error(&res->base.base, bytes, stream, "arena: the request is too large");
+  rmmc_status_t st = RMMC_SUCCESS;
+  pthread_mutex_lock(&a->lock);
+  lblk_t **pp = cache_list(res, a, size), *b = NULL;
+  while (pp != NULL && *pp != NULL && ((uintptr_t)(*pp)->ptr & (alignment - 1)) != 0) pp = &(*pp)->next;
+  if (pp != NULL && *pp != NULL) { /* freed on this stream: reuse at once */
+    b = *pp;
+    *pp = b->next;
+    b->cached = false;
+    a->lcached -= size;
+  } else {
+    char *p;
+    achunk_t *chunk;
+    b = malloc(sizeof *b);
+    if (b == NULL) st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "arena: no host memory");
+    if (st == RMMC_SUCCESS) {
+      pthread_mutex_lock(&res->glock);
+      st = g_take(res, size, alignment, a->slot, stream, &p, &chunk);
+      if (st == RMMC_SUCCESS && !rmmc__ptrmap_insert(&res->large, p, a, 0)) {
+        g_put(res, p, size, chunk, TAG_SAME, a->slot);
+        st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "arena: no host memory");
+      }
+      pthread_mutex_unlock(&res->glock);
+    }
+    if (st == RMMC_SUCCESS) {
+      *b = (lblk_t){p, size, chunk, NULL, false};
+      if (!rmmc__ptrmap_insert(&a->large, p, b, 0)) {
+        large_give_back(res, a, b, TAG_SAME, a->slot);
+        st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "arena: no host memory");
+      }
+    } else {
+      free(b);
+    }
+  }
+  if (st == RMMC_SUCCESS) {
+    a->in_use += size;
+    a->large_bytes += size;
+    a->large_live++;
+    *out = b->ptr;
+  }
+  pthread_mutex_unlock(&a->lock);
+  return st;
+}
+
+/* Frees large block b of arena a (owner's lock held) on `stream` (slot):
+ * cached by the arena if freed on its stream and there is room, else given
+ * back covered by the freeing stream's event. */
+static rmmc_status_t large_free(arena_res_t *res, arena_t *a, lblk_t *b, size_t bytes,
+                                rmmc__stream_slot_t *slot, cudaStream_t stream) {
+  size_t size = large_size(bytes);
+  if (b->cached)
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER, "arena: large block %p is already free", b->ptr);
+  if (b->size != size)
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "arena: large block %p has %zu bytes, not the %zu of a %zu-byte request",
+                          b->ptr, b->size, size, bytes);
+  a->in_use -= size;
+  a->large_bytes -= size;
+  a->large_live--;
+  lblk_t **list = cache_list(res, a, size);
+  if (a->attached && slot == a->slot && list != NULL && a->lcached + size <= res->cache_limit) {
+    b->cached = true;
+    b->next = *list;
+    *list = b;
+    a->lcached += size;
+    return RMMC_SUCCESS;
+  }
+  int tag = rmmc__stream_slot_record(&res->streams, slot, stream) == RMMC_SUCCESS ? TAG_EVENT : TAG_SAME;
+  large_give_back(res, a, b, tag, slot);
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t large_deallocate(arena_res_t *res, void *ptr, size_t bytes,
+                                      cudaStream_t stream) {
+  arena_t *a;
+  rmmc_status_t st = arena_lookup(res, stream, false, &a);
+  if (st != RMMC_SUCCESS) return st;
+  if (a != NULL) {
+    pthread_mutex_lock(&a->lock);
+    rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&a->large, ptr);
+    if (e != NULL) st = large_free(res, a, e->value, bytes, a->slot, stream);
+    pthread_mutex_unlock(&a->lock);
+    if (e != NULL) return st;
+  }
+  rmmc__stream_slot_t *slot;
+  st = rmmc__stream_set_get(&res->streams, stream, &slot);
+  if (st != RMMC_SUCCESS) return st;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    pthread_mutex_lock(&res->glock);
+    rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&res->large, ptr);
+    arena_t *owner = e != NULL ? e->value : NULL;
+    pthread_mutex_unlock(&res->glock);
+    if (owner == NULL) break;
+    pthread_mutex_lock(&owner->lock);
+    e = rmmc__ptrmap_find(&owner->large, ptr);
+    if (e != NULL) st = large_free(res, owner, e->value, bytes, slot, stream);
+    pthread_mutex_unlock(&owner->lock);
+    if (e != NULL) return st;
+  }
+  return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                        "arena: %p is not a large block of this arena (%zu bytes given)", ptr, bytes);
+}
+
 /* ---- the ops ---- */
 
 static rmmc_status_t arena_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
@@ -833,7 +947,7 @@ static rmmc_status_t arena_allocate(rmmc_resource_t *r, size_t bytes, size_t ali
   uint32_t cls = route(res, bytes, alignment);
   for (int attempt = 0;; attempt++) {
     st = cls < res->nclasses ? small_allocate(res, a, cls, stream, out)
-                             : large_allocate(res, a->slot, bytes, alignment, stream, out);
+                             : large_allocate(res, a, bytes, alignment, stream, out);
     if (RMMC_LIKELY(st != RMMC_ERROR_OUT_OF_MEMORY) || attempt == 1) return st;
     bool changed;
     rmmc_status_t rst = reclaim(res, &changed);
@@ -949,20 +1063,23 @@ static rmmc_status_t arena_release_cached(rmmc_resource_t *r) {
 static void arena_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   arena_res_t *res = (arena_res_t *)r;
   uint64_t nsb = 0, nidle = 0, in_use = 0, attached = 0, detached = 0;
+  uint64_t nlarge = 0, large = 0, lcached = 0;
   pthread_mutex_lock(&res->arenas_lock);
   for (arena_t *a = res->arenas; a != NULL; a = a->next_all) {
     pthread_mutex_lock(&a->lock);
     nsb += a->nsb;
     nidle += a->nidle;
+    nlarge += a->large_live;
+    large += a->large_bytes;
+    lcached += a->lcached;
     in_use += a->in_use;
     if (a->attached) attached++;
-    else if (a->nsb > 0) detached++;
+    else if (a->nsb > 0 || a->large.count > 0) detached++;
     pthread_mutex_unlock(&a->lock);
   }
   pthread_mutex_unlock(&res->arenas_lock);
   pthread_mutex_lock(&res->glock);
-  uint64_t reserved = res->reserved, chunks = res->nchunks, large = res->large_bytes;
-  uint64_t nlarge = res->large_count, gfree = 0, largest = 0;
+  uint64_t reserved = res->reserved, chunks = res->nchunks, gfree = 0, largest = 0;
   for (size_t i = 0; i < res->nfree; i++) {
     gfree += res->free[i].size;
     if (res->free[i].size > largest) largest = res->free[i].size;
@@ -970,7 +1087,7 @@ static void arena_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   pthread_mutex_unlock(&res->glock);
   rmmc__emit_bytes(emit, ctx, "superblock_size", res->sb_size);
   rmmc__emit_bytes(emit, ctx, "reserved", reserved);
-  rmmc__emit_bytes(emit, ctx, "in_use", in_use + large);
+  rmmc__emit_bytes(emit, ctx, "in_use", in_use);
   rmmc__emit_count(emit, ctx, "chunks", chunks);
   rmmc__emit_count(emit, ctx, "superblocks", nsb);
   rmmc__emit_count(emit, ctx, "cached_superblocks", nidle);
@@ -978,6 +1095,7 @@ static void arena_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_bytes(emit, ctx, "largest_free", largest);
   rmmc__emit_count(emit, ctx, "large_allocations", nlarge);
   rmmc__emit_bytes(emit, ctx, "large_bytes", large);
+  rmmc__emit_bytes(emit, ctx, "cached_large_bytes", lcached);
   rmmc__emit_count(emit, ctx, "arenas", attached);
   rmmc__emit_count(emit, ctx, "detached_arenas", detached);
   rmmc__stream_set_describe(&res->streams, emit, ctx);
@@ -995,6 +1113,9 @@ static void arena_destroy(rmmc_resource_t *r) {
     for (size_t i = 0; a->sbs.slots != NULL && i <= a->sbs.mask; i++)
       if (a->sbs.slots[i].key != NULL) free(a->sbs.slots[i].value);
     rmmc__ptrmap_fini(&a->sbs);
+    for (size_t i = 0; a->large.slots != NULL && i <= a->large.mask; i++)
+      if (a->large.slots[i].key != NULL) free(a->large.slots[i].value);
+    rmmc__ptrmap_fini(&a->large);
     free(a->pending);
     pthread_mutex_destroy(&a->lock);
     free(a);
@@ -1075,6 +1196,7 @@ RMMC_API rmmc_status_t rmmc_arena_resource_create(rmmc_resource_t *upstream,
   res->chunk_size = chunk;
   res->max_size = o.max_size;
   res->keep = o.keep_superblocks;
+  res->cache_limit = o.large_cache_size;
   rmmc__stream_set_init(&res->streams, upstream, 0);
   pthread_mutex_init(&res->glock, NULL);
   pthread_mutex_init(&res->arenas_lock, NULL);
@@ -1104,6 +1226,7 @@ static const rmmc__spec_option_t arena_spec_options[] = {
     {"chunk", RMMC__OPT_BYTES, "taken from the upstream at a time (default 256MiB)"},
     {"max", RMMC__OPT_BYTES_PCT, "most taken from the upstream (default: no limit)"},
     {"keep", RMMC__OPT_INT, "wholly free superblocks a thread's arena keeps (default 4)"},
+    {"cache", RMMC__OPT_BYTES, "bytes of freed large blocks a thread's arena keeps (default 1GiB)"},
     {NULL, 0, NULL},
 };
 
@@ -1120,6 +1243,7 @@ static rmmc_status_t arena_build(const rmmc__spec_args_t *args, rmmc_resource_t 
   rmmc_status_t st = rmmc__spec_bytes(args, "superblock", upstream, &o.superblock_size);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "chunk", upstream, &o.chunk_size);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "max", upstream, &o.max_size);
+  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "cache", upstream, &o.large_cache_size);
   return st == RMMC_SUCCESS ? rmmc_arena_resource_create(upstream, &o, out) : st;
 }
 
