@@ -3,66 +3,68 @@
  * threads allocating at once (RMM's arena_memory_resource, reworked).
  *
  * Layout. The global arena takes memory from the upstream in chunks of
- * chunk_size and carves it into superblocks (superblock_size, aligned to
- * it) and large blocks. Each thread gets its own arena per stream it uses;
- * an arena holds superblocks, each cut into equal blocks of one size class
- * (classes step by a quarter of each power of two from 256 B up to a
- * quarter superblock, so at most 25% of a block is rounding). Allocating
- * and freeing a small block on the owning thread takes only that arena's
- * lock (uncontended) and a bitmap scan: threads on their own streams never
- * share a lock. Requests above a quarter superblock go to the global arena
- * directly (one lock, address-ordered first fit, rounded the same way);
- * a large block freed on its arena's stream is cached by that arena (up to
- * large_cache_size bytes) and reused by its next request of the same class
- * without the global lock.
- * Bookkeeping is on the host; the memory is never touched.
+ * chunk_size and carves it into superblocks (superblock_size bytes,
+ * aligned to that size) and large blocks. Each thread gets one arena per
+ * stream it uses. An arena holds superblocks, each cut into equal blocks
+ * of one size class (classes step by a quarter of each power of two from
+ * 256 B up to a quarter superblock, so at most 25% of a block is
+ * rounding). Allocating and freeing a small block on the owning thread
+ * takes only that arena's lock (uncontended) and a bitmap scan: threads on
+ * their own streams share no lock. Larger requests go to the global arena
+ * (one lock, address-ordered first fit, sizes rounded the same way); the
+ * block then belongs to the requesting arena, and freed on its stream it
+ * is cached by that arena (up to large_cache_size bytes) for its next
+ * request of the same class, without the global lock. Bookkeeping is on
+ * the host; the memory is never touched.
  *
- * Superblocks move. An arena keeps the last superblock of each class it
+ * Memory moves back. An arena keeps the last superblock of each class it
  * uses even when wholly free, plus up to keep_superblocks further wholly
- * free ones, and gives others back to the global arena.
- * When the upstream is out of memory (or max_size is reached), every arena
- * gives back all its wholly free superblocks and the allocation is retried
- * once; the same happens on release_cached, which then returns wholly free
- * chunks to the upstream. Cached large blocks go back in the same events.
- * When a thread exits, its arenas give back their wholly free superblocks
- * and cached large blocks; superblocks still holding blocks stay until
- * those are freed (from any thread) and then go back too. The arena
- * resource may be destroyed while threads that used it still run, and a
- * thread may exit after the resource is gone: both are safe.
+ * free ones, and gives other wholly free superblocks back to the global
+ * arena. When the upstream is out of memory (or max_size is reached),
+ * every arena gives back its wholly free superblocks and cached large
+ * blocks and the allocation is retried once; release_cached does the same
+ * and then returns wholly free chunks to the upstream. When a thread
+ * exits, its arenas give back their wholly free superblocks and cached
+ * large blocks; what still holds live blocks goes back once those are
+ * freed (from any thread). The resource may be destroyed while threads
+ * that used it still run, and a thread may exit after it is gone.
  *
  * Stream order. A block freed on the stream of the arena that owns it is
- * reused by that stream at once, with no CUDA call. A block freed on
+ * reused by that stream at once, with no CUDA call. A small block freed on
  * another stream records that stream's event and is reused by the owner's
  * stream only after cudaStreamWaitEvent on it (at the owner's next
- * allocate). A large block freed on another stream than its arena's goes
- * back to the global arena at once. A superblock or large block given back
+ * allocate); a large one goes back to the global arena. Memory given back
  * during a call on a stream records that stream's event, and another
- * stream taking it waits on the event first; one given back with no live stream to record on
- * (thread exit, out-of-memory reclaim) is reused by the same stream at
- * once and by other streams only after a device synchronization, which
- * the out-of-memory path performs. Chunks are taken from the upstream on
- * the default stream and synchronized once, so every stream may use them.
- * For host memory streams are opaque keys and no CUDA call is made.
- * (As in RMM, a destroyed stream's handle reused by CUDA for a new stream
- * counts as the same stream.)
+ * stream taking it waits on the event first. Memory given back with no
+ * live stream to name (thread exit, out-of-memory reclaim) is reused by
+ * the same stream at once and by others only after a device
+ * synchronization, which the out-of-memory path performs. Chunks are taken
+ * from the upstream on the default stream and synchronized once, so every
+ * stream may use them. For host memory streams are opaque keys and no
+ * CUDA call is made. (As in RMM, a destroyed stream's handle that CUDA
+ * reuses for a new stream counts as the same stream.)
  *
  * Alignment: any power of two. A small request takes the first class that
  * is a multiple of the alignment (superblocks are aligned to their size);
- * when no small class is, and for large requests, the global arena places
- * the block on the alignment.
+ * when no small class is, the global arena places the block on it.
  *
  * Bad input. deallocate returns RMMC_ERROR_UNKNOWN_POINTER, changing
  * nothing, for a pointer no block of the arena starts at, a block already
- * free (also when its free on another stream is still pending), a size
- * whose class differs from the block's, or a large block freed with
- * another rounded size. A wrong size of the same class is not detectable.
+ * free (also while its free on another stream is pending, or while it is
+ * cached), a size whose class differs from the block's, or a large block
+ * freed with another rounded size. A wrong size of the same class cannot
+ * be told apart.
+ *
+ * Costs to know: a thread that cycles through many streams gets an arena
+ * (and superblocks) per stream; memory cached by an idle thread is only
+ * reclaimed on out of memory, at its exit or by release_cached.
  *
  * describe: superblock_size, reserved, in_use, chunks, superblocks (held by
  * arenas), cached_superblocks (wholly free ones among them), global_free,
  * largest_free, large_allocations, large_bytes, cached_large_bytes, arenas
- * (of live threads),
- * detached_arenas, streams, event_records, event_waits, device_syncs,
- * stream_syncs. Thread-safe.
+ * (of live threads), detached_arenas (of exited threads, still holding
+ * memory), streams, event_records, event_waits, device_syncs, stream_syncs.
+ * Thread-safe.
  */
 #ifndef RMMC_ARENA_RESOURCE_H
 #define RMMC_ARENA_RESOURCE_H

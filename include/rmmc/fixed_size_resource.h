@@ -46,7 +46,7 @@
  * describe: block_size, blocks_per_chunk, reserved (bytes taken from the
  * upstream), in_use (blocks handed out x block size), peak, chunks, blocks,
  * free_blocks, largest_free, streams, event_records, event_waits,
- * device_syncs.
+ * device_syncs, stream_syncs.
  */
 #ifndef RMMC_FIXED_SIZE_RESOURCE_H
 #define RMMC_FIXED_SIZE_RESOURCE_H

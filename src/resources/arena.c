@@ -834,8 +834,12 @@ static rmmc_status_t large_allocate(arena_res_t *res, arena_t *a, size_t bytes, 
   size_t size = large_size(bytes);
   if (size == 0)
     return rmmc_set_oom_error(&res->base.base, bytes, stream, "arena: the request is too large");
-  rmmc_status_t st = RMMC_SUCCESS;
   pthread_mutex_lock(&a->lock);
+  rmmc_status_t st = a->npending != 0 ? merge_pending(res, a, stream) : RMMC_SUCCESS;
+  if (st != RMMC_SUCCESS) {
+    pthread_mutex_unlock(&a->lock);
+    return st;
+  }
   lblk_t **pp = cache_list(res, a, size), *b = NULL;
   while (pp != NULL && *pp != NULL && ((uintptr_t)(*pp)->ptr & (alignment - 1)) != 0) pp = &(*pp)->next;
   if (pp != NULL && *pp != NULL) { /* freed on this stream: reuse at once */
