@@ -192,7 +192,8 @@ START_TEST(test_fixed_size_other_stream_waits_on_event) {
   void *w, *x, *y;
   ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, S2, &w), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, S1, &x), RMMC_SUCCESS);
-  /* Two streams known: the free on S1 records S1's event. */
+  /* S2 had to take a chunk (it is short of blocks): the free on S1
+   * records S1's event for it. */
   ck_assert_int_eq(rmmc_resource_deallocate(r, x, 4096, 256, S1), RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "event_records"), 1);
   /* S2's list is empty: it takes S1's block after waiting on the event. */
@@ -226,9 +227,43 @@ START_TEST(test_fixed_size_uncovered_block_stays_with_its_stream) {
   /* S1 still reuses its own block at once. */
   ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, S1, &z), RMMC_SUCCESS);
   ck_assert_ptr_eq(z, x);
+  /* S2 had to grow: it is starving, so S1's next free covers its list. */
   ck_assert_int_eq(rmmc_resource_deallocate(r, z, 4096, 256, S1), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "event_records"), 1);
+  /* S2's own free ends its starving: nobody needs events any more. */
   ck_assert_int_eq(rmmc_resource_deallocate(r, y, 4096, 256, S2), RMMC_SUCCESS);
-  ck_assert_uint_eq(field(r, "event_records"), 2);
+  ck_assert_uint_eq(field(r, "event_records"), 1);
+  finish(r, spy);
+}
+END_TEST
+
+START_TEST(test_fixed_size_streams_that_share_nothing_record_nothing) {
+  rmmc_resource_t *spy = new_spy(), *r = make(spy, 4096, 4);
+  void *p[4];
+  cudaStream_t st[2] = {S1, S2};
+  for (int round = 0; round < 50; round++)
+    for (int k = 0; k < 2; k++) {
+      for (int i = 0; i < 4; i++) ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, st[k], &p[i]), RMMC_SUCCESS);
+      for (int i = 0; i < 4; i++) ck_assert_int_eq(rmmc_resource_deallocate(r, p[i], 4096, 256, st[k]), RMMC_SUCCESS);
+    }
+  ck_assert_uint_eq(field(r, "streams"), 2);
+  ck_assert_uint_eq(field(r, "chunks"), 2);
+  ck_assert_uint_eq(field(r, "event_records"), 0);
+  ck_assert_uint_eq(field(r, "event_waits"), 0);
+  /* S2 needs a fifth block: it takes a chunk and starves; S1's next free
+   * is covered and S2's next shortage takes S1's blocks after a wait. */
+  void *q[8];
+  for (int i = 0; i < 5; i++) ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, S2, &q[i]), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "chunks"), 3);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, S1, &p[0]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p[0], 4096, 256, S1), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "event_records"), 1);
+  for (int i = 5; i < 8; i++) ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, S2, &q[i]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, S2, &p[1]), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "event_waits"), 1);
+  ck_assert_uint_eq(field(r, "chunks"), 3);
+  for (int i = 0; i < 8; i++) ck_assert_int_eq(rmmc_resource_deallocate(r, q[i], 4096, 256, S2), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p[1], 4096, 256, S2), RMMC_SUCCESS);
   finish(r, spy);
 }
 END_TEST
@@ -464,6 +499,7 @@ int main(void) {
   tcase_add_test(tc, test_fixed_size_same_stream_reuse_makes_no_event);
   tcase_add_test(tc, test_fixed_size_other_stream_waits_on_event);
   tcase_add_test(tc, test_fixed_size_uncovered_block_stays_with_its_stream);
+  tcase_add_test(tc, test_fixed_size_streams_that_share_nothing_record_nothing);
   tcase_add_test(tc, test_fixed_size_out_of_memory_synchronizes_and_reuses);
   tcase_add_test(tc, test_fixed_size_bad_frees_change_nothing);
   tcase_add_test(tc, test_fixed_size_pads_chunks_when_upstream_refuses_alignment);

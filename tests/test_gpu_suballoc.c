@@ -131,8 +131,9 @@ static void reuse_waits_for_the_freeing_stream(kind_t k) {
   CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
   size_t n = k == ARENA_SMALL ? 4096 : MiB;
   void *w = NULL, *x, *y;
-  /* B holds a block first (so B is known to the resource and the other
-   * block of the arena's limit is taken). */
+  /* B takes a block first: for fixed_size and binning B then had to take a
+   * chunk, so A's free records A's event for B; in the arena it takes the
+   * other block its limit allows. */
   if (k != ARENA_SMALL) ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, b, &w), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, a, &x), RMMC_SUCCESS);
   CUDA_OK(gpu_slow_fill(x, n, 0xaa, SLOW_NS, a));

@@ -17,17 +17,19 @@
  * upstream with the block alignment; an upstream that refuses alignments
  * above 256 (the base CUDA resources) gets padded requests instead.
  *
- * Stream order (as RMM's fixed_size_memory_resource). Each stream has its
- * own free list. A block freed on stream S is reused by S at once, with no
- * CUDA call. Once the resource has seen more than one stream, each
- * deallocate records S's event, and a stream T whose list is empty takes
- * S's whole list after cudaStreamWaitEvent(T, S's event); before that (one
- * stream only) nothing is recorded, so single-stream use makes no CUDA call
- * at all. A new chunk is taken on the requesting stream and its blocks
- * belong to that stream. Order of supply when a stream's list is empty:
- * another stream's covered list, a new chunk, and when the upstream is out
- * of memory, a device synchronization after which any stream's blocks are
- * reused. The events belong to the resource and survive the streams, so
+ * Stream order (RMM's fixed_size_memory_resource, with events on demand).
+ * Each stream has its own free list. A block freed on stream S is reused by
+ * S at once, with no CUDA call. A stream T whose list is empty takes the
+ * blocks S freed before S's event was last recorded, after
+ * cudaStreamWaitEvent(T, S's event). S records its event at a deallocate
+ * only while some other stream is short of blocks (it had to take a new
+ * chunk since it last freed or took blocks): streams that do not share
+ * blocks never make a CUDA call, and a stream that runs short gets the
+ * others' later frees. A new chunk is taken on the requesting stream and
+ * its blocks belong to that stream. Order of supply when a stream's list
+ * is empty: another stream's covered blocks, a new chunk, and when the
+ * upstream is out of memory, a device synchronization after which any
+ * stream's blocks are reused. The events belong to the resource and survive the streams, so
  * freeing on a stream that is later destroyed is safe; a destroyed stream's
  * handle reused by CUDA for a new stream counts as the same stream (as in
  * RMM). For host memory streams are opaque keys and no CUDA call is made.

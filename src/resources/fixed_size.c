@@ -11,9 +11,15 @@
  * starts in each window and a pointer's chunk starts in its own window or
  * one of the two before it (three lookups at most, O(1)).
  *
- * A stream's list carries how far its blocks may go to another stream:
- * CLEAN (anywhere: the device was synchronized), EVENT (after waiting on the
- * stream's event, recorded after the last push) or NONE (only this stream).
+ * A stream's list (newest first) ends in a covered segment: the blocks
+ * pushed before its stream's event was last recorded (or before a device
+ * synchronization: clean). Only that segment may go to another stream.
+ * Events are recorded on demand: a free records its stream's event only
+ * while some other stream is starving (had to take a new chunk since it
+ * last freed or took blocks), so streams that never share blocks make no
+ * CUDA call, and a stream that runs short makes the others cover their
+ * frees for it.
+ *
  * One mutex guards everything; the upstream is called with it held (chunk
  * growth is rare and this keeps two threads from growing at once).
  */
@@ -42,13 +48,15 @@ struct fs_chunk {
   fs_block_t blocks[];
 };
 
-enum { COVER_CLEAN, COVER_EVENT, COVER_NONE };
+enum { COVER_CLEAN, COVER_EVENT };
 
 /* The owner data of each stream slot. */
 typedef struct fs_list {
   fs_block_t *head, *tail;
+  fs_block_t *covered; /* first block of the covered segment, or NULL */
   size_t count;
-  int cover;
+  int cover;     /* of the covered segment */
+  bool starving; /* took a new chunk since it last freed or took blocks */
 } fs_list_t;
 
 typedef struct fixed_size {
@@ -65,6 +73,7 @@ typedef struct fixed_size {
   fs_chunk_t **chunks;
   size_t nchunks, cap_chunks;
   uint64_t reserved, in_use, peak, free_blocks;
+  uint32_t starving; /* slots starving */
 } fixed_size_t;
 
 static const rmmc_resource_ops_t fs_ops;
@@ -84,6 +93,7 @@ static inline void list_push(fs_list_t *l, fs_block_t *b) {
 
 static inline fs_block_t *list_pop(fs_list_t *l) {
   fs_block_t *b = l->head;
+  if (b == l->covered) l->covered = b->next;
   l->head = b->next;
   if (l->head != NULL) l->head->prev = NULL;
   else l->tail = NULL;
@@ -92,6 +102,7 @@ static inline fs_block_t *list_pop(fs_list_t *l) {
 }
 
 static void list_unlink(fs_list_t *l, fs_block_t *b) {
+  if (b == l->covered) l->covered = b->next;
   if (b->prev != NULL) b->prev->next = b->next;
   else l->head = b->next;
   if (b->next != NULL) b->next->prev = b->prev;
@@ -99,21 +110,38 @@ static void list_unlink(fs_list_t *l, fs_block_t *b) {
   l->count--;
 }
 
-/* Moves every block of src to the front of dst, now owned by dst_slot. */
-static void list_take_all(fs_list_t *dst, rmmc__stream_slot_t *dst_slot, fs_list_t *src) {
-  for (fs_block_t *b = src->head; b != NULL; b = b->next) b->owner = dst_slot;
-  src->tail->next = dst->head;
-  if (dst->head != NULL) dst->head->prev = src->tail;
-  else dst->tail = src->tail;
-  dst->head = src->head;
-  dst->count += src->count;
-  src->head = src->tail = NULL;
-  src->count = 0;
+/* Moves the covered segment of src into the empty list dst, now owned by
+ * dst_slot. */
+static void list_take_covered(fs_list_t *dst, rmmc__stream_slot_t *dst_slot, fs_list_t *src) {
+  fs_block_t *first = src->covered;
+  size_t n = 0;
+  for (fs_block_t *b = first; b != NULL; b = b->next, n++) b->owner = dst_slot;
+  dst->head = first;
+  dst->tail = src->tail;
+  dst->count = n;
+  src->tail = first->prev;
+  if (src->tail != NULL) src->tail->next = NULL;
+  else src->head = NULL;
+  first->prev = NULL;
+  src->count -= n;
+  src->covered = NULL;
 }
 
+static void set_starving(fixed_size_t *fs, fs_list_t *l, bool starving) {
+  if (l->starving == starving) return;
+  l->starving = starving;
+  if (starving) fs->starving++;
+  else fs->starving--;
+}
+
+/* After a device synchronization every free block may go anywhere. */
 static void mark_all_clean(fixed_size_t *fs) {
   uint32_t n = rmmc__stream_set_count(&fs->streams);
-  for (uint32_t i = 0; i < n; i++) list_of(rmmc__stream_set_at(&fs->streams, i))->cover = COVER_CLEAN;
+  for (uint32_t i = 0; i < n; i++) {
+    fs_list_t *l = list_of(rmmc__stream_set_at(&fs->streams, i));
+    l->covered = l->head;
+    l->cover = COVER_CLEAN;
+  }
 }
 
 /* ---- lookups ---- */
@@ -164,10 +192,10 @@ static inline rmmc_status_t slot_for(fixed_size_t *fs, cudaStream_t stream,
 
 /* ---- supply: steal, grow, reclaim ---- */
 
-/* Takes another stream's whole list for `slot` (whose list is empty) if
- * one may be reused: a clean list as it is, a covered one after making
- * `stream` wait on its event. Returns false if none qualifies; otherwise
- * true with *st the outcome of the wait. */
+/* Takes another stream's covered segment for `slot` (whose list is
+ * empty): a clean one as it is, one covered by an event after making
+ * `stream` wait on it. Returns false if no stream has one; otherwise true
+ * with *st the outcome of the wait. */
 static bool steal(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStream_t stream,
                   rmmc_status_t *st) {
   fs_list_t *mine = list_of(slot);
@@ -175,14 +203,18 @@ static bool steal(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStream_t stre
   for (uint32_t i = 0; i < n; i++) {
     rmmc__stream_slot_t *other = rmmc__stream_set_at(&fs->streams, i);
     fs_list_t *l = list_of(other);
-    if (other == slot || l->head == NULL || l->cover == COVER_NONE) continue;
+    if (other == slot || l->covered == NULL) continue;
     if (l->cover == COVER_EVENT) {
       *st = rmmc__stream_slot_wait(&fs->streams, other, stream);
       if (*st != RMMC_SUCCESS) return true;
     }
-    /* Safe for this stream now; for others only once it records again. */
-    mine->cover = l->cover == COVER_CLEAN ? COVER_CLEAN : COVER_NONE;
-    list_take_all(mine, slot, l);
+    /* Safe for this stream now; for others (unless clean) only once it
+     * records again. */
+    bool clean = l->cover == COVER_CLEAN;
+    list_take_covered(mine, slot, l);
+    mine->covered = clean ? mine->head : NULL;
+    mine->cover = COVER_CLEAN;
+    set_starving(fs, mine, false);
     *st = RMMC_SUCCESS;
     return true;
   }
@@ -242,7 +274,7 @@ static rmmc_status_t grow(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStrea
   l->head = &c->blocks[0];
   l->tail = &c->blocks[fs->per_chunk - 1];
   l->count = fs->per_chunk;
-  l->cover = COVER_NONE;
+  l->covered = NULL;
   c->nfree = fs->per_chunk;
   c->index = fs->nchunks;
   fs->chunks[fs->nchunks++] = c;
@@ -257,6 +289,8 @@ static rmmc_status_t grow(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStrea
 static rmmc_status_t refill(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStream_t stream) {
   rmmc_status_t st;
   if (steal(fs, slot, stream, &st)) return st;
+  /* From now on other streams cover their frees so this one can reuse them. */
+  set_starving(fs, list_of(slot), true);
   st = grow(fs, slot, stream);
   if (st != RMMC_ERROR_OUT_OF_MEMORY || fs->free_blocks == 0) return st;
   rmmc_status_t sst = rmmc__stream_set_sync(&fs->streams);
@@ -328,12 +362,14 @@ static rmmc_status_t fs_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes, 
     b->chunk->nfree++;
     fs->free_blocks++;
     fs->in_use -= fs->block;
-    /* With one stream nobody else can reuse the block: record nothing.
-     * A failed record only keeps the list to this stream. */
-    l->cover = COVER_NONE;
-    if (rmmc__stream_set_count(&fs->streams) > 1 &&
-        rmmc__stream_slot_record(&fs->streams, slot, stream) == RMMC_SUCCESS)
+    set_starving(fs, l, false);
+    /* Cover the list only while another stream is short of blocks; a
+     * failed record just keeps the new blocks to this stream. */
+    if (RMMC_UNLIKELY(fs->starving != 0) &&
+        rmmc__stream_slot_record(&fs->streams, slot, stream) == RMMC_SUCCESS) {
+      l->covered = l->head;
       l->cover = COVER_EVENT;
+    }
   }
   pthread_mutex_unlock(&fs->lock);
   return st;
