@@ -3,8 +3,9 @@
  * recording resource: the calls it makes match the op sequence it claims,
  * sequences are seeded and identical across runs, each thread has its own
  * stream key, failures of allocate or deallocate and figures not back to 0
- * are reported (with every block freed), the budget shortens runs, and bad
- * arguments are refused. Host suite.
+ * are reported (with every block freed), the budget shortens runs, bad
+ * arguments are refused, and the engine releases the reference it is given.
+ * Host suite.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -121,7 +122,7 @@ START_TEST(test_bench_pair_calls_match_sequence) {
   ck_assert_int_eq(spy_create(RMMC_MEMORY_HOST, &r), RMMC_SUCCESS);
   bench_params_t p = params(2, 100, 3);
   bench_result_t res;
-  bench_measure(r, &pair_4k, &p, &res);
+  bench_measure(rmmc_resource_retain(r), &pair_4k, &p, &res);
   assert_stats(&res, 2);
   ck_assert_int_eq(res.runs, 3);
   ck_assert_uint_eq(res.ops, 100);
@@ -135,6 +136,7 @@ START_TEST(test_bench_pair_calls_match_sequence) {
   ck_assert_uint_eq(c.last_bytes, 4096);
   ck_assert_uint_eq(c.last_alignment, RMMC_DEFAULT_ALIGNMENT);
   ck_assert(c.peak_bytes >= 4096 && c.peak_bytes <= 2 * 4096);
+  ck_assert_int_eq(rmmc_resource_refcount(r), 1); /* the engine released its reference */
   rmmc_resource_release(r);
 }
 END_TEST
@@ -144,7 +146,7 @@ START_TEST(test_bench_random_keeps_live_blocks) {
   ck_assert_int_eq(spy_create(RMMC_MEMORY_HOST, &r), RMMC_SUCCESS);
   bench_params_t p = params(3, 40, 2);
   bench_result_t res;
-  bench_measure(r, &random_small, &p, &res);
+  bench_measure(rmmc_resource_retain(r), &random_small, &p, &res);
   assert_stats(&res, 3);
   spy_counts_t c = spy_counts(spy_of(r));
   /* 3 threads x 3 runs x (8 fill + 20 steps); every block freed */
@@ -163,12 +165,12 @@ START_TEST(test_bench_sequences_are_seeded) {
   recorder_t *a = recorder_new(), *b = recorder_new(), *c = recorder_new();
   bench_params_t p = params(1, 200, 1);
   bench_result_t res;
-  bench_measure(&a->base, &random_small, &p, &res);
+  bench_measure(rmmc_resource_retain(&a->base), &random_small, &p, &res);
   assert_stats(&res, 1);
-  bench_measure(&b->base, &random_small, &p, &res);
+  bench_measure(rmmc_resource_retain(&b->base), &random_small, &p, &res);
   assert_stats(&res, 1);
   p.seed = 2;
-  bench_measure(&c->base, &random_small, &p, &res);
+  bench_measure(rmmc_resource_retain(&c->base), &random_small, &p, &res);
   assert_stats(&res, 1);
   ck_assert_uint_eq(a->allocs, 2 * (8 + 100));
   ck_assert_uint_eq(a->hash, b->hash);
@@ -186,9 +188,9 @@ START_TEST(test_bench_threads_have_own_streams) {
   recorder_t *a = recorder_new(), *b = recorder_new();
   bench_params_t p = params(4, 100, 1);
   bench_result_t res;
-  bench_measure(&a->base, &random_small, &p, &res);
+  bench_measure(rmmc_resource_retain(&a->base), &random_small, &p, &res);
   assert_stats(&res, 4);
-  bench_measure(&b->base, &random_small, &p, &res);
+  bench_measure(rmmc_resource_retain(&b->base), &random_small, &p, &res);
   assert_stats(&res, 4);
   ck_assert_int_eq(a->nkeys, 4);
   for (int i = 0; i < a->nkeys; i++) {
@@ -220,7 +222,7 @@ START_TEST(test_bench_reports_allocation_failure_in_warm_up) {
   spy_fail_nth(spy_of(r), 37);
   bench_params_t p = params(2, 100, 3);
   bench_result_t res;
-  bench_measure(r, &random_small, &p, &res);
+  bench_measure(rmmc_resource_retain(r), &random_small, &p, &res);
   ck_assert(!res.ok);
   ck_assert_int_eq(res.runs, 0);
   ck_assert_msg(strstr(res.error, "allocate(") && strstr(res.error, "ERROR_OUT_OF_MEMORY") &&
@@ -229,6 +231,7 @@ START_TEST(test_bench_reports_allocation_failure_in_warm_up) {
   spy_counts_t c = spy_counts(spy_of(r));
   ck_assert_uint_eq(c.allocate_failures, 1);
   ck_assert_uint_eq(c.outstanding, 0); /* the other thread's blocks were freed too */
+  ck_assert_int_eq(rmmc_resource_refcount(r), 1);
   ck_assert_uint_eq(c.deallocate_errors, 0);
   rmmc_resource_release(r);
 }
@@ -240,7 +243,7 @@ START_TEST(test_bench_reports_allocation_failure_in_timed_run) {
   spy_fail_nth(spy_of(r), 120); /* warm-up 50, run 1 50, then the 20th of run 2 */
   bench_params_t p = params(1, 100, 5);
   bench_result_t res;
-  bench_measure(r, &pair_4k, &p, &res);
+  bench_measure(rmmc_resource_retain(r), &pair_4k, &p, &res);
   ck_assert(!res.ok);
   ck_assert_int_eq(res.runs, 1);
   ck_assert_ptr_nonnull(strstr(res.error, "thread 0: allocate(4096 bytes)"));
@@ -256,7 +259,7 @@ START_TEST(test_bench_reports_deallocate_failure) {
   rec->fail_dealloc_nth = 30;
   bench_params_t p = params(1, 100, 2);
   bench_result_t res;
-  bench_measure(&rec->base, &random_small, &p, &res);
+  bench_measure(rmmc_resource_retain(&rec->base), &random_small, &p, &res);
   ck_assert(!res.ok);
   ck_assert_msg(strstr(res.error, "deallocate(") && strstr(res.error, "ERROR_UNKNOWN_POINTER"),
                 "message: %s", res.error);
@@ -273,11 +276,11 @@ START_TEST(test_bench_reports_figures_not_back_to_zero) {
   ck_assert_int_eq(rmmc_resource_allocate(r, 512, 256, NULL, &held), RMMC_SUCCESS);
   bench_params_t p = params(1, 20, 2);
   bench_result_t res;
-  bench_measure(r, &pair_4k, &p, &res);
+  bench_measure(rmmc_resource_retain(r), &pair_4k, &p, &res);
   ck_assert(!res.ok);
   ck_assert_msg(strstr(res.error, "spy reports in_use = 512 (expected 0)"), "message: %s", res.error);
   ck_assert_int_eq(rmmc_resource_deallocate(r, held, 512, 256, NULL), RMMC_SUCCESS);
-  bench_measure(r, &pair_4k, &p, &res);
+  bench_measure(rmmc_resource_retain(r), &pair_4k, &p, &res);
   assert_stats(&res, 1);
   ck_assert_uint_eq(spy_counts(spy_of(r)).outstanding, 0);
   rmmc_resource_release(r);
@@ -290,7 +293,7 @@ START_TEST(test_bench_budget_shortens_runs) {
   bench_params_t p = params(2, 1000000, 2);
   p.budget_s = 1e-6;
   bench_result_t res;
-  bench_measure(r, &random_small, &p, &res);
+  bench_measure(rmmc_resource_retain(r), &random_small, &p, &res);
   assert_stats(&res, 2);
   ck_assert_uint_ge(res.ops, 2);
   ck_assert_uint_le(res.ops, 100000);
@@ -309,26 +312,27 @@ START_TEST(test_bench_rejects_bad_arguments) {
   bench_params_t good = params(1, 10, 1), p;
   bench_case_t c;
   p = good, p.ops = 11;
-  bench_measure(r, &pair_4k, &p, &res);
+  bench_measure(rmmc_resource_retain(r), &pair_4k, &p, &res);
   ck_assert(!res.ok && strstr(res.error, "ops must be even"));
   p = good, p.threads = 0;
-  bench_measure(r, &pair_4k, &p, &res);
+  bench_measure(rmmc_resource_retain(r), &pair_4k, &p, &res);
   ck_assert(!res.ok && strstr(res.error, "threads"));
   p = good, p.repeat = BENCH_MAX_REPEAT + 1;
-  bench_measure(r, &pair_4k, &p, &res);
+  bench_measure(rmmc_resource_retain(r), &pair_4k, &p, &res);
   ck_assert(!res.ok && strstr(res.error, "repeat"));
   c = random_small, c.live = 0;
-  bench_measure(r, &c, &good, &res);
+  bench_measure(rmmc_resource_retain(r), &c, &good, &res);
   ck_assert(!res.ok && strstr(res.error, "live"));
   c = random_small, c.min_bytes = 5000;
-  bench_measure(r, &c, &good, &res);
+  bench_measure(rmmc_resource_retain(r), &c, &good, &res);
   ck_assert(!res.ok && strstr(res.error, "min <= max"));
   c = pair_4k, c.max_bytes = 8192;
-  bench_measure(r, &c, &good, &res);
+  bench_measure(rmmc_resource_retain(r), &c, &good, &res);
   ck_assert(!res.ok && strstr(res.error, "pair wants min == max"));
-  bench_measure(r, NULL, &good, &res);
+  bench_measure(rmmc_resource_retain(r), NULL, &good, &res);
   ck_assert(!res.ok && strstr(res.error, "NULL"));
   ck_assert_uint_eq(spy_counts(spy_of(r)).allocate_calls, 0);
+  ck_assert_int_eq(rmmc_resource_refcount(r), 1); /* released on refusal too */
   rmmc_resource_release(r);
 }
 END_TEST

@@ -341,7 +341,10 @@ bool bench_uses_gpu(const rmmc_resource_t *r) {
 void bench_measure(rmmc_resource_t *r, const bench_case_t *c, const bench_params_t *p,
                    bench_result_t *out) {
   memset(out, 0, sizeof *out);
-  if (!check_arguments(c, p, out->error, sizeof out->error)) return;
+  if (!check_arguments(c, p, out->error, sizeof out->error)) {
+    rmmc_resource_release(r);
+    return;
+  }
   engine_t e = {.r = r, .gpu = bench_uses_gpu(r), .device = rmmc_resource_device(r), .c = c,
                 .threads = p->threads};
   char *err = out->error;
@@ -353,6 +356,7 @@ void bench_measure(rmmc_resource_t *r, const bench_case_t *c, const bench_params
     if (cerr == cudaSuccess) cerr = cudaSetDevice(e.device);
     if (cerr != cudaSuccess) {
       snprintf(err, len, "cannot make device %d current: %s", e.device, cudaGetErrorString(cerr));
+      rmmc_resource_release(r);
       return;
     }
   }
@@ -435,6 +439,9 @@ destroy_sync:
   pthread_cond_destroy(&e.start_cond);
   pthread_mutex_destroy(&e.start_lock);
 free_workers:
+  /* The stack goes first: its per-stream state must not outlive a stream. */
+  rmmc_resource_release(r);
+  r = NULL;
   for (int i = 0; i < p->threads; i++) {
     worker_t *w = &e.workers[i];
     if (w->own_stream) (void)cudaStreamDestroy(w->stream);
@@ -445,5 +452,6 @@ free_workers:
   }
   free(e.workers);
 restore_device:
+  rmmc_resource_release(r); /* when the workers could not be allocated */
   if (saved_device >= 0) (void)cudaSetDevice(saved_device);
 }

@@ -73,8 +73,11 @@ typedef struct bench_result {
   char error[BENCH_ERROR_LEN]; /* when !ok: what failed, first failure only */
 } bench_result_t;
 
-/* Measures `r` (borrowed; NULL means the built-in baseline that calls
- * malloc/free directly) on case `c` with params `p`; fills *out. A failed
+/* Measures `r` on case `c` with params `p` and fills *out. Takes over one
+ * reference to `r` and releases it before destroying the streams, so a
+ * stack's per-stream state never outlives a stream (retain first to keep
+ * the resource). r == NULL is the built-in baseline that calls malloc/free
+ * directly. A failed
  * allocate or free, a CUDA failure, a stack whose figures are not back to 0
  * after a run, or bad arguments end the measurement with out->ok false and
  * the message in out->error; blocks still live are freed first. Streams: a

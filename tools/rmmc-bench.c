@@ -616,8 +616,8 @@ static void format_ratio(double x, char *buf, size_t len) {
 static void print_table(const options_t *o, const row_t *rows, int nrows) {
   int sw = 5, pw = 7;
   bool budget_cut = false;
-  for (int i = 0; i < o->nstacks; i++) {
-    int n = (int)strlen(o->stacks[i].spec);
+  for (int i = 0; i < nrows; i++) {
+    int n = rows[i].measured ? (int)strlen(o->stacks[rows[i].stack].spec) : 0;
     if (n > sw) sw = n;
   }
   for (int i = 0; i < o->ncases; i++) {
@@ -705,8 +705,7 @@ static void measure_row(options_t *o, row_t *row, int index, int total) {
   row->measured = true;
   bench_params_t p = {.threads = row->threads, .ops = o->ops, .repeat = o->repeat, .seed = o->seed,
                       .budget_s = o->budget_s};
-  bench_measure(r, &c->c, &p, &row->res);
-  rmmc_resource_release(r);
+  bench_measure(r, &c->c, &p, &row->res); /* releases r */
   if (!row->res.ok)
     fprintf(stderr, "rmmc-bench: '%s' | %s | %d threads: FAILED: %s\n", s->spec, c->label,
             row->threads, row->res.error);
