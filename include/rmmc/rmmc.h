@@ -23,5 +23,6 @@
 #include "rmmc/vector.h"
 #include "rmmc/scalar.h"
 #include "rmmc/stream.h"
+#include "rmmc/defaults.h"
 
 #endif /* RMMC_RMMC_H */
