@@ -24,5 +24,6 @@
 #include "rmmc/scalar.h"
 #include "rmmc/stream.h"
 #include "rmmc/defaults.h"
+#include "rmmc/plugins.h"
 
 #endif /* RMMC_RMMC_H */
