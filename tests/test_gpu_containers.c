@@ -288,6 +288,18 @@ START_TEST(test_gpu_buffer_of_another_device) {
   CUDA_OK(cudaGetDevice(&cur));
   ck_assert_int_eq(cur, 0);
   expect_bytes(&b, 0, MiB, 0x61);
+  /* A copy onto device 0 waits for the slow writer on b's stream (device
+   * 1's legacy stream). */
+  cudaStream_t s0 = new_stream();
+  rmmc_buffer_t c0;
+  CUDA_OK(cudaSetDevice(1));
+  CUDA_OK(gpu_slow_fill(b.data, MiB, 0x63, SLOW_NS, b.stream));
+  CUDA_OK(cudaSetDevice(0));
+  RMMC_OK(rmmc_buffer_create_copy(&c0, &b, s0, NULL));
+  ck_assert_int_eq(c0.device, 0);
+  expect_bytes(&c0, 0, MiB, 0x63);
+  RMMC_OK(rmmc_buffer_destroy(&c0));
+  RMMC_OK(rmmc_stream_destroy(s0));
   RMMC_OK(rmmc_buffer_destroy(&b));
   RMMC_OK(rmmc_buffer_destroy(&e));
   CUDA_OK(cudaGetDevice(&cur));

@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "../internal.h"
+#include "containers.h"
 #include "rmmc/buffer.h"
 #include "rmmc/registry.h"
 #include "rmmc/stream.h"
@@ -122,8 +122,9 @@ RMMC_API rmmc_status_t rmmc_buffer_create_copy(rmmc_buffer_t *dst, const rmmc_bu
   int saved;
   st = buffer_enter(dst_host ? src->device : dst->device, &saved);
   if (st != RMMC_SUCCESS) goto destroy_dst;
-  /* The source's contents are ordered on its own stream. */
-  if (!src_host) st = rmmc_stream_wait(stream, src->stream);
+  /* The source's contents are ordered on its own stream, which may belong
+   * to another device. */
+  if (!src_host) st = rmmc__stream_wait_from(stream, src->stream, src->device);
   if (st == RMMC_SUCCESS)
     st = copy_bytes(dst_host && src_host, dst->data, src->data, src->size, stream,
                     "buffer_create_copy: cudaMemcpyAsync");

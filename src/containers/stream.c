@@ -8,7 +8,7 @@
  */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "containers.h"
 #include "rmmc/stream.h"
 
 #define MAX_POOL_STREAMS 1024
@@ -65,15 +65,23 @@ RMMC_API rmmc_status_t rmmc_stream_synchronize(cudaStream_t stream) {
   return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cudaStreamSynchronize");
 }
 
-RMMC_API rmmc_status_t rmmc_stream_wait(cudaStream_t waiter, cudaStream_t waited_on) {
+rmmc_status_t rmmc__stream_wait_from(cudaStream_t waiter, cudaStream_t waited_on,
+                                     int waited_device) {
   if (waiter == waited_on) return RMMC_SUCCESS;
   rmmc_status_t st = need_gpu("stream_wait");
   if (st != RMMC_SUCCESS) return st;
+  int saved;
+  st = rmmc__device_push(waited_device, &saved);
+  if (st != RMMC_SUCCESS) return st;
   cudaEvent_t ev;
   cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-  if (err != cudaSuccess) return rmmc_set_cuda_error(err, "stream_wait: cudaEventCreateWithFlags");
+  if (err != cudaSuccess) {
+    rmmc__device_pop(saved);
+    return rmmc_set_cuda_error(err, "stream_wait: cudaEventCreateWithFlags");
+  }
   const char *what = "stream_wait: cudaEventRecord";
   err = cudaEventRecord(ev, waited_on);
+  rmmc__device_pop(saved);
   if (err == cudaSuccess) {
     what = "stream_wait: cudaStreamWaitEvent";
     err = cudaStreamWaitEvent(waiter, ev, 0);
@@ -85,6 +93,10 @@ RMMC_API rmmc_status_t rmmc_stream_wait(cudaStream_t waiter, cudaStream_t waited
     what = "stream_wait: cudaEventDestroy";
   }
   return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, what);
+}
+
+RMMC_API rmmc_status_t rmmc_stream_wait(cudaStream_t waiter, cudaStream_t waited_on) {
+  return rmmc__stream_wait_from(waiter, waited_on, -1);
 }
 
 RMMC_API rmmc_status_t rmmc_stream_pool_create(size_t count, unsigned int flags, int device,
