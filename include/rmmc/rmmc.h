@@ -19,5 +19,11 @@
 #include "rmmc/managed_resource.h"
 #include "rmmc/pinned_resource.h"
 #include "rmmc/cuda_async_resource.h"
+#include "rmmc/buffer.h"
+#include "rmmc/vector.h"
+#include "rmmc/scalar.h"
+#include "rmmc/stream.h"
+#include "rmmc/defaults.h"
+#include "rmmc/plugins.h"
 
 #endif /* RMMC_RMMC_H */
