@@ -6,6 +6,7 @@
 
 extern const rmmc__spec_entry_t rmmc__host_spec, rmmc__cuda_spec, rmmc__managed_spec,
     rmmc__pinned_spec, rmmc__cuda_async_spec;
+extern const rmmc__spec_entry_t rmmc__sim_spec;
 
 const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* base resources */
@@ -14,6 +15,7 @@ const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     &rmmc__pinned_spec,
     &rmmc__cuda_async_spec,
     &rmmc__host_spec,
+    &rmmc__sim_spec,
     /* sub-allocators */
     /* adaptors */
     NULL,

@@ -25,5 +25,6 @@
 #include "rmmc/stream.h"
 #include "rmmc/defaults.h"
 #include "rmmc/plugins.h"
+#include "rmmc/sim_resource.h"
 
 #endif /* RMMC_RMMC_H */
