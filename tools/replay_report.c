@@ -261,7 +261,8 @@ rmmc_status_t replay_write_svg(FILE *f, const replay_log_t *log, const replay_re
   xml_text(f, log->name);
   fputs("</title>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n", f);
   fprintf(f, "<text x=\"%.0f\" y=\"28\" font-size=\"15\" font-weight=\"bold\">", PLOT_X0);
-  xml_text(f, log->name);
+  const char *slash = strrchr(log->name, '/');
+  xml_text(f, slash != NULL ? slash + 1 : log->name);
   fprintf(f, ": live and reserved bytes over %zu events</text>\n", log->nevents);
 
   /* Axes, grid and tick labels: lines and text only, no paths. */
