@@ -119,6 +119,20 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err = run(small, "--upstream", "sim", "--json", j)
     check(rc == 0 and records(j)[0]["stack"] == "sim", "upstream sim: %s" % err)
 
+    # A log that does not fit the machine (1 TiB live) replays over sim by
+    # default, and says so; nothing is touched, so it runs here.
+    huge = write(os.path.join(tmp, "huge.csv"),
+                 "Thread,Time,Action,Pointer,Size,Stream\n"
+                 "0,1,allocate,0x100000,1099511627776,0x0\n"
+                 "0,2,allocate,0x20000000000000,4096,0x0\n"
+                 "0,3,free,0x100000,1099511627776,0x0\n")
+    rc, out, err = run(huge, "--json", j)
+    recs = records(j) if rc == 0 else [{}]
+    check(rc == 0 and recs[0].get("stack") == "sim" and recs[0].get("simulated") is True
+          and recs[0].get("peak_reserved_bytes") == 1099511627776 + 4096, "huge: %d %s %s" % (rc, err, recs))
+    check("replaying over a simulated upstream (sim: address ranges, no memory)" in out, out)
+    check(gpu or "exceeds half the host's memory" in out, out)
+
     # gzip input reads the same.
     gz = os.path.join(tmp, "small.csv.gz")
     with gzip.open(gz, "wt") as f:

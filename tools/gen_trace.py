@@ -6,8 +6,9 @@ Usage:
                  [--time-format us|rmm] [-o OUT]
 
 SHAPE is the workload:
-    random       sizes log-uniform from 256 B to 64 MiB, random lifetimes, about
-                 --live allocations live at once (the default for timing runs)
+    random       sizes log-uniform from --min-size to --max-size (256 B to
+                 64 MiB), random lifetimes, about --live allocations live at
+                 once (the default for timing runs)
     batches      CNN-style training: persistent weights, then per iteration a
                  random batch size (--batch-min..--batch-max) scales every
                  activation; the forward pass allocates, the backward pass frees
@@ -35,6 +36,7 @@ Examples:
 
 import argparse
 import gzip
+import math
 import random
 import sys
 
@@ -91,6 +93,7 @@ class Log:
 
 
 def gen_random(log, args, rng):
+    lo, hi = math.log2(args.min_size), math.log2(args.max_size)
     live = []
     while log.events < args.events:
         thread = rng.randrange(args.threads)
@@ -99,7 +102,7 @@ def gen_random(log, args, rng):
             live[i], live[-1] = live[-1], live[i]
             log.free(live.pop(), thread)
         else:
-            size = int(2 ** rng.uniform(8, 26))
+            size = int(2 ** rng.uniform(lo, hi))
             live.append(log.alloc(size, thread))
     for ptr in live:
         log.free(ptr, 0)
@@ -172,6 +175,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--streams", type=int, default=1)
     p.add_argument("--live", type=int, default=1000, help="random: allocations live at once")
+    p.add_argument("--min-size", type=int, default=256, help="random: smallest size")
+    p.add_argument("--max-size", type=int, default=64 * MiB, help="random: largest size")
     p.add_argument("--batch-min", type=int, default=32)
     p.add_argument("--batch-max", type=int, default=128)
     p.add_argument("--seq-min", type=int, default=128)
@@ -181,6 +186,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.threads < 1 or args.streams < 1 or args.events < 0:
         p.error("--threads and --streams must be at least 1, --events not negative")
+    if not 1 <= args.min_size <= args.max_size:
+        p.error("sizes: 1 <= --min-size <= --max-size")
     rng = random.Random(args.seed)
     if args.output == "-":
         out = sys.stdout

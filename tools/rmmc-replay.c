@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
   if (!quiet) describe_log(log);
 
   /* The default stacks: the base, then each sub-allocator this build has. */
-  char specs[3][256];
+  char specs[3][4200]; /* a spec is at most 4096 characters */
   if (nstacks == 0) {
     const char *base = upstream != NULL ? upstream : pick_base(log, device, quiet);
     const char *forms[] = {"%s", "pool > %s", "arena > %s"};
