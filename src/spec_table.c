@@ -8,6 +8,7 @@ extern const rmmc__spec_entry_t rmmc__host_spec, rmmc__cuda_spec, rmmc__managed_
     rmmc__pinned_spec, rmmc__cuda_async_spec;
 extern const rmmc__spec_entry_t rmmc__failure_callback_spec;
 extern const rmmc__spec_entry_t rmmc__aligned_spec;
+extern const rmmc__spec_entry_t rmmc__thread_safe_spec;
 
 const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* base resources */
@@ -20,5 +21,6 @@ const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* adaptors */
     &rmmc__failure_callback_spec,
     &rmmc__aligned_spec,
+    &rmmc__thread_safe_spec,
     NULL,
 };

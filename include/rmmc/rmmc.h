@@ -21,5 +21,6 @@
 #include "rmmc/cuda_async_resource.h"
 #include "rmmc/failure_callback_adaptor.h"
 #include "rmmc/aligned_adaptor.h"
+#include "rmmc/thread_safe_adaptor.h"
 
 #endif /* RMMC_RMMC_H */
