@@ -22,5 +22,6 @@
 #include "rmmc/failure_callback_adaptor.h"
 #include "rmmc/aligned_adaptor.h"
 #include "rmmc/thread_safe_adaptor.h"
+#include "rmmc/report.h"
 
 #endif /* RMMC_RMMC_H */
