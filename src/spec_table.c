@@ -9,6 +9,7 @@ extern const rmmc__spec_entry_t rmmc__host_spec, rmmc__cuda_spec, rmmc__managed_
 extern const rmmc__spec_entry_t rmmc__failure_callback_spec;
 extern const rmmc__spec_entry_t rmmc__aligned_spec;
 extern const rmmc__spec_entry_t rmmc__thread_safe_spec;
+extern const rmmc__spec_entry_t rmmc__prefetch_spec;
 
 const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* base resources */
@@ -22,5 +23,6 @@ const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     &rmmc__failure_callback_spec,
     &rmmc__aligned_spec,
     &rmmc__thread_safe_spec,
+    &rmmc__prefetch_spec,
     NULL,
 };

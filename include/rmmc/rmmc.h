@@ -22,6 +22,7 @@
 #include "rmmc/failure_callback_adaptor.h"
 #include "rmmc/aligned_adaptor.h"
 #include "rmmc/thread_safe_adaptor.h"
+#include "rmmc/prefetch_adaptor.h"
 #include "rmmc/report.h"
 
 #endif /* RMMC_RMMC_H */
