@@ -7,6 +7,10 @@
 extern const rmmc__spec_entry_t rmmc__host_spec, rmmc__cuda_spec, rmmc__managed_spec,
     rmmc__pinned_spec, rmmc__cuda_async_spec;
 extern const rmmc__spec_entry_t rmmc__sim_spec;
+extern const rmmc__spec_entry_t rmmc__failure_callback_spec;
+extern const rmmc__spec_entry_t rmmc__aligned_spec;
+extern const rmmc__spec_entry_t rmmc__thread_safe_spec;
+extern const rmmc__spec_entry_t rmmc__prefetch_spec;
 
 const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* base resources */
@@ -18,5 +22,9 @@ const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     &rmmc__sim_spec,
     /* sub-allocators */
     /* adaptors */
+    &rmmc__failure_callback_spec,
+    &rmmc__aligned_spec,
+    &rmmc__thread_safe_spec,
+    &rmmc__prefetch_spec,
     NULL,
 };

@@ -26,5 +26,10 @@
 #include "rmmc/defaults.h"
 #include "rmmc/plugins.h"
 #include "rmmc/sim_resource.h"
+#include "rmmc/failure_callback_adaptor.h"
+#include "rmmc/aligned_adaptor.h"
+#include "rmmc/thread_safe_adaptor.h"
+#include "rmmc/prefetch_adaptor.h"
+#include "rmmc/report.h"
 
 #endif /* RMMC_RMMC_H */
