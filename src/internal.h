@@ -93,6 +93,24 @@ static inline rmmc_resource_t *rmmc__upstream_of(rmmc_resource_t *r) {
   return ((rmmc__adaptor_t *)r)->upstream;
 }
 
+/* Checks the arguments (as rmmc__check_create), allocates a zeroed adaptor
+ * struct of `struct_size` bytes (rmmc__adaptor_t first) and initializes it
+ * with `ops`, retaining upstream. The caller fills its own fields; if it
+ * then fails, it undoes this with rmmc__adaptor_fini and free. */
+rmmc_status_t rmmc__adaptor_new(const char *what, const rmmc_resource_ops_t *ops,
+                                rmmc_resource_t *upstream, size_t struct_size,
+                                rmmc_resource_t **out);
+
+/* For the public accessors of one kind of resource: RMMC_SUCCESS if r was
+ * made with `ops`, else RMMC_ERROR_INVALID_ARGUMENT with a message naming
+ * `what`, the expected kind and the kind r is. */
+rmmc_status_t rmmc__check_kind(const rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
+                               const char *what);
+
+/* The calling thread's operating-system id (gettid on Linux), as RMM's logs
+ * and reports show it. Cached per thread: one thread-local load. */
+uint64_t rmmc__thread_id(void);
+
 /* ---- CUDA helpers ----
  * Each returns a status after recording the error. */
 
