@@ -100,6 +100,9 @@ static inline rmmc_resource_t *rmmc__upstream_of(rmmc_resource_t *r) {
 rmmc_status_t rmmc__adaptor_new(const char *what, const rmmc_resource_ops_t *ops,
                                 rmmc_resource_t *upstream, size_t struct_size,
                                 rmmc_resource_t **out);
+/* The `destroy` slot of an adaptor whose struct holds nothing to free
+ * beyond the upstream reference: releases the upstream, frees the struct. */
+void rmmc__adaptor_destroy(rmmc_resource_t *r);
 
 /* For the public accessors of one kind of resource: RMMC_SUCCESS if r was
  * made with `ops`, else RMMC_ERROR_INVALID_ARGUMENT with a message naming

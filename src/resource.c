@@ -253,6 +253,11 @@ rmmc_status_t rmmc__adaptor_new(const char *what, const rmmc_resource_ops_t *ops
   return RMMC_SUCCESS;
 }
 
+void rmmc__adaptor_destroy(rmmc_resource_t *r) {
+  rmmc__adaptor_fini((rmmc__adaptor_t *)r);
+  free(r);
+}
+
 rmmc_status_t rmmc__check_kind(const rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
                                const char *what) {
   if (RMMC_LIKELY(r != NULL && r->ops == ops)) return RMMC_SUCCESS;
