@@ -19,5 +19,6 @@
 #include "rmmc/managed_resource.h"
 #include "rmmc/pinned_resource.h"
 #include "rmmc/cuda_async_resource.h"
+#include "rmmc/limiting_adaptor.h"
 
 #endif /* RMMC_RMMC_H */
