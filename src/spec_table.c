@@ -7,6 +7,7 @@
 extern const rmmc__spec_entry_t rmmc__host_spec, rmmc__cuda_spec, rmmc__managed_spec,
     rmmc__pinned_spec, rmmc__cuda_async_spec;
 extern const rmmc__spec_entry_t rmmc__limiting_spec;
+extern const rmmc__spec_entry_t rmmc__statistics_spec;
 
 const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* base resources */
@@ -18,5 +19,6 @@ const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* sub-allocators */
     /* adaptors */
     &rmmc__limiting_spec,
+    &rmmc__statistics_spec,
     NULL,
 };

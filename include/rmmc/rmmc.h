@@ -20,5 +20,6 @@
 #include "rmmc/pinned_resource.h"
 #include "rmmc/cuda_async_resource.h"
 #include "rmmc/limiting_adaptor.h"
+#include "rmmc/statistics_adaptor.h"
 
 #endif /* RMMC_RMMC_H */
