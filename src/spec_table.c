@@ -8,6 +8,7 @@ extern const rmmc__spec_entry_t rmmc__host_spec, rmmc__cuda_spec, rmmc__managed_
     rmmc__pinned_spec, rmmc__cuda_async_spec;
 extern const rmmc__spec_entry_t rmmc__limiting_spec;
 extern const rmmc__spec_entry_t rmmc__statistics_spec;
+extern const rmmc__spec_entry_t rmmc__tracking_spec;
 
 const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* base resources */
@@ -20,5 +21,6 @@ const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* adaptors */
     &rmmc__limiting_spec,
     &rmmc__statistics_spec,
+    &rmmc__tracking_spec,
     NULL,
 };

@@ -21,5 +21,6 @@
 #include "rmmc/cuda_async_resource.h"
 #include "rmmc/limiting_adaptor.h"
 #include "rmmc/statistics_adaptor.h"
+#include "rmmc/tracking_adaptor.h"
 
 #endif /* RMMC_RMMC_H */
