@@ -9,6 +9,7 @@ extern const rmmc__spec_entry_t rmmc__host_spec, rmmc__cuda_spec, rmmc__managed_
 extern const rmmc__spec_entry_t rmmc__limiting_spec;
 extern const rmmc__spec_entry_t rmmc__statistics_spec;
 extern const rmmc__spec_entry_t rmmc__tracking_spec;
+extern const rmmc__spec_entry_t rmmc__logging_spec;
 
 const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* base resources */
@@ -22,5 +23,6 @@ const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     &rmmc__limiting_spec,
     &rmmc__statistics_spec,
     &rmmc__tracking_spec,
+    &rmmc__logging_spec,
     NULL,
 };

@@ -22,5 +22,6 @@
 #include "rmmc/limiting_adaptor.h"
 #include "rmmc/statistics_adaptor.h"
 #include "rmmc/tracking_adaptor.h"
+#include "rmmc/logging_adaptor.h"
 
 #endif /* RMMC_RMMC_H */
