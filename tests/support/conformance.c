@@ -49,13 +49,13 @@ static size_t max_request(const fixture_t *f) {
 
 static void fill(void *p, size_t n, unsigned seed) {
   unsigned char *b = p;
-  for (size_t i = 0; i < n; i += 61) b[i] = (unsigned char)(seed + i);
+  for (size_t i = 0; i + 1 < n; i += 61) b[i] = (unsigned char)(seed + i);
   b[n - 1] = (unsigned char)(seed ^ 0x5a);
 }
 
 static int check_fill(const void *p, size_t n, unsigned seed) {
   const unsigned char *b = p;
-  for (size_t i = 0; i < n; i += 61)
+  for (size_t i = 0; i + 1 < n; i += 61)
     if (b[i] != (unsigned char)(seed + i)) return 0;
   return b[n - 1] == (unsigned char)(seed ^ 0x5a);
 }
