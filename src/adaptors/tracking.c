@@ -119,7 +119,7 @@ static void remove_slot(shard_t *s, record_t *e) {
       i = j;
     }
   }
-  s->slots[i].ptr = NULL;
+  s->slots[i] = (record_t){0};
   s->count--;
 }
 
@@ -345,7 +345,8 @@ static void tracking_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx)
 static void free_shards(shard_t *shards) {
   for (int k = 0; k < NSHARDS; k++) {
     shard_t *s = &shards[k];
-    for (size_t i = 0; s->mask && i <= s->mask; i++) free(s->slots[i].frames);
+    for (size_t i = 0; s->mask && i <= s->mask; i++)
+      if (s->slots[i].ptr != NULL) free(s->slots[i].frames);
     free(s->slots);
     pthread_mutex_destroy(&s->lock);
   }
