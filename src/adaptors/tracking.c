@@ -22,6 +22,7 @@
 #define NSHARDS 64
 #define MAX_DEPTH 256
 #define SKIP_FRAMES 2 /* tracking_allocate and rmmc_resource_allocate */
+#define EXTRA_FRAMES 2 /* room for frames a sanitizer's backtrace() wrapper adds */
 
 typedef struct record {
   void *ptr; /* NULL: empty slot */
@@ -131,10 +132,16 @@ static rmmc_status_t tracking_allocate(rmmc_resource_t *r, size_t bytes, size_t 
   record_t rec = {*out, bytes, alignment, stream, rmmc__thread_id(),
                   __atomic_add_fetch(&t->serial, 1, __ATOMIC_RELAXED), NULL, 0};
   if (t->backtrace) {
-    void *buf[MAX_DEPTH + SKIP_FRAMES];
-    int n = backtrace(buf, t->depth + SKIP_FRAMES) - SKIP_FRAMES;
+    /* The caller's frames start after the one that returns into
+     * rmmc_resource_allocate; a fixed count would be wrong where a
+     * sanitizer wraps backtrace() in a frame of its own. */
+    void *buf[MAX_DEPTH + SKIP_FRAMES + EXTRA_FRAMES];
+    int got = backtrace(buf, t->depth + SKIP_FRAMES + EXTRA_FRAMES), skip = SKIP_FRAMES;
+    for (int i = 0; i < SKIP_FRAMES + EXTRA_FRAMES && i < got; i++)
+      if (buf[i] == __builtin_return_address(0)) skip = i + 1;
+    int n = got - skip < t->depth ? got - skip : t->depth;
     if (n > 0 && (rec.frames = malloc((size_t)n * sizeof(void *))) != NULL) {
-      memcpy(rec.frames, buf + SKIP_FRAMES, (size_t)n * sizeof(void *));
+      memcpy(rec.frames, buf + skip, (size_t)n * sizeof(void *));
       rec.nframes = n;
     }
   }
@@ -262,7 +269,7 @@ RMMC_API rmmc_status_t rmmc_tracking_adaptor_for_each(rmmc_resource_t *r,
   snapshot_t sn;
   st = take_snapshot((tracking_t *)r, "tracking_adaptor_for_each", &sn);
   if (st != RMMC_SUCCESS) return st;
-  qsort(sn.recs, sn.n, sizeof *sn.recs, by_serial);
+  if (sn.n > 1) qsort(sn.recs, sn.n, sizeof *sn.recs, by_serial);
   for (size_t i = 0; i < sn.n; i++) {
     const record_t *c = &sn.recs[i];
     rmmc_tracked_allocation_t a = {sizeof a,  c->ptr,    c->bytes,  c->alignment, c->stream,
@@ -281,7 +288,7 @@ RMMC_API rmmc_status_t rmmc_tracking_adaptor_report(rmmc_resource_t *r, FILE *ou
   snapshot_t sn;
   st = take_snapshot((tracking_t *)r, "tracking_adaptor_report", &sn);
   if (st != RMMC_SUCCESS) return st;
-  qsort(sn.recs, sn.n, sizeof *sn.recs, by_size_desc);
+  if (sn.n > 1) qsort(sn.recs, sn.n, sizeof *sn.recs, by_size_desc);
   uint64_t total = 0;
   for (size_t i = 0; i < sn.n; i++) total += sn.recs[i].bytes;
   char a[32], b[32];
