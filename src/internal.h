@@ -165,6 +165,13 @@ rmmc_status_t rmmc__unknown_cuda_pointer(const rmmc_resource_t *r, cudaError_t e
                                          const char *what, const void *ptr);
 
 /* ---- thread-local nesting of the public wrappers ---- */
-extern _Thread_local int rmmc__call_depth;
+/* initial-exec: the hot path must not call __tls_get_addr; 4 bytes fit the
+ * static TLS surplus even when the library is dlopen'ed (PyTorch does). */
+#if defined(__GNUC__) || defined(__clang__)
+#define RMMC_TLS_FAST __attribute__((tls_model("initial-exec")))
+#else
+#define RMMC_TLS_FAST
+#endif
+extern _Thread_local int rmmc__call_depth RMMC_TLS_FAST;
 
 #endif /* RMMC_INTERNAL_H */

@@ -337,10 +337,16 @@ RMMC_API size_t rmmc_stack_help(char *buf, size_t len) {
   size_t n = 0;
   if (buf != NULL && len > 0) buf[0] = '\0';
   for (const rmmc__spec_entry_t *const *e = rmmc__spec_entries; *e != NULL; e++) {
-    char opts[512];
+    char opts[512], line[1024];
     list_options(*e, opts, sizeof opts);
-    n += (size_t)snprintf(buf ? buf + (n < len ? n : len) : NULL, n < len ? len - n : 0,
-                          "  %-18s %s (options: %s)\n", (*e)->name, (*e)->help, opts);
+    int w = snprintf(line, sizeof line, "  %-18s %s (options: %s)\n", (*e)->name, (*e)->help, opts);
+    size_t m = w < 0 ? 0 : (size_t)w < sizeof line ? (size_t)w : sizeof line - 1;
+    if (buf != NULL && n + 1 < len) {
+      size_t fit = len - 1 - n < m ? len - 1 - n : m;
+      memcpy(buf + n, line, fit);
+      buf[n + fit] = '\0';
+    }
+    n += m;
   }
   return n;
 }

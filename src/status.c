@@ -16,7 +16,7 @@
 
 static _Thread_local char tl_message[RMMC_MESSAGE_MAX];
 static _Thread_local cudaError_t tl_cuda_error = cudaSuccess;
-_Thread_local int rmmc__call_depth;
+_Thread_local int rmmc__call_depth RMMC_TLS_FAST;
 
 RMMC_API const char *rmmc_status_name(rmmc_status_t status) {
   switch (status) {
