@@ -266,7 +266,7 @@ rmmc_status_t rmmc__check_kind(const rmmc_resource_t *r, const rmmc_resource_ops
                         r->ops->name, ops->name);
 }
 
-static _Thread_local uint64_t tl_thread_id;
+static _Thread_local uint64_t tl_thread_id RMMC_TLS_FAST;
 
 uint64_t rmmc__thread_id(void) {
   if (RMMC_UNLIKELY(tl_thread_id == 0)) tl_thread_id = (uint64_t)syscall(SYS_gettid);

@@ -42,15 +42,27 @@ typedef struct logging {
 
 /* ---- formatting ---- */
 
+/* Two digits per division: microsecond times have 16. */
 static inline char *put_dec(char *p, uint64_t v) {
+  static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930313233"
+                              "34353637383940414243444546474849505152535455565758596061626364656667"
+                              "6869707172737475767778798081828384858687888990919293949596979899";
   char tmp[20];
-  int n = 0;
-  do {
-    tmp[n++] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  while (n > 0) *p++ = tmp[--n];
-  return p;
+  int n = 20;
+  while (v >= 100) {
+    unsigned d = (unsigned)(v % 100) * 2;
+    v /= 100;
+    tmp[--n] = pairs[d + 1];
+    tmp[--n] = pairs[d];
+  }
+  if (v >= 10) {
+    tmp[--n] = pairs[v * 2 + 1];
+    tmp[--n] = pairs[v * 2];
+  } else {
+    tmp[--n] = (char)('0' + v);
+  }
+  memcpy(p, tmp + n, (size_t)(20 - n));
+  return p + (20 - n);
 }
 
 static inline char *put_hex(char *p, uint64_t v) {
@@ -71,8 +83,10 @@ static inline char *put_str(char *p, const char *s, size_t n) {
   return p + n;
 }
 
-static _Thread_local time_t tl_second = (time_t)-1;
-static _Thread_local char tl_clock[9]; /* "HH:MM:SS" of tl_second */
+/* The clock text of the last second this thread logged (initial-exec: no
+ * __tls_get_addr per line). */
+static _Thread_local time_t tl_second RMMC_TLS_FAST = (time_t)-1;
+static _Thread_local char tl_clock[9] RMMC_TLS_FAST; /* "HH:MM:SS." of tl_second */
 
 static char *put_time(char *p, rmmc_logging_time_t format) {
   struct timespec ts;

@@ -5,8 +5,10 @@
  * pointer; each shard is an open-addressing table with linear probing and
  * backward-shift deletion (no tombstones) under its own mutex, its records
  * inline so that tracking an allocation costs no malloc of its own (the
- * call stack, when captured, is one malloc). Counters that the accessors
- * read are relaxed atomics.
+ * call stack, when captured, is one malloc). Each shard keeps its own
+ * count and bytes (stored under its lock, read by the accessors without
+ * it), so threads working in different shards share no cache line but the
+ * allocation serial number.
  *
  * deallocate checks the record and removes it under the shard lock before
  * calling the upstream, so two threads freeing one pointer cannot both get
@@ -38,8 +40,9 @@ typedef struct record {
 typedef struct shard {
   _Alignas(64) pthread_mutex_t lock; /* one cache line per shard or more */
   record_t *slots;
-  size_t mask; /* capacity - 1; 0 while nothing was allocated */
-  size_t count;
+  size_t mask;  /* capacity - 1; 0 while nothing was allocated */
+  size_t count; /* written under the lock, read by the accessors without it */
+  size_t bytes; /* likewise */
 } shard_t;
 
 typedef struct tracking {
@@ -47,8 +50,6 @@ typedef struct tracking {
   bool backtrace;
   int depth;
   uint64_t serial;            /* atomic */
-  size_t outstanding;         /* atomic */
-  size_t outstanding_bytes;   /* atomic */
   uint64_t errors;            /* atomic */
   shard_t *shards;            /* NSHARDS, 64-byte aligned */
 } tracking_t;
@@ -99,16 +100,17 @@ static bool insert(tracking_t *t, const record_t *rec, uint64_t h) {
     return false;
   }
   *probe(s, rec->ptr, h) = *rec;
-  s->count++;
+  __atomic_store_n(&s->count, s->count + 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->bytes, s->bytes + rec->bytes, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&s->lock);
-  __atomic_add_fetch(&t->outstanding, 1, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&t->outstanding_bytes, rec->bytes, __ATOMIC_RELAXED);
   return true;
 }
 
 /* Removes the record at slot e by shifting later members of its probe run
  * back (Knuth's algorithm R). Shard locked. */
 static void remove_slot(shard_t *s, record_t *e) {
+  __atomic_store_n(&s->bytes, s->bytes - e->bytes, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->count, s->count - 1, __ATOMIC_RELAXED);
   size_t i = (size_t)(e - s->slots);
   for (size_t j = (i + 1) & s->mask;; j = (j + 1) & s->mask) {
     if (s->slots[j].ptr == NULL) break;
@@ -121,7 +123,6 @@ static void remove_slot(shard_t *s, record_t *e) {
     }
   }
   s->slots[i] = (record_t){0};
-  s->count--;
 }
 
 static rmmc_status_t tracking_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
@@ -178,8 +179,6 @@ static rmmc_status_t tracking_deallocate(rmmc_resource_t *r, void *ptr, size_t b
   record_t rec = *e;
   remove_slot(s, e);
   pthread_mutex_unlock(&s->lock);
-  __atomic_sub_fetch(&t->outstanding, 1, __ATOMIC_RELAXED);
-  __atomic_sub_fetch(&t->outstanding_bytes, bytes, __ATOMIC_RELAXED);
   rmmc_status_t st = rmmc_resource_deallocate(t->a.upstream, ptr, bytes, alignment, stream);
   if (RMMC_LIKELY(st == RMMC_SUCCESS)) {
     free(rec.frames);
@@ -322,16 +321,25 @@ RMMC_API rmmc_status_t rmmc_tracking_adaptor_report(rmmc_resource_t *r, FILE *ou
 
 /* ---- accessors, describe, lifetime ---- */
 
+/* Sums a per-shard figure (each exact, the sum not one snapshot while
+ * other threads allocate). */
+static size_t sum_shards(const tracking_t *t, bool bytes) {
+  size_t n = 0;
+  for (int k = 0; k < NSHARDS; k++)
+    n += __atomic_load_n(bytes ? &t->shards[k].bytes : &t->shards[k].count, __ATOMIC_RELAXED);
+  return n;
+}
+
 RMMC_API size_t rmmc_tracking_adaptor_get_outstanding_count(const rmmc_resource_t *r) {
   if (rmmc__check_kind(r, &tracking_ops, "tracking_adaptor_get_outstanding_count") != RMMC_SUCCESS)
     return 0;
-  return __atomic_load_n(&((const tracking_t *)r)->outstanding, __ATOMIC_RELAXED);
+  return sum_shards((const tracking_t *)r, false);
 }
 
 RMMC_API size_t rmmc_tracking_adaptor_get_outstanding_bytes(const rmmc_resource_t *r) {
   if (rmmc__check_kind(r, &tracking_ops, "tracking_adaptor_get_outstanding_bytes") != RMMC_SUCCESS)
     return 0;
-  return __atomic_load_n(&((const tracking_t *)r)->outstanding_bytes, __ATOMIC_RELAXED);
+  return sum_shards((const tracking_t *)r, true);
 }
 
 RMMC_API uint64_t rmmc_tracking_adaptor_get_error_count(const rmmc_resource_t *r) {
@@ -342,8 +350,8 @@ RMMC_API uint64_t rmmc_tracking_adaptor_get_error_count(const rmmc_resource_t *r
 
 static void tracking_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   tracking_t *t = (tracking_t *)r;
-  rmmc__emit_bytes(emit, ctx, "in_use", __atomic_load_n(&t->outstanding_bytes, __ATOMIC_RELAXED));
-  rmmc__emit_count(emit, ctx, "outstanding", __atomic_load_n(&t->outstanding, __ATOMIC_RELAXED));
+  rmmc__emit_bytes(emit, ctx, "in_use", sum_shards(t, true));
+  rmmc__emit_count(emit, ctx, "outstanding", sum_shards(t, false));
   rmmc__emit_count(emit, ctx, "errors", __atomic_load_n(&t->errors, __ATOMIC_RELAXED));
 }
 
