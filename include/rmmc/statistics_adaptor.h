@@ -24,9 +24,9 @@
  * A call that returns before push (pop) begins is attributed to the outer
  * (inner) scope; one that runs while push or pop runs may be attributed to
  * either side, never lost and never counted twice in the merged figures.
- * Figures read while other threads allocate are each exact at some instant
- * during the read, not one snapshot; after those threads are joined they are
- * exact.
+ * Figures read while other threads allocate are not one snapshot (two
+ * fields may be a few calls apart); once those calls have returned they
+ * are exact.
  *
  * Stack spec: `statistics` (no options). Thread-safe; streams are passed to
  * the upstream unchanged.
