@@ -108,6 +108,16 @@ rmmc_status_t rmmc__adaptor_forward_deallocate(rmmc_resource_t *r, void *ptr, si
  * beyond the upstream reference: releases the upstream, frees the struct. */
 void rmmc__adaptor_destroy(rmmc_resource_t *r);
 
+/* For the public accessors of one kind of resource: RMMC_SUCCESS if r was
+ * made with `ops`, else RMMC_ERROR_INVALID_ARGUMENT with a message naming
+ * `what`, the expected kind and the kind r is. */
+rmmc_status_t rmmc__check_kind(const rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
+                               const char *what);
+
+/* The calling thread's operating-system id (gettid on Linux), as RMM's logs
+ * and reports show it. Cached per thread: one thread-local load. */
+uint64_t rmmc__thread_id(void);
+
 /* ---- CUDA helpers ----
  * Each returns a status after recording the error. */
 

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -259,4 +261,19 @@ rmmc_status_t rmmc__adaptor_forward_deallocate(rmmc_resource_t *r, void *ptr, si
 void rmmc__adaptor_destroy(rmmc_resource_t *r) {
   rmmc__adaptor_fini((rmmc__adaptor_t *)r);
   free(r);
+}
+
+rmmc_status_t rmmc__check_kind(const rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
+                               const char *what) {
+  if (RMMC_LIKELY(r != NULL && r->ops == ops)) return RMMC_SUCCESS;
+  if (r == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: resource is NULL", what);
+  return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: the resource is a %s, not a %s", what,
+                        r->ops->name, ops->name);
+}
+
+static _Thread_local uint64_t tl_thread_id RMMC_TLS_FAST;
+
+uint64_t rmmc__thread_id(void) {
+  if (RMMC_UNLIKELY(tl_thread_id == 0)) tl_thread_id = (uint64_t)syscall(SYS_gettid);
+  return tl_thread_id;
 }

@@ -11,6 +11,10 @@ extern const rmmc__spec_entry_t rmmc__failure_callback_spec;
 extern const rmmc__spec_entry_t rmmc__aligned_spec;
 extern const rmmc__spec_entry_t rmmc__thread_safe_spec;
 extern const rmmc__spec_entry_t rmmc__prefetch_spec;
+extern const rmmc__spec_entry_t rmmc__limiting_spec;
+extern const rmmc__spec_entry_t rmmc__statistics_spec;
+extern const rmmc__spec_entry_t rmmc__tracking_spec;
+extern const rmmc__spec_entry_t rmmc__logging_spec;
 
 const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* base resources */
@@ -26,5 +30,9 @@ const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     &rmmc__aligned_spec,
     &rmmc__thread_safe_spec,
     &rmmc__prefetch_spec,
+    &rmmc__limiting_spec,
+    &rmmc__statistics_spec,
+    &rmmc__tracking_spec,
+    &rmmc__logging_spec,
     NULL,
 };

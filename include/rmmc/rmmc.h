@@ -31,5 +31,9 @@
 #include "rmmc/thread_safe_adaptor.h"
 #include "rmmc/prefetch_adaptor.h"
 #include "rmmc/report.h"
+#include "rmmc/limiting_adaptor.h"
+#include "rmmc/statistics_adaptor.h"
+#include "rmmc/tracking_adaptor.h"
+#include "rmmc/logging_adaptor.h"
 
 #endif /* RMMC_RMMC_H */
