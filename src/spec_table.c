@@ -15,6 +15,7 @@ extern const rmmc__spec_entry_t rmmc__limiting_spec;
 extern const rmmc__spec_entry_t rmmc__statistics_spec;
 extern const rmmc__spec_entry_t rmmc__tracking_spec;
 extern const rmmc__spec_entry_t rmmc__logging_spec;
+extern const rmmc__spec_entry_t rmmc__pool_spec;
 
 const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     /* base resources */
@@ -25,6 +26,7 @@ const rmmc__spec_entry_t *const rmmc__spec_entries[] = {
     &rmmc__host_spec,
     &rmmc__sim_spec,
     /* sub-allocators */
+    &rmmc__pool_spec,
     /* adaptors */
     &rmmc__failure_callback_spec,
     &rmmc__aligned_spec,

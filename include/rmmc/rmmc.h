@@ -35,5 +35,6 @@
 #include "rmmc/statistics_adaptor.h"
 #include "rmmc/tracking_adaptor.h"
 #include "rmmc/logging_adaptor.h"
+#include "rmmc/pool_resource.h"
 
 #endif /* RMMC_RMMC_H */
