@@ -378,15 +378,25 @@ static rmmc_status_t cuda_failed(cudaError_t err, const char *what) {
   return rmmc_set_cuda_error(err, what);
 }
 
+static rmmc_status_t no_host_memory(void) {
+  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+}
+
+/* Stream keys in the pointer map, which reserves NULL (the legacy default
+ * stream's key is 0). */
+static inline void *stream_map_key(uintptr_t key) { return (void *)(key + 1); }
+
+static pstream_t *lookup_stream(const pool_t *p, uintptr_t key) {
+  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->streams, stream_map_key(key));
+  return e != NULL ? e->value : NULL;
+}
+
 /* The state of `stream` (key `key`), created on first use. */
 static rmmc_status_t find_stream(pool_t *p, uintptr_t key, cudaStream_t stream, pstream_t **out) {
-  pstream_t *ps = rmmc__ptrmap_get(&p->streams, key);
+  pstream_t *ps = lookup_stream(p, key);
   if (ps == NULL) {
-    if (!rmmc__ptrmap_reserve(&p->streams, 1))
-      return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for a stream");
     ps = calloc(1, sizeof *ps);
-    if (ps == NULL)
-      return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for a stream");
+    if (ps == NULL) return no_host_memory();
     if (p->cuda) {
       int saved;
       rmmc_status_t st = rmmc__device_push(p->base.base.device, &saved);
@@ -400,11 +410,15 @@ static rmmc_status_t find_stream(pool_t *p, uintptr_t key, cudaStream_t stream, 
         return st;
       }
     }
+    if (!rmmc__ptrmap_insert(&p->streams, stream_map_key(key), ps, 0)) {
+      if (p->cuda) (void)cudaEventDestroy(ps->event);
+      free(ps);
+      return no_host_memory();
+    }
     ps->key = key;
     ps->stream = stream;
     ps->next = p->stream_list;
     p->stream_list = ps;
-    rmmc__ptrmap_put_reserved(&p->streams, key, ps);
   }
   p->last = ps;
   *out = ps;
@@ -721,11 +735,11 @@ static rmmc_status_t pool_oom(const pool_t *p, size_t bytes, cudaStream_t stream
 }
 
 static inline bool need_room(const pool_t *p) {
-  return p->nspare < SPARE_MIN || p->nspare_chunks < 2 || !rmmc__ptrmap_has_room(&p->used, 1);
+  return p->nspare < SPARE_MIN || p->nspare_chunks < 2;
 }
 
-/* Tops up the spare structs and the pointer map so that the rest of an
- * allocation cannot fail for host memory. */
+/* Tops up the spare structs so that carving, slabs and growth cannot fail
+ * for host memory. */
 static rmmc_status_t make_room(pool_t *p) {
   if (p->nspare < SPARE_MIN && !refill_spare(p)) goto no_memory;
   while (p->nspare_chunks < 2) {
@@ -735,10 +749,9 @@ static rmmc_status_t make_room(pool_t *p) {
     p->spare_chunks = c;
     p->nspare_chunks++;
   }
-  if (!rmmc__ptrmap_reserve(&p->used, 1)) goto no_memory;
   return RMMC_SUCCESS;
 no_memory:
-  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  return no_host_memory();
 }
 
 /* Free bytes that only other streams than ps may take now. */
@@ -803,9 +816,20 @@ static RMMC_NOINLINE rmmc_status_t alloc_general(pool_t *p, pstream_t *ps, cudaS
                                                  size_t bytes, block_t **out) {
   rmmc_status_t st;
   if (RMMC_UNLIKELY(need_room(p)) && (st = make_room(p)) != RMMC_SUCCESS) return st;
+  /* The block goes into the pointer map (which may need host memory)
+   * before anything else changes. */
   block_t *b = RMMC_LIKELY(need <= MAX_REQUEST) ? find_local(p, ps, cls, need) : NULL;
-  if (RMMC_LIKELY(b != NULL)) unlink_free(p, b);
-  else if ((st = alloc_slow(p, ps, stream, cls, need, bytes, &b)) != RMMC_SUCCESS) return st;
+  if (RMMC_LIKELY(b != NULL)) {
+    if (!rmmc__ptrmap_insert(&p->used, (void *)rmmc__align_up(b->addr, alignment), b, bytes))
+      return no_host_memory();
+    unlink_free(p, b);
+  } else {
+    if ((st = alloc_slow(p, ps, stream, cls, need, bytes, &b)) != RMMC_SUCCESS) return st;
+    if (!rmmc__ptrmap_insert(&p->used, (void *)rmmc__align_up(b->addr, alignment), b, bytes)) {
+      put_free(p, b);
+      return no_host_memory();
+    }
+  }
   carve(p, b, n, alignment);
   *out = b;
   return RMMC_SUCCESS;
@@ -827,7 +851,11 @@ static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alig
   /* Fast path: the stream's hot block has exactly the size asked for. */
   block_t *b = ps->hot;
   if (RMMC_LIKELY(b != NULL && b->size == need && alignment == GRANULE &&
-                  b->chunk->cls == cls && rmmc__ptrmap_has_room(&p->used, 1))) {
+                  b->chunk->cls == cls)) {
+    if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&p->used, (void *)b->addr, b, bytes))) {
+      st = no_host_memory();
+      goto unlock;
+    }
     ps->hot = NULL;
     p->free_bytes -= need;
   } else if ((st = alloc_general(p, ps, stream, cls, n, need, alignment, bytes, &b)) !=
@@ -836,7 +864,6 @@ static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alig
   }
   b->state = ST_USED;
   b->u.requested = bytes;
-  rmmc__ptrmap_put_reserved(&p->used, b->addr, b);
   p->in_use += b->size;
   if (p->in_use > p->in_use_peak) p->in_use_peak = p->in_use;
   *out = (void *)b->addr;
@@ -852,13 +879,13 @@ static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes
   uintptr_t key = stream_key(p, stream);
   rmmc_status_t st = RMMC_SUCCESS;
   rmmc__lock(&p->lock);
-  size_t slot = rmmc__ptrmap_find(&p->used, (uintptr_t)ptr);
-  block_t *b = slot != SIZE_MAX ? p->used.slots[slot].value : NULL;
-  if (RMMC_UNLIKELY(b == NULL)) {
+  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, ptr);
+  if (RMMC_UNLIKELY(e == NULL)) {
     st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
                         "pool: %p was not allocated by this pool, or was freed already", ptr);
     goto unlock;
   }
+  block_t *b = e->value;
   if (RMMC_UNLIKELY(b->u.requested != bytes)) {
     st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
                         "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
@@ -869,7 +896,7 @@ static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes
   if (RMMC_UNLIKELY(ps == NULL || ps->key != key) &&
       (st = find_stream(p, key, stream, &ps)) != RMMC_SUCCESS)
     goto unlock;
-  rmmc__ptrmap_remove_slot(&p->used, slot);
+  rmmc__ptrmap_remove(&p->used, e); /* e is still valid: find_stream touches another map */
   p->in_use -= b->size;
   b->owner = ps;
   b->state = ST_FRESH;
@@ -948,7 +975,7 @@ typedef struct tally {
   } while (0)
 
 static bool valid_owner(const pool_t *p, const pstream_t *o) {
-  return o == &p->neutral || (o != NULL && rmmc__ptrmap_get(&p->streams, o->key) == o);
+  return o == &p->neutral || (o != NULL && lookup_stream(p, o->key) == o);
 }
 
 /* Walks one chunk's blocks (and its slabs' blocks). */
@@ -977,8 +1004,9 @@ static bool check_chunk(const pool_t *p, const chunk_t *c, tally_t *t, char *msg
       t->free_bytes += b->size;
       t->free_blocks++;
     } else if (b->state == ST_USED) {
-      CHECK(rmmc__ptrmap_get(&p->used, b->addr) == b, "used block %#zx is not in the map",
-            (size_t)b->addr);
+      const rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, (void *)b->addr);
+      CHECK(e != NULL && e->value == b && e->size == b->u.requested,
+            "used block %#zx is not in the pointer map as it should be", (size_t)b->addr);
       CHECK(b->u.requested > 0 && b->u.requested <= b->size,
             "used block %#zx: %zu bytes requested in a %zu-byte block", (size_t)b->addr,
             b->u.requested, b->size);
@@ -1080,7 +1108,7 @@ static bool check_locked(const pool_t *p, char *msg, size_t len) {
       return false;
   }
   for (const pstream_t *q = p->stream_list; q != NULL; q = q->next, nstreams++) {
-    CHECK(rmmc__ptrmap_get(&p->streams, q->key) == q, "stream state not in the stream map");
+    CHECK(lookup_stream(p, q->key) == q, "stream state not in the stream map");
     if (q->hot != NULL) {
       CHECK(q->hot->owner == q && q->hot->idx == NULL && q->hot->state == ST_FRESH,
             "hot block %#zx is not its stream's fresh block", (size_t)q->hot->addr);
@@ -1261,10 +1289,8 @@ RMMC_API rmmc_status_t rmmc_pool_resource_create(rmmc_resource_t *upstream,
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool_resource_create: no host memory");
   rmmc__adaptor_init(&p->base, &pool_ops, upstream);
   p->cuda = upstream->kind != RMMC_MEMORY_HOST;
-  if (!rmmc__ptrmap_init(&p->used, 256) || !rmmc__ptrmap_init(&p->streams, 8)) {
-    st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool_resource_create: no host memory");
-    goto destroy;
-  }
+  rmmc__ptrmap_init(&p->used);
+  rmmc__ptrmap_init(&p->streams);
   st = apply_options(p, &o);
   if (st == RMMC_SUCCESS && o.initial_size > 0) st = reserve_initial(p, o.initial_size);
   if (st != RMMC_SUCCESS) goto destroy;
