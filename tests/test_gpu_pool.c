@@ -72,6 +72,8 @@ static const order_case_t order_cases[] = {
     /* Not covered yet (lazy events): B gets it only after the pool waits
      * for the device. */
     {"pool(min_growth=2MiB) > cuda", 2 * MiB, "device_syncs"},
+    /* Eager merging across streams: the same, by synchronization. */
+    {"pool(min_growth=2MiB, sync_before_grow=true) > cuda", 2 * MiB, "device_syncs"},
     /* A stream-ordered upstream. */
     {"pool(min_growth=2MiB, event_interval=1) > cuda_async", 2 * MiB, "event_waits"},
 };

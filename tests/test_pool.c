@@ -898,7 +898,7 @@ START_TEST(test_pool_spec_entry) {
   rmmc_status_t st = rmmc_stack_create(
       "pool(initial=1MiB, max=64MiB, min_growth=2MiB, granularity=1MiB, small_max=64KiB, "
       "small_chunk=1MiB, gc_threshold=0.5, release_before_grow=false, event_interval=8, "
-      "event_bytes=1MiB) > host",
+      "event_bytes=1MiB, sync_before_grow=true) > host",
       -1, &r);
   ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
   ck_assert_str_eq(rmmc_resource_name(r), "pool");
@@ -931,6 +931,7 @@ START_TEST(test_pool_spec_entry) {
   rmmc_stack_help(help, sizeof help);
   ck_assert_ptr_nonnull(strstr(help, "pool"));
   ck_assert_ptr_nonnull(strstr(help, "release_before_grow"));
+  ck_assert_ptr_nonnull(strstr(help, "sync_before_grow"));
 }
 END_TEST
 

@@ -13,8 +13,9 @@
  * Search. Free blocks sit in two-level segregated-fit indices (TLSF: 32
  * size classes per power of two, bitmaps at both levels): finding a block
  * that fits is O(1), a few bit scans, never a walk of a free list. The
- * block found is at most 1/32 larger than the request's size class (and is
- * split; the rest stays free), and the exact class is tried first. A hash
+ * head of the request's own size class is tried first, then the smallest
+ * non-empty class above it, so the block found is at most about 1/16
+ * larger than the request (the rest is split off and stays free). A hash
  * map finds the block behind a pointer on free in O(1); each chunk keeps
  * its blocks in a physical prev/next list, so merging is O(1).
  *
@@ -39,29 +40,38 @@
  * `maximum_size` in all.
  *
  * Streams. Each stream has its own free blocks. A block freed on stream S
- * is reused by S at once, with no CUDA call. Blocks reach other streams
- * through one CUDA event per stream, recorded lazily: a deallocate records
- * S's event when S holds `event_interval` (64) freed blocks, or
- * `event_bytes` (1 GiB) of freed memory, not yet covered by an event; from
- * then on those blocks are "covered" and another stream T may take one
- * after cudaStreamWaitEvent(T, event of S). Blocks not yet covered are only
- * S's (they also merge with covered neighbours only once covered). Search
- * order for S: S's own blocks and blocks no stream has touched, then a
- * record on S (making S's own recent frees mergeable), then other streams'
- * covered blocks (with the wait), then, before growing, a
- * cudaDeviceSynchronize that makes every free block reusable by every
- * stream (only when other streams hold free memory). Events survive their
- * streams, and the pool only ever calls CUDA on the stream passed to the
- * current call, so freeing on a stream that is later destroyed is safe. A
- * destroyed stream's handle may be reused by a new stream, which then
- * inherits the old stream's uncovered blocks: destroy a stream only after
- * its work is done (cudaStreamDestroy returns at once otherwise) if its
- * handle may come back. cudaStreamPerThread is a distinct stream per
- * thread. Newly grown chunks belong to the stream that grew the pool and
- * are covered by an event recorded right after the upstream call, which is
- * right for stream-ordered upstreams too. When the upstream's memory kind
- * is RMMC_MEMORY_HOST, streams are only keys: the pool makes no CUDA call
- * at all, and every freed block is covered at once.
+ * is reused by S at once, with no CUDA call; the last block S freed is kept
+ * aside ("hot") so that a request of exactly its size takes it without a
+ * search. Blocks reach other streams through one CUDA event per stream,
+ * recorded lazily (a cudaEventRecord per free would cost more than the
+ * allocation itself): a deallocate records S's event when S holds
+ * `event_interval` (64) freed blocks, or `event_bytes` (1 GiB), that no
+ * event covers yet. Those blocks are then "covered": another stream T may
+ * take one after cudaStreamWaitEvent(T, event of S), a wait on the GPU
+ * (no CPU stall) made only when T takes S's memory. A block not yet
+ * covered ("fresh") is S's alone and merges only with S's other fresh
+ * blocks; once covered it merges with S's covered neighbours and with
+ * untouched memory. A request on S looks, in order, at: S's blocks and
+ * untouched ones (best fit among them); a new slab (small requests); S's
+ * fresh blocks after covering them (one record on S, and they merge); other
+ * streams' covered blocks (with the wait); emptied slabs merged back; a
+ * cudaDeviceSynchronize after which every free block of every stream is
+ * untouched and merges (only when another stream's fresh block alone would
+ * serve the request, or always with sync_before_grow); growth; and, when
+ * the upstream refuses, a synchronization, the release of every wholly free
+ * chunk and a last growth. Events outlive their streams and the pool only
+ * ever calls CUDA on the stream passed to the current call, so freeing on a
+ * stream that is destroyed afterwards is safe. A destroyed stream's handle
+ * may be reused by a new stream, which then inherits the old stream's
+ * fresh blocks: if handles may come back, destroy a stream only once its
+ * work is done. cudaStreamPerThread is a distinct stream per thread. Newly
+ * grown chunks belong to the stream that grew the pool, covered by an event
+ * recorded right after the upstream call, which is right for stream-ordered
+ * upstreams (cuda_async) too. When the upstream's memory kind is
+ * RMMC_MEMORY_HOST, streams are only keys and the pool makes no CUDA call
+ * at all: a freed block is covered at the stream's next free (covering
+ * costs nothing there), and free blocks of all streams merge before the
+ * pool grows.
  *
  * Alignment: any power of two (the pool pads inside a block). Deallocate
  * needs the same `bytes` as allocate; alignment is not checked.
@@ -79,8 +89,9 @@
  * "default", "per-thread" or the handle; fresh: bytes not yet covered by an
  * event, which only that stream may reuse).
  *
- * Thread-safe: one mutex per pool, held for a few hundred instructions on
- * the common path; growth and CUDA calls (rare) happen under it too.
+ * Thread-safe: one lock per pool (a futex lock: one atomic instruction to
+ * take it, one to drop it), held for about a hundred instructions on the
+ * common path; growth, trimming and CUDA calls (rare) happen under it too.
  */
 #ifndef RMMC_POOL_RESOURCE_H
 #define RMMC_POOL_RESOURCE_H
@@ -128,15 +139,23 @@ typedef struct rmmc_pool_options {
    * more upstream calls while the working set still grows. */
   bool release_before_grow;
   /* event_interval=: record a stream's event after this many frees on it
-   * that no event covers yet (default 64, at least 1). */
+   * that no event covers yet (default 64, at least 1). Device memory; in
+   * host mode only a stream's last free is ever uncovered. */
   unsigned event_interval;
   /* event_bytes=: ... or when that many freed bytes wait (default 1 GiB). */
   size_t event_bytes;
+  /* sync_before_grow=: device memory: before growing, synchronize the
+   * device whenever other streams hold free memory, so that every stream's
+   * free blocks merge and serve the request (default false: only when
+   * another stream's uncovered block alone would serve it; a CPU stall per
+   * growth buys less memory when streams interleave). Host memory always
+   * does it: it costs nothing there. */
+  bool sync_before_grow;
 } rmmc_pool_options_t;
 
 #define RMMC_POOL_OPTIONS_INIT                                                 \
   {sizeof(rmmc_pool_options_t), 0, SIZE_MAX, (size_t)32 << 20, (size_t)2 << 20,             \
-   (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 64, (size_t)1 << 30}
+   (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 64, (size_t)1 << 30, false}
 
 /* Creates a pool over `upstream`, which it retains (the caller keeps its
  * own reference); NULL options mean defaults. Reserves initial_size at

@@ -11,19 +11,23 @@
  * by the owner's event: only the owner may take it) or COVERED (the owner's
  * event was recorded after its free: any stream may take it after waiting
  * on that event; neutral blocks are always COVERED and need no wait). Each
- * free block sits in exactly one TLSF index: owner->idx[class][state].
+ * free block sits in exactly one TLSF index, owner->idx[class][state],
+ * except each stream's hot block (its last free, fresh), which sits in
+ * owner->hot (idx == NULL) so that an immediate same-size request skips
+ * the index.
  *
- * Merging rules (put_free): two adjacent free blocks merge when they have
- * the same owner and state, or are both COVERED and one is neutral (the
- * result keeps the stream owner, so the wait stays correct). FRESH blocks
- * become COVERED, and merge further, when their owner's event is recorded
- * (cover_fresh); a synchronization of the device makes every free block
- * neutral (neutralize_all). In host mode (host upstream) frees are COVERED
- * at once and nothing calls CUDA.
+ * Merging rules (merge): two adjacent free blocks merge when they have the
+ * same owner and state, or are both COVERED and one is neutral (the result
+ * keeps the stream owner, so the wait stays correct). FRESH blocks become
+ * COVERED, and merge further, when their owner's event is recorded
+ * (cover); a synchronization of the device makes every free block neutral
+ * (settle). In host mode (host upstream) nothing calls CUDA: covering is
+ * free, so a stream's previous hot block is covered at its next free and
+ * settle only relabels.
  *
- * Everything runs under one mutex. Hot path: stream lookup (one compare
- * against the last stream), three O(1) index searches, carve, one map
- * insert; free: one map lookup and removal, O(1) merges, one index insert.
+ * Everything runs under one lock. Hot path: one compare for the stream,
+ * the hot block or three O(1) index searches, carve, one map insert; free:
+ * one map lookup and removal, O(1) merges, the hot slot.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -113,7 +117,7 @@ typedef struct pool {
   /* options, resolved */
   size_t max_size, min_growth, granularity, small_max, small_chunk, gc_limit, event_bytes;
   unsigned event_interval;
-  bool release_before_grow;
+  bool release_before_grow, sync_before_grow;
   /* state */
   rmmc__ptrmap_t used;    /* address -> used block */
   rmmc__ptrmap_t streams; /* stream key -> pstream */
@@ -754,10 +758,20 @@ no_memory:
   return no_host_memory();
 }
 
-/* Free bytes that only other streams than ps may take now. */
-static size_t others_free(const pool_t *p, const pstream_t *ps) {
-  size_t local = stream_free_bytes(ps) + stream_free_bytes(&p->neutral);
-  return p->free_bytes - local;
+/* True if another stream than ps holds a fresh block that alone would
+ * serve a request of class cls and `need` bytes: a device synchronization
+ * (which makes it reusable) then surely pays. */
+static bool others_fresh_fit(const pool_t *p, const pstream_t *ps, int cls, size_t need) {
+  for (const pstream_t *q = p->stream_list; q != NULL; q = q->next) {
+    if (q == ps) continue;
+    const block_t *h = q->hot;
+    if (h != NULL && h->chunk->cls == cls && h->size >= need) return true;
+    if (tlsf_find(&q->idx[cls][ST_FRESH], need) != NULL) return true;
+    if (cls == CLASS_SMALL && ((h != NULL && h->chunk->cls == CLASS_LARGE && h->size >= p->small_chunk) ||
+                               tlsf_find(&q->idx[CLASS_LARGE][ST_FRESH], p->small_chunk) != NULL))
+      return true;
+  }
+  return false;
 }
 
 /* When no local block fits: escalate through the steps of the header
@@ -772,8 +786,15 @@ static rmmc_status_t alloc_slow(pool_t *p, pstream_t *ps, cudaStream_t stream, i
     st = try_serve(p, ps, stream, cls, need, &b);
   if (st == RMMC_SUCCESS && b == NULL && reclaim_slabs(p) > 0)
     st = try_serve(p, ps, stream, cls, need, &b);
-  /* Other streams' memory, merged, after the device is idle. */
-  if (st == RMMC_SUCCESS && b == NULL && others_free(p, ps) > 0 && p->free_bytes >= need) {
+  /* Other streams' free memory, merged across streams, once the device is
+   * idle. In host mode that costs nothing: always before growing. In device
+   * mode it stalls the CPU, so (unless sync_before_grow) only when another
+   * stream holds a block, not yet covered by its event, that alone serves
+   * the request; merging otherwise waits for the out-of-memory path. */
+  if (st == RMMC_SUCCESS && b == NULL &&
+      (p->cuda && !p->sync_before_grow
+           ? others_fresh_fit(p, ps, cls, need)
+           : p->free_bytes - stream_free_bytes(ps) - stream_free_bytes(&p->neutral) > 0)) {
     st = settle(p);
     if (st == RMMC_SUCCESS) {
       reclaim_slabs(p);
@@ -1224,6 +1245,7 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   p->small_max = o->small_max > 0 ? rmmc__align_up(o->small_max, GRANULE) : 0;
   p->small_chunk = o->small_chunk;
   p->release_before_grow = o->release_before_grow;
+  p->sync_before_grow = o->sync_before_grow;
   p->event_interval = o->event_interval;
   p->event_bytes = o->event_bytes;
   p->gc_limit = SIZE_MAX;
@@ -1314,6 +1336,7 @@ static const rmmc__spec_option_t pool_spec_options[] = {
     {"release_before_grow", RMMC__OPT_BOOL, "give back wholly free chunks before growing (default true)"},
     {"event_interval", RMMC__OPT_INT, "frees per stream between event records (default 64)"},
     {"event_bytes", RMMC__OPT_BYTES, "freed bytes per stream between event records (default 1GiB)"},
+    {"sync_before_grow", RMMC__OPT_BOOL, "synchronize the device so all streams' free blocks merge before growing (default false)"},
     {NULL, 0, NULL},
 };
 
@@ -1331,6 +1354,7 @@ static rmmc_status_t pool_build(const rmmc__spec_args_t *args, rmmc_resource_t *
   if (st != RMMC_SUCCESS) return st;
   rmmc__spec_double(args, "gc_threshold", &o.gc_threshold);
   rmmc__spec_bool(args, "release_before_grow", &o.release_before_grow);
+  rmmc__spec_bool(args, "sync_before_grow", &o.sync_before_grow);
   long long interval;
   if (rmmc__spec_int(args, "event_interval", &interval)) {
     if (interval < 1 || interval > (long long)UINT_MAX)
