@@ -124,8 +124,10 @@ START_TEST(test_gpu_free_on_stream_then_destroy_it) {
   ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, a, &p), RMMC_SUCCESS);
   CUDA_OK(gpu_slow_fill(p, 2 * MiB, A_VALUE, SLOW_NS, a));
   ck_assert_int_eq(rmmc_resource_deallocate(r, p, 2 * MiB, 256, a), RMMC_SUCCESS);
-  CUDA_OK(cudaStreamDestroy(a)); /* returns at once; the kernel still runs */
+  /* b exists before a goes, so it cannot reuse a's handle: the pool keys
+   * streams by handle (see pool_resource.h on handle reuse). */
   CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamDestroy(a)); /* returns at once; the kernel still runs */
   ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, b, &q), RMMC_SUCCESS);
   ck_assert_msg(q == p, "%s: got %p, not the freed block %p", spec, q, p);
   CUDA_OK(cudaMemsetAsync(q, B_VALUE, 2 * MiB, b));
