@@ -93,6 +93,31 @@ static inline rmmc_resource_t *rmmc__upstream_of(rmmc_resource_t *r) {
   return ((rmmc__adaptor_t *)r)->upstream;
 }
 
+/* Checks the arguments (as rmmc__check_create), allocates a zeroed adaptor
+ * struct of `struct_size` bytes (rmmc__adaptor_t first) and initializes it
+ * with `ops`, retaining upstream. The caller fills its own fields; if it
+ * then fails, it undoes this with rmmc__adaptor_fini and free. */
+rmmc_status_t rmmc__adaptor_new(const char *what, const rmmc_resource_ops_t *ops,
+                                rmmc_resource_t *upstream, size_t struct_size,
+                                rmmc_resource_t **out);
+/* The `deallocate` slot of an adaptor that only passes frees through: the
+ * same call on the upstream. */
+rmmc_status_t rmmc__adaptor_forward_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                               size_t alignment, cudaStream_t stream);
+/* The `destroy` slot of an adaptor whose struct holds nothing to free
+ * beyond the upstream reference: releases the upstream, frees the struct. */
+void rmmc__adaptor_destroy(rmmc_resource_t *r);
+
+/* For the public accessors of one kind of resource: RMMC_SUCCESS if r was
+ * made with `ops`, else RMMC_ERROR_INVALID_ARGUMENT with a message naming
+ * `what`, the expected kind and the kind r is. */
+rmmc_status_t rmmc__check_kind(const rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
+                               const char *what);
+
+/* The calling thread's operating-system id (gettid on Linux), as RMM's logs
+ * and reports show it. Cached per thread: one thread-local load. */
+uint64_t rmmc__thread_id(void);
+
 /* ---- CUDA helpers ----
  * Each returns a status after recording the error. */
 
@@ -128,6 +153,17 @@ static inline rmmc_status_t rmmc__check_base_alignment(const rmmc_resource_t *r,
 /* Stream name for messages ("default", "per-thread", or the pointer). */
 const char *rmmc__stream_name(cudaStream_t stream, char *buf, size_t len);
 
+/* This thread's error state (message and raw CUDA error), saved so that a
+ * layer that runs code of its own after a failure (a failure callback) can
+ * hand the original failure back unchanged. */
+#define RMMC__MESSAGE_MAX 1024
+typedef struct rmmc__error_state {
+  char message[RMMC__MESSAGE_MAX];
+  cudaError_t cuda_error;
+} rmmc__error_state_t;
+void rmmc__error_save(rmmc__error_state_t *state);
+void rmmc__error_restore(const rmmc__error_state_t *state);
+
 /* Appends to this thread's error message. */
 void rmmc__append_error(const char *fmt, ...)
 #if defined(__GNUC__) || defined(__clang__)
@@ -144,6 +180,13 @@ rmmc_status_t rmmc__unknown_cuda_pointer(const rmmc_resource_t *r, cudaError_t e
                                          const char *what, const void *ptr);
 
 /* ---- thread-local nesting of the public wrappers ---- */
-extern _Thread_local int rmmc__call_depth;
+/* initial-exec: the hot path must not call __tls_get_addr; 4 bytes fit the
+ * static TLS surplus even when the library is dlopen'ed (PyTorch does). */
+#if defined(__GNUC__) || defined(__clang__)
+#define RMMC_TLS_FAST __attribute__((tls_model("initial-exec")))
+#else
+#define RMMC_TLS_FAST
+#endif
+extern _Thread_local int rmmc__call_depth RMMC_TLS_FAST;
 
 #endif /* RMMC_INTERNAL_H */

@@ -8,7 +8,10 @@
  * adaptors, reference counting.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -236,4 +239,41 @@ rmmc_status_t rmmc__check_create(const char *what, const rmmc_resource_t *upstre
   if (upstream == NULL)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: upstream resource is NULL", what);
   return RMMC_SUCCESS;
+}
+
+rmmc_status_t rmmc__adaptor_new(const char *what, const rmmc_resource_ops_t *ops,
+                                rmmc_resource_t *upstream, size_t struct_size,
+                                rmmc_resource_t **out) {
+  rmmc_status_t st = rmmc__check_create(what, upstream, out);
+  if (st != RMMC_SUCCESS) return st;
+  rmmc__adaptor_t *a = calloc(1, struct_size);
+  if (a == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "%s: no host memory", what);
+  rmmc__adaptor_init(a, ops, upstream);
+  *out = &a->base;
+  return RMMC_SUCCESS;
+}
+
+rmmc_status_t rmmc__adaptor_forward_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                               size_t alignment, cudaStream_t stream) {
+  return rmmc_resource_deallocate(rmmc__upstream_of(r), ptr, bytes, alignment, stream);
+}
+
+void rmmc__adaptor_destroy(rmmc_resource_t *r) {
+  rmmc__adaptor_fini((rmmc__adaptor_t *)r);
+  free(r);
+}
+
+rmmc_status_t rmmc__check_kind(const rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
+                               const char *what) {
+  if (RMMC_LIKELY(r != NULL && r->ops == ops)) return RMMC_SUCCESS;
+  if (r == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: resource is NULL", what);
+  return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: the resource is a %s, not a %s", what,
+                        r->ops->name, ops->name);
+}
+
+static _Thread_local uint64_t tl_thread_id RMMC_TLS_FAST;
+
+uint64_t rmmc__thread_id(void) {
+  if (RMMC_UNLIKELY(tl_thread_id == 0)) tl_thread_id = (uint64_t)syscall(SYS_gettid);
+  return tl_thread_id;
 }

@@ -310,6 +310,12 @@ RMMC_API rmmc_status_t rmmc_stack_validate(const char *spec) {
 }
 
 RMMC_API rmmc_status_t rmmc_stack_create(const char *spec, int device, rmmc_resource_t **out) {
+  return rmmc__stack_create_hooked(spec, device, NULL, NULL, out);
+}
+
+RMMC_API rmmc_status_t rmmc__stack_create_hooked(const char *spec, int device,
+                                                 rmmc__stack_hook_fn hook, void *ctx,
+                                                 rmmc_resource_t **out) {
   if (out == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "stack_create: out is NULL");
   *out = NULL;
   if (spec == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "stack spec is NULL");
@@ -327,6 +333,17 @@ RMMC_API rmmc_status_t rmmc_stack_create(const char *spec, int device, rmmc_reso
     if (st != RMMC_SUCCESS)
       rmmc__append_error(" (building layer %d, '%s', of \"%s\")", i + 1, p->layers[i].entry->name,
                          spec);
+    if (st == RMMC_SUCCESS && hook != NULL && i == p->nlayers - 1) {
+      rmmc_resource_t *wrapped = NULL;
+      st = hook(ctx, r, &wrapped);
+      rmmc_resource_release(r); /* the wrapper holds its own reference, if it wants one */
+      upstream = st == RMMC_SUCCESS ? wrapped : NULL;
+      if (st == RMMC_SUCCESS && wrapped == NULL)
+        st = rmmc_set_error(RMMC_ERROR_INTERNAL, "stack hook returned no resource");
+      if (st != RMMC_SUCCESS)
+        rmmc__append_error(" (wrapping the base layer '%s' of \"%s\")", p->layers[i].entry->name,
+                           spec);
+    }
   }
   free(p);
   if (st == RMMC_SUCCESS) *out = upstream;
@@ -337,10 +354,16 @@ RMMC_API size_t rmmc_stack_help(char *buf, size_t len) {
   size_t n = 0;
   if (buf != NULL && len > 0) buf[0] = '\0';
   for (const rmmc__spec_entry_t *const *e = rmmc__spec_entries; *e != NULL; e++) {
-    char opts[512];
+    char opts[512], line[1024];
     list_options(*e, opts, sizeof opts);
-    n += (size_t)snprintf(buf ? buf + (n < len ? n : len) : NULL, n < len ? len - n : 0,
-                          "  %-18s %s (options: %s)\n", (*e)->name, (*e)->help, opts);
+    int w = snprintf(line, sizeof line, "  %-18s %s (options: %s)\n", (*e)->name, (*e)->help, opts);
+    size_t m = w < 0 ? 0 : (size_t)w < sizeof line ? (size_t)w : sizeof line - 1;
+    if (buf != NULL && n + 1 < len) {
+      size_t fit = len - 1 - n < m ? len - 1 - n : m;
+      memcpy(buf + n, line, fit);
+      buf[n + fit] = '\0';
+    }
+    n += m;
   }
   return n;
 }

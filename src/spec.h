@@ -69,6 +69,21 @@ rmmc_status_t rmmc__spec_bytes(const rmmc__spec_args_t *args, const char *name,
 /* Parses "64KiB", "1.5GiB", "1024" (bytes; no percentage). */
 rmmc_status_t rmmc__parse_bytes(const char *text, size_t len, size_t *out);
 
+/* Called once by rmmc__stack_create_hooked() with the innermost (base)
+ * layer, borrowed, just after it is built; stores in *out a new reference to
+ * the resource the next layer is to be built on (typically a wrapper that
+ * retains `base`). A failure status stops the build: nothing is kept. */
+typedef rmmc_status_t (*rmmc__stack_hook_fn)(void *ctx, rmmc_resource_t *base,
+                                              rmmc_resource_t **out);
+
+/* rmmc_stack_create() with `hook` (may be NULL) placed around the base
+ * layer, so a tool can see everything the stack takes from its base
+ * resource (rmmc-replay counts it). Exported for the project's own tools
+ * only: declared here, not in a public header, and may change. */
+RMMC_API rmmc_status_t rmmc__stack_create_hooked(const char *spec, int device,
+                                                 rmmc__stack_hook_fn hook, void *ctx,
+                                                 rmmc_resource_t **out);
+
 /* The table of every registered entry, NULL-terminated (spec_table.c). */
 extern const rmmc__spec_entry_t *const rmmc__spec_entries[];
 

@@ -12,11 +12,9 @@
 
 #include "internal.h"
 
-#define RMMC_MESSAGE_MAX 1024
-
-static _Thread_local char tl_message[RMMC_MESSAGE_MAX];
+static _Thread_local char tl_message[RMMC__MESSAGE_MAX];
 static _Thread_local cudaError_t tl_cuda_error = cudaSuccess;
-_Thread_local int rmmc__call_depth;
+_Thread_local int rmmc__call_depth RMMC_TLS_FAST;
 
 RMMC_API const char *rmmc_status_name(rmmc_status_t status) {
   switch (status) {
@@ -47,6 +45,16 @@ RMMC_API cudaError_t rmmc_last_cuda_error(void) { return tl_cuda_error; }
 RMMC_API void rmmc_clear_last_error(void) {
   tl_message[0] = '\0';
   tl_cuda_error = cudaSuccess;
+}
+
+void rmmc__error_save(rmmc__error_state_t *state) {
+  memcpy(state->message, tl_message, sizeof tl_message);
+  state->cuda_error = tl_cuda_error;
+}
+
+void rmmc__error_restore(const rmmc__error_state_t *state) {
+  memcpy(tl_message, state->message, sizeof tl_message);
+  tl_cuda_error = state->cuda_error;
 }
 
 static void vset_message(const char *fmt, va_list ap) {

@@ -1,0 +1,60 @@
+/*
+ * The aligned adaptor: larger alignment for large allocations.
+ *
+ * Allocations of at least `threshold` bytes are aligned to `alignment` (a
+ * power of two), smaller ones pass through with the alignment asked for;
+ * RMM's aligned_resource_adaptor. Any per-call alignment above 256 is
+ * honoured too, over any upstream, including base CUDA resources that give
+ * 256 and no more. Such a request is served by over-allocating from the
+ * upstream (bytes + alignment - 256, 256-aligned) and handing out the first
+ * aligned address inside; the original pointer is kept in a host-side map
+ * (the memory itself is never touched, so device memory works), sharded
+ * over 16 locks. Requests that need no more than 256 take no lock and cost
+ * one compare.
+ *
+ * Deallocate must be given the bytes and alignment given to allocate (as
+ * everywhere): they decide which path the block took. A pointer the map
+ * does not hold, or one freed with other bytes or alignment than it was
+ * allocated with, is RMMC_ERROR_UNKNOWN_POINTER and changes nothing.
+ *
+ * Figures (rmmc_resource_describe): "alignment", "threshold" (bytes),
+ * "outstanding" (over-allocated blocks live now), "overhead" (bytes they
+ * take beyond what was asked). Thread-safe.
+ */
+#ifndef RMMC_ALIGNED_ADAPTOR_H
+#define RMMC_ALIGNED_ADAPTOR_H
+
+#include <stddef.h>
+
+#include "rmmc/resource.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rmmc_aligned_options {
+  size_t size;      /* sizeof(rmmc_aligned_options_t): set by the INIT macro */
+  size_t alignment; /* power of two; below 256 means 256 (default 4096) */
+  size_t threshold; /* allocations of at least this many bytes get it
+                       (default 1 MiB; 0: every allocation) */
+} rmmc_aligned_options_t;
+
+#define RMMC_ALIGNED_OPTIONS_INIT {sizeof(rmmc_aligned_options_t), 4096, (size_t)1 << 20}
+
+/* Creates an aligned adaptor over `upstream` (retained); NULL options mean
+ * defaults. Stores one reference in *out. RMMC_ERROR_INVALID_ARGUMENT for a
+ * NULL upstream or out, options whose size is 0 (not initialized with
+ * RMMC_ALIGNED_OPTIONS_INIT) or an alignment that is not a power of two;
+ * RMMC_ERROR_OUT_OF_MEMORY if host memory runs out. Allocate adds
+ * RMMC_ERROR_INVALID_ARGUMENT for a request that overflows once the
+ * alignment slack is added, and RMMC_ERROR_OUT_OF_MEMORY (nothing kept) if
+ * the host map cannot grow. */
+RMMC_EXPORT rmmc_status_t rmmc_aligned_adaptor_create(rmmc_resource_t *upstream,
+                                                      const rmmc_aligned_options_t *options,
+                                                      rmmc_resource_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMMC_ALIGNED_ADAPTOR_H */

@@ -1,0 +1,69 @@
+/*
+ * The sim resource: a simulated upstream that hands out address ranges
+ * without any memory behind them.
+ *
+ * It stands in for a device when a workload is larger than the machine it
+ * is replayed on (rmmc-replay uses it for logs whose peak does not fit), or
+ * when only the bookkeeping of the layers above matters: a pool, arena or
+ * limiting layer stacked on sim behaves exactly as on real memory, so its
+ * fragmentation and reserved figures are exact, while nothing is mapped.
+ *
+ * Pointers are NOT dereferenceable. They lie in an address range the process
+ * never maps (from 2^48 up, above every user mapping of a 64-bit Linux
+ * process with 4-level paging), so reading or writing one faults at once
+ * rather than corrupting something. Only stack sim under layers that never
+ * touch the memory they manage (every rmmc sub-allocator and adaptor keeps
+ * its bookkeeping on the host), and never under containers or code that
+ * fills buffers.
+ *
+ * Ranges never overlap while live; each starts at a multiple of
+ * max(alignment asked, the resource's alignment) and its size is counted
+ * rounded up to the resource's alignment (the granularity, as a device
+ * allocator rounds). A freed range is handed out again to a request of the
+ * same rounded size, so the address span stays near the peak for repetitive
+ * workloads. Capacity, when set, limits the rounded bytes live at once:
+ * beyond it allocate fails with RMMC_ERROR_OUT_OF_MEMORY, as a full device
+ * would (without fragmentation of its own: a device maps pages anywhere).
+ *
+ * Streams: the memory kind is RMMC_MEMORY_HOST, so layers above treat
+ * streams as opaque keys and make no CUDA call; sim makes none either, and
+ * needs no GPU. Percentages in specs (max=80%) stacked on sim resolve
+ * against the host's memory, not the capacity.
+ *
+ * Figures (rmmc_resource_describe): "reserved" and "in_use" (rounded bytes
+ * live now), "peak" (their highest value), "limit" (the capacity, if set),
+ * "outstanding" (live ranges), "span" (address space used so far) and
+ * "granularity". deallocate checks the pointer and size against what it
+ * handed out: RMMC_ERROR_UNKNOWN_POINTER otherwise, changing nothing.
+ * Thread-safe (one mutex).
+ */
+#ifndef RMMC_SIM_RESOURCE_H
+#define RMMC_SIM_RESOURCE_H
+
+#include "rmmc/resource.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rmmc_sim_options {
+  size_t size;      /* sizeof(rmmc_sim_options_t) */
+  size_t capacity;  /* rounded bytes live at once at most (0: no limit) */
+  size_t alignment; /* granularity: power of two >= 256 (0: 256) */
+} rmmc_sim_options_t;
+
+#define RMMC_SIM_OPTIONS_INIT {sizeof(rmmc_sim_options_t), 0, RMMC_DEFAULT_ALIGNMENT}
+
+/* Creates a sim resource (one reference in *out); NULL options mean
+ * defaults (no capacity limit, 256-byte granularity).
+ * RMMC_ERROR_INVALID_ARGUMENT for a NULL out, an options size too small, or
+ * an alignment that is not a power of two of at least 256;
+ * RMMC_ERROR_OUT_OF_MEMORY if the host has no memory for the bookkeeping. */
+RMMC_EXPORT rmmc_status_t rmmc_sim_resource_create(const rmmc_sim_options_t *options,
+                                                   rmmc_resource_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMMC_SIM_RESOURCE_H */

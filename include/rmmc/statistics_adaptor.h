@@ -1,0 +1,95 @@
+/*
+ * The statistics adaptor: counts bytes and allocations through it.
+ *
+ * It keeps the current, peak and total bytes and counts of what was
+ * allocated through it, readable at any time, and a stack of counter
+ * scopes with RMM's semantics so that a caller can measure one phase:
+ *
+ *   rmmc_statistics_adaptor_push(r);          fresh counters from here
+ *   ... the phase ...
+ *   rmmc_statistics_adaptor_pop(r, &phase);    the phase's figures
+ *
+ * push starts a fresh set of counters (all 0); the figures read with
+ * rmmc_statistics_adaptor_get() are those of the innermost scope. pop ends
+ * the innermost scope, returns its figures and merges them into the scope
+ * around it: outer current += popped current, outer peak = max(outer peak,
+ * outer current before the push + popped peak), totals added. A scope that
+ * frees memory allocated before it began sees its current figures go below
+ * zero (as in RMM), which is why they are signed. Popped or not, the
+ * outermost scope always ends up with the figures of the whole adaptor;
+ * describe() reports those (in_use, peak, ...) at any time.
+ *
+ * Concurrency. Allocate and deallocate update a few relaxed atomic counters
+ * and take no lock; push, pop and get take a mutex among themselves only.
+ * A call that returns before push (pop) begins is attributed to the outer
+ * (inner) scope; one that runs while push or pop runs may be attributed to
+ * either side, never lost and never counted twice in the merged figures.
+ * Figures read while other threads allocate are not one snapshot (two
+ * fields may be a few calls apart); once those calls have returned they
+ * are exact.
+ *
+ * Stack spec: `statistics` (no options). Thread-safe; streams are passed to
+ * the upstream unchanged.
+ */
+#ifndef RMMC_STATISTICS_ADAPTOR_H
+#define RMMC_STATISTICS_ADAPTOR_H
+
+#include <stdint.h>
+
+#include "rmmc/resource.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Figures of one scope. The caller sets `size` (RMMC_STATISTICS_INIT);
+ * rmmc fills the fields that fit in it, so fields can be appended. */
+typedef struct rmmc_statistics {
+  size_t size;             /* sizeof(rmmc_statistics_t), set by the caller */
+  int64_t current_bytes;   /* bytes allocated and not yet freed */
+  int64_t peak_bytes;      /* the highest current_bytes reached */
+  uint64_t total_bytes;    /* bytes ever allocated */
+  int64_t current_count;   /* allocations not yet freed */
+  int64_t peak_count;      /* the highest current_count reached */
+  uint64_t total_count;    /* allocations ever made (successful ones) */
+  uint64_t deallocations;  /* deallocations (successful ones) */
+} rmmc_statistics_t;
+
+#define RMMC_STATISTICS_INIT {sizeof(rmmc_statistics_t), 0, 0, 0, 0, 0, 0, 0}
+
+/* Creates a statistics adaptor over `upstream` (retained); one reference in
+ * *out. RMMC_ERROR_INVALID_ARGUMENT for a NULL upstream or out;
+ * RMMC_ERROR_OUT_OF_MEMORY if host memory runs out. */
+RMMC_EXPORT rmmc_status_t rmmc_statistics_adaptor_create(rmmc_resource_t *upstream,
+                                                         rmmc_resource_t **out);
+
+/* Stores the figures of the innermost scope in *out (as many fields as
+ * out->size holds). RMMC_ERROR_INVALID_ARGUMENT if r is not a statistics
+ * adaptor, out is NULL or out->size is too small for the first field.
+ * Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_statistics_adaptor_get(rmmc_resource_t *r,
+                                                      rmmc_statistics_t *out);
+
+/* Starts a fresh scope of counters (all 0) inside the current one.
+ * RMMC_ERROR_INVALID_ARGUMENT if r is not a statistics adaptor;
+ * RMMC_ERROR_OUT_OF_MEMORY if host memory for the scope runs out (nothing
+ * changes). Thread-safe; scopes belong to the adaptor, not to a thread. */
+RMMC_EXPORT rmmc_status_t rmmc_statistics_adaptor_push(rmmc_resource_t *r);
+
+/* Ends the innermost scope: stores its figures in *out (may be NULL) and
+ * merges them into the scope around it (see above).
+ * RMMC_ERROR_INVALID_ARGUMENT if r is not a statistics adaptor or out->size
+ * is too small; RMMC_ERROR_NOT_SUPPORTED when no scope was pushed (the
+ * outermost scope cannot be popped; nothing changes). Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_statistics_adaptor_pop(rmmc_resource_t *r,
+                                                      rmmc_statistics_t *out);
+
+/* The number of scopes pushed and not popped (0 at creation); -1 (and the
+ * thread's error set) if r is not a statistics adaptor. */
+RMMC_EXPORT int rmmc_statistics_adaptor_get_depth(rmmc_resource_t *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMMC_STATISTICS_ADAPTOR_H */

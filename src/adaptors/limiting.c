@@ -1,0 +1,118 @@
+/*
+ * The limiting adaptor (see limiting_adaptor.h): one atomic counter of the
+ * bytes outstanding through it, each allocation rounded up to its
+ * alignment. allocate reserves with a compare-and-swap loop that refuses to
+ * pass the limit, then asks the upstream and gives the reservation back if
+ * the upstream fails; deallocate returns the bytes after the upstream took
+ * the memory back. No lock anywhere.
+ *
+ * RMM's limiting adaptor adds first and subtracts again when over the
+ * limit, so for a moment the counter exceeds the limit and a concurrent
+ * allocation that would fit is refused; the CAS never does that.
+ */
+#include "../spec.h"
+#include "rmmc/limiting_adaptor.h"
+
+typedef struct limiting {
+  rmmc__adaptor_t a;
+  size_t limit;
+  size_t used; /* atomic */
+} limiting_t;
+
+static rmmc_status_t limiting_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                       cudaStream_t stream, void **out) {
+  limiting_t *l = (limiting_t *)r;
+  size_t need = rmmc__align_up(bytes, alignment); /* the wrapper checked overflow */
+  size_t used = __atomic_load_n(&l->used, __ATOMIC_RELAXED);
+  do {
+    if (RMMC_UNLIKELY(need > l->limit - used)) {
+      char lim[32], use[32], req[32];
+      return rmmc_set_oom_error(r, bytes, stream,
+                                "limit %s (%zu bytes), %s in use through the adaptor, %s "
+                                "requested after rounding to %zu",
+                                rmmc__format_bytes(l->limit, lim, sizeof lim), l->limit,
+                                rmmc__format_bytes(used, use, sizeof use),
+                                rmmc__format_bytes(need, req, sizeof req), alignment);
+    }
+  } while (!__atomic_compare_exchange_n(&l->used, &used, used + need, true, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED));
+  rmmc_status_t st = rmmc_resource_allocate(l->a.upstream, bytes, alignment, stream, out);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) __atomic_sub_fetch(&l->used, need, __ATOMIC_RELAXED);
+  return st;
+}
+
+static rmmc_status_t limiting_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                         size_t alignment, cudaStream_t stream) {
+  limiting_t *l = (limiting_t *)r;
+  size_t give = rmmc__align_up(bytes, alignment);
+  /* Every legitimate allocation is still counted while it is freed, so a
+   * size above the count cannot be one: refuse it before the upstream sees
+   * it and the counter wraps. */
+  size_t used = __atomic_load_n(&l->used, __ATOMIC_RELAXED);
+  if (RMMC_UNLIKELY(give > used))
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "limiting adaptor: deallocate of %p with %zu bytes (%zu rounded) but "
+                          "only %zu bytes are in use through it",
+                          ptr, bytes, give, used);
+  rmmc_status_t st = rmmc_resource_deallocate(l->a.upstream, ptr, bytes, alignment, stream);
+  if (RMMC_LIKELY(st == RMMC_SUCCESS)) __atomic_sub_fetch(&l->used, give, __ATOMIC_RELAXED);
+  return st;
+}
+
+static void limiting_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+  limiting_t *l = (limiting_t *)r;
+  rmmc__emit_bytes(emit, ctx, "limit", l->limit);
+  rmmc__emit_bytes(emit, ctx, "in_use", __atomic_load_n(&l->used, __ATOMIC_RELAXED));
+}
+
+static const rmmc_resource_ops_t limiting_ops = {
+    .version = RMMC_RESOURCE_OPS_VERSION,
+    .name = "limiting",
+    .allocate = limiting_allocate,
+    .deallocate = limiting_deallocate,
+    .describe = limiting_describe,
+    .destroy = rmmc__adaptor_destroy,
+    .upstream = rmmc__adaptor_upstream,
+};
+
+RMMC_API rmmc_status_t rmmc_limiting_adaptor_create(rmmc_resource_t *upstream, size_t limit,
+                                                    rmmc_resource_t **out) {
+  rmmc_status_t st =
+      rmmc__adaptor_new("limiting_adaptor_create", &limiting_ops, upstream, sizeof(limiting_t), out);
+  if (st == RMMC_SUCCESS) ((limiting_t *)*out)->limit = limit;
+  return st;
+}
+
+RMMC_API size_t rmmc_limiting_adaptor_get_limit(const rmmc_resource_t *r) {
+  if (rmmc__check_kind(r, &limiting_ops, "limiting_adaptor_get_limit") != RMMC_SUCCESS) return 0;
+  return ((const limiting_t *)r)->limit;
+}
+
+RMMC_API size_t rmmc_limiting_adaptor_get_used(const rmmc_resource_t *r) {
+  if (rmmc__check_kind(r, &limiting_ops, "limiting_adaptor_get_used") != RMMC_SUCCESS) return 0;
+  return __atomic_load_n(&((const limiting_t *)r)->used, __ATOMIC_RELAXED);
+}
+
+static const rmmc__spec_option_t limiting_spec_options[] = {
+    {"limit", RMMC__OPT_BYTES_PCT, "most bytes outstanding (size, or % of free memory)"},
+    {NULL, 0, NULL},
+};
+
+static rmmc_status_t limiting_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
+                                    int device, rmmc_resource_t **out) {
+  (void)device;
+  if (rmmc__spec_find(args, "limit") == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "limiting needs a limit: write limiting(limit=4GiB) or limiting(limit=80%%)");
+  size_t limit = 0;
+  rmmc_status_t st = rmmc__spec_bytes(args, "limit", upstream, &limit);
+  return st == RMMC_SUCCESS ? rmmc_limiting_adaptor_create(upstream, limit, out) : st;
+}
+
+const rmmc__spec_entry_t rmmc__limiting_spec = {
+    .name = "limiting",
+    .help = "fails allocations past a byte limit (RMM's limiting_resource_adaptor)",
+    .needs_upstream = true,
+    .options = limiting_spec_options,
+    .build = limiting_build,
+};

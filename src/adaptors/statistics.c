@@ -1,0 +1,282 @@
+/*
+ * The statistics adaptor (see statistics_adaptor.h).
+ *
+ * The hot path touches one set of counters that is never reset: current
+ * and total bytes and counts of the whole adaptor (four relaxed atomic
+ * adds on allocate, two on deallocate) and the running maximum of the
+ * current figures since the last push or pop (`live_max_*`, a load and
+ * rarely a CAS). It never looks at the scope stack, so push and pop cannot
+ * race with it over memory.
+ *
+ * A scope is a snapshot: push records the counters at that moment as the
+ * scope's base, so the scope's current and total figures are the counters
+ * minus the base (RMM's merge rule for current and totals then holds by
+ * construction). Peaks are kept per segment: `seg_max` of a frame is the
+ * highest absolute current seen while that frame was the innermost one,
+ * and push/pop close the live segment with an atomic exchange. A scope's
+ * absolute peak is the maximum over its own segments and those of every
+ * scope pushed inside it, which is what pop folds into the parent, and
+ * equals RMM's max(outer peak, outer current before the push + popped
+ * peak). Deallocations are derived: total count - current count.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../spec.h"
+#include "rmmc/statistics_adaptor.h"
+
+typedef struct counters {
+  int64_t cur_bytes, total_bytes, cur_count, total_count;
+} counters_t;
+
+typedef struct frame {
+  counters_t base;      /* the counters when the scope was pushed */
+  int64_t seg_max_bytes; /* highest absolute current in this frame's own segments */
+  int64_t seg_max_count;
+} frame_t;
+
+typedef struct statistics {
+  rmmc__adaptor_t a;
+  counters_t c;                       /* atomic, relaxed; never reset */
+  int64_t live_max_bytes, live_max_count; /* atomic: the running maxima of the live segment */
+  pthread_mutex_t lock;               /* push, pop, get */
+  frame_t *frames;                    /* frames[0] is the outermost scope */
+  int depth;                          /* index of the innermost frame */
+  int cap;
+} statistics_t;
+
+static inline void max_i64(int64_t *p, int64_t v) {
+  int64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (cur < v &&
+         !__atomic_compare_exchange_n(p, &cur, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+static rmmc_status_t statistics_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                         cudaStream_t stream, void **out) {
+  statistics_t *s = (statistics_t *)r;
+  rmmc_status_t st = rmmc_resource_allocate(s->a.upstream, bytes, alignment, stream, out);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
+  int64_t cb = __atomic_add_fetch(&s->c.cur_bytes, (int64_t)bytes, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&s->c.total_bytes, (int64_t)bytes, __ATOMIC_RELAXED);
+  int64_t cc = __atomic_add_fetch(&s->c.cur_count, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&s->c.total_count, 1, __ATOMIC_RELAXED);
+  max_i64(&s->live_max_bytes, cb);
+  max_i64(&s->live_max_count, cc);
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t statistics_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                           size_t alignment, cudaStream_t stream) {
+  statistics_t *s = (statistics_t *)r;
+  rmmc_status_t st = rmmc_resource_deallocate(s->a.upstream, ptr, bytes, alignment, stream);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
+  __atomic_sub_fetch(&s->c.cur_bytes, (int64_t)bytes, __ATOMIC_RELAXED);
+  __atomic_sub_fetch(&s->c.cur_count, 1, __ATOMIC_RELAXED);
+  return RMMC_SUCCESS;
+}
+
+static counters_t load_counters(const statistics_t *s) {
+  counters_t c;
+  c.cur_bytes = __atomic_load_n(&s->c.cur_bytes, __ATOMIC_RELAXED);
+  c.total_bytes = __atomic_load_n(&s->c.total_bytes, __ATOMIC_RELAXED);
+  c.cur_count = __atomic_load_n(&s->c.cur_count, __ATOMIC_RELAXED);
+  c.total_count = __atomic_load_n(&s->c.total_count, __ATOMIC_RELAXED);
+  return c;
+}
+
+static int64_t max2(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* The figures of a scope with base `b` whose absolute maxima are max_b and
+ * max_c, given the counters c now. */
+static rmmc_statistics_t figures(const counters_t *c, const counters_t *b, int64_t max_b,
+                                 int64_t max_c) {
+  rmmc_statistics_t f = RMMC_STATISTICS_INIT;
+  f.current_bytes = c->cur_bytes - b->cur_bytes;
+  f.peak_bytes = max2(max_b, c->cur_bytes) - b->cur_bytes;
+  f.total_bytes = (uint64_t)(c->total_bytes - b->total_bytes);
+  f.current_count = c->cur_count - b->cur_count;
+  f.peak_count = max2(max_c, c->cur_count) - b->cur_count;
+  f.total_count = (uint64_t)(c->total_count - b->total_count);
+  int64_t deallocs = (c->total_count - c->cur_count) - (b->total_count - b->cur_count);
+  f.deallocations = deallocs > 0 ? (uint64_t)deallocs : 0;
+  return f;
+}
+
+/* The innermost scope's figures; the caller holds the lock. */
+static rmmc_statistics_t innermost(statistics_t *s) {
+  counters_t c = load_counters(s);
+  const frame_t *f = &s->frames[s->depth];
+  return figures(&c, &f->base, max2(f->seg_max_bytes, __atomic_load_n(&s->live_max_bytes, __ATOMIC_RELAXED)),
+                 max2(f->seg_max_count, __atomic_load_n(&s->live_max_count, __ATOMIC_RELAXED)));
+}
+
+/* Checks that out has room for the first field. */
+static rmmc_status_t check_out(const char *what, const rmmc_statistics_t *out) {
+  if (out == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", what);
+  if (out->size < offsetof(rmmc_statistics_t, current_bytes) + sizeof out->current_bytes)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "%s: out->size is %zu: set it with RMMC_STATISTICS_INIT", what,
+                          out->size);
+  return RMMC_SUCCESS;
+}
+
+/* Copies the fields that fit in out->size (checked), leaving size alone. */
+static void copy_out(rmmc_statistics_t *out, const rmmc_statistics_t *f) {
+  size_t first = offsetof(rmmc_statistics_t, current_bytes);
+  size_t n = out->size < sizeof *f ? out->size : sizeof *f;
+  memcpy((char *)out + first, (const char *)f + first, n - first);
+}
+
+static rmmc_status_t check(rmmc_resource_t *r, const char *what);
+
+RMMC_API rmmc_status_t rmmc_statistics_adaptor_get(rmmc_resource_t *r, rmmc_statistics_t *out) {
+  rmmc_status_t st = check(r, "statistics_adaptor_get");
+  if (st == RMMC_SUCCESS) st = check_out("statistics_adaptor_get", out);
+  if (st != RMMC_SUCCESS) return st;
+  statistics_t *s = (statistics_t *)r;
+  pthread_mutex_lock(&s->lock);
+  rmmc_statistics_t f = innermost(s);
+  pthread_mutex_unlock(&s->lock);
+  copy_out(out, &f);
+  return RMMC_SUCCESS;
+}
+
+RMMC_API rmmc_status_t rmmc_statistics_adaptor_push(rmmc_resource_t *r) {
+  rmmc_status_t st = check(r, "statistics_adaptor_push");
+  if (st != RMMC_SUCCESS) return st;
+  statistics_t *s = (statistics_t *)r;
+  pthread_mutex_lock(&s->lock);
+  if (s->depth + 1 == s->cap) {
+    int ncap = s->cap * 2;
+    frame_t *nf = realloc(s->frames, (size_t)ncap * sizeof *nf);
+    if (nf == NULL) {
+      pthread_mutex_unlock(&s->lock);
+      return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
+                            "statistics_adaptor_push: no host memory for scope %d", s->depth + 1);
+    }
+    s->frames = nf;
+    s->cap = ncap;
+  }
+  counters_t c = load_counters(s);
+  frame_t *outer = &s->frames[s->depth];
+  outer->seg_max_bytes = max2(outer->seg_max_bytes,
+                              __atomic_exchange_n(&s->live_max_bytes, c.cur_bytes, __ATOMIC_RELAXED));
+  outer->seg_max_count = max2(outer->seg_max_count,
+                              __atomic_exchange_n(&s->live_max_count, c.cur_count, __ATOMIC_RELAXED));
+  s->frames[++s->depth] = (frame_t){c, c.cur_bytes, c.cur_count};
+  pthread_mutex_unlock(&s->lock);
+  return RMMC_SUCCESS;
+}
+
+RMMC_API rmmc_status_t rmmc_statistics_adaptor_pop(rmmc_resource_t *r, rmmc_statistics_t *out) {
+  rmmc_status_t st = check(r, "statistics_adaptor_pop");
+  if (st == RMMC_SUCCESS && out != NULL) st = check_out("statistics_adaptor_pop", out);
+  if (st != RMMC_SUCCESS) return st;
+  statistics_t *s = (statistics_t *)r;
+  pthread_mutex_lock(&s->lock);
+  if (s->depth == 0) {
+    pthread_mutex_unlock(&s->lock);
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "statistics_adaptor_pop: no scope was pushed (push before pop)");
+  }
+  counters_t c = load_counters(s);
+  frame_t *inner = &s->frames[s->depth];
+  int64_t max_b = max2(inner->seg_max_bytes,
+                       __atomic_exchange_n(&s->live_max_bytes, c.cur_bytes, __ATOMIC_RELAXED));
+  int64_t max_c = max2(inner->seg_max_count,
+                       __atomic_exchange_n(&s->live_max_count, c.cur_count, __ATOMIC_RELAXED));
+  rmmc_statistics_t f = figures(&c, &inner->base, max_b, max_c);
+  frame_t *outer = &s->frames[--s->depth];
+  outer->seg_max_bytes = max2(outer->seg_max_bytes, max_b);
+  outer->seg_max_count = max2(outer->seg_max_count, max_c);
+  pthread_mutex_unlock(&s->lock);
+  if (out != NULL) copy_out(out, &f);
+  return RMMC_SUCCESS;
+}
+
+RMMC_API int rmmc_statistics_adaptor_get_depth(rmmc_resource_t *r) {
+  if (check(r, "statistics_adaptor_get_depth") != RMMC_SUCCESS) return -1;
+  statistics_t *s = (statistics_t *)r;
+  pthread_mutex_lock(&s->lock);
+  int depth = s->depth;
+  pthread_mutex_unlock(&s->lock);
+  return depth;
+}
+
+/* The whole adaptor's figures: the outermost scope with every scope inside
+ * it folded in, as if all were popped. */
+static void statistics_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+  statistics_t *s = (statistics_t *)r;
+  pthread_mutex_lock(&s->lock);
+  counters_t c = load_counters(s);
+  int64_t max_b = __atomic_load_n(&s->live_max_bytes, __ATOMIC_RELAXED);
+  int64_t max_c = __atomic_load_n(&s->live_max_count, __ATOMIC_RELAXED);
+  for (int i = 0; i <= s->depth; i++) {
+    max_b = max2(max_b, s->frames[i].seg_max_bytes);
+    max_c = max2(max_c, s->frames[i].seg_max_count);
+  }
+  int depth = s->depth;
+  pthread_mutex_unlock(&s->lock);
+  counters_t zero = {0, 0, 0, 0};
+  rmmc_statistics_t f = figures(&c, &zero, max_b, max_c);
+  rmmc__emit_bytes(emit, ctx, "in_use", f.current_bytes > 0 ? (uint64_t)f.current_bytes : 0);
+  rmmc__emit_bytes(emit, ctx, "peak", f.peak_bytes > 0 ? (uint64_t)f.peak_bytes : 0);
+  rmmc__emit_bytes(emit, ctx, "total", f.total_bytes);
+  rmmc__emit_count(emit, ctx, "outstanding", f.current_count > 0 ? (uint64_t)f.current_count : 0);
+  rmmc__emit_count(emit, ctx, "peak_outstanding", f.peak_count > 0 ? (uint64_t)f.peak_count : 0);
+  rmmc__emit_count(emit, ctx, "allocations", f.total_count);
+  rmmc__emit_count(emit, ctx, "deallocations", f.deallocations);
+  rmmc__emit_count(emit, ctx, "scopes", (uint64_t)depth);
+}
+
+static void statistics_destroy(rmmc_resource_t *r) {
+  statistics_t *s = (statistics_t *)r;
+  pthread_mutex_destroy(&s->lock);
+  free(s->frames);
+  rmmc__adaptor_destroy(r);
+}
+
+static const rmmc_resource_ops_t statistics_ops = {
+    .version = RMMC_RESOURCE_OPS_VERSION,
+    .name = "statistics",
+    .allocate = statistics_allocate,
+    .deallocate = statistics_deallocate,
+    .describe = statistics_describe,
+    .destroy = statistics_destroy,
+    .upstream = rmmc__adaptor_upstream,
+};
+
+static rmmc_status_t check(rmmc_resource_t *r, const char *what) {
+  return rmmc__check_kind(r, &statistics_ops, what);
+}
+
+RMMC_API rmmc_status_t rmmc_statistics_adaptor_create(rmmc_resource_t *upstream,
+                                                      rmmc_resource_t **out) {
+  rmmc_status_t st = rmmc__adaptor_new("statistics_adaptor_create", &statistics_ops, upstream,
+                                       sizeof(statistics_t), out);
+  if (st != RMMC_SUCCESS) return st;
+  statistics_t *s = (statistics_t *)*out;
+  s->cap = 8;
+  s->frames = calloc((size_t)s->cap, sizeof *s->frames);
+  if (s->frames == NULL) {
+    rmmc__adaptor_destroy(*out);
+    *out = NULL;
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "statistics_adaptor_create: no host memory");
+  }
+  pthread_mutex_init(&s->lock, NULL);
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t statistics_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
+                                      int device, rmmc_resource_t **out) {
+  (void)args, (void)device;
+  return rmmc_statistics_adaptor_create(upstream, out);
+}
+
+const rmmc__spec_entry_t rmmc__statistics_spec = {
+    .name = "statistics",
+    .help = "counts current, peak and total bytes and allocations, in scopes",
+    .needs_upstream = true,
+    .build = statistics_build,
+};

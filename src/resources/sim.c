@@ -1,0 +1,283 @@
+/*
+ * The sim resource: hands out address ranges of a simulated device, with no
+ * memory behind them (sim_resource.h says why and what for).
+ *
+ * Addresses come from a bump pointer over [SIM_BASE, SIM_END), a range no
+ * 64-bit Linux process maps. Two open-addressing tables (linear probing,
+ * backward-shift deletion, so no tombstones) keep the books: `live` maps
+ * each live address to the bytes asked for it (to check deallocate), and
+ * `spare` is a multimap from a rounded size to freed addresses of that
+ * size, which the next request of that size takes back. A freed range at
+ * the top of the bump region lowers the bump pointer instead. Every call is
+ * O(1) expected under one mutex; the memory itself is never touched.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../spec.h"
+#include "rmmc/sim_resource.h"
+
+_Static_assert(sizeof(uintptr_t) == 8, "the sim resource needs 64-bit pointers");
+
+#define SIM_BASE ((uintptr_t)1 << 48)
+#define SIM_END ((uintptr_t)1 << 63)
+/* Scanned entries of one size before a request with a large alignment
+ * gives up on reuse and takes fresh addresses. */
+#define SIM_REUSE_SCAN 8
+
+typedef struct sim_entry {
+  uint64_t key; /* 0: empty */
+  uint64_t val;
+} sim_entry_t;
+
+typedef struct sim_table {
+  sim_entry_t *slots;
+  size_t mask; /* capacity - 1 (capacity a power of two), 0 if unallocated */
+  size_t count;
+} sim_table_t;
+
+typedef struct sim_resource {
+  rmmc_resource_t base;
+  pthread_mutex_t lock;
+  size_t capacity;    /* 0: unlimited */
+  size_t granularity; /* power of two >= 256 */
+  uintptr_t bump;     /* next fresh address */
+  uint64_t in_use;    /* rounded bytes live */
+  uint64_t peak;
+  sim_table_t live;  /* address -> bytes asked */
+  sim_table_t spare; /* rounded size -> freed address (multimap) */
+} sim_resource_t;
+
+/* ---- tables ---- */
+
+static size_t table_hash(uint64_t key, size_t mask) {
+  key ^= key >> 29;
+  key *= UINT64_C(0xbf58476d1ce4e5b9);
+  key ^= key >> 32;
+  return (size_t)key & mask;
+}
+
+/* Makes room for one more entry (load kept at or below one half). */
+static bool table_reserve(sim_table_t *t) {
+  if (t->mask != 0 && (t->count + 1) * 2 <= t->mask + 1) return true;
+  size_t cap = t->mask == 0 ? 64 : (t->mask + 1) * 2;
+  sim_entry_t *slots = calloc(cap, sizeof *slots);
+  if (slots == NULL) return false;
+  for (size_t i = 0; t->mask != 0 && i <= t->mask; i++) {
+    if (t->slots[i].key == 0) continue;
+    size_t j = table_hash(t->slots[i].key, cap - 1);
+    while (slots[j].key != 0) j = (j + 1) & (cap - 1);
+    slots[j] = t->slots[i];
+  }
+  free(t->slots);
+  t->slots = slots;
+  t->mask = cap - 1;
+  return true;
+}
+
+/* Inserts after table_reserve() succeeded. */
+static void table_insert(sim_table_t *t, uint64_t key, uint64_t val) {
+  size_t i = table_hash(key, t->mask);
+  while (t->slots[i].key != 0) i = (i + 1) & t->mask;
+  t->slots[i].key = key;
+  t->slots[i].val = val;
+  t->count++;
+}
+
+/* Removes slot i, shifting later entries of its cluster back so that
+ * every entry stays reachable from its home slot. */
+static void table_remove_at(sim_table_t *t, size_t i) {
+  size_t j = i;
+  for (;;) {
+    j = (j + 1) & t->mask;
+    if (t->slots[j].key == 0) break;
+    size_t home = table_hash(t->slots[j].key, t->mask);
+    /* Move j into the hole at i unless its home lies cyclically in (i, j]. */
+    bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+    if (!stays) {
+      t->slots[i] = t->slots[j];
+      i = j;
+    }
+  }
+  t->slots[i].key = 0;
+  t->count--;
+}
+
+/* The slot of the first entry with `key` whose value is a multiple of
+ * `align` (among the first `scan` entries with that key), or SIZE_MAX. */
+static size_t table_find(const sim_table_t *t, uint64_t key, uint64_t align, int scan) {
+  if (t->mask == 0) return SIZE_MAX;
+  for (size_t i = table_hash(key, t->mask); t->slots[i].key != 0; i = (i + 1) & t->mask) {
+    if (t->slots[i].key != key) continue;
+    if ((t->slots[i].val & (align - 1)) == 0) return i;
+    if (--scan == 0) break;
+  }
+  return SIZE_MAX;
+}
+
+/* ---- the resource ---- */
+
+static rmmc_status_t sim_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                  cudaStream_t stream, void **out) {
+  sim_resource_t *s = (sim_resource_t *)r;
+  size_t rounded;
+  if (!rmmc__align_up_checked(bytes, s->granularity, &rounded))
+    return rmmc_set_oom_error(r, bytes, stream, "larger than the simulated address space");
+  uintptr_t align = alignment > s->granularity ? alignment : s->granularity;
+  char a[32], b[32];
+  rmmc_status_t st = RMMC_SUCCESS;
+  pthread_mutex_lock(&s->lock);
+  if (s->capacity != 0 && rounded > s->capacity - s->in_use) {
+    st = rmmc_set_oom_error(r, bytes, stream, "simulated capacity %s, %s in use",
+                            rmmc__format_bytes(s->capacity, a, sizeof a),
+                            rmmc__format_bytes(s->in_use, b, sizeof b));
+    goto unlock;
+  }
+  if (!table_reserve(&s->live)) {
+    st = rmmc_set_oom_error(r, bytes, stream, "no host memory for the simulator's bookkeeping");
+    goto unlock;
+  }
+  uintptr_t addr;
+  size_t slot = table_find(&s->spare, rounded, align, SIM_REUSE_SCAN);
+  if (slot != SIZE_MAX) {
+    addr = (uintptr_t)s->spare.slots[slot].val;
+    table_remove_at(&s->spare, slot);
+  } else {
+    addr = rmmc__align_up(s->bump, align);
+    if (addr < s->bump || addr >= SIM_END || SIM_END - addr < rounded) {
+      st = rmmc_set_oom_error(r, bytes, stream, "simulated address space exhausted");
+      goto unlock;
+    }
+    s->bump = addr + rounded;
+  }
+  table_insert(&s->live, addr, bytes);
+  s->in_use += rounded;
+  if (s->in_use > s->peak) s->peak = s->in_use;
+  *out = (void *)addr;
+unlock:
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
+static rmmc_status_t sim_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                    size_t alignment, cudaStream_t stream) {
+  (void)alignment, (void)stream;
+  sim_resource_t *s = (sim_resource_t *)r;
+  uintptr_t addr = (uintptr_t)ptr;
+  rmmc_status_t st = RMMC_SUCCESS;
+  pthread_mutex_lock(&s->lock);
+  size_t slot = table_find(&s->live, addr, 1, 1);
+  if (slot == SIZE_MAX) {
+    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                        "sim: %p is not a live allocation of this resource", ptr);
+    goto unlock;
+  }
+  size_t asked = (size_t)s->live.slots[slot].val;
+  if (asked != bytes) {
+    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                        "sim: %p was allocated with %zu bytes, freed with %zu", ptr, asked,
+                        bytes);
+    goto unlock;
+  }
+  size_t rounded = rmmc__align_up(bytes, s->granularity);
+  table_remove_at(&s->live, slot);
+  s->in_use -= rounded;
+  if (addr + rounded == s->bump)
+    s->bump = addr;
+  else if (table_reserve(&s->spare))
+    table_insert(&s->spare, rounded, addr);
+  /* else: no host memory to remember the range; only address space is lost. */
+unlock:
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
+static void sim_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+  sim_resource_t *s = (sim_resource_t *)r;
+  pthread_mutex_lock(&s->lock);
+  uint64_t in_use = s->in_use, peak = s->peak, live = s->live.count;
+  uint64_t span = s->bump - SIM_BASE;
+  pthread_mutex_unlock(&s->lock);
+  rmmc__emit_bytes(emit, ctx, "reserved", in_use);
+  rmmc__emit_bytes(emit, ctx, "in_use", in_use);
+  rmmc__emit_bytes(emit, ctx, "peak", peak);
+  if (s->capacity != 0) rmmc__emit_bytes(emit, ctx, "limit", s->capacity);
+  rmmc__emit_count(emit, ctx, "outstanding", live);
+  rmmc__emit_bytes(emit, ctx, "span", span);
+  rmmc__emit_bytes(emit, ctx, "granularity", s->granularity);
+}
+
+static void sim_destroy(rmmc_resource_t *r) {
+  sim_resource_t *s = (sim_resource_t *)r;
+  pthread_mutex_destroy(&s->lock);
+  free(s->live.slots);
+  free(s->spare.slots);
+  free(s);
+}
+
+static const rmmc_resource_ops_t sim_ops = {
+    .version = RMMC_RESOURCE_OPS_VERSION,
+    .name = "sim",
+    .allocate = sim_allocate,
+    .deallocate = sim_deallocate,
+    .describe = sim_describe,
+    .destroy = sim_destroy,
+};
+
+RMMC_API rmmc_status_t rmmc_sim_resource_create(const rmmc_sim_options_t *options,
+                                                rmmc_resource_t **out) {
+  if (out == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "sim_resource_create: out is NULL");
+  *out = NULL;
+  rmmc_sim_options_t opts = RMMC_SIM_OPTIONS_INIT;
+  if (options != NULL) {
+    if (options->size < offsetof(rmmc_sim_options_t, capacity))
+      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                            "sim_resource_create: options.size %zu is too small (set it with "
+                            "RMMC_SIM_OPTIONS_INIT)",
+                            options->size);
+    memcpy(&opts, options, options->size < sizeof opts ? options->size : sizeof opts);
+  }
+  if (opts.alignment == 0) opts.alignment = RMMC_DEFAULT_ALIGNMENT;
+  if (!rmmc__is_pow2(opts.alignment) || opts.alignment < RMMC_DEFAULT_ALIGNMENT)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "sim_resource_create: alignment %zu is not a power of two of at "
+                          "least 256",
+                          opts.alignment);
+  sim_resource_t *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "sim_resource_create: no host memory");
+  if (pthread_mutex_init(&s->lock, NULL) != 0) {
+    free(s);
+    return rmmc_set_error(RMMC_ERROR_INTERNAL, "sim_resource_create: pthread_mutex_init failed");
+  }
+  rmmc_resource_init(&s->base, &sim_ops, RMMC_MEMORY_HOST, -1);
+  s->capacity = opts.capacity;
+  s->granularity = opts.alignment;
+  s->bump = SIM_BASE;
+  *out = &s->base;
+  return RMMC_SUCCESS;
+}
+
+static const rmmc__spec_option_t sim_spec_options[] = {
+    {"capacity", RMMC__OPT_BYTES, "bytes the simulated device holds (default: no limit)"},
+    {"alignment", RMMC__OPT_BYTES, "granularity sizes are rounded to (default 256)"},
+    {NULL, 0, NULL},
+};
+
+static rmmc_status_t sim_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
+                               int device, rmmc_resource_t **out) {
+  (void)device;
+  rmmc_sim_options_t opts = RMMC_SIM_OPTIONS_INIT;
+  rmmc_status_t st = rmmc__spec_bytes(args, "capacity", upstream, &opts.capacity);
+  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "alignment", upstream, &opts.alignment);
+  return st == RMMC_SUCCESS ? rmmc_sim_resource_create(&opts, out) : st;
+}
+
+const rmmc__spec_entry_t rmmc__sim_spec = {
+    .name = "sim",
+    .help = "simulated device: address ranges with no memory behind them (never dereference)",
+    .options = sim_spec_options,
+    .build = sim_build,
+};

@@ -1,0 +1,111 @@
+/*
+ * The faulty resource (see faulty.h).
+ */
+#include "faulty.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+enum { OP_ALLOCATE, OP_DEALLOCATE, OP_RELEASE, OP_COUNT };
+
+struct faulty {
+  rmmc_resource_t base;
+  rmmc_resource_t *upstream;
+  pthread_mutex_t lock;
+  rmmc_status_t status[OP_COUNT];
+  uint64_t remaining[OP_COUNT];
+  uint64_t calls[OP_COUNT];
+};
+
+/* Counts the call and says whether it is to fail, and with what. */
+static rmmc_status_t injected(faulty_t *f, int op) {
+  pthread_mutex_lock(&f->lock);
+  f->calls[op]++;
+  rmmc_status_t st = RMMC_SUCCESS;
+  if (f->remaining[op] > 0) {
+    f->remaining[op]--;
+    st = f->status[op];
+  }
+  pthread_mutex_unlock(&f->lock);
+  return st == RMMC_SUCCESS ? st : rmmc_set_error(st, "faulty: injected %s", rmmc_status_name(st));
+}
+
+static rmmc_status_t faulty_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                     cudaStream_t stream, void **out) {
+  faulty_t *f = (faulty_t *)r;
+  rmmc_status_t st = injected(f, OP_ALLOCATE);
+  return st != RMMC_SUCCESS ? st : rmmc_resource_allocate(f->upstream, bytes, alignment, stream, out);
+}
+
+static rmmc_status_t faulty_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                       size_t alignment, cudaStream_t stream) {
+  faulty_t *f = (faulty_t *)r;
+  rmmc_status_t st = injected(f, OP_DEALLOCATE);
+  return st != RMMC_SUCCESS ? st : rmmc_resource_deallocate(f->upstream, ptr, bytes, alignment, stream);
+}
+
+static rmmc_status_t faulty_release(rmmc_resource_t *r) {
+  faulty_t *f = (faulty_t *)r;
+  rmmc_status_t st = injected(f, OP_RELEASE);
+  return st != RMMC_SUCCESS ? st : rmmc_resource_release_cached(f->upstream);
+}
+
+static rmmc_resource_t *faulty_upstream(const rmmc_resource_t *r) {
+  return ((const faulty_t *)r)->upstream;
+}
+
+static void faulty_destroy(rmmc_resource_t *r) {
+  faulty_t *f = (faulty_t *)r;
+  rmmc_resource_release(f->upstream);
+  pthread_mutex_destroy(&f->lock);
+  free(f);
+}
+
+static const rmmc_resource_ops_t faulty_ops = {
+    .version = RMMC_RESOURCE_OPS_VERSION,
+    .name = "faulty",
+    .allocate = faulty_allocate,
+    .deallocate = faulty_deallocate,
+    .release_cached = faulty_release,
+    .destroy = faulty_destroy,
+    .upstream = faulty_upstream,
+};
+
+rmmc_status_t faulty_create(rmmc_resource_t *upstream, rmmc_resource_t **out) {
+  faulty_t *f = calloc(1, sizeof *f);
+  if (f == NULL) return RMMC_ERROR_OUT_OF_MEMORY;
+  rmmc_resource_init(&f->base, &faulty_ops, rmmc_resource_memory_kind(upstream),
+                     rmmc_resource_device(upstream));
+  f->upstream = rmmc_resource_retain(upstream);
+  pthread_mutex_init(&f->lock, NULL);
+  *out = &f->base;
+  return RMMC_SUCCESS;
+}
+
+faulty_t *faulty_of(rmmc_resource_t *r) {
+  return r != NULL && r->ops == &faulty_ops ? (faulty_t *)r : NULL;
+}
+
+static void arm(faulty_t *f, int op, rmmc_status_t status, uint64_t count) {
+  pthread_mutex_lock(&f->lock);
+  f->status[op] = status;
+  f->remaining[op] = count;
+  pthread_mutex_unlock(&f->lock);
+}
+
+void faulty_fail_allocate(faulty_t *f, rmmc_status_t status, uint64_t count) {
+  arm(f, OP_ALLOCATE, status, count);
+}
+void faulty_fail_deallocate(faulty_t *f, rmmc_status_t status, uint64_t count) {
+  arm(f, OP_DEALLOCATE, status, count);
+}
+void faulty_fail_release(faulty_t *f, rmmc_status_t status, uint64_t count) {
+  arm(f, OP_RELEASE, status, count);
+}
+
+faulty_counts_t faulty_counts(faulty_t *f) {
+  pthread_mutex_lock(&f->lock);
+  faulty_counts_t c = {f->calls[OP_ALLOCATE], f->calls[OP_DEALLOCATE], f->calls[OP_RELEASE]};
+  pthread_mutex_unlock(&f->lock);
+  return c;
+}

@@ -1,0 +1,34 @@
+/*
+ * The faulty resource: a pass-through adaptor, written as a user would
+ * (resource_ops.h only), that injects a chosen status into the next N
+ * allocate, deallocate or release_cached calls without calling its
+ * upstream. For the error paths the spy cannot reach (it fails allocate
+ * with out of memory only). Thread-safe.
+ */
+#ifndef RMMC_TEST_FAULTY_H
+#define RMMC_TEST_FAULTY_H
+
+#include <stdint.h>
+
+#include "rmmc/resource_ops.h"
+
+typedef struct faulty faulty_t;
+
+typedef struct faulty_counts {
+  uint64_t allocate_calls, deallocate_calls, release_calls; /* injected ones too */
+} faulty_counts_t;
+
+/* Creates a faulty resource over `upstream` (retained); same memory kind
+ * and device as the upstream. */
+rmmc_status_t faulty_create(rmmc_resource_t *upstream, rmmc_resource_t **out);
+/* The faulty resource behind r, or NULL. */
+faulty_t *faulty_of(rmmc_resource_t *r);
+
+/* The next `count` calls of that kind return `status` with the message
+ * "faulty: injected <STATUS_NAME>" and leave everything as it was. */
+void faulty_fail_allocate(faulty_t *f, rmmc_status_t status, uint64_t count);
+void faulty_fail_deallocate(faulty_t *f, rmmc_status_t status, uint64_t count);
+void faulty_fail_release(faulty_t *f, rmmc_status_t status, uint64_t count);
+faulty_counts_t faulty_counts(faulty_t *f);
+
+#endif

@@ -1,0 +1,188 @@
+/*
+ * The process default from the environment, on the CPU:
+ * rmmc_default_config_resolve() (a pure function of the two variables) on
+ * good, blank and broken values, the resolved spec built as a host stack,
+ * and, in a fresh process per test (Check's fork mode), the environment
+ * read once with a broken value reported once on stderr and through
+ * rmmc_default_config_status(). Host suite.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rmmc/rmmc.h"
+#include "test_main.h"
+
+static void expect_resolves(const char *conf, const char *no_caching, const char *spec) {
+  char buf[256];
+  rmmc_status_t st = rmmc_default_config_resolve(conf, no_caching, buf, sizeof buf);
+  ck_assert_msg(st == RMMC_SUCCESS, "'%s'/'%s': %s", conf ? conf : "(unset)",
+                no_caching ? no_caching : "(unset)", rmmc_last_error_message());
+  ck_assert_str_eq(buf, spec);
+}
+
+static void expect_fallback(const char *conf, const char *no_caching, const char *needle) {
+  char buf[256] = "garbage";
+  ck_assert_int_eq(rmmc_default_config_resolve(conf, no_caching, buf, sizeof buf), RMMC_ERROR_PARSE);
+  ck_assert_str_eq(buf, RMMC_DEFAULT_SPEC);
+  const char *m = rmmc_last_error_message();
+  ck_assert_msg(strstr(m, needle) != NULL, "message '%s' lacks '%s'", m, needle);
+}
+
+START_TEST(test_defaults_resolve_good_and_blank) {
+  expect_resolves(NULL, NULL, "cuda");
+  expect_resolves("", NULL, "cuda");
+  expect_resolves("  \t ", "", "cuda");
+  expect_resolves("host", NULL, "host");
+  expect_resolves("cuda_async(initial=1GiB, release_threshold=80%)", NULL,
+                  "cuda_async(initial=1GiB, release_threshold=80%)");
+  expect_resolves("managed(prefetch=true)", "0", "managed(prefetch=true)");
+  expect_resolves("host", "off", "host");
+  expect_resolves("host", "No", "host");
+  /* RMMC_NO_CACHING wins over any spec. */
+  expect_resolves("host", "1", "cuda");
+  expect_resolves("cuda_async", "TRUE", "cuda");
+  expect_resolves("managed", "yes", "cuda");
+  expect_resolves("nonsense >", "on", "cuda"); /* not even parsed */
+}
+END_TEST
+
+START_TEST(test_defaults_resolve_reports_bad_values) {
+  expect_fallback("hots", NULL, "RMMC_ALLOC_CONF is not a valid stack spec");
+  expect_fallback("hots", NULL, "unknown resource 'hots'");
+  expect_fallback("cuda > host", NULL, "cuda is a base resource");
+  expect_fallback("cuda_async(initial=12XB)", "0", "^");
+  expect_fallback("host", "maybe", "RMMC_NO_CACHING=\"maybe\" is not a switch");
+  /* Buffers too small and NULLs. */
+  char small[8];
+  ck_assert_int_eq(rmmc_default_config_resolve("host", NULL, NULL, 10), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_default_config_resolve("host", NULL, small, 3), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_default_config_resolve("cuda_async(initial=1GiB)", NULL, small, sizeof small),
+                   RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "needs 25 bytes"));
+  ck_assert_int_eq(rmmc_default_config_resolve("managed", NULL, small, sizeof small), RMMC_SUCCESS);
+  ck_assert_str_eq(small, "managed");
+}
+END_TEST
+
+START_TEST(test_defaults_resolved_spec_builds_a_host_stack) {
+  char spec[128];
+  ck_assert_int_eq(rmmc_default_config_resolve(" host ", "0", spec, sizeof spec), RMMC_SUCCESS);
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create(spec, 0, &r), RMMC_SUCCESS);
+  ck_assert_str_eq(rmmc_resource_name(r), "host");
+  void *p;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, NULL, &p), RMMC_SUCCESS);
+  memset(p, 0x3c, 4096);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 4096, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+END_TEST
+
+/* The environment is read once per process: these run only when Check
+ * forks a fresh process for each test. */
+static bool forked(void) {
+  const char *f = getenv("CK_FORK");
+  return f == NULL || strcmp(f, "no") != 0;
+}
+
+/* Sends stderr to a fresh temporary file; returns its descriptor. */
+static int capture_stderr(void) {
+  char path[] = "/tmp/rmmc_test_stderr_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  unlink(path);
+  fflush(stderr);
+  ck_assert_int_ge(dup2(fd, STDERR_FILENO), 0);
+  return fd;
+}
+
+static char *read_all(int fd) {
+  static char buf[8192];
+  fflush(stderr);
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  ck_assert_int_ge(n, 0);
+  buf[n] = '\0';
+  return buf;
+}
+
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  return n;
+}
+
+START_TEST(test_defaults_environment_broken_spec_reported_once) {
+  if (!forked()) return;
+  setenv("RMMC_ALLOC_CONF", "pool > hots", 1);
+  unsetenv("RMMC_NO_CACHING");
+  int fd = capture_stderr();
+  const char *spec = NULL, *message = NULL;
+  ck_assert_int_eq(rmmc_default_config_status(&spec, &message), RMMC_ERROR_PARSE);
+  ck_assert_str_eq(spec, "cuda");
+  ck_assert_ptr_nonnull(strstr(message, "RMMC_ALLOC_CONF is not a valid stack spec"));
+  /* Asking again reads nothing and prints nothing more. */
+  setenv("RMMC_ALLOC_CONF", "host", 1);
+  ck_assert_int_eq(rmmc_default_config_status(&spec, NULL), RMMC_ERROR_PARSE);
+  ck_assert_str_eq(spec, "cuda");
+  const char *out = read_all(fd);
+  ck_assert_int_eq(count_of(out, "rmmc: RMMC_ALLOC_CONF is not a valid stack spec"), 1);
+  ck_assert_int_eq(count_of(out, "plain cuda resource instead"), 1);
+  ck_assert_ptr_nonnull(strstr(out, "^"));
+  close(fd);
+}
+END_TEST
+
+START_TEST(test_defaults_environment_good_spec_is_quiet) {
+  if (!forked()) return;
+  setenv("RMMC_ALLOC_CONF", "managed(prefetch=true)", 1);
+  setenv("RMMC_NO_CACHING", "0", 1);
+  int fd = capture_stderr();
+  const char *spec = NULL, *message = NULL;
+  ck_assert_int_eq(rmmc_default_config_status(&spec, &message), RMMC_SUCCESS);
+  ck_assert_str_eq(spec, "managed(prefetch=true)");
+  ck_assert_str_eq(message, "");
+  ck_assert_str_eq(read_all(fd), "");
+  close(fd);
+}
+END_TEST
+
+START_TEST(test_defaults_environment_no_caching_wins) {
+  if (!forked()) return;
+  setenv("RMMC_ALLOC_CONF", "cuda_async(initial=1GiB)", 1);
+  setenv("RMMC_NO_CACHING", "1", 1);
+  const char *spec = NULL;
+  ck_assert_int_eq(rmmc_default_config_status(&spec, NULL), RMMC_SUCCESS);
+  ck_assert_str_eq(spec, "cuda");
+}
+END_TEST
+
+START_TEST(test_defaults_environment_bad_switch) {
+  if (!forked()) return;
+  setenv("RMMC_ALLOC_CONF", "host", 1);
+  setenv("RMMC_NO_CACHING", "sometimes", 1);
+  int fd = capture_stderr();
+  const char *spec = NULL, *message = NULL;
+  ck_assert_int_eq(rmmc_default_config_status(&spec, &message), RMMC_ERROR_PARSE);
+  ck_assert_str_eq(spec, "cuda");
+  ck_assert_ptr_nonnull(strstr(message, "RMMC_NO_CACHING=\"sometimes\""));
+  ck_assert_int_eq(count_of(read_all(fd), "RMMC_NO_CACHING"), 1);
+  close(fd);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("defaults");
+  TCase *tc = tcase_create("host");
+  tcase_add_test(tc, test_defaults_resolve_good_and_blank);
+  tcase_add_test(tc, test_defaults_resolve_reports_bad_values);
+  tcase_add_test(tc, test_defaults_resolved_spec_builds_a_host_stack);
+  tcase_add_test(tc, test_defaults_environment_broken_spec_reported_once);
+  tcase_add_test(tc, test_defaults_environment_good_spec_is_quiet);
+  tcase_add_test(tc, test_defaults_environment_no_caching_wins);
+  tcase_add_test(tc, test_defaults_environment_bad_switch);
+  suite_add_tcase(s, tc);
+  return rmmc_test_run(s, false);
+}

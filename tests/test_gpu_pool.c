@@ -1,0 +1,326 @@
+/*
+ * The pool on a real GPU, and the stream-order safety of any sub-allocator
+ * named by spec: a block written by a slow kernel on stream A, freed on A
+ * and handed to stream B must not be overwritten by A's kernel after B
+ * wrote it. Also: a block freed on a stream that is then destroyed,
+ * per-thread default streams, and the pool over cuda with patterns read
+ * back, describe, release_cached (device memory comes back) and out of
+ * memory. Suite cuda: exits 77 without a GPU, runs without fork.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_kernels.h"
+#include "rmmc/rmmc.h"
+#include "test_main.h"
+
+#define CUDA_OK(x) ck_assert_int_eq((x), cudaSuccess)
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define SLOW_NS ((uint64_t)50 * 1000 * 1000) /* the slow writer spins 50 ms */
+#define A_VALUE 0xA5
+#define B_VALUE 0x3C
+
+static uint64_t field(rmmc_resource_t *r, const char *key) {
+  uint64_t v = 0;
+  ck_assert_msg(rmmc_resource_get_field(r, key, &v), "%s has no field '%s'",
+                rmmc_resource_name(r), key);
+  return v;
+}
+
+static rmmc_resource_t *stack(const char *spec) {
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = rmmc_stack_create(spec, -1, &r);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s: %s", spec, rmmc_last_error_message());
+  return r;
+}
+
+/* Waits for the whole device (so that a kernel wrongly still running has
+ * written by now), then checks that every byte of d is v. */
+static void expect_all(const void *d, size_t n, unsigned char v, const char *what) {
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned char *h = malloc(n);
+  ck_assert_ptr_nonnull(h);
+  CUDA_OK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += h[i] != v;
+  ck_assert_msg(bad == 0, "%s: %zu of %zu bytes are not 0x%02x (byte 0 is 0x%02x)", what, bad, n,
+                v, h[0]);
+  free(h);
+}
+
+/* ---- stream order, for any sub-allocator ----
+ * Each case names a stack, a request size for which the stack hands the
+ * block freed on A to B (asserted: otherwise the case proves nothing), and
+ * optionally a count figure of the outermost layer that shows the
+ * mechanism used. Add other sub-allocators here by spec. */
+typedef struct order_case {
+  const char *spec;
+  size_t bytes;
+  const char *counter; /* must be >= 1 afterwards; NULL: none */
+} order_case_t;
+
+static const order_case_t order_cases[] = {
+    /* Covered by A's event at the free: B waits on the event. */
+    {"pool(min_growth=2MiB, event_interval=1) > cuda", 2 * MiB, "event_waits"},
+    /* A small block from a slab, the same way. */
+    {"pool(min_growth=2MiB, event_interval=1) > cuda", 64 * KiB, "event_waits"},
+    /* Covered because of its bytes. */
+    {"pool(min_growth=2MiB, event_bytes=1MiB) > cuda", 2 * MiB, "event_waits"},
+    /* Not covered yet (lazy events): B gets it only after the pool waits
+     * for the device. */
+    {"pool(min_growth=2MiB) > cuda", 2 * MiB, "device_syncs"},
+    /* Eager merging across streams: the same, by synchronization. */
+    {"pool(min_growth=2MiB, sync_before_grow=true) > cuda", 2 * MiB, "device_syncs"},
+    /* A stream-ordered upstream. */
+    {"pool(min_growth=2MiB, event_interval=1) > cuda_async", 2 * MiB, "event_waits"},
+};
+
+START_TEST(test_gpu_stream_order_reuse_is_safe) {
+  const order_case_t *c = &order_cases[_i];
+  rmmc_resource_t *r = stack(c->spec);
+  cudaStream_t a, b;
+  CUDA_OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  void *p, *q;
+  ck_assert_int_eq(rmmc_resource_allocate(r, c->bytes, 256, a, &p), RMMC_SUCCESS);
+  CUDA_OK(gpu_slow_fill(p, c->bytes, A_VALUE, SLOW_NS, a));
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, c->bytes, 256, a), RMMC_SUCCESS);
+  rmmc_status_t st = rmmc_resource_allocate(r, c->bytes, 256, b, &q);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s: %s", c->spec, rmmc_last_error_message());
+  ck_assert_msg(q == p, "%s: stream B got %p, not A's block %p: the case proves nothing", c->spec,
+                q, p);
+  CUDA_OK(cudaMemsetAsync(q, B_VALUE, c->bytes, b));
+  expect_all(q, c->bytes, B_VALUE, c->spec);
+  if (c->counter != NULL) ck_assert_uint_ge(field(r, c->counter), 1);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, c->bytes, 256, b), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  if (strncmp(c->spec, "pool", 4) == 0) {
+    ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+    ck_assert_uint_eq(field(r, "reserved"), 0);
+  }
+  CUDA_OK(cudaStreamDestroy(a));
+  CUDA_OK(cudaStreamDestroy(b));
+  rmmc_resource_release(r);
+  CUDA_OK(cudaGetLastError());
+}
+END_TEST
+
+/* ---- a stream destroyed after a free ---- */
+
+static const char *const destroyed_specs[] = {
+    "pool(min_growth=2MiB, event_interval=1) > cuda", /* the event outlives the stream */
+    "pool(min_growth=2MiB) > cuda",                   /* not covered: synchronization */
+};
+
+START_TEST(test_gpu_free_on_stream_then_destroy_it) {
+  const char *spec = destroyed_specs[_i];
+  rmmc_resource_t *r = stack(spec);
+  cudaStream_t a, b;
+  CUDA_OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  void *p, *q;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, a, &p), RMMC_SUCCESS);
+  CUDA_OK(gpu_slow_fill(p, 2 * MiB, A_VALUE, SLOW_NS, a));
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 2 * MiB, 256, a), RMMC_SUCCESS);
+  /* b exists before a goes, so it cannot reuse a's handle: the pool keys
+   * streams by handle (see pool_resource.h on handle reuse). */
+  CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamDestroy(a)); /* returns at once; the kernel still runs */
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, b, &q), RMMC_SUCCESS);
+  ck_assert_msg(q == p, "%s: got %p, not the freed block %p", spec, q, p);
+  CUDA_OK(cudaMemsetAsync(q, B_VALUE, 2 * MiB, b));
+  expect_all(q, 2 * MiB, B_VALUE, spec);
+  /* The pool keeps working: more traffic on b, then everything back. */
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 2 * MiB, 256, b), RMMC_SUCCESS);
+  for (int i = 0; i < 100; i++) {
+    ck_assert_int_eq(rmmc_resource_allocate(r, (size_t)(i + 1) * 4096, 256, b, &q), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_deallocate(r, q, (size_t)(i + 1) * 4096, 256, b), RMMC_SUCCESS);
+  }
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "reserved"), 0);
+  CUDA_OK(cudaStreamDestroy(b));
+  rmmc_resource_release(r);
+  CUDA_OK(cudaGetLastError());
+}
+END_TEST
+
+/* ---- per-thread default streams are distinct streams ---- */
+
+typedef struct ptds {
+  rmmc_resource_t *r;
+  void *p;
+  rmmc_status_t st;
+  cudaError_t err;
+  pthread_barrier_t freed, done;
+} ptds_t;
+
+static void *ptds_worker(void *arg) {
+  ptds_t *t = arg;
+  t->st = rmmc_resource_allocate(t->r, 2 * MiB, 256, cudaStreamPerThread, &t->p);
+  if (t->st == RMMC_SUCCESS) {
+    t->err = gpu_slow_fill(t->p, 2 * MiB, A_VALUE, SLOW_NS, cudaStreamPerThread);
+    t->st = rmmc_resource_deallocate(t->r, t->p, 2 * MiB, 256, cudaStreamPerThread);
+  }
+  pthread_barrier_wait(&t->freed);
+  pthread_barrier_wait(&t->done); /* the thread (and its stream) lives on meanwhile */
+  return NULL;
+}
+
+START_TEST(test_gpu_per_thread_default_streams_are_distinct) {
+  const char *spec = destroyed_specs[_i];
+  ptds_t t = {.r = stack(spec), .err = cudaSuccess};
+  pthread_barrier_init(&t.freed, NULL, 2);
+  pthread_barrier_init(&t.done, NULL, 2);
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, ptds_worker, &t), 0);
+  pthread_barrier_wait(&t.freed);
+  ck_assert_int_eq(t.st, RMMC_SUCCESS);
+  CUDA_OK(t.err);
+  /* This thread's cudaStreamPerThread is another stream than the worker's. */
+  void *q;
+  ck_assert_int_eq(rmmc_resource_allocate(t.r, 2 * MiB, 256, cudaStreamPerThread, &q), RMMC_SUCCESS);
+  ck_assert_msg(q == t.p, "%s: got %p, not the worker's block %p", spec, q, t.p);
+  CUDA_OK(cudaMemsetAsync(q, B_VALUE, 2 * MiB, cudaStreamPerThread));
+  expect_all(q, 2 * MiB, B_VALUE, spec);
+  pthread_barrier_wait(&t.done);
+  pthread_join(th, NULL);
+  ck_assert_int_eq(rmmc_resource_deallocate(t.r, q, 2 * MiB, 256, cudaStreamPerThread), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resource_check(t.r), RMMC_SUCCESS);
+  pthread_barrier_destroy(&t.freed);
+  pthread_barrier_destroy(&t.done);
+  rmmc_resource_release(t.r);
+}
+END_TEST
+
+/* ---- the pool over cuda ---- */
+
+static unsigned long long pattern_errors(const void *d, size_t n, uint32_t seed, cudaStream_t s) {
+  unsigned long long *e, h = ~0ull;
+  CUDA_OK(cudaMalloc((void **)&e, sizeof *e));
+  CUDA_OK(cudaMemsetAsync(e, 0, sizeof *e, s));
+  CUDA_OK(gpu_check_pattern(d, n, seed, e, s));
+  CUDA_OK(cudaMemcpyAsync(&h, e, sizeof h, cudaMemcpyDeviceToHost, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaFree(e));
+  return h;
+}
+
+START_TEST(test_gpu_pool_over_cuda) {
+  size_t free0, total;
+  ck_assert_int_eq(rmmc_device_memory_info(-1, &free0, &total), RMMC_SUCCESS);
+  rmmc_resource_t *cuda, *pool;
+  ck_assert_int_eq(rmmc_cuda_resource_create(-1, &cuda), RMMC_SUCCESS);
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.initial_size = 256 * MiB;
+  ck_assert_int_eq(rmmc_pool_resource_create(cuda, &o, &pool), RMMC_SUCCESS);
+  rmmc_resource_release(cuda); /* the pool holds it */
+  ck_assert_int_eq(rmmc_resource_memory_kind(pool), RMMC_MEMORY_DEVICE);
+  ck_assert_uint_eq(field(pool, "reserved"), 256 * MiB);
+  ck_assert_uint_eq(field(pool, "chunks"), 1);
+  size_t free1;
+  ck_assert_int_eq(rmmc_device_memory_info(-1, &free1, &total), RMMC_SUCCESS);
+  ck_assert_uint_le(free1 + 256 * MiB, free0 + 8 * MiB);
+
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  enum { N = 40 };
+  void *p[N];
+  size_t n[N], align[N];
+  for (int i = 0; i < N; i++) {
+    n[i] = (size_t)1 << (8 + i % 16); /* 256 B .. 8 MiB */
+    n[i] += (size_t)i * 77;
+    align[i] = (size_t)1 << (8 + i % 13); /* 256 B .. 1 MiB */
+    rmmc_status_t st = rmmc_resource_allocate(pool, n[i], align[i], s, &p[i]);
+    ck_assert_msg(st == RMMC_SUCCESS, "%zu/%zu: %s", n[i], align[i], rmmc_last_error_message());
+    ck_assert_uint_eq((uintptr_t)p[i] % align[i], 0);
+    CUDA_OK(gpu_fill_pattern(p[i], n[i], (uint32_t)i * 7919u, s));
+  }
+  for (int i = 0; i < N; i++)
+    ck_assert_uint_eq(pattern_errors(p[i], n[i], (uint32_t)i * 7919u, s), 0);
+  ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
+  ck_assert_uint_gt(field(pool, "in_use"), 0);
+  ck_assert_uint_eq(field(pool, "in_use") + field(pool, "free"), field(pool, "reserved"));
+  for (int i = 0; i < N; i++)
+    ck_assert_int_eq(rmmc_resource_deallocate(pool, p[i], n[i], align[i], s), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(pool, "in_use"), 0);
+  ck_assert_uint_ge(field(pool, "peak"), 8 * MiB);
+
+  /* release_cached gives the device its memory back. */
+  ck_assert_int_eq(rmmc_resource_release_cached(pool), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(pool, "reserved"), 0);
+  ck_assert_uint_eq(field(pool, "chunks"), 0);
+  size_t free2;
+  ck_assert_int_eq(rmmc_device_memory_info(-1, &free2, &total), RMMC_SUCCESS);
+  ck_assert_uint_ge(free2 + 32 * MiB, free0); /* slack: lazily loaded kernels, events */
+
+  /* Out of memory: its own status, the pool's figures and the device's. */
+  void *big = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(pool, (size_t)1 << 42, 256, s, &big),
+                   RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(big);
+  const char *m = rmmc_last_error_message();
+  ck_assert_msg(strstr(m, "4.00 TiB") && strstr(m, "pool reserved") && strstr(m, "largest free block") &&
+                    strstr(m, "device 0 has") && strstr(m, "free of"),
+                "%s", m);
+  CUDA_OK(cudaGetLastError()); /* nothing left sticky */
+  ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
+  /* And it serves again, with data. */
+  void *again;
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 3 * MiB, 256, s, &again), RMMC_SUCCESS);
+  CUDA_OK(gpu_fill_pattern(again, 3 * MiB, 99, s));
+  ck_assert_uint_eq(pattern_errors(again, 3 * MiB, 99, s), 0);
+  ck_assert_int_eq(rmmc_resource_deallocate(pool, again, 3 * MiB, 256, s), RMMC_SUCCESS);
+  CUDA_OK(cudaStreamDestroy(s));
+  rmmc_resource_release(pool);
+}
+END_TEST
+
+START_TEST(test_gpu_pool_spec_and_limits) {
+  size_t free0, total;
+  ck_assert_int_eq(rmmc_device_memory_info(-1, &free0, &total), RMMC_SUCCESS);
+  rmmc_resource_t *r = stack("pool(initial=32MiB, max=50%) > cuda");
+  uint64_t limit = field(r, "limit");
+  ck_assert_uint_gt(limit, 32 * MiB);
+  ck_assert_uint_le(limit, free0 / 2 + MiB);
+  ck_assert_uint_eq(field(r, "reserved"), 32 * MiB);
+  rmmc_resource_release(r);
+  /* A maximum reached on the device: clean out of memory, then service. */
+  r = stack("pool(max=64MiB, min_growth=16MiB) > cuda");
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  void *p[4], *q = (void *)1;
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(rmmc_resource_allocate(r, 16 * MiB, 256, s, &p[i]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, MiB, 256, s, &q), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "maximum 64.00 MiB"));
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p[2], 16 * MiB, 256, s), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, MiB, 256, s, &q), RMMC_SUCCESS);
+  CUDA_OK(cudaMemsetAsync(q, 1, MiB, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, MiB, 256, s), RMMC_SUCCESS);
+  for (int i = 0; i < 4; i++)
+    if (i != 2) ck_assert_int_eq(rmmc_resource_deallocate(r, p[i], 16 * MiB, 256, s), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  CUDA_OK(cudaStreamDestroy(s));
+  rmmc_resource_release(r);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("gpu_pool");
+  TCase *tc = tcase_create("cuda");
+  tcase_set_timeout(tc, 300);
+  tcase_add_loop_test(tc, test_gpu_stream_order_reuse_is_safe, 0,
+                      (int)(sizeof order_cases / sizeof order_cases[0]));
+  tcase_add_loop_test(tc, test_gpu_free_on_stream_then_destroy_it, 0,
+                      (int)(sizeof destroyed_specs / sizeof destroyed_specs[0]));
+  tcase_add_loop_test(tc, test_gpu_per_thread_default_streams_are_distinct, 0,
+                      (int)(sizeof destroyed_specs / sizeof destroyed_specs[0]));
+  tcase_add_test(tc, test_gpu_pool_over_cuda);
+  tcase_add_test(tc, test_gpu_pool_spec_and_limits);
+  suite_add_tcase(s, tc);
+  return rmmc_test_run(s, true);
+}

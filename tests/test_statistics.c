@@ -1,0 +1,403 @@
+/*
+ * The statistics adaptor over a host spy: conformance, figures, push/pop
+ * nesting with RMM's merge rule checked number by number, exact totals and
+ * peaks under many threads, push/pop racing with allocations, the
+ * size-first struct, failures not counted, spec. Host suite.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "conformance.h"
+#include "rmmc/rmmc.h"
+#include "spy.h"
+#include "test_main.h"
+
+static rmmc_status_t make_statistics(rmmc_resource_t *upstream, rmmc_resource_t **out) {
+  return rmmc_statistics_adaptor_create(upstream, out);
+}
+
+static const conformance_case_t cases[] = {{"statistics", make_statistics, 0}};
+
+typedef struct fixture {
+  rmmc_resource_t *spy, *r;
+  spy_t *s;
+} fixture_t;
+
+static fixture_t setup(void) {
+  fixture_t f;
+  ck_assert_int_eq(spy_create(RMMC_MEMORY_HOST, &f.spy), RMMC_SUCCESS);
+  f.s = spy_of(f.spy);
+  ck_assert_int_eq(rmmc_statistics_adaptor_create(f.spy, &f.r), RMMC_SUCCESS);
+  ck_assert_str_eq(rmmc_resource_name(f.r), "statistics");
+  return f;
+}
+
+static void teardown(fixture_t *f) {
+  uint64_t before = spy_destroyed_total();
+  rmmc_resource_release(f->r);
+  ck_assert_uint_eq(spy_counts(f->s).outstanding, 0);
+  rmmc_resource_release(f->spy);
+  ck_assert_uint_eq(spy_destroyed_total(), before + 1);
+}
+
+/* Checks every field of the innermost scope's figures. */
+#define EXPECT(r, cb, pb, tb, cc, pc, tc, d)                                                       \
+  do {                                                                                             \
+    rmmc_statistics_t st_ = RMMC_STATISTICS_INIT;                                                  \
+    ck_assert_int_eq(rmmc_statistics_adaptor_get((r), &st_), RMMC_SUCCESS);                        \
+    expect_figures(&st_, cb, pb, tb, cc, pc, tc, d, __LINE__);                                     \
+  } while (0)
+
+static void expect_figures(const rmmc_statistics_t *s, int64_t cb, int64_t pb, uint64_t tb,
+                           int64_t cc, int64_t pc, uint64_t tc, uint64_t d, int line) {
+  ck_assert_msg(s->current_bytes == cb && s->peak_bytes == pb && s->total_bytes == tb &&
+                    s->current_count == cc && s->peak_count == pc && s->total_count == tc &&
+                    s->deallocations == d,
+                "line %d: got bytes %lld/%lld/%llu counts %lld/%lld/%llu deallocs %llu, want "
+                "%lld/%lld/%llu %lld/%lld/%llu %llu",
+                line, (long long)s->current_bytes, (long long)s->peak_bytes,
+                (unsigned long long)s->total_bytes, (long long)s->current_count,
+                (long long)s->peak_count, (unsigned long long)s->total_count,
+                (unsigned long long)s->deallocations, (long long)cb, (long long)pb,
+                (unsigned long long)tb, (long long)cc, (long long)pc, (unsigned long long)tc,
+                (unsigned long long)d);
+}
+
+static void *alloc(rmmc_resource_t *r, size_t n) {
+  void *p;
+  ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, NULL, &p), RMMC_SUCCESS);
+  return p;
+}
+
+static void dealloc(rmmc_resource_t *r, void *p, size_t n) {
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, n, 256, NULL), RMMC_SUCCESS);
+}
+
+START_TEST(test_statistics_figures) {
+  fixture_t f = setup();
+  EXPECT(f.r, 0, 0, 0, 0, 0, 0, 0);
+  void *a = alloc(f.r, 100), *b = alloc(f.r, 200), *c = alloc(f.r, 300);
+  EXPECT(f.r, 600, 600, 600, 3, 3, 3, 0);
+  dealloc(f.r, b, 200);
+  EXPECT(f.r, 400, 600, 600, 2, 3, 3, 1);
+  void *d = alloc(f.r, 1000);
+  EXPECT(f.r, 1400, 1400, 1600, 3, 3, 4, 1);
+  dealloc(f.r, a, 100);
+  dealloc(f.r, c, 300);
+  dealloc(f.r, d, 1000);
+  EXPECT(f.r, 0, 1400, 1600, 0, 3, 4, 4);
+  /* A failed allocation and a refused free count nothing. */
+  spy_fail_nth(f.s, 1);
+  void *p = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(f.r, 5000, 256, NULL, &p), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(p);
+  int local;
+  ck_assert_int_eq(rmmc_resource_deallocate(f.r, &local, 64, 256, NULL), RMMC_ERROR_UNKNOWN_POINTER);
+  EXPECT(f.r, 0, 1400, 1600, 0, 3, 4, 4);
+  /* describe gives the whole adaptor's figures. */
+  uint64_t v;
+  ck_assert(rmmc_resource_get_field(f.r, "peak", &v));
+  ck_assert_uint_eq(v, 1400);
+  ck_assert(rmmc_resource_get_field(f.r, "total", &v));
+  ck_assert_uint_eq(v, 1600);
+  ck_assert(rmmc_resource_get_field(f.r, "allocations", &v));
+  ck_assert_uint_eq(v, 4);
+  ck_assert(rmmc_resource_get_field(f.r, "deallocations", &v));
+  ck_assert_uint_eq(v, 4);
+  teardown(&f);
+}
+END_TEST
+
+START_TEST(test_statistics_push_pop_nesting) {
+  fixture_t f = setup();
+  void *A = alloc(f.r, 100);
+  EXPECT(f.r, 100, 100, 100, 1, 1, 1, 0);
+  ck_assert_int_eq(rmmc_statistics_adaptor_push(f.r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), 1);
+  EXPECT(f.r, 0, 0, 0, 0, 0, 0, 0); /* a fresh scope */
+  void *B = alloc(f.r, 500), *C = alloc(f.r, 300);
+  EXPECT(f.r, 800, 800, 800, 2, 2, 2, 0);
+  dealloc(f.r, B, 500);
+  EXPECT(f.r, 300, 800, 800, 1, 2, 2, 1);
+  dealloc(f.r, A, 100); /* allocated before the scope: its current goes down */
+  EXPECT(f.r, 200, 800, 800, 0, 2, 2, 2);
+  ck_assert_int_eq(rmmc_statistics_adaptor_push(f.r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), 2);
+  void *D = alloc(f.r, 50);
+  EXPECT(f.r, 50, 50, 50, 1, 1, 1, 0);
+  rmmc_statistics_t popped = RMMC_STATISTICS_INIT;
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop(f.r, &popped), RMMC_SUCCESS);
+  expect_figures(&popped, 50, 50, 50, 1, 1, 1, 0, __LINE__);
+  /* Merged into depth 1: current 200+50, peak max(800, 200+50), totals added. */
+  EXPECT(f.r, 250, 800, 850, 1, 2, 3, 2);
+  dealloc(f.r, C, 300);
+  EXPECT(f.r, -50, 800, 850, 0, 2, 3, 3); /* below zero, as in RMM */
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop(f.r, &popped), RMMC_SUCCESS);
+  expect_figures(&popped, -50, 800, 850, 0, 2, 3, 3, __LINE__);
+  /* Merged into the outermost scope (100, 100, 100 / 1, 1, 1 before the
+   * push): current 100-50, peak max(100, 100+800), total 100+850; counts
+   * 1+0, max(1, 1+2), 1+3. The timeline's real peak was A+B+C = 900. */
+  EXPECT(f.r, 50, 900, 950, 1, 3, 4, 3);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), 0);
+  /* The outermost scope cannot be popped. */
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop(f.r, &popped), RMMC_ERROR_NOT_SUPPORTED);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "no scope was pushed") != NULL, "%s",
+                rmmc_last_error_message());
+  EXPECT(f.r, 50, 900, 950, 1, 3, 4, 3);
+  /* Pop without a place to put the figures still merges. */
+  ck_assert_int_eq(rmmc_statistics_adaptor_push(f.r), RMMC_SUCCESS);
+  void *E = alloc(f.r, 2000);
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop(f.r, NULL), RMMC_SUCCESS);
+  EXPECT(f.r, 2050, 2050, 2950, 2, 3, 5, 3);
+  dealloc(f.r, D, 50);
+  dealloc(f.r, E, 2000);
+  uint64_t v;
+  ck_assert(rmmc_resource_get_field(f.r, "in_use", &v));
+  ck_assert_uint_eq(v, 0);
+  teardown(&f);
+}
+END_TEST
+
+START_TEST(test_statistics_deep_scopes_and_describe_folds) {
+  fixture_t f = setup();
+  enum { DEPTH = 40 };
+  void *p[DEPTH];
+  /* Each scope allocates i+1 KiB: scopes grow the frame stack past its
+   * first allocation. */
+  for (int i = 0; i < DEPTH; i++) {
+    ck_assert_int_eq(rmmc_statistics_adaptor_push(f.r), RMMC_SUCCESS);
+    p[i] = alloc(f.r, (size_t)(i + 1) << 10);
+  }
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), DEPTH);
+  uint64_t total = (uint64_t)DEPTH * (DEPTH + 1) / 2 << 10, v;
+  /* describe folds every scope in without popping. */
+  ck_assert(rmmc_resource_get_field(f.r, "in_use", &v));
+  ck_assert_uint_eq(v, total);
+  ck_assert(rmmc_resource_get_field(f.r, "peak", &v));
+  ck_assert_uint_eq(v, total);
+  ck_assert(rmmc_resource_get_field(f.r, "scopes", &v));
+  ck_assert_uint_eq(v, DEPTH);
+  for (int i = DEPTH - 1; i >= 0; i--) {
+    dealloc(f.r, p[i], (size_t)(i + 1) << 10);
+    rmmc_statistics_t s = RMMC_STATISTICS_INIT;
+    ck_assert_int_eq(rmmc_statistics_adaptor_pop(f.r, &s), RMMC_SUCCESS);
+    /* Scope i saw its own block and everything pushed inside it. */
+    uint64_t inside = ((uint64_t)DEPTH * (DEPTH + 1) / 2 - (uint64_t)i * (i + 1) / 2) << 10;
+    ck_assert_int_eq(s.current_bytes, 0);
+    ck_assert_uint_eq(s.total_bytes, inside);
+    ck_assert_int_eq(s.peak_bytes, (int64_t)inside);
+    ck_assert_uint_eq(s.total_count, (uint64_t)(DEPTH - i));
+  }
+  EXPECT(f.r, 0, (int64_t)total, total, 0, DEPTH, DEPTH, DEPTH);
+  teardown(&f);
+}
+END_TEST
+
+START_TEST(test_statistics_struct_size_and_bad_arguments) {
+  fixture_t f = setup();
+  void *a = alloc(f.r, 4096);
+  /* An older, shorter struct gets only the fields it has. */
+  rmmc_statistics_t s;
+  memset(&s, 0x77, sizeof s);
+  s.size = offsetof(rmmc_statistics_t, total_bytes);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get(f.r, &s), RMMC_SUCCESS);
+  ck_assert_int_eq(s.current_bytes, 4096);
+  ck_assert_int_eq(s.peak_bytes, 4096);
+  uint64_t untouched;
+  memset(&untouched, 0x77, sizeof untouched);
+  ck_assert_uint_eq(s.total_bytes, untouched);
+  ck_assert_uint_eq(s.deallocations, untouched);
+  s.size = sizeof(size_t);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get(f.r, &s), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "RMMC_STATISTICS_INIT") != NULL, "%s",
+                rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_statistics_adaptor_get(f.r, NULL), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get(f.spy, &s), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "not a statistics") != NULL, "%s",
+                rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_statistics_adaptor_push(f.spy), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_statistics_adaptor_push(NULL), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.spy), -1);
+  /* pop with a too-small struct changes nothing. */
+  ck_assert_int_eq(rmmc_statistics_adaptor_push(f.r), RMMC_SUCCESS);
+  s.size = 0;
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop(f.r, &s), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), 1);
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop(f.r, NULL), RMMC_SUCCESS);
+  rmmc_resource_t *r = (rmmc_resource_t *)1;
+  ck_assert_int_eq(rmmc_statistics_adaptor_create(NULL, &r), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(r);
+  dealloc(f.r, a, 4096);
+  teardown(&f);
+}
+END_TEST
+
+/* ---- many threads ---- */
+
+enum { THREADS = 8, BLOCKS = 50, ROUNDS = 40 };
+
+typedef struct worker {
+  rmmc_resource_t *r;
+  pthread_barrier_t *barrier;
+  unsigned id;
+  int keep; /* blocks left allocated at the end */
+} worker_t;
+
+static size_t block_size(unsigned id, int i) { return 1 + (size_t)(id * 7919u + (unsigned)i * 104729u) % 5000; }
+
+/* Every round each thread allocates its BLOCKS blocks, meets the others at
+ * the barrier (so all blocks of all threads are held at once) and frees
+ * them; in the last round it keeps `keep` of them. */
+static void *stats_worker(void *arg) {
+  worker_t *w = arg;
+  void *p[BLOCKS];
+  for (int round = 0; round < ROUNDS; round++) {
+    for (int i = 0; i < BLOCKS; i++)
+      if (rmmc_resource_allocate(w->r, block_size(w->id, i), 256, NULL, &p[i]) != RMMC_SUCCESS)
+        return (void *)1;
+    pthread_barrier_wait(w->barrier);
+    int keep = round == ROUNDS - 1 ? w->keep : 0;
+    for (int i = keep; i < BLOCKS; i++)
+      if (rmmc_resource_deallocate(w->r, p[i], block_size(w->id, i), 256, NULL) != RMMC_SUCCESS)
+        return (void *)1;
+    pthread_barrier_wait(w->barrier);
+  }
+  for (int i = 0; i < w->keep; i++)
+    if (rmmc_resource_deallocate(w->r, p[i], block_size(w->id, i), 256, NULL) != RMMC_SUCCESS)
+      return (void *)1;
+  return NULL;
+}
+
+START_TEST(test_statistics_exact_under_threads) {
+  fixture_t f = setup();
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, THREADS);
+  pthread_t th[THREADS];
+  worker_t w[THREADS];
+  uint64_t round_bytes = 0;
+  for (unsigned t = 0; t < THREADS; t++)
+    for (int i = 0; i < BLOCKS; i++) round_bytes += block_size(t, i);
+  /* Thread t keeps t blocks through its last barrier, freeing them after. */
+  for (unsigned t = 0; t < THREADS; t++) {
+    w[t] = (worker_t){f.r, &barrier, t, (int)t};
+    ck_assert_int_eq(pthread_create(&th[t], NULL, stats_worker, &w[t]), 0);
+  }
+  for (unsigned t = 0; t < THREADS; t++) {
+    void *ret;
+    pthread_join(th[t], &ret);
+    ck_assert_ptr_null(ret);
+  }
+  pthread_barrier_destroy(&barrier);
+  uint64_t n = (uint64_t)THREADS * BLOCKS * ROUNDS;
+  /* All blocks of a round were held at once, and no moment held more. */
+  EXPECT(f.r, 0, (int64_t)round_bytes, round_bytes * ROUNDS, 0, THREADS * BLOCKS, n, n);
+  teardown(&f);
+}
+END_TEST
+
+typedef struct churn {
+  rmmc_resource_t *r;
+  volatile int *stop;
+  uint64_t allocations;
+  uint64_t bytes;
+} churn_t;
+
+static void *churn_worker(void *arg) {
+  churn_t *c = arg;
+  unsigned seed = (unsigned)(uintptr_t)c;
+  while (!__atomic_load_n(c->stop, __ATOMIC_RELAXED) || c->allocations < 1000) {
+    seed = seed * 1103515245u + 12345u;
+    size_t n = 1 + (seed >> 8) % 3000;
+    void *p;
+    if (rmmc_resource_allocate(c->r, n, 256, NULL, &p) != RMMC_SUCCESS) return (void *)1;
+    c->allocations++;
+    c->bytes += n;
+    if (rmmc_resource_deallocate(c->r, p, n, 256, NULL) != RMMC_SUCCESS) return (void *)1;
+  }
+  return NULL;
+}
+
+/* Scopes pushed and popped while other threads allocate: whatever scope a
+ * racing call lands in, after everything is popped the outermost figures
+ * hold every call exactly once. */
+START_TEST(test_statistics_push_pop_racing_allocations) {
+  fixture_t f = setup();
+  volatile int stop = 0;
+  enum { T = 4 };
+  pthread_t th[T];
+  churn_t c[T];
+  for (int i = 0; i < T; i++) {
+    c[i] = (churn_t){f.r, &stop, 0, 0};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, churn_worker, &c[i]), 0);
+  }
+  uint64_t scope_total = 0;
+  for (int k = 0; k < 3000; k++) {
+    ck_assert_int_eq(rmmc_statistics_adaptor_push(f.r), RMMC_SUCCESS);
+    if (k % 3 == 0) ck_assert_int_eq(rmmc_statistics_adaptor_push(f.r), RMMC_SUCCESS);
+    rmmc_statistics_t s = RMMC_STATISTICS_INIT;
+    if (k % 3 == 0) ck_assert_int_eq(rmmc_statistics_adaptor_pop(f.r, NULL), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_statistics_adaptor_pop(f.r, &s), RMMC_SUCCESS);
+    /* Each scope's figures stay within what is possible: every block is at
+     * most 3000 bytes and at most T are outstanding at once. */
+    ck_assert_int_ge(s.peak_bytes, 0);
+    ck_assert_int_le(s.peak_bytes, (int64_t)T * 3000 * 2);
+    ck_assert_int_le(s.current_bytes, (int64_t)T * 3000);
+    ck_assert_int_ge(s.current_bytes, -(int64_t)T * 3000);
+    scope_total += s.total_count;
+  }
+  __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+  uint64_t n = 0, bytes = 0;
+  for (int i = 0; i < T; i++) {
+    void *ret;
+    pthread_join(th[i], &ret);
+    ck_assert_ptr_null(ret);
+    n += c[i].allocations;
+    bytes += c[i].bytes;
+  }
+  ck_assert_uint_le(scope_total, n);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), 0);
+  rmmc_statistics_t s = RMMC_STATISTICS_INIT;
+  ck_assert_int_eq(rmmc_statistics_adaptor_get(f.r, &s), RMMC_SUCCESS);
+  ck_assert_int_eq(s.current_bytes, 0);
+  ck_assert_int_eq(s.current_count, 0);
+  ck_assert_uint_eq(s.total_count, n);
+  ck_assert_uint_eq(s.total_bytes, bytes);
+  ck_assert_uint_eq(s.deallocations, n);
+  ck_assert_int_ge(s.peak_count, 1);
+  ck_assert_int_le(s.peak_count, T);
+  ck_assert_int_le(s.peak_bytes, (int64_t)T * 3000);
+  teardown(&f);
+}
+END_TEST
+
+START_TEST(test_statistics_spec) {
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create("statistics > host", -1, &r), RMMC_SUCCESS);
+  ck_assert_str_eq(rmmc_resource_name(r), "statistics");
+  void *p = alloc(r, 777);
+  EXPECT(r, 777, 777, 777, 1, 1, 1, 0);
+  dealloc(r, p, 777);
+  rmmc_resource_release(r);
+  ck_assert_int_eq(rmmc_stack_create("statistics() > host", -1, &r), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+  ck_assert_int_eq(rmmc_stack_validate("statistics(peak=1) > host"), RMMC_ERROR_PARSE);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "statistics has no option 'peak' (it takes: none)") != NULL,
+                "%s", rmmc_last_error_message());
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("statistics");
+  conformance_add(s, cases, 1);
+  TCase *tc = tcase_create("statistics");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_statistics_figures);
+  tcase_add_test(tc, test_statistics_push_pop_nesting);
+  tcase_add_test(tc, test_statistics_deep_scopes_and_describe_folds);
+  tcase_add_test(tc, test_statistics_struct_size_and_bad_arguments);
+  tcase_add_test(tc, test_statistics_exact_under_threads);
+  tcase_add_test(tc, test_statistics_push_pop_racing_allocations);
+  tcase_add_test(tc, test_statistics_spec);
+  suite_add_tcase(s, tc);
+  return rmmc_test_run(s, false);
+}
