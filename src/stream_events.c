@@ -114,6 +114,16 @@ rmmc_status_t rmmc__stream_slot_record(rmmc__stream_set_t *s, rmmc__stream_slot_
   return RMMC_SUCCESS;
 }
 
+bool rmmc__stream_slot_try_record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
+                                  cudaStream_t stream) {
+  if (s->host) return rmmc__stream_slot_record(s, slot, stream) == RMMC_SUCCESS;
+  rmmc__error_state_t saved;
+  rmmc__error_save(&saved);
+  if (rmmc__stream_slot_record(s, slot, stream) == RMMC_SUCCESS) return true;
+  rmmc__error_restore(&saved);
+  return false;
+}
+
 rmmc_status_t rmmc__stream_slot_wait(rmmc__stream_set_t *s, const rmmc__stream_slot_t *producer,
                                      cudaStream_t consumer) {
   rmmc__atomic_add_u64(&s->waits, 1);

@@ -91,6 +91,12 @@ static inline rmmc__stream_slot_t *rmmc__stream_set_at(const rmmc__stream_set_t 
 rmmc_status_t rmmc__stream_slot_record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
                                        cudaStream_t stream);
 
+/* As rmmc__stream_slot_record, for callers that go on without the event
+ * when recording fails: returns whether it was recorded and leaves this
+ * thread's error state as it was. */
+bool rmmc__stream_slot_try_record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
+                                  cudaStream_t stream);
+
 /* Makes `consumer` (alive) wait for the last record of producer's event,
  * which must have been recorded (a never-recorded event would not wait). */
 rmmc_status_t rmmc__stream_slot_wait(rmmc__stream_set_t *s, const rmmc__stream_slot_t *producer,

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../lock.h"
 #include "../spec.h"
 #include "../stream_events.h"
 #include "rmmc/arena_resource.h"
@@ -97,7 +98,7 @@ typedef struct lblk {
 #define LARGE_CLASSES 64 /* cached large classes: up to 2^16 x the largest small one */
 
 typedef struct arena {
-  pthread_mutex_t lock;
+  rmmc__lock_t lock;
   rmmc__stream_slot_t *slot; /* its stream */
   bool attached;             /* a live thread uses it */
   size_t nsb;    /* superblocks held */
@@ -467,8 +468,7 @@ static void sb_release(arena_res_t *res, arena_t *a, sb_t *sb, uint32_t idx, cud
     return;
   }
   int tag = TAG_SAME;
-  if (!sb->mixed && rmmc__stream_slot_record(&res->streams, a->slot, stream) == RMMC_SUCCESS)
-    tag = TAG_EVENT;
+  if (!sb->mixed && rmmc__stream_slot_try_record(&res->streams, a->slot, stream)) tag = TAG_EVENT;
   give_back(res, a, sb, tag);
 }
 
@@ -607,13 +607,29 @@ static rmmc_status_t take_superblock(arena_res_t *res, arena_t *a, uint32_t cls,
   return RMMC_SUCCESS;
 }
 
+/* The error state at the start of a call, saved by its slow path (where a
+ * failure may be overcome) so that a call that succeeds leaves it as it
+ * was. */
+typedef struct saved_error {
+  bool saved;
+  rmmc__error_state_t state;
+} saved_error_t;
+
+static inline void save_error_once(saved_error_t *e) {
+  if (!e->saved) rmmc__error_save(&e->state);
+  e->saved = true;
+}
+
 static rmmc_status_t small_allocate(arena_res_t *res, arena_t *a, uint32_t cls,
-                                    cudaStream_t stream, void **out) {
+                                    cudaStream_t stream, saved_error_t *err, void **out) {
   rmmc_status_t st = RMMC_SUCCESS;
-  pthread_mutex_lock(&a->lock);
+  rmmc__lock(&a->lock);
   if (RMMC_UNLIKELY(a->npending != 0)) st = merge_pending(res, a, stream);
   sb_t *sb = a->partial[cls];
-  if (RMMC_UNLIKELY(sb == NULL) && st == RMMC_SUCCESS) st = take_superblock(res, a, cls, stream, &sb);
+  if (RMMC_UNLIKELY(sb == NULL) && st == RMMC_SUCCESS) {
+    save_error_once(err);
+    st = take_superblock(res, a, cls, stream, &sb);
+  }
   if (RMMC_LIKELY(st == RMMC_SUCCESS)) {
     if (RMMC_UNLIKELY(sb->nused == 0)) a->nidle--;
     uint32_t idx = sb_take(sb);
@@ -621,7 +637,7 @@ static rmmc_status_t small_allocate(arena_res_t *res, arena_t *a, uint32_t cls,
     a->in_use += sb->block;
     *out = sb->base + (size_t)idx * sb->block;
   }
-  pthread_mutex_unlock(&a->lock);
+  rmmc__unlock(&a->lock);
   return st;
 }
 
@@ -662,7 +678,7 @@ static void shared_unref(shared_t *s) {
 /* A thread's arena loses its thread: its pending frees and wholly free
  * superblocks go back (no stream may be named now: tags, no events). */
 static void detach(arena_res_t *res, arena_t *a) {
-  pthread_mutex_lock(&a->lock);
+  rmmc__lock(&a->lock);
   a->attached = false;
   size_t n = a->npending;
   a->npending = 0;
@@ -672,7 +688,7 @@ static void detach(arena_res_t *res, arena_t *a) {
   }
   (void)give_back_idle(res, a, TAG_SAME);
   (void)give_back_large_cache(res, a);
-  pthread_mutex_unlock(&a->lock);
+  rmmc__unlock(&a->lock);
 }
 
 static void tl_destructor(void *head) {
@@ -698,20 +714,19 @@ static rmmc_status_t attach_arena(arena_res_t *res, rmmc__stream_slot_t *slot, a
   arena_t *a = NULL;
   pthread_mutex_lock(&res->arenas_lock);
   for (arena_t *x = res->arenas; x != NULL && a == NULL; x = x->next_all) {
-    pthread_mutex_lock(&x->lock);
+    rmmc__lock(&x->lock);
     if (!x->attached && x->nsb == 0 && x->npending == 0 && x->large.count == 0) {
       a = x;
       a->attached = true;
       a->slot = slot;
     }
-    pthread_mutex_unlock(&x->lock);
+    rmmc__unlock(&x->lock);
   }
   if (a == NULL) {
     size_t bytes = (sizeof *a + 63) & ~(size_t)63; /* own cache lines: no false sharing */
     a = aligned_alloc(64, bytes);
     if (a != NULL) {
       memset(a, 0, sizeof *a);
-      pthread_mutex_init(&a->lock, NULL);
       rmmc__ptrmap_init(&a->sbs);
       rmmc__ptrmap_init(&a->large);
       a->attached = true;
@@ -802,9 +817,9 @@ static rmmc_status_t reclaim(arena_res_t *res, bool *changed) {
   *changed = false;
   pthread_mutex_lock(&res->arenas_lock);
   for (arena_t *a = res->arenas; a != NULL; a = a->next_all) {
-    pthread_mutex_lock(&a->lock);
+    rmmc__lock(&a->lock);
     if (give_back_idle(res, a, TAG_SAME) + give_back_large_cache(res, a) != 0) *changed = true;
-    pthread_mutex_unlock(&a->lock);
+    rmmc__unlock(&a->lock);
   }
   pthread_mutex_unlock(&res->arenas_lock);
   rmmc_status_t st = RMMC_SUCCESS;
@@ -830,14 +845,14 @@ static lblk_t **cache_list(const arena_res_t *res, arena_t *a, size_t size) {
 }
 
 static rmmc_status_t large_allocate(arena_res_t *res, arena_t *a, size_t bytes, size_t alignment,
-                                    cudaStream_t stream, void **out) {
+                                    cudaStream_t stream, saved_error_t *err, void **out) {
   size_t size = large_size(bytes);
   if (size == 0)
     return rmmc_set_oom_error(&res->base.base, bytes, stream, "arena: the request is too large");
-  pthread_mutex_lock(&a->lock);
+  rmmc__lock(&a->lock);
   rmmc_status_t st = a->npending != 0 ? merge_pending(res, a, stream) : RMMC_SUCCESS;
   if (st != RMMC_SUCCESS) {
-    pthread_mutex_unlock(&a->lock);
+    rmmc__unlock(&a->lock);
     return st;
   }
   lblk_t **pp = cache_list(res, a, size), *b = NULL;
@@ -850,6 +865,7 @@ static rmmc_status_t large_allocate(arena_res_t *res, arena_t *a, size_t bytes, 
   } else {
     char *p;
     achunk_t *chunk;
+    save_error_once(err);
     b = malloc(sizeof *b);
     if (b == NULL) st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "arena: no host memory");
     if (st == RMMC_SUCCESS) {
@@ -877,7 +893,7 @@ static rmmc_status_t large_allocate(arena_res_t *res, arena_t *a, size_t bytes, 
     a->large_live++;
     *out = b->ptr;
   }
-  pthread_mutex_unlock(&a->lock);
+  rmmc__unlock(&a->lock);
   return st;
 }
 
@@ -904,7 +920,7 @@ static rmmc_status_t large_free(arena_res_t *res, arena_t *a, lblk_t *b, size_t 
     a->lcached += size;
     return RMMC_SUCCESS;
   }
-  int tag = rmmc__stream_slot_record(&res->streams, slot, stream) == RMMC_SUCCESS ? TAG_EVENT : TAG_SAME;
+  int tag = rmmc__stream_slot_try_record(&res->streams, slot, stream) ? TAG_EVENT : TAG_SAME;
   large_give_back(res, a, b, tag, slot);
   return RMMC_SUCCESS;
 }
@@ -915,10 +931,10 @@ static rmmc_status_t large_deallocate(arena_res_t *res, void *ptr, size_t bytes,
   rmmc_status_t st = arena_lookup(res, stream, false, &a);
   if (st != RMMC_SUCCESS) return st;
   if (a != NULL) {
-    pthread_mutex_lock(&a->lock);
+    rmmc__lock(&a->lock);
     rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&a->large, ptr);
     if (e != NULL) st = large_free(res, a, e->value, bytes, a->slot, stream);
-    pthread_mutex_unlock(&a->lock);
+    rmmc__unlock(&a->lock);
     if (e != NULL) return st;
   }
   rmmc__stream_slot_t *slot;
@@ -930,10 +946,10 @@ static rmmc_status_t large_deallocate(arena_res_t *res, void *ptr, size_t bytes,
     arena_t *owner = e != NULL ? e->value : NULL;
     pthread_mutex_unlock(&res->glock);
     if (owner == NULL) break;
-    pthread_mutex_lock(&owner->lock);
+    rmmc__lock(&owner->lock);
     e = rmmc__ptrmap_find(&owner->large, ptr);
     if (e != NULL) st = large_free(res, owner, e->value, bytes, slot, stream);
-    pthread_mutex_unlock(&owner->lock);
+    rmmc__unlock(&owner->lock);
     if (e != NULL) return st;
   }
   return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
@@ -949,10 +965,16 @@ static rmmc_status_t arena_allocate(rmmc_resource_t *r, size_t bytes, size_t ali
   rmmc_status_t st = arena_lookup(res, stream, true, &a);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
   uint32_t cls = route(res, bytes, alignment);
+  saved_error_t err;
+  err.saved = false;
   for (int attempt = 0;; attempt++) {
-    st = cls < res->nclasses ? small_allocate(res, a, cls, stream, out)
-                             : large_allocate(res, a, bytes, alignment, stream, out);
-    if (RMMC_LIKELY(st != RMMC_ERROR_OUT_OF_MEMORY) || attempt == 1) return st;
+    st = cls < res->nclasses ? small_allocate(res, a, cls, stream, &err, out)
+                             : large_allocate(res, a, bytes, alignment, stream, &err, out);
+    if (RMMC_LIKELY(st == RMMC_SUCCESS)) {
+      if (RMMC_UNLIKELY(err.saved)) rmmc__error_restore(&err.state);
+      return st;
+    }
+    if (st != RMMC_ERROR_OUT_OF_MEMORY || attempt == 1) return st;
     bool changed;
     rmmc_status_t rst = reclaim(res, &changed);
     if (rst != RMMC_SUCCESS) return rst;
@@ -972,10 +994,10 @@ static rmmc_status_t remote_free(arena_res_t *res, void *ptr, char *base, uint32
     arena_t *owner = e != NULL ? e->value : NULL;
     pthread_mutex_unlock(&res->glock);
     if (owner == NULL) break;
-    pthread_mutex_lock(&owner->lock);
+    rmmc__lock(&owner->lock);
     e = rmmc__ptrmap_find(&owner->sbs, base);
     if (e == NULL) { /* it moved meanwhile: look again */
-      pthread_mutex_unlock(&owner->lock);
+      rmmc__unlock(&owner->lock);
       continue;
     }
     sb_t *sb = e->value;
@@ -1005,7 +1027,7 @@ static rmmc_status_t remote_free(arena_res_t *res, void *ptr, char *base, uint32
         sb_release(res, owner, sb, idx, stream);
       }
     }
-    pthread_mutex_unlock(&owner->lock);
+    rmmc__unlock(&owner->lock);
     return st;
   }
   return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER, "arena: %p is not a block of this arena", ptr);
@@ -1021,7 +1043,7 @@ static rmmc_status_t arena_deallocate(rmmc_resource_t *r, void *ptr, size_t byte
   rmmc_status_t st = arena_lookup(res, stream, false, &a);
   if (st != RMMC_SUCCESS) return st;
   if (RMMC_LIKELY(a != NULL)) {
-    pthread_mutex_lock(&a->lock);
+    rmmc__lock(&a->lock);
     rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&a->sbs, base);
     if (RMMC_LIKELY(e != NULL)) {
       sb_t *sb = e->value;
@@ -1030,10 +1052,10 @@ static rmmc_status_t arena_deallocate(rmmc_resource_t *r, void *ptr, size_t byte
         a->in_use -= sb->block;
         sb_release(res, a, sb, idx, stream);
       }
-      pthread_mutex_unlock(&a->lock);
+      rmmc__unlock(&a->lock);
       return st;
     }
-    pthread_mutex_unlock(&a->lock);
+    rmmc__unlock(&a->lock);
   }
   return remote_free(res, ptr, base, cls, bytes, stream);
 }
@@ -1070,7 +1092,7 @@ static void arena_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   uint64_t nlarge = 0, large = 0, lcached = 0;
   pthread_mutex_lock(&res->arenas_lock);
   for (arena_t *a = res->arenas; a != NULL; a = a->next_all) {
-    pthread_mutex_lock(&a->lock);
+    rmmc__lock(&a->lock);
     nsb += a->nsb;
     nidle += a->nidle;
     nlarge += a->large_live;
@@ -1079,7 +1101,7 @@ static void arena_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
     in_use += a->in_use;
     if (a->attached) attached++;
     else if (a->nsb > 0 || a->large.count > 0) detached++;
-    pthread_mutex_unlock(&a->lock);
+    rmmc__unlock(&a->lock);
   }
   pthread_mutex_unlock(&res->arenas_lock);
   pthread_mutex_lock(&res->glock);
@@ -1121,7 +1143,6 @@ static void arena_destroy(rmmc_resource_t *r) {
       if (a->large.slots[i].key != NULL) free(a->large.slots[i].value);
     rmmc__ptrmap_fini(&a->large);
     free(a->pending);
-    pthread_mutex_destroy(&a->lock);
     free(a);
   }
   for (size_t i = 0; i < res->nchunks; i++) {

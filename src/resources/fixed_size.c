@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../lock.h"
 #include "../spec.h"
 #include "../stream_events.h"
 #include "fixed_size_internal.h"
@@ -65,7 +66,7 @@ typedef struct fixed_size {
   unsigned block_shift; /* log2(block) when block is a power of two, else 0 */
   unsigned window_shift;
   bool pad; /* the upstream refused the chunk alignment: pad chunks instead */
-  pthread_mutex_t lock;
+  rmmc__lock_t lock;
   rmmc__stream_set_t streams;
   const void *last_key; /* cache of the last stream looked up */
   rmmc__stream_slot_t *last_slot;
@@ -291,12 +292,19 @@ static rmmc_status_t refill(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStr
   if (steal(fs, slot, stream, &st)) return st;
   /* From now on other streams cover their frees so this one can reuse them. */
   set_starving(fs, list_of(slot), true);
+  /* A failure overcome below (an alignment refused, out of memory) must not
+   * show in the thread's error state: the call succeeds. */
+  rmmc__error_state_t saved;
+  rmmc__error_save(&saved);
   st = grow(fs, slot, stream);
-  if (st != RMMC_ERROR_OUT_OF_MEMORY || fs->free_blocks == 0) return st;
-  rmmc_status_t sst = rmmc__stream_set_sync(&fs->streams);
-  if (sst != RMMC_SUCCESS) return sst;
-  mark_all_clean(fs);
-  return steal(fs, slot, stream, &sst) ? sst : st;
+  if (st == RMMC_ERROR_OUT_OF_MEMORY && fs->free_blocks != 0) {
+    rmmc_status_t sst = rmmc__stream_set_sync(&fs->streams);
+    if (sst != RMMC_SUCCESS) return sst;
+    mark_all_clean(fs);
+    if (steal(fs, slot, stream, &sst)) st = sst;
+  }
+  if (st == RMMC_SUCCESS) rmmc__error_restore(&saved);
+  return st;
 }
 
 /* ---- the ops ---- */
@@ -319,7 +327,7 @@ static rmmc_status_t fs_allocate(rmmc_resource_t *r, size_t bytes, size_t alignm
   fixed_size_t *fs = (fixed_size_t *)r;
   if (RMMC_UNLIKELY(bytes > fs->block || alignment > fs->align)) return refuse(fs, bytes, alignment);
   rmmc__stream_slot_t *slot;
-  pthread_mutex_lock(&fs->lock);
+  rmmc__lock(&fs->lock);
   rmmc_status_t st = slot_for(fs, stream, &slot);
   if (RMMC_LIKELY(st == RMMC_SUCCESS)) {
     fs_list_t *l = list_of(slot);
@@ -334,7 +342,7 @@ static rmmc_status_t fs_allocate(rmmc_resource_t *r, size_t bytes, size_t alignm
       *out = block_ptr(fs, b);
     }
   }
-  pthread_mutex_unlock(&fs->lock);
+  rmmc__unlock(&fs->lock);
   return st;
 }
 
@@ -348,7 +356,7 @@ static rmmc_status_t fs_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes, 
                           ptr, bytes, alignment, fs->block);
   rmmc__stream_slot_t *slot;
   rmmc_status_t st;
-  pthread_mutex_lock(&fs->lock);
+  rmmc__lock(&fs->lock);
   fs_block_t *b = find_block(fs, ptr);
   if (RMMC_UNLIKELY(b == NULL))
     st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
@@ -365,13 +373,12 @@ static rmmc_status_t fs_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes, 
     set_starving(fs, l, false);
     /* Cover the list only while another stream is short of blocks; a
      * failed record just keeps the new blocks to this stream. */
-    if (RMMC_UNLIKELY(fs->starving != 0) &&
-        rmmc__stream_slot_record(&fs->streams, slot, stream) == RMMC_SUCCESS) {
+    if (RMMC_UNLIKELY(fs->starving != 0) && rmmc__stream_slot_try_record(&fs->streams, slot, stream)) {
       l->covered = l->head;
       l->cover = COVER_EVENT;
     }
   }
-  pthread_mutex_unlock(&fs->lock);
+  rmmc__unlock(&fs->lock);
   return st;
 }
 
@@ -391,7 +398,7 @@ static void drop_chunk(fixed_size_t *fs, fs_chunk_t *c) {
 rmmc_status_t rmmc__fixed_size_release_chunks(rmmc_resource_t *r) {
   fixed_size_t *fs = (fixed_size_t *)r;
   rmmc_status_t st = RMMC_SUCCESS;
-  pthread_mutex_lock(&fs->lock);
+  rmmc__lock(&fs->lock);
   bool any = false;
   for (size_t i = 0; i < fs->nchunks && !any; i++) any = fs->chunks[i]->nfree == fs->per_chunk;
   /* Blocks may have been freed on streams with work in flight: wait for
@@ -410,7 +417,7 @@ rmmc_status_t rmmc__fixed_size_release_chunks(rmmc_resource_t *r) {
       drop_chunk(fs, c);
     }
   }
-  pthread_mutex_unlock(&fs->lock);
+  rmmc__unlock(&fs->lock);
   return st;
 }
 
@@ -421,10 +428,10 @@ static rmmc_status_t fs_release_cached(rmmc_resource_t *r) {
 
 static void fs_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   fixed_size_t *fs = (fixed_size_t *)r;
-  pthread_mutex_lock(&fs->lock);
+  rmmc__lock(&fs->lock);
   uint64_t reserved = fs->reserved, in_use = fs->in_use, peak = fs->peak;
   uint64_t nchunks = fs->nchunks, nfree = fs->free_blocks;
-  pthread_mutex_unlock(&fs->lock);
+  rmmc__unlock(&fs->lock);
   rmmc__emit_bytes(emit, ctx, "block_size", fs->block);
   rmmc__emit_count(emit, ctx, "blocks_per_chunk", fs->per_chunk);
   rmmc__emit_bytes(emit, ctx, "reserved", reserved);
@@ -448,7 +455,6 @@ static void fs_destroy(rmmc_resource_t *r) {
   free(fs->chunks);
   rmmc__ptrmap_fini(&fs->windows);
   rmmc__stream_set_fini(&fs->streams);
-  pthread_mutex_destroy(&fs->lock);
   rmmc__adaptor_fini(&fs->base);
   free(fs);
 }
@@ -501,7 +507,6 @@ RMMC_API rmmc_status_t rmmc_fixed_size_resource_create(rmmc_resource_t *upstream
   if (fs->align > RMMC_FIXED_SIZE_MAX_BLOCK_ALIGNMENT) fs->align = RMMC_FIXED_SIZE_MAX_BLOCK_ALIGNMENT;
   fs->block_shift = rmmc__is_pow2(block) ? log2_floor(block) : 0;
   fs->window_shift = log2_floor(fs->span);
-  pthread_mutex_init(&fs->lock, NULL);
   rmmc__stream_set_init(&fs->streams, upstream, sizeof(fs_list_t));
   rmmc__ptrmap_init(&fs->windows);
   *out = &fs->base.base;
