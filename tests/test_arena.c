@@ -182,8 +182,10 @@ START_TEST(test_arena_out_of_memory_reclaims_superblocks_and_retries) {
   spy_set_capacity(s, spy_counts(s).outstanding_bytes);
   /* S2's arena needs a superblock: the upstream refuses, S1's arena gives
    * its four back, the device is synchronized (they were freed on S1) and
-   * the allocation succeeds. */
+   * the allocation succeeds, leaving the thread's last error alone. */
+  rmmc_clear_last_error();
   ck_assert_int_eq(rmmc_resource_allocate(r, 5000, 256, S2, &q), RMMC_SUCCESS);
+  ck_assert_str_eq(rmmc_last_error_message(), "");
   ck_assert_uint_eq(spy_counts(s).allocate_failures, 2); /* a chunk, then one superblock */
   ck_assert_uint_eq(field(r, "device_syncs"), 1);
   ck_assert_uint_eq(field(r, "superblocks"), 1);
@@ -591,6 +593,28 @@ START_TEST(test_arena_create_checks_arguments) {
 }
 END_TEST
 
+/* One superblock of room: a large block freed on S1 reaches S2 after an
+ * event wait (cache=0) or, cached by S1's arena, after the out-of-memory
+ * reclaim and a device synchronization (also in test_gpu_pool's table). */
+START_TEST(test_arena_one_block_of_room_crosses_streams) {
+  const char *specs[] = {"arena(superblock=1MiB, chunk=1MiB, max=1MiB, cache=0) > host",
+                         "arena(superblock=1MiB, chunk=1MiB, max=1MiB) > host"};
+  const char *counter[] = {"event_waits", "device_syncs"};
+  for (int i = 0; i < 2; i++) {
+    rmmc_resource_t *r;
+    ck_assert_int_eq(rmmc_stack_create(specs[i], -1, &r), RMMC_SUCCESS);
+    void *p, *q;
+    ck_assert_int_eq(rmmc_resource_allocate(r, MiB, 256, S1, &p), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_deallocate(r, p, MiB, 256, S1), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_allocate(r, MiB, 256, S2, &q), RMMC_SUCCESS);
+    ck_assert_ptr_eq(q, p);
+    ck_assert_uint_eq(field(r, counter[i]), 1);
+    ck_assert_int_eq(rmmc_resource_deallocate(r, q, MiB, 256, S2), RMMC_SUCCESS);
+    rmmc_resource_release(r);
+  }
+}
+END_TEST
+
 static void expect_spec_error(const char *spec, rmmc_status_t status, const char *needle) {
   rmmc_resource_t *r = (rmmc_resource_t *)1;
   ck_assert_int_eq(rmmc_stack_create(spec, -1, &r), status);
@@ -662,6 +686,7 @@ int main(void) {
   tcase_add_test(tc, test_arena_bad_frees_change_nothing);
   tcase_add_test(tc, test_arena_create_checks_arguments);
   tcase_add_test(tc, test_arena_spec);
+  tcase_add_test(tc, test_arena_one_block_of_room_crosses_streams);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

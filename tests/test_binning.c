@@ -246,6 +246,25 @@ START_TEST(test_binning_release_cached) {
 }
 END_TEST
 
+/* As fixed_size's: the 2 MiB bin over an upstream with room for one chunk
+ * (also in test_gpu_pool's stream-order table); the bins' stream counters
+ * show summed on the binning. */
+START_TEST(test_binning_over_a_full_limiting_adaptor) {
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create("binning(chunk=2MiB) > limiting(limit=2MiB) > host", -1, &r),
+                   RMMC_SUCCESS);
+  void *p, *q;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, S1, &p), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 2 * MiB, 256, S1), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, (cudaStream_t)0x2000, &q), RMMC_SUCCESS);
+  ck_assert_ptr_eq(q, p);
+  ck_assert_uint_eq(field(r, "device_syncs"), 1);
+  ck_assert_uint_eq(field(r, "event_waits"), 0);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 2 * MiB, 256, (cudaStream_t)0x2000), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 static void expect_spec_error(const char *spec, rmmc_status_t status, const char *needle) {
   rmmc_resource_t *r = (rmmc_resource_t *)1;
   ck_assert_int_eq(rmmc_stack_create(spec, -1, &r), status);
@@ -300,6 +319,7 @@ int main(void) {
   tcase_add_test(tc, test_binning_wrong_size_is_caught_by_the_bin);
   tcase_add_test(tc, test_binning_release_cached);
   tcase_add_test(tc, test_binning_spec);
+  tcase_add_test(tc, test_binning_over_a_full_limiting_adaptor);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

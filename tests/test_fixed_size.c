@@ -275,8 +275,12 @@ START_TEST(test_fixed_size_out_of_memory_synchronizes_and_reuses) {
   ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, S1, &x), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_deallocate(r, x, 4096, 256, S1), RMMC_SUCCESS);
   spy_set_capacity(s, 4096); /* no second chunk */
+  void *unused;
+  ck_assert_int_eq(rmmc_resource_allocate(NULL, 1, 256, S1, &unused), RMMC_ERROR_INVALID_ARGUMENT);
   ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, S2, &y), RMMC_SUCCESS);
   ck_assert_ptr_eq(y, x);
+  /* The failure it overcame does not show: the last error is still ours. */
+  ck_assert_msg(strstr(rmmc_last_error_message(), "resource is NULL"), "%s", rmmc_last_error_message());
   ck_assert_uint_eq(field(r, "device_syncs"), 1);
   ck_assert_uint_eq(spy_counts(s).allocate_failures, 1);
   /* Nothing free anywhere: a clean out-of-memory naming the chunk. */
@@ -370,11 +374,13 @@ START_TEST(test_fixed_size_pads_chunks_when_upstream_refuses_alignment) {
   rmmc_resource_t *r = make(&pk->base, 8192, 3);
   rmmc_resource_release(&pk->base);
   void *p[4];
+  rmmc_clear_last_error();
   for (int i = 0; i < 4; i++) {
     ck_assert_int_eq(rmmc_resource_allocate(r, 8192, 4096, S1, &p[i]), RMMC_SUCCESS);
     ck_assert_uint_eq((uintptr_t)p[i] % 4096, 0);
     memset(p[i], i, 8192);
   }
+  ck_assert_str_eq(rmmc_last_error_message(), ""); /* the refused alignment is not reported */
   spy_counts_t c = spy_counts(spy_of(spy));
   ck_assert_uint_eq(c.allocate_calls, 2);
   ck_assert_uint_eq(c.last_bytes, 3 * 8192 + 4096 - 256);
@@ -451,6 +457,26 @@ START_TEST(test_fixed_size_create_checks_arguments) {
 }
 END_TEST
 
+/* A stack whose upstream gives one chunk only: stream B gets the block A
+ * freed (no event covered it) after the device synchronization. The same
+ * case runs on a GPU in test_gpu_pool's stream-order table. */
+START_TEST(test_fixed_size_over_a_full_limiting_adaptor) {
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create("fixed_size(block=2MiB, blocks_per_chunk=1) > limiting(limit=2MiB) > host",
+                                     -1, &r), RMMC_SUCCESS);
+  void *p, *q;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 << 20, 256, S1, &p), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 2 << 20, 256, S1), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 << 20, 256, S2, &q), RMMC_SUCCESS);
+  ck_assert_ptr_eq(q, p);
+  ck_assert_uint_eq(field(r, "device_syncs"), 1);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 2 << 20, 256, S2), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(rmmc_resource_upstream(r), "in_use"), 0);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 static void expect_spec_error(const char *spec, rmmc_status_t status, const char *needle) {
   rmmc_resource_t *r = (rmmc_resource_t *)1;
   ck_assert_int_eq(rmmc_stack_create(spec, -1, &r), status);
@@ -506,6 +532,7 @@ int main(void) {
   tcase_add_test(tc, test_fixed_size_threads_on_their_streams);
   tcase_add_test(tc, test_fixed_size_create_checks_arguments);
   tcase_add_test(tc, test_fixed_size_spec);
+  tcase_add_test(tc, test_fixed_size_over_a_full_limiting_adaptor);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

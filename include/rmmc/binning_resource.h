@@ -33,7 +33,8 @@
  * release_cached releases every bin's wholly free chunks, then forwards to
  * the upstream once. describe: bins, reserved and in_use (all bins plus
  * what the upstream serves directly), upstream_in_use, upstream_allocations,
- * and per bin "bin_<bytes>_reserved", "bin_<bytes>_in_use",
+ * event_records, event_waits, device_syncs and stream_syncs (summed over
+ * the bins), and per bin "bin_<bytes>_reserved", "bin_<bytes>_in_use",
  * "bin_<bytes>_chunks", "bin_<bytes>_free_blocks" (e.g. bin_4096_in_use).
  */
 #ifndef RMMC_BINNING_RESOURCE_H

@@ -70,9 +70,15 @@ static rmmc_status_t binning_release_cached(rmmc_resource_t *r) {
   return rmmc_resource_release_cached(b->base.upstream);
 }
 
-/* The figures binning reports per bin, read from the bin's describe. */
+/* The figures binning reports per bin, read from the bin's describe, and
+ * the stream counters it sums over its bins. */
+static const char *const summed_keys[] = {"event_records", "event_waits", "device_syncs",
+                                          "stream_syncs"};
+#define NSUMMED (sizeof summed_keys / sizeof summed_keys[0])
+
 typedef struct bin_figures {
   uint64_t reserved, in_use, chunks, free_blocks;
+  uint64_t summed[NSUMMED];
 } bin_figures_t;
 
 static void collect_cb(void *ctx, const rmmc_field_t *f) {
@@ -81,18 +87,23 @@ static void collect_cb(void *ctx, const rmmc_field_t *f) {
   else if (strcmp(f->key, "in_use") == 0) g->in_use = f->value;
   else if (strcmp(f->key, "chunks") == 0) g->chunks = f->value;
   else if (strcmp(f->key, "free_blocks") == 0) g->free_blocks = f->value;
+  for (size_t k = 0; k < NSUMMED; k++)
+    if (strcmp(f->key, summed_keys[k]) == 0) g->summed[k] += f->value;
 }
 
 static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   binning_t *b = (binning_t *)r;
   uint64_t reserved = 0, in_use = 0, up_in_use = rmmc__atomic_load_u64(&b->up_in_use);
+  uint64_t summed[NSUMMED] = {0};
   char key[64];
   rmmc__emit_count(emit, ctx, "bins", b->n);
   for (size_t i = 0; i < b->n; i++) {
-    bin_figures_t g = {0, 0, 0, 0};
+    bin_figures_t g;
+    memset(&g, 0, sizeof g);
     rmmc_resource_describe(b->bin[i], collect_cb, &g);
     reserved += g.reserved;
     in_use += g.in_use;
+    for (size_t k = 0; k < NSUMMED; k++) summed[k] += g.summed[k];
     snprintf(key, sizeof key, "bin_%zu_reserved", b->size[i]);
     rmmc__emit_bytes(emit, ctx, key, g.reserved);
     snprintf(key, sizeof key, "bin_%zu_in_use", b->size[i]);
@@ -106,6 +117,7 @@ static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) 
   rmmc__emit_bytes(emit, ctx, "in_use", in_use + up_in_use);
   rmmc__emit_bytes(emit, ctx, "upstream_in_use", up_in_use);
   rmmc__emit_count(emit, ctx, "upstream_allocations", rmmc__atomic_load_u64(&b->up_count));
+  for (size_t k = 0; k < NSUMMED; k++) rmmc__emit_count(emit, ctx, summed_keys[k], summed[k]);
 }
 
 static void binning_free(binning_t *b) {
