@@ -1,7 +1,8 @@
 /*
  * The statistics adaptor over a host spy: conformance, figures, push/pop
  * nesting with RMM's merge rule checked number by number, exact totals and
- * peaks under many threads, push/pop racing with allocations, the
+ * peaks under many threads (more than it has per-thread shards, and
+ * threads that come and go), push/pop racing with allocations, the
  * size-first struct, failures not counted, spec. Host suite.
  */
 #include <pthread.h>
@@ -295,6 +296,64 @@ START_TEST(test_statistics_exact_under_threads) {
 }
 END_TEST
 
+/* Runs n stats_workers (ids first .. first + n - 1, none keeping a block)
+ * on r at once and returns the bytes they all hold in each round. */
+static uint64_t run_wave(rmmc_resource_t *r, unsigned first, unsigned n) {
+  enum { MAX_WAVE = 80 };
+  ck_assert_uint_le(n, MAX_WAVE);
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, n);
+  pthread_t th[MAX_WAVE];
+  worker_t w[MAX_WAVE];
+  uint64_t round_bytes = 0;
+  for (unsigned t = 0; t < n; t++) {
+    for (int i = 0; i < BLOCKS; i++) round_bytes += block_size(first + t, i);
+    w[t] = (worker_t){r, &barrier, first + t, 0};
+    ck_assert_int_eq(pthread_create(&th[t], NULL, stats_worker, &w[t]), 0);
+  }
+  for (unsigned t = 0; t < n; t++) {
+    void *ret;
+    pthread_join(th[t], &ret);
+    ck_assert_ptr_null(ret);
+  }
+  pthread_barrier_destroy(&barrier);
+  return round_bytes;
+}
+
+/* More live threads than the adaptor keeps per-thread totals for (64):
+ * the others share one set, and every figure stays exact. */
+START_TEST(test_statistics_exact_beyond_thread_shards) {
+  fixture_t f = setup();
+  enum { MANY = 72 };
+  uint64_t round_bytes = run_wave(f.r, 0, MANY);
+  uint64_t n = (uint64_t)MANY * BLOCKS * ROUNDS;
+  EXPECT(f.r, 0, (int64_t)round_bytes, round_bytes * ROUNDS, 0, MANY * BLOCKS, n, n);
+  teardown(&f);
+}
+END_TEST
+
+/* Threads come and go in waves, alternating between two adaptors: each
+ * exiting thread's totals stay counted after a later thread takes over its
+ * slot, in the right adaptor. */
+START_TEST(test_statistics_threads_come_and_go) {
+  fixture_t f = setup();
+  rmmc_resource_t *other;
+  ck_assert_int_eq(rmmc_statistics_adaptor_create(f.spy, &other), RMMC_SUCCESS);
+  enum { WAVES = 6, WAVE = 20 };
+  uint64_t peak[2] = {0, 0}, total[2] = {0, 0}, n[2] = {0, 0};
+  for (unsigned k = 0; k < WAVES; k++) {
+    uint64_t round_bytes = run_wave(k % 2 ? other : f.r, k * WAVE, WAVE);
+    peak[k % 2] = round_bytes > peak[k % 2] ? round_bytes : peak[k % 2];
+    total[k % 2] += round_bytes * ROUNDS;
+    n[k % 2] += (uint64_t)WAVE * BLOCKS * ROUNDS;
+  }
+  EXPECT(f.r, 0, (int64_t)peak[0], total[0], 0, WAVE * BLOCKS, n[0], n[0]);
+  EXPECT(other, 0, (int64_t)peak[1], total[1], 0, WAVE * BLOCKS, n[1], n[1]);
+  rmmc_resource_release(other);
+  teardown(&f);
+}
+END_TEST
+
 typedef struct churn {
   rmmc_resource_t *r;
   volatile int *stop;
@@ -396,6 +455,8 @@ int main(void) {
   tcase_add_test(tc, test_statistics_deep_scopes_and_describe_folds);
   tcase_add_test(tc, test_statistics_struct_size_and_bad_arguments);
   tcase_add_test(tc, test_statistics_exact_under_threads);
+  tcase_add_test(tc, test_statistics_exact_beyond_thread_shards);
+  tcase_add_test(tc, test_statistics_threads_come_and_go);
   tcase_add_test(tc, test_statistics_push_pop_racing_allocations);
   tcase_add_test(tc, test_statistics_spec);
   suite_add_tcase(s, tc);

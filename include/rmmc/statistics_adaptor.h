@@ -19,8 +19,9 @@
  * outermost scope always ends up with the figures of the whole adaptor;
  * describe() reports those (in_use, peak, ...) at any time.
  *
- * Concurrency. Allocate and deallocate update a few relaxed atomic counters
- * and take no lock; push, pop and get take a mutex among themselves only.
+ * Concurrency. Allocate and deallocate take no lock: each updates the
+ * current figures with one atomic instruction and the calling thread's own
+ * totals without one; push, pop and get take a mutex among themselves only.
  * A call that returns before push (pop) begins is attributed to the outer
  * (inner) scope; one that runs while push or pop runs may be attributed to
  * either side, never lost and never counted twice in the merged figures.

@@ -1,11 +1,19 @@
 /*
  * The statistics adaptor (see statistics_adaptor.h).
  *
- * The hot path touches one set of counters that is never reset: current
- * and total bytes and counts of the whole adaptor (four relaxed atomic
- * adds on allocate, two on deallocate) and the running maximum of the
- * current figures since the last push or pop (`live_max_*`, a load and
- * rarely a CAS). It never looks at the scope stack, so push and pop cannot
+ * The hot path costs one locked instruction per call. Current bytes and
+ * current count are one 16-byte word (`hot->cur`) that every call updates
+ * with a single cmpxchg16b (two relaxed atomic adds where that instruction
+ * is missing), which gives the exact new current figures for the peaks:
+ * `live_max_*`, on the same cache line, is the running maximum of the live
+ * segment (a load, and a CAS only when a peak is exceeded). Totals are not
+ * shared: each thread adds its allocations to its own cache-line shard of
+ * the adaptor with plain loads and stores, and readers sum the shards.
+ * A thread takes a shard slot (process-wide, the same in every adaptor) on
+ * its first allocation and gives it back when it exits; threads beyond
+ * SHARDS live ones share one more shard with atomic adds. Deallocations
+ * are derived: total count - current count. Nothing here is ever reset
+ * and the hot path never looks at the scope stack, so push and pop cannot
  * race with it over memory.
  *
  * A scope is a snapshot: push records the counters at that moment as the
@@ -17,7 +25,7 @@
  * absolute peak is the maximum over its own segments and those of every
  * scope pushed inside it, which is what pop folds into the parent, and
  * equals RMM's max(outer peak, outer current before the push + popped
- * peak). Deallocations are derived: total count - current count.
+ * peak).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -35,15 +43,112 @@ typedef struct frame {
   int64_t seg_max_count;
 } frame_t;
 
+enum { LINE = 64, SHARDS = 64 }; /* threads that keep totals without a locked instruction */
+
+/* What every call writes, on a cache line of its own. */
+typedef struct hot {
+  _Alignas(16) int64_t cur[2];            /* current bytes, current count: one 16-byte word */
+  int64_t live_max_bytes, live_max_count; /* atomic: the running maxima of the live segment */
+  char pad[LINE - 4 * sizeof(int64_t)];
+} hot_t;
+
+/* One thread's totals; shards[SHARDS] is shared (atomic adds). */
+typedef struct shard {
+  int64_t total_bytes, total_count;
+  char pad[LINE - 2 * sizeof(int64_t)];
+} shard_t;
+
 typedef struct statistics {
   rmmc__adaptor_t a;
-  counters_t c;                       /* atomic, relaxed; never reset */
-  int64_t live_max_bytes, live_max_count; /* atomic: the running maxima of the live segment */
-  pthread_mutex_t lock;               /* push, pop, get */
-  frame_t *frames;                    /* frames[0] is the outermost scope */
-  int depth;                          /* index of the innermost frame */
+  hot_t *hot;            /* one LINE-aligned block: hot, then SHARDS + 1 shards */
+  shard_t *shards;
+  pthread_mutex_t lock;  /* push, pop, get */
+  frame_t *frames;       /* frames[0] is the outermost scope */
+  int depth;             /* index of the innermost frame */
   int cap;
 } statistics_t;
+
+/* ---- shard slots: per thread, process-wide ---- */
+static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t slots_used; /* bit i: a live thread owns slot i */
+static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
+static pthread_key_t slot_key;
+static bool slot_key_ok;
+static _Thread_local int tl_slot RMMC_TLS_FAST; /* slot + 1; 0 before the first allocation */
+
+/* At thread exit: the slot goes back; a later allocation by this thread
+ * (another key's destructor) uses the shared shard. */
+static void slot_release(void *v) {
+  pthread_mutex_lock(&slots_lock);
+  slots_used &= ~((uint64_t)1 << ((uintptr_t)v - 1));
+  pthread_mutex_unlock(&slots_lock);
+  tl_slot = SHARDS + 1;
+}
+
+static void slot_key_create(void) {
+  slot_key_ok = pthread_key_create(&slot_key, slot_release) == 0;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+/* A library unloaded before some thread exits must not leave it a
+ * destructor to call. */
+__attribute__((destructor)) static void slot_key_delete(void) {
+  if (slot_key_ok) pthread_key_delete(slot_key);
+}
+#endif
+
+/* The calling thread's first allocation: claims a free slot, or SHARDS. */
+static int slot_claim(void) {
+  pthread_once(&slot_once, slot_key_create);
+  int slot = SHARDS;
+  pthread_mutex_lock(&slots_lock);
+  if (slot_key_ok && ~slots_used != 0) {
+    slot = __builtin_ctzll(~slots_used);
+    if (pthread_setspecific(slot_key, (void *)(uintptr_t)(slot + 1)) == 0)
+      slots_used |= (uint64_t)1 << slot;
+    else
+      slot = SHARDS;
+  }
+  pthread_mutex_unlock(&slots_lock);
+  tl_slot = slot + 1;
+  return slot;
+}
+
+/* ---- the hot path ---- */
+
+/* Adds (db, dc) to cur[0..1] in one atomic step; stores the new values in now. */
+static inline void add_current(int64_t cur[2], int64_t db, int64_t dc, int64_t now[2]) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  typedef struct { int64_t v[2]; } pair_t;
+  int64_t lo = __atomic_load_n(&cur[0], __ATOMIC_RELAXED); /* a guess: a torn one just retries */
+  int64_t hi = __atomic_load_n(&cur[1], __ATOMIC_RELAXED);
+  bool ok;
+  do {
+    now[0] = lo + db;
+    now[1] = hi + dc;
+    __asm__ __volatile__("lock cmpxchg16b %1"
+                         : "=@ccz"(ok), "+m"(*(pair_t *)cur), "+a"(lo), "+d"(hi)
+                         : "b"(now[0]), "c"(now[1]));
+  } while (!ok);
+#else
+  now[0] = __atomic_add_fetch(&cur[0], db, __ATOMIC_RELAXED);
+  now[1] = __atomic_add_fetch(&cur[1], dc, __ATOMIC_RELAXED);
+#endif
+}
+
+/* Adds one allocation of `bytes` to the calling thread's shard. */
+static inline void add_totals(statistics_t *s, int64_t bytes) {
+  int slot = tl_slot - 1;
+  if (RMMC_UNLIKELY(slot < 0)) slot = slot_claim();
+  shard_t *sh = &s->shards[slot];
+  if (RMMC_LIKELY(slot < SHARDS)) { /* only this thread writes it */
+    __atomic_store_n(&sh->total_bytes, sh->total_bytes + bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->total_count, sh->total_count + 1, __ATOMIC_RELAXED);
+  } else {
+    __atomic_add_fetch(&sh->total_bytes, bytes, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->total_count, 1, __ATOMIC_RELAXED);
+  }
+}
 
 static inline void max_i64(int64_t *p, int64_t v) {
   int64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
@@ -57,12 +162,11 @@ static rmmc_status_t statistics_allocate(rmmc_resource_t *r, size_t bytes, size_
   statistics_t *s = (statistics_t *)r;
   rmmc_status_t st = rmmc_resource_allocate(s->a.upstream, bytes, alignment, stream, out);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
-  int64_t cb = __atomic_add_fetch(&s->c.cur_bytes, (int64_t)bytes, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&s->c.total_bytes, (int64_t)bytes, __ATOMIC_RELAXED);
-  int64_t cc = __atomic_add_fetch(&s->c.cur_count, 1, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&s->c.total_count, 1, __ATOMIC_RELAXED);
-  max_i64(&s->live_max_bytes, cb);
-  max_i64(&s->live_max_count, cc);
+  int64_t now[2];
+  add_totals(s, (int64_t)bytes); /* first: the locked add_current then publishes it */
+  add_current(s->hot->cur, (int64_t)bytes, 1, now);
+  max_i64(&s->hot->live_max_bytes, now[0]);
+  max_i64(&s->hot->live_max_count, now[1]);
   return RMMC_SUCCESS;
 }
 
@@ -71,21 +175,29 @@ static rmmc_status_t statistics_deallocate(rmmc_resource_t *r, void *ptr, size_t
   statistics_t *s = (statistics_t *)r;
   rmmc_status_t st = rmmc_resource_deallocate(s->a.upstream, ptr, bytes, alignment, stream);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
-  __atomic_sub_fetch(&s->c.cur_bytes, (int64_t)bytes, __ATOMIC_RELAXED);
-  __atomic_sub_fetch(&s->c.cur_count, 1, __ATOMIC_RELAXED);
+  int64_t now[2];
+  add_current(s->hot->cur, -(int64_t)bytes, -1, now);
   return RMMC_SUCCESS;
 }
 
+/* Current figures first, then the totals (added before current). */
 static counters_t load_counters(const statistics_t *s) {
-  counters_t c;
-  c.cur_bytes = __atomic_load_n(&s->c.cur_bytes, __ATOMIC_RELAXED);
-  c.total_bytes = __atomic_load_n(&s->c.total_bytes, __ATOMIC_RELAXED);
-  c.cur_count = __atomic_load_n(&s->c.cur_count, __ATOMIC_RELAXED);
-  c.total_count = __atomic_load_n(&s->c.total_count, __ATOMIC_RELAXED);
+  counters_t c = {0, 0, 0, 0};
+  c.cur_bytes = __atomic_load_n(&s->hot->cur[0], __ATOMIC_RELAXED);
+  c.cur_count = __atomic_load_n(&s->hot->cur[1], __ATOMIC_RELAXED);
+  for (int i = 0; i <= SHARDS; i++) {
+    c.total_bytes += __atomic_load_n(&s->shards[i].total_bytes, __ATOMIC_RELAXED);
+    c.total_count += __atomic_load_n(&s->shards[i].total_count, __ATOMIC_RELAXED);
+  }
   return c;
 }
 
 static int64_t max2(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Closes the live segment: restarts its maximum at `now`, returns the old one. */
+static int64_t close_segment(int64_t *live_max, int64_t now) {
+  return __atomic_exchange_n(live_max, now, __ATOMIC_RELAXED);
+}
 
 /* The figures of a scope with base `b` whose absolute maxima are max_b and
  * max_c, given the counters c now. */
@@ -107,8 +219,9 @@ static rmmc_statistics_t figures(const counters_t *c, const counters_t *b, int64
 static rmmc_statistics_t innermost(statistics_t *s) {
   counters_t c = load_counters(s);
   const frame_t *f = &s->frames[s->depth];
-  return figures(&c, &f->base, max2(f->seg_max_bytes, __atomic_load_n(&s->live_max_bytes, __ATOMIC_RELAXED)),
-                 max2(f->seg_max_count, __atomic_load_n(&s->live_max_count, __ATOMIC_RELAXED)));
+  int64_t max_b = __atomic_load_n(&s->hot->live_max_bytes, __ATOMIC_RELAXED);
+  int64_t max_c = __atomic_load_n(&s->hot->live_max_count, __ATOMIC_RELAXED);
+  return figures(&c, &f->base, max2(f->seg_max_bytes, max_b), max2(f->seg_max_count, max_c));
 }
 
 /* Checks that out has room for the first field. */
@@ -159,11 +272,10 @@ RMMC_API rmmc_status_t rmmc_statistics_adaptor_push(rmmc_resource_t *r) {
     s->cap = ncap;
   }
   counters_t c = load_counters(s);
+  hot_t *h = s->hot;
   frame_t *outer = &s->frames[s->depth];
-  outer->seg_max_bytes = max2(outer->seg_max_bytes,
-                              __atomic_exchange_n(&s->live_max_bytes, c.cur_bytes, __ATOMIC_RELAXED));
-  outer->seg_max_count = max2(outer->seg_max_count,
-                              __atomic_exchange_n(&s->live_max_count, c.cur_count, __ATOMIC_RELAXED));
+  outer->seg_max_bytes = max2(outer->seg_max_bytes, close_segment(&h->live_max_bytes, c.cur_bytes));
+  outer->seg_max_count = max2(outer->seg_max_count, close_segment(&h->live_max_count, c.cur_count));
   s->frames[++s->depth] = (frame_t){c, c.cur_bytes, c.cur_count};
   pthread_mutex_unlock(&s->lock);
   return RMMC_SUCCESS;
@@ -181,11 +293,10 @@ RMMC_API rmmc_status_t rmmc_statistics_adaptor_pop(rmmc_resource_t *r, rmmc_stat
                           "statistics_adaptor_pop: no scope was pushed (push before pop)");
   }
   counters_t c = load_counters(s);
+  hot_t *h = s->hot;
   frame_t *inner = &s->frames[s->depth];
-  int64_t max_b = max2(inner->seg_max_bytes,
-                       __atomic_exchange_n(&s->live_max_bytes, c.cur_bytes, __ATOMIC_RELAXED));
-  int64_t max_c = max2(inner->seg_max_count,
-                       __atomic_exchange_n(&s->live_max_count, c.cur_count, __ATOMIC_RELAXED));
+  int64_t max_b = max2(inner->seg_max_bytes, close_segment(&h->live_max_bytes, c.cur_bytes));
+  int64_t max_c = max2(inner->seg_max_count, close_segment(&h->live_max_count, c.cur_count));
   rmmc_statistics_t f = figures(&c, &inner->base, max_b, max_c);
   frame_t *outer = &s->frames[--s->depth];
   outer->seg_max_bytes = max2(outer->seg_max_bytes, max_b);
@@ -210,8 +321,8 @@ static void statistics_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ct
   statistics_t *s = (statistics_t *)r;
   pthread_mutex_lock(&s->lock);
   counters_t c = load_counters(s);
-  int64_t max_b = __atomic_load_n(&s->live_max_bytes, __ATOMIC_RELAXED);
-  int64_t max_c = __atomic_load_n(&s->live_max_count, __ATOMIC_RELAXED);
+  int64_t max_b = __atomic_load_n(&s->hot->live_max_bytes, __ATOMIC_RELAXED);
+  int64_t max_c = __atomic_load_n(&s->hot->live_max_count, __ATOMIC_RELAXED);
   for (int i = 0; i <= s->depth; i++) {
     max_b = max2(max_b, s->frames[i].seg_max_bytes);
     max_c = max2(max_c, s->frames[i].seg_max_count);
@@ -234,6 +345,7 @@ static void statistics_destroy(rmmc_resource_t *r) {
   statistics_t *s = (statistics_t *)r;
   pthread_mutex_destroy(&s->lock);
   free(s->frames);
+  free(s->hot);
   rmmc__adaptor_destroy(r);
 }
 
@@ -259,11 +371,16 @@ RMMC_API rmmc_status_t rmmc_statistics_adaptor_create(rmmc_resource_t *upstream,
   statistics_t *s = (statistics_t *)*out;
   s->cap = 8;
   s->frames = calloc((size_t)s->cap, sizeof *s->frames);
-  if (s->frames == NULL) {
+  s->hot = aligned_alloc(LINE, sizeof(hot_t) + (SHARDS + 1) * sizeof(shard_t));
+  if (s->frames == NULL || s->hot == NULL) {
+    free(s->frames);
+    free(s->hot);
     rmmc__adaptor_destroy(*out);
     *out = NULL;
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "statistics_adaptor_create: no host memory");
   }
+  memset(s->hot, 0, sizeof(hot_t) + (SHARDS + 1) * sizeof(shard_t));
+  s->shards = (shard_t *)(s->hot + 1);
   pthread_mutex_init(&s->lock, NULL);
   return RMMC_SUCCESS;
 }
