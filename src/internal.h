@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rmmc/report.h"
 #include "rmmc/resource_ops.h"
 
 #define RMMC_API RMMC_EXPORT
@@ -57,8 +58,8 @@ static inline void rmmc__atomic_max_u64(uint64_t *p, uint64_t v) {
   }
 }
 
-/* Formats a byte count human-readably ("1.50 GiB", "256 B") into buf. */
-const char *rmmc__format_bytes(uint64_t bytes, char *buf, size_t len);
+/* Human-readable byte counts: the public rmmc_format_bytes (report.h). */
+#define rmmc__format_bytes rmmc_format_bytes
 
 /* Emits one field through a describe callback. */
 void rmmc__emit_bytes(rmmc_field_cb emit, void *ctx, const char *key, uint64_t v);
@@ -149,6 +150,13 @@ static inline rmmc_status_t rmmc__check_base_alignment(const rmmc_resource_t *r,
                         "adaptor or a pool on it",
                         r->ops->name, alignment);
 }
+
+/* Slots shared by the resources that free with cudaFree (cuda, managed):
+ * cudaFree on the resource's device, a pointer CUDA does not know being
+ * RMMC_ERROR_UNKNOWN_POINTER; equal when of the same device. */
+rmmc_status_t rmmc__cudafree_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                        size_t alignment, cudaStream_t stream);
+bool rmmc__same_device_is_equal(const rmmc_resource_t *a, const rmmc_resource_t *b);
 
 /* Stream name for messages ("default", "per-thread", or the pointer). */
 const char *rmmc__stream_name(cudaStream_t stream, char *buf, size_t len);

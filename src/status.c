@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "rmmc/report.h"
 
 static _Thread_local char tl_message[RMMC__MESSAGE_MAX];
 static _Thread_local cudaError_t tl_cuda_error = cudaSuccess;
@@ -142,7 +143,7 @@ RMMC_API rmmc_status_t rmmc_set_oom_error(const rmmc_resource_t *r, size_t bytes
   return RMMC_ERROR_OUT_OF_MEMORY;
 }
 
-const char *rmmc__format_bytes(uint64_t bytes, char *buf, size_t len) {
+RMMC_API const char *rmmc_format_bytes(uint64_t bytes, char *buf, size_t len) {
   static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   if (bytes < 1024) {
     snprintf(buf, len, "%llu B", (unsigned long long)bytes);

@@ -8,19 +8,7 @@
 #include "replay_engine.h"
 
 const char *replay_format_bytes(uint64_t bytes, char *buf, size_t len) {
-  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (bytes < 1024) {
-    snprintf(buf, len, "%llu B", (unsigned long long)bytes);
-    return buf;
-  }
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024.0 && u < 6) {
-    v /= 1024.0;
-    u++;
-  }
-  snprintf(buf, len, "%.2f %s", v, units[u]);
-  return buf;
+  return rmmc_format_bytes(bytes, buf, len);
 }
 
 static double ratio_of(const replay_log_t *log, const replay_result_t *r) {

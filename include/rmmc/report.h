@@ -33,6 +33,7 @@
 #define RMMC_REPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "rmmc/resource.h"
@@ -40,6 +41,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Writes `bytes` human-readably into buf ("256 B", "1.50 KiB", "10.60 GiB":
+ * binary units, two decimals above 1 KiB) and returns buf. Always
+ * terminates buf when len > 0. Thread-safe. */
+RMMC_EXPORT const char *rmmc_format_bytes(uint64_t bytes, char *buf, size_t len);
 
 /* Prints device `device`'s (-1: the current device's) memory: the free
  * and total memory of the device, then the whole stack of its current

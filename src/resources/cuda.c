@@ -21,8 +21,8 @@ static rmmc_status_t cuda_allocate(rmmc_resource_t *r, size_t bytes, size_t alig
   return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cudaMalloc");
 }
 
-static rmmc_status_t cuda_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
-                                     size_t alignment, cudaStream_t stream) {
+rmmc_status_t rmmc__cudafree_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                        size_t alignment, cudaStream_t stream) {
   (void)bytes, (void)alignment, (void)stream;
   int saved;
   rmmc_status_t st = rmmc__device_push(r->device, &saved);
@@ -34,7 +34,7 @@ static rmmc_status_t cuda_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes
   return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cudaFree");
 }
 
-static bool cuda_is_equal(const rmmc_resource_t *a, const rmmc_resource_t *b) {
+bool rmmc__same_device_is_equal(const rmmc_resource_t *a, const rmmc_resource_t *b) {
   return a->device == b->device;
 }
 
@@ -44,8 +44,8 @@ static const rmmc_resource_ops_t cuda_ops = {
     .version = RMMC_RESOURCE_OPS_VERSION,
     .name = "cuda",
     .allocate = cuda_allocate,
-    .deallocate = cuda_deallocate,
-    .is_equal = cuda_is_equal,
+    .deallocate = rmmc__cudafree_deallocate,
+    .is_equal = rmmc__same_device_is_equal,
     .destroy = cuda_destroy,
 };
 

@@ -41,23 +41,6 @@ static rmmc_status_t managed_allocate(rmmc_resource_t *r, size_t bytes, size_t a
   return RMMC_SUCCESS;
 }
 
-static rmmc_status_t managed_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
-                                        size_t alignment, cudaStream_t stream) {
-  (void)bytes, (void)alignment, (void)stream;
-  int saved;
-  rmmc_status_t st = rmmc__device_push(r->device, &saved);
-  if (st != RMMC_SUCCESS) return st;
-  cudaError_t err = cudaFree(ptr);
-  rmmc__device_pop(saved);
-  if (err == cudaErrorInvalidValue || err == cudaErrorInvalidDevicePointer)
-    return rmmc__unknown_cuda_pointer(r, err, "cudaFree", ptr);
-  return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cudaFree");
-}
-
-static bool managed_is_equal(const rmmc_resource_t *a, const rmmc_resource_t *b) {
-  return a->device == b->device;
-}
-
 static void managed_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_text(emit, ctx, "prefetch", ((managed_resource_t *)r)->prefetch ? "on" : "off");
 }
@@ -68,8 +51,8 @@ static const rmmc_resource_ops_t managed_ops = {
     .version = RMMC_RESOURCE_OPS_VERSION,
     .name = "managed",
     .allocate = managed_allocate,
-    .deallocate = managed_deallocate,
-    .is_equal = managed_is_equal,
+    .deallocate = rmmc__cudafree_deallocate,
+    .is_equal = rmmc__same_device_is_equal,
     .describe = managed_describe,
     .destroy = managed_destroy,
 };
