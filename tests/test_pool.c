@@ -541,6 +541,92 @@ START_TEST(test_pool_release_before_grow) {
 }
 END_TEST
 
+START_TEST(test_pool_release_slack_budget) {
+  /* A growth within (1 + release_slack) x the peak in use releases
+   * nothing; past it, only as many wholly free chunks go back as the
+   * budget needs (the old policy released them all). */
+  for (int wide = 0; wide <= 1; wide++) {
+    rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+    o.small_max = 0;
+    o.min_growth = 2 * MiB;
+    o.release_slack = wide ? 1.0 : 0.05;
+    fixture_t f = make_fixture(&o);
+    spy_t *s = spy_of(f.spy);
+    void *p[3], *big;
+    for (int i = 0; i < 3; i++)
+      ck_assert_int_eq(rmmc_resource_allocate(f.pool, 4 * MiB, 256, NULL, &p[i]), RMMC_SUCCESS);
+    for (int i = 0; i < 3; i++)
+      ck_assert_int_eq(rmmc_resource_deallocate(f.pool, p[i], 4 * MiB, 256, NULL), RMMC_SUCCESS);
+    ck_assert_uint_eq(field(f.pool, "chunk_allocations"), 3);
+    /* Peak 12 MiB; 12 reserved + 6 more: within 24 (slack 1), above 12.6
+     * (slack 0.05): two 4 MiB chunks go, the third stays. */
+    ck_assert_int_eq(rmmc_resource_allocate(f.pool, 6 * MiB, 256, NULL, &big), RMMC_SUCCESS);
+    CHECK_POOL(f.pool);
+    ck_assert_uint_eq(field(f.pool, "chunk_allocations"), 4);
+    ck_assert_uint_eq(field(f.pool, "chunk_releases"), wide ? 0 : 2);
+    ck_assert_uint_eq(field(f.pool, "reserved"), wide ? 18 * MiB : 10 * MiB);
+    ck_assert_uint_eq(spy_counts(s).outstanding_bytes, wide ? 18 * MiB : 10 * MiB);
+    ck_assert_int_eq(rmmc_resource_deallocate(f.pool, big, 6 * MiB, 256, NULL), RMMC_SUCCESS);
+    drop_fixture(&f);
+  }
+}
+END_TEST
+
+START_TEST(test_pool_split_limit) {
+  /* A wholly free 64 MiB chunk is more than 8 x a 4 MiB request: the pool
+   * grows a 4 MiB chunk and gives the big one back instead of splitting
+   * it. split_limit=0 splits it; a 10 MiB request (64 <= 80) splits it. */
+  const size_t req[] = {4 * MiB, 4 * MiB, 10 * MiB};
+  const double limit[] = {8.0, 0.0, 8.0};
+  for (int k = 0; k < 3; k++) {
+    rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+    o.small_max = 0;
+    o.min_growth = 2 * MiB;
+    o.split_limit = limit[k];
+    fixture_t f = make_fixture(&o);
+    spy_t *s = spy_of(f.spy);
+    void *a, *b;
+    ck_assert_int_eq(rmmc_resource_allocate(f.pool, 64 * MiB, 256, NULL, &a), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_deallocate(f.pool, a, 64 * MiB, 256, NULL), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_allocate(f.pool, req[k], 256, NULL, &b), RMMC_SUCCESS);
+    CHECK_POOL(f.pool);
+    bool grew = k == 0;
+    ck_assert_uint_eq(field(f.pool, "chunk_allocations"), grew ? 2 : 1);
+    ck_assert_uint_eq(field(f.pool, "chunk_releases"), grew ? 1 : 0);
+    ck_assert_uint_eq(spy_counts(s).outstanding_bytes, grew ? 4 * MiB : 64 * MiB);
+    ck_assert_int_eq(rmmc_resource_deallocate(f.pool, b, req[k], 256, NULL), RMMC_SUCCESS);
+    CHECK_POOL(f.pool);
+    drop_fixture(&f);
+  }
+}
+END_TEST
+
+START_TEST(test_pool_split_limit_yields_before_oom) {
+  /* When the upstream refuses, the big free chunk is split after all
+   * (release_before_grow off: it would give the chunk back first). */
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.release_before_grow = false;
+  o.small_max = 0;
+  o.min_growth = 2 * MiB;
+  fixture_t f = make_fixture(&o);
+  spy_t *s = spy_of(f.spy);
+  void *a, *b;
+  ck_assert_int_eq(rmmc_resource_allocate(f.pool, 64 * MiB, 256, NULL, &a), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(f.pool, a, 64 * MiB, 256, NULL), RMMC_SUCCESS);
+  spy_fail_every(s, 1);
+  ck_assert_int_eq(rmmc_resource_allocate(f.pool, 4 * MiB, 256, NULL, &b), RMMC_SUCCESS);
+  spy_fail_every(s, 0);
+  CHECK_POOL(f.pool);
+  ck_assert_ptr_eq(b, a);
+  ck_assert_uint_eq(field(f.pool, "chunk_allocations"), 1);
+  ck_assert_uint_eq(field(f.pool, "chunk_releases"), 0);
+  ck_assert_uint_eq(spy_counts(s).outstanding_bytes, 64 * MiB);
+  ck_assert_int_eq(rmmc_resource_deallocate(f.pool, b, 4 * MiB, 256, NULL), RMMC_SUCCESS);
+  CHECK_POOL(f.pool);
+  drop_fixture(&f);
+}
+END_TEST
+
 START_TEST(test_pool_gc_threshold_trims) {
   /* gc_threshold 0.5 of a 64 MiB maximum: growth beyond 32 MiB reserved
    * first gives back wholly free chunks. */
@@ -851,6 +937,8 @@ START_TEST(test_pool_create_rejects_bad_options) {
   BAD(8, o.event_interval = 0, "event_interval");
   BAD(9, (o.initial_size = 8 * MiB, o.maximum_size = 4 * MiB), "initial_size");
   BAD(10, o.min_growth = (size_t)1 << 60, "min_growth");
+  BAD(11, o.release_slack = -0.5, "release_slack");
+  BAD(12, o.split_limit = 0.5, "split_limit");
 #undef BAD
   /* Nothing was retained by the failures. */
   ck_assert_int_eq(rmmc_resource_refcount(spy), 1);
@@ -948,6 +1036,9 @@ int main(void) {
   tcase_add_test(tc, test_pool_oom_releases_its_cache_and_retries);
   tcase_add_test(tc, test_pool_backs_off_when_upstream_refuses);
   tcase_add_test(tc, test_pool_release_before_grow);
+  tcase_add_test(tc, test_pool_release_slack_budget);
+  tcase_add_test(tc, test_pool_split_limit);
+  tcase_add_test(tc, test_pool_split_limit_yields_before_oom);
   tcase_add_test(tc, test_pool_gc_threshold_trims);
   tcase_add_test(tc, test_pool_reuse_prefers_the_freeing_stream);
   tcase_add_test(tc, test_pool_describe_figures);

@@ -118,6 +118,8 @@ typedef struct pool {
   size_t max_size, min_growth, granularity, small_max, small_chunk, gc_limit, event_bytes;
   unsigned event_interval;
   bool release_before_grow, sync_before_grow;
+  double release_slack, split_limit; /* split_limit 0: off */
+  bool last_resort; /* out of memory: split_limit is ignored */
   /* state */
   rmmc__ptrmap_t used;    /* address -> used block */
   rmmc__ptrmap_t streams; /* stream key -> pstream */
@@ -563,6 +565,18 @@ static size_t reclaim_slabs(pool_t *p) {
 
 /* ---- search ---- */
 
+/* split_limit: is b a wholly free upstream chunk more than split_limit
+ * times the growth a request of `need` bytes would make? Then the pool
+ * grows instead of splitting it (a smaller, maybe long-lived, block would
+ * pin it), and release_before_grow can give it back. Off on the last resort
+ * before out of memory. */
+static inline bool too_big_to_split(const pool_t *p, const block_t *b, size_t need) {
+  if (b->phys_prev != NULL || b->phys_next != NULL || p->split_limit == 0.0 || p->last_resort)
+    return false;
+  size_t g = need < p->min_growth ? p->min_growth : need;
+  return (double)b->size > p->split_limit * (double)g;
+}
+
 static inline block_t *smaller(block_t *a, block_t *b) {
   return b != NULL && (a == NULL || b->size < a->size) ? b : a;
 }
@@ -576,7 +590,8 @@ static inline block_t *find_local(pool_t *p, pstream_t *ps, int cls, size_t need
   block_t *b = smaller(h, tlsf_find(&ps->idx[cls][ST_FRESH], need));
   if (b != NULL && b->size == need) return b;
   b = smaller(b, tlsf_find(&ps->idx[cls][ST_COVERED], need));
-  return smaller(b, tlsf_find(&p->neutral.idx[cls][ST_COVERED], need));
+  b = smaller(b, tlsf_find(&p->neutral.idx[cls][ST_COVERED], need));
+  return cls == CLASS_LARGE && b != NULL && RMMC_UNLIKELY(too_big_to_split(p, b, need)) ? NULL : b;
 }
 
 /* The best fit among other streams' covered blocks; *owner gets its
@@ -586,6 +601,7 @@ static block_t *find_remote(pool_t *p, pstream_t *ps, int cls, size_t need, pstr
   for (pstream_t *q = p->stream_list; q != NULL; q = q->next) {
     if (q == ps) continue;
     block_t *b = tlsf_find(&q->idx[cls][ST_COVERED], need);
+    if (b != NULL && cls == CLASS_LARGE && too_big_to_split(p, b, need)) continue;
     if (smaller(best, b) != best) best = b, *owner = q;
   }
   return best;
@@ -680,9 +696,14 @@ static rmmc_status_t grow(pool_t *p, pstream_t *ps, cudaStream_t stream, size_t 
   size_t want = rmmc__align_up(need, p->granularity);
   size_t g = want < p->min_growth ? p->min_growth : want;
   rmmc_status_t st = RMMC_SUCCESS;
-  if (p->release_before_grow)
-    st = trim(p, ps, stream, 0);
-  else if (p->gc_limit > 0 && p->reserved + g > p->gc_limit)
+  if (p->release_before_grow) {
+    /* The budget: (1 + release_slack) x the most ever in use, counting this
+     * request; wholly free chunks go back only as far as it needs. */
+    size_t peak = p->in_use + need > p->in_use_peak ? p->in_use + need : p->in_use_peak;
+    double budget = (1.0 + p->release_slack) * (double)peak;
+    if ((double)p->reserved + (double)g > budget)
+      st = trim(p, ps, stream, budget > (double)g ? (size_t)(budget - (double)g) : 0);
+  } else if (p->gc_limit > 0 && p->reserved + g > p->gc_limit)
     st = trim(p, ps, stream, p->gc_limit > g ? p->gc_limit - g : 0);
   if (st == RMMC_SUCCESS && p->reserved + want > p->max_size)
     st = trim(p, ps, stream, p->max_size > want ? p->max_size - want : 0);
@@ -808,6 +829,7 @@ static rmmc_status_t alloc_slow(pool_t *p, pstream_t *ps, cudaStream_t stream, i
     /* Last resort: give back everything cached, then grow again. */
     char why[200];
     snprintf(why, sizeof why, "%s", rmmc_last_error_message());
+    p->last_resort = true;
     st = settle(p);
     if (st == RMMC_SUCCESS) {
       reclaim_slabs(p);
@@ -817,12 +839,14 @@ static rmmc_status_t alloc_slow(pool_t *p, pstream_t *ps, cudaStream_t stream, i
     if (st == RMMC_SUCCESS && b == NULL) {
       st = grow(p, ps, stream, grow_need);
       if (st == RMMC_ERROR_OUT_OF_MEMORY) {
+        p->last_resort = false;
         snprintf(why, sizeof why, "%s", rmmc_last_error_message());
         return pool_oom(p, bytes, stream, why);
       }
     }
   }
   if (st == RMMC_SUCCESS && b == NULL) st = try_serve(p, ps, stream, cls, need, &b);
+  p->last_resort = false;
 done:
   if (st == RMMC_SUCCESS && b == NULL) st = pool_oom(p, bytes, stream, NULL);
   *out = b;
@@ -1228,6 +1252,10 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
     bad = "small_chunk must be a multiple of 256 up to 1 GiB and at least small_max";
   else if (!(o->gc_threshold >= 0.0 && o->gc_threshold <= 1.0))
     bad = "gc_threshold must be a fraction from 0 to 1";
+  else if (!(o->release_slack >= 0.0 && o->release_slack <= 1e6))
+    bad = "release_slack must be a fraction of at least 0";
+  else if (!(o->split_limit == 0.0 || (o->split_limit >= 1.0 && o->split_limit <= 1e6)))
+    bad = "split_limit must be 0 (off) or at least 1";
   else if (o->event_interval < 1)
     bad = "event_interval must be at least 1";
   else if (o->min_growth > MAX_REQUEST || o->initial_size > MAX_REQUEST)
@@ -1245,6 +1273,8 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   p->small_max = o->small_max > 0 ? rmmc__align_up(o->small_max, GRANULE) : 0;
   p->small_chunk = o->small_chunk;
   p->release_before_grow = o->release_before_grow;
+  p->release_slack = o->release_slack;
+  p->split_limit = o->split_limit;
   p->sync_before_grow = o->sync_before_grow;
   p->event_interval = o->event_interval;
   p->event_bytes = o->event_bytes;
@@ -1334,6 +1364,8 @@ static const rmmc__spec_option_t pool_spec_options[] = {
     {"small_chunk", RMMC__OPT_BYTES, "bytes of one slab (default 4MiB)"},
     {"gc_threshold", RMMC__OPT_DOUBLE, "fraction of max/device memory above which growth trims first (default 0: off)"},
     {"release_before_grow", RMMC__OPT_BOOL, "give back wholly free chunks before growing (default true)"},
+    {"release_slack", RMMC__OPT_DOUBLE, "release_before_grow keeps reserved within (1 + this) x peak in use (default 0.05)"},
+    {"split_limit", RMMC__OPT_DOUBLE, "grow rather than split a free chunk this many times the growth (default 8; 0: off)"},
     {"event_interval", RMMC__OPT_INT, "frees per stream between event records (default 64)"},
     {"event_bytes", RMMC__OPT_BYTES, "freed bytes per stream between event records (default 1GiB)"},
     {"sync_before_grow", RMMC__OPT_BOOL, "synchronize the device so all streams' free blocks merge before growing (default false)"},
@@ -1354,6 +1386,8 @@ static rmmc_status_t pool_build(const rmmc__spec_args_t *args, rmmc_resource_t *
   if (st != RMMC_SUCCESS) return st;
   rmmc__spec_double(args, "gc_threshold", &o.gc_threshold);
   rmmc__spec_bool(args, "release_before_grow", &o.release_before_grow);
+  rmmc__spec_double(args, "release_slack", &o.release_slack);
+  rmmc__spec_double(args, "split_limit", &o.split_limit);
   rmmc__spec_bool(args, "sync_before_grow", &o.sync_before_grow);
   long long interval;
   if (rmmc__spec_int(args, "event_interval", &interval)) {
