@@ -6,6 +6,7 @@
  * size-first struct, failures not counted, spec. Host suite.
  */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "conformance.h"
@@ -445,6 +446,235 @@ START_TEST(test_statistics_spec) {
 }
 END_TEST
 
+/* ---- the packed word and its switch to the slow path ----
+ * A fake upstream hands out one fake pointer for any size (the adaptor
+ * never touches memory), so terabytes and half a million allocations cost
+ * nothing. */
+typedef struct fake {
+  rmmc_resource_t base;
+  int64_t bytes, count; /* atomic: outstanding, as the upstream saw them */
+} fake_t;
+
+static rmmc_status_t fake_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                   cudaStream_t stream, void **out) {
+  (void)alignment, (void)stream;
+  fake_t *f = (fake_t *)r;
+  __atomic_add_fetch(&f->bytes, (int64_t)bytes, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&f->count, 1, __ATOMIC_RELAXED);
+  *out = (void *)(uintptr_t)4096;
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t fake_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                     size_t alignment, cudaStream_t stream) {
+  (void)ptr, (void)alignment, (void)stream;
+  fake_t *f = (fake_t *)r;
+  __atomic_sub_fetch(&f->bytes, (int64_t)bytes, __ATOMIC_RELAXED);
+  __atomic_sub_fetch(&f->count, 1, __ATOMIC_RELAXED);
+  return RMMC_SUCCESS;
+}
+
+static void fake_destroy(rmmc_resource_t *r) { free(r); }
+
+static const rmmc_resource_ops_t fake_ops = {.version = RMMC_RESOURCE_OPS_VERSION,
+                                             .name = "fake",
+                                             .allocate = fake_allocate,
+                                             .deallocate = fake_deallocate,
+                                             .destroy = fake_destroy};
+
+/* A statistics adaptor over a new fake upstream (*fake borrowed). */
+static rmmc_resource_t *fake_stats(fake_t **fake) {
+  fake_t *f = calloc(1, sizeof *f);
+  ck_assert_ptr_nonnull(f);
+  rmmc_resource_init(&f->base, &fake_ops, RMMC_MEMORY_HOST, -1);
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_statistics_adaptor_create(&f->base, &r), RMMC_SUCCESS);
+  rmmc_resource_release(&f->base);
+  *fake = f;
+  return r;
+}
+
+static uint64_t slow_path(rmmc_resource_t *r) {
+  uint64_t v = 99;
+  ck_assert(rmmc_resource_get_field(r, "slow_path", &v));
+  return v;
+}
+
+#define GIB_1 (((size_t)1 << 30) - 1) /* the largest allocation the xadd takes */
+#define TIB_4 ((size_t)1 << 42)       /* the bytes the word holds: up to TIB_4 - 1 */
+#define COUNT_MAX (((int64_t)1 << 19) - 1)
+
+/* Bytes past 2^32 and up to 4 TiB - 1 in the word, exactly (4095 xadds of
+ * 1 GiB - 1), then the 4097th allocation reaches 4 TiB and switches: every
+ * figure stays exact, across push/pop, down to zero. */
+START_TEST(test_statistics_switch_on_bytes) {
+  fake_t *fk;
+  rmmc_resource_t *r = fake_stats(&fk);
+  void *p;
+  for (int i = 0; i < 4096; i++) p = alloc(r, GIB_1);
+  int64_t b = 4096 * (int64_t)GIB_1;
+  ck_assert_int_lt(b, (int64_t)TIB_4);
+  EXPECT(r, b, b, (uint64_t)b, 4096, 4096, 4096, 0);
+  ck_assert_uint_eq(slow_path(r), 0);
+  p = alloc(r, GIB_1);
+  b += (int64_t)GIB_1;
+  ck_assert_int_ge(b, (int64_t)TIB_4);
+  ck_assert_uint_eq(slow_path(r), 1);
+  EXPECT(r, b, b, (uint64_t)b, 4097, 4097, 4097, 0);
+  ck_assert_int_eq(rmmc_statistics_adaptor_push(r), RMMC_SUCCESS);
+  p = alloc(r, 1000);
+  dealloc(r, p, GIB_1);
+  dealloc(r, p, GIB_1);
+  EXPECT(r, 1000 - 2 * (int64_t)GIB_1, 1000, 1000, -1, 1, 1, 2);
+  rmmc_statistics_t st = RMMC_STATISTICS_INIT;
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop(r, &st), RMMC_SUCCESS);
+  EXPECT(r, b + 1000 - 2 * (int64_t)GIB_1, b + 1000, (uint64_t)b + 1000, 4096, 4098, 4098, 2);
+  dealloc(r, p, 1000);
+  for (int i = 0; i < 4095; i++) dealloc(r, p, GIB_1);
+  EXPECT(r, 0, b + 1000, (uint64_t)b + 1000, 0, 4098, 4098, 4098);
+  ck_assert_int_eq(fk->bytes, 0);
+  ck_assert_int_eq(fk->count, 0);
+  ck_assert_uint_eq(slow_path(r), 1);
+  rmmc_resource_release(r);
+}
+END_TEST
+
+/* 2^19 - 1 allocations of mixed sizes in the word, the next one switches;
+ * bytes and count never bleed into each other. */
+START_TEST(test_statistics_switch_on_count) {
+  fake_t *fk;
+  rmmc_resource_t *r = fake_stats(&fk);
+  void *p = NULL;
+  int64_t b = 0;
+  for (int64_t i = 0; i < COUNT_MAX; i++) {
+    size_t n = (size_t)(i % 5) * 300 + 1;
+    p = alloc(r, n);
+    b += (int64_t)n;
+  }
+  EXPECT(r, b, b, (uint64_t)b, COUNT_MAX, COUNT_MAX, (uint64_t)COUNT_MAX, 0);
+  ck_assert_uint_eq(slow_path(r), 0);
+  p = alloc(r, 7);
+  ck_assert_uint_eq(slow_path(r), 1);
+  EXPECT(r, b + 7, b + 7, (uint64_t)b + 7, COUNT_MAX + 1, COUNT_MAX + 1, (uint64_t)COUNT_MAX + 1,
+         0);
+  dealloc(r, p, 7);
+  for (int64_t i = 0; i < COUNT_MAX; i++) dealloc(r, p, (size_t)(i % 5) * 300 + 1);
+  uint64_t n = (uint64_t)COUNT_MAX + 1;
+  EXPECT(r, 0, b + 7, (uint64_t)b + 7, 0, COUNT_MAX + 1, n, n);
+  rmmc_resource_release(r);
+}
+END_TEST
+
+/* Large allocations take the checked CAS: 4 TiB - 1 fits in the word, one
+ * byte more switches, and 1 PiB (which no word holds) is exact after. */
+START_TEST(test_statistics_large_allocations) {
+  fake_t *fk;
+  rmmc_resource_t *r = fake_stats(&fk);
+  void *p = alloc(r, TIB_4 - 1);
+  int64_t b = (int64_t)TIB_4 - 1;
+  EXPECT(r, b, b, (uint64_t)b, 1, 1, 1, 0);
+  ck_assert_uint_eq(slow_path(r), 0);
+  p = alloc(r, 1);
+  ck_assert_uint_eq(slow_path(r), 1);
+  EXPECT(r, b + 1, b + 1, (uint64_t)b + 1, 2, 2, 2, 0);
+  p = alloc(r, (size_t)1 << 50);
+  int64_t big = b + 1 + ((int64_t)1 << 50);
+  EXPECT(r, big, big, (uint64_t)big, 3, 3, 3, 0);
+  dealloc(r, p, (size_t)1 << 50);
+  dealloc(r, p, 1);
+  dealloc(r, p, TIB_4 - 1);
+  EXPECT(r, 0, big, (uint64_t)big, 0, 3, 3, 3);
+  rmmc_resource_release(r);
+  /* A fresh adaptor whose first allocation is 1 PiB switches at once. */
+  r = fake_stats(&fk);
+  p = alloc(r, (size_t)1 << 50);
+  ck_assert_uint_eq(slow_path(r), 1);
+  EXPECT(r, (int64_t)1 << 50, (int64_t)1 << 50, (uint64_t)1 << 50, 1, 1, 1, 0);
+  dealloc(r, p, (size_t)1 << 50);
+  EXPECT(r, 0, (int64_t)1 << 50, (uint64_t)1 << 50, 0, 1, 1, 1);
+  rmmc_resource_release(r);
+}
+END_TEST
+
+/* A deallocation of memory not allocated here, which the upstream accepts,
+ * takes the figures below zero (as before the word): the word cannot hold
+ * that, so the adaptor switches and stays exact. */
+START_TEST(test_statistics_below_zero_switches) {
+  fake_t *fk;
+  rmmc_resource_t *r = fake_stats(&fk);
+  void *p = alloc(r, 50);
+  dealloc(r, p, 100);
+  ck_assert_uint_eq(slow_path(r), 1);
+  EXPECT(r, -50, 50, 50, 0, 1, 1, 1);
+  dealloc(r, p, 10);
+  EXPECT(r, -60, 50, 50, -1, 1, 1, 2);
+  p = alloc(r, 60);
+  p = alloc(r, 60);
+  EXPECT(r, 60, 60, 170, 1, 1, 3, 2);
+  dealloc(r, p, 60);
+  dealloc(r, p, 60);
+  rmmc_resource_release(r);
+}
+END_TEST
+
+enum { RACERS = 4 };
+
+typedef struct racer {
+  rmmc_resource_t *r;
+  pthread_barrier_t *barrier;
+  size_t bytes;
+  int n;
+} racer_t;
+
+/* Allocates n blocks, waits for all racers, frees them. */
+static void *racer(void *arg) {
+  racer_t *w = arg;
+  void *p = NULL;
+  for (int i = 0; i < w->n; i++)
+    if (rmmc_resource_allocate(w->r, w->bytes, 256, NULL, &p) != RMMC_SUCCESS) return arg;
+  pthread_barrier_wait(w->barrier);
+  pthread_barrier_wait(w->barrier); /* the main thread checks the figures */
+  for (int i = 0; i < w->n; i++)
+    if (rmmc_resource_deallocate(w->r, p, w->bytes, 256, NULL) != RMMC_SUCCESS) return arg;
+  return NULL;
+}
+
+/* Threads cross a limit together (bytes, then count): no update is lost
+ * or counted twice while the adaptor switches under them. Allocation only
+ * grows the figures, so the peak is the final current exactly. */
+static void race_switch(size_t bytes, int per_thread) {
+  fake_t *fk;
+  rmmc_resource_t *r = fake_stats(&fk);
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, RACERS + 1);
+  pthread_t th[RACERS];
+  racer_t w[RACERS];
+  for (int t = 0; t < RACERS; t++) {
+    w[t] = (racer_t){r, &barrier, bytes, per_thread};
+    ck_assert_int_eq(pthread_create(&th[t], NULL, racer, &w[t]), 0);
+  }
+  pthread_barrier_wait(&barrier);
+  int64_t n = (int64_t)RACERS * per_thread, b = n * (int64_t)bytes;
+  EXPECT(r, b, b, (uint64_t)b, n, n, (uint64_t)n, 0);
+  ck_assert_uint_eq(slow_path(r), 1);
+  pthread_barrier_wait(&barrier);
+  for (int t = 0; t < RACERS; t++) {
+    void *ret;
+    pthread_join(th[t], &ret);
+    ck_assert_ptr_null(ret);
+  }
+  pthread_barrier_destroy(&barrier);
+  EXPECT(r, 0, b, (uint64_t)b, 0, n, (uint64_t)n, (uint64_t)n);
+  ck_assert_int_eq(fk->count, 0);
+  rmmc_resource_release(r);
+}
+
+START_TEST(test_statistics_switch_racing_threads) {
+  race_switch(GIB_1, 1100);        /* 4400 > 4096 blocks of 1 GiB - 1 */
+  race_switch(3, (1 << 17) + 1000); /* > 2^19 allocations */
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("statistics");
   conformance_add(s, cases, 1);
@@ -459,6 +689,11 @@ int main(void) {
   tcase_add_test(tc, test_statistics_threads_come_and_go);
   tcase_add_test(tc, test_statistics_push_pop_racing_allocations);
   tcase_add_test(tc, test_statistics_spec);
+  tcase_add_test(tc, test_statistics_switch_on_bytes);
+  tcase_add_test(tc, test_statistics_switch_on_count);
+  tcase_add_test(tc, test_statistics_large_allocations);
+  tcase_add_test(tc, test_statistics_below_zero_switches);
+  tcase_add_test(tc, test_statistics_switch_racing_threads);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

@@ -17,7 +17,9 @@
  * frees memory allocated before it began sees its current figures go below
  * zero (as in RMM), which is why they are signed. Popped or not, the
  * outermost scope always ends up with the figures of the whole adaptor;
- * describe() reports those (in_use, peak, ...) at any time.
+ * describe() reports those (in_use, peak, total, outstanding,
+ * peak_outstanding, allocations, deallocations, scopes, slow_path) at any
+ * time.
  *
  * Concurrency. Allocate and deallocate take no lock: each updates the
  * current figures with one atomic instruction and the calling thread's own
@@ -28,6 +30,18 @@
  * Figures read while other threads allocate are not one snapshot (two
  * fields may be a few calls apart); once those calls have returned they
  * are exact.
+ *
+ * Limits. The fast path holds the current figures of the whole adaptor in
+ * one 64-bit word: up to 4 TiB (2^42 bytes) and 2^19 - 1 allocations
+ * outstanding, and allocations under 1 GiB by one lock xadd (larger ones by
+ * one CAS). The call that reaches either limit switches the adaptor, once
+ * and for good, to an exact slow path (a mutex per call): the figures stay
+ * exact and nothing is lost in the switch, only each call costs more.
+ * describe() reports "slow_path" 1 once it has switched.
+ *
+ * A deallocation of more than is outstanding (memory not allocated here,
+ * which the upstream accepted) takes the current figures below zero, which
+ * the slow path holds: it switches too.
  *
  * Stack spec: `statistics` (no options). Thread-safe; streams are passed to
  * the upstream unchanged.

@@ -1,20 +1,48 @@
 /*
  * The statistics adaptor (see statistics_adaptor.h).
  *
- * The hot path costs one locked instruction per call. Current bytes and
- * current count are one 16-byte word (`hot->cur`) that every call updates
- * with a single cmpxchg16b (two relaxed atomic adds where that instruction
- * is missing), which gives the exact new current figures for the peaks:
+ * The hot path costs one locked instruction per call: one 8-byte lock xadd
+ * on `hot->cur`, which packs the current count (bits COUNT_SHIFT..62) and
+ * the current bytes (bits 0..COUNT_SHIFT-1) of the whole adaptor. An
+ * allocation adds `bytes + ONE`, a deallocation subtracts it, and the value
+ * the xadd returns gives both new current figures for the peaks:
  * `live_max_*`, on the same cache line, is the running maximum of the live
- * segment (a load, and a CAS only when a peak is exceeded). Totals are not
- * shared: each thread adds its allocations to its own cache-line shard of
- * the adaptor with plain loads and stores, and readers sum the shards.
- * A thread takes a shard slot (process-wide, the same in every adaptor) on
- * its first allocation and gives it back when it exits; threads beyond
- * SHARDS live ones share one more shard with atomic adds. Deallocations
- * are derived: total count - current count. Nothing here is ever reset
- * and the hot path never looks at the scope stack, so push and pop cannot
- * race with it over memory.
+ * segment (a load, and a CAS only when a peak is exceeded).
+ *
+ * Field widths. 43 bits of bytes and 20 of count, and each field is only
+ * used up to half its width (4 TiB, 512 Ki allocations outstanding): the top
+ * bit of each is a guard, so that one mask test on the value xadd returns
+ * sees a field reach its limit while the field still holds it exactly. Bit
+ * 63 is SLOW: set once the adaptor has switched to its exact slow path.
+ * Bytes get the larger share because GPU figures grow in bytes (a node has
+ * terabytes, not petabytes, and 4 TiB outstanding through one adaptor is
+ * more than any GPU node holds); 512 Ki live allocations is far beyond what
+ * real workloads hold (a pool's ResNet-50 replay holds a few thousand).
+ * Past either limit the figures stay exact, only slower.
+ *
+ * Overflow. An allocation of XADD_MAX bytes or more takes a CAS instead of
+ * the xadd and checks before it writes. A smaller one that leaves a field
+ * at or past its limit is still held exactly (the guard bit has room) and
+ * switches the adaptor, once and for good, to the slow path: `slow` is set
+ * (later calls go straight to it), then under `lock` one atomic exchange
+ * moves the packed word into the signed 64-bit pair slow_cur_* and leaves
+ * SLOW_MARK in it. An xadd that lands before the exchange is in the pair;
+ * one that lands after sees SLOW in the value it gets back, undoes itself
+ * and redoes the update on the pair, so nothing is lost or counted twice.
+ * The slow path updates the pair under `lock`. A field could only pass its
+ * guard bit if 2^(BYTE_BITS-1) / XADD_MAX = 4096 threads (2^19 for the
+ * count) each landed one call between the limit being reached and `slow`
+ * being set, since every caller that sees the limit sets it; after the
+ * switch the leftovers of late calls stay 2^62 away from clearing SLOW.
+ *
+ * Totals are not shared: each thread adds its allocations to its own
+ * cache-line shard of the adaptor with plain loads and stores, and readers
+ * sum the shards. A thread takes a shard slot (process-wide, the same in
+ * every adaptor) on its first allocation and gives it back when it exits;
+ * threads beyond SHARDS live ones share one more shard with atomic adds.
+ * Deallocations are derived: total count - current count. Nothing here is
+ * ever reset and the hot path never looks at the scope stack, so push and
+ * pop cannot race with it over memory.
  *
  * A scope is a snapshot: push records the counters at that moment as the
  * scope's base, so the scope's current and total figures are the counters
@@ -45,9 +73,20 @@ typedef struct frame {
 
 enum { LINE = 64, SHARDS = 64 }; /* threads that keep totals without a locked instruction */
 
+/* The packed current figures (see the top of the file). */
+#define COUNT_SHIFT 43                              /* bytes: bits 0..42 */
+#define ONE ((uint64_t)1 << COUNT_SHIFT)            /* one allocation */
+#define BYTES_MASK (ONE - 1)
+#define BYTES_LIMIT ((uint64_t)1 << (COUNT_SHIFT - 1)) /* 4 TiB: the guard bit of bytes */
+#define COUNT_LIMIT ((uint64_t)1 << 62)             /* 2^19 allocations: the guard of count */
+#define SLOW ((uint64_t)1 << 63)                    /* switched to the slow path */
+#define SLOW_MARK (SLOW | ((uint64_t)1 << 62))      /* the word after the switch */
+#define XADD_MAX ((uint64_t)1 << 30)                /* larger allocations take a CAS */
+
 /* What every call writes, on a cache line of its own. */
 typedef struct hot {
-  _Alignas(16) int64_t cur[2];            /* current bytes, current count: one 16-byte word */
+  uint64_t cur;                           /* atomic: count << COUNT_SHIFT | bytes, SLOW */
+  int slow;                               /* atomic: set once, before the switch */
   int64_t live_max_bytes, live_max_count; /* atomic: the running maxima of the live segment */
   char pad[LINE - 4 * sizeof(int64_t)];
 } hot_t;
@@ -62,7 +101,9 @@ typedef struct statistics {
   rmmc__adaptor_t a;
   hot_t *hot;            /* one LINE-aligned block: hot, then SHARDS + 1 shards */
   shard_t *shards;
-  pthread_mutex_t lock;  /* push, pop, get */
+  pthread_mutex_t lock;  /* push, pop, get, the slow path */
+  bool switched;         /* the slow path holds the current figures (under lock) */
+  int64_t slow_bytes, slow_count; /* the current figures once switched (under lock) */
   frame_t *frames;       /* frames[0] is the outermost scope */
   int depth;             /* index of the innermost frame */
   int cap;
@@ -116,26 +157,6 @@ static int slot_claim(void) {
 
 /* ---- the hot path ---- */
 
-/* Adds (db, dc) to cur[0..1] in one atomic step; stores the new values in now. */
-static inline void add_current(int64_t cur[2], int64_t db, int64_t dc, int64_t now[2]) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  typedef struct { int64_t v[2]; } pair_t;
-  int64_t lo = __atomic_load_n(&cur[0], __ATOMIC_RELAXED); /* a guess: a torn one just retries */
-  int64_t hi = __atomic_load_n(&cur[1], __ATOMIC_RELAXED);
-  bool ok;
-  do {
-    now[0] = lo + db;
-    now[1] = hi + dc;
-    __asm__ __volatile__("lock cmpxchg16b %1"
-                         : "=@ccz"(ok), "+m"(*(pair_t *)cur), "+a"(lo), "+d"(hi)
-                         : "b"(now[0]), "c"(now[1]));
-  } while (!ok);
-#else
-  now[0] = __atomic_add_fetch(&cur[0], db, __ATOMIC_RELAXED);
-  now[1] = __atomic_add_fetch(&cur[1], dc, __ATOMIC_RELAXED);
-#endif
-}
-
 /* Adds one allocation of `bytes` to the calling thread's shard. */
 static inline void add_totals(statistics_t *s, int64_t bytes) {
   int slot = tl_slot - 1;
@@ -157,16 +178,86 @@ static inline void max_i64(int64_t *p, int64_t v) {
   }
 }
 
+static void peaks(statistics_t *s, int64_t bytes, int64_t count) {
+  max_i64(&s->hot->live_max_bytes, bytes);
+  max_i64(&s->hot->live_max_count, count);
+}
+
+/* Moves the packed figures into the pair, once; the caller holds the lock. */
+static void switch_locked(statistics_t *s) {
+  if (s->switched) return;
+  __atomic_store_n(&s->hot->slow, 1, __ATOMIC_RELAXED);
+  uint64_t w = __atomic_exchange_n(&s->hot->cur, SLOW_MARK, __ATOMIC_RELAXED);
+  s->slow_bytes = (int64_t)(w & BYTES_MASK);
+  s->slow_count = (int64_t)(w >> COUNT_SHIFT);
+  s->switched = true;
+}
+
+/* The slow path: adds (bytes, count) to the pair, switching first if needed. */
+static void add_slow(statistics_t *s, int64_t bytes, int64_t count) {
+  pthread_mutex_lock(&s->lock);
+  switch_locked(s);
+  s->slow_bytes += bytes;
+  s->slow_count += count;
+  if (count > 0) peaks(s, s->slow_bytes, s->slow_count);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* A field reached its limit (sets `slow` first: see the top of the file). */
+static void start_switch(statistics_t *s) {
+  __atomic_store_n(&s->hot->slow, 1, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&s->lock);
+  switch_locked(s);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* Adds an allocation of `bytes` off the xadd path: a CAS that checks before
+ * it writes (large allocations), or the slow path. */
+static void add_checked(statistics_t *s, uint64_t bytes) {
+  uint64_t w = __atomic_load_n(&s->hot->cur, __ATOMIC_RELAXED), now;
+  do {
+    if (w & SLOW || __atomic_load_n(&s->hot->slow, __ATOMIC_RELAXED) ||
+        bytes >= BYTES_LIMIT || (w & BYTES_MASK) + bytes >= BYTES_LIMIT ||
+        w + ONE >= COUNT_LIMIT) {
+      if (!(w & SLOW)) start_switch(s);
+      add_slow(s, (int64_t)bytes, 1);
+      return;
+    }
+    now = w + bytes + ONE;
+  } while (!__atomic_compare_exchange_n(&s->hot->cur, &w, now, true, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED));
+  peaks(s, (int64_t)(now & BYTES_MASK), (int64_t)(now >> COUNT_SHIFT));
+}
+
+/* The xadd of an allocation left a guard bit or SLOW set in `now`. */
+static void add_limit(statistics_t *s, uint64_t now, uint64_t bytes) {
+  if (now & SLOW) { /* landed after the switch: not in the pair */
+    __atomic_sub_fetch(&s->hot->cur, bytes + ONE, __ATOMIC_RELAXED);
+    add_slow(s, (int64_t)bytes, 1);
+    return;
+  }
+  /* Landed before it: in the word, exactly (the guard bit has room). */
+  peaks(s, (int64_t)(now & BYTES_MASK), (int64_t)(now >> COUNT_SHIFT));
+  start_switch(s);
+}
+
 static rmmc_status_t statistics_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                          cudaStream_t stream, void **out) {
   statistics_t *s = (statistics_t *)r;
   rmmc_status_t st = rmmc_resource_allocate(s->a.upstream, bytes, alignment, stream, out);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
-  int64_t now[2];
-  add_totals(s, (int64_t)bytes); /* first: the locked add_current then publishes it */
-  add_current(s->hot->cur, (int64_t)bytes, 1, now);
-  max_i64(&s->hot->live_max_bytes, now[0]);
-  max_i64(&s->hot->live_max_count, now[1]);
+  hot_t *h = s->hot;
+  add_totals(s, (int64_t)bytes); /* first: the locked update of cur then publishes it */
+  if (RMMC_UNLIKELY(bytes >= XADD_MAX || __atomic_load_n(&h->slow, __ATOMIC_RELAXED))) {
+    add_checked(s, bytes);
+    return RMMC_SUCCESS;
+  }
+  uint64_t now = __atomic_add_fetch(&h->cur, bytes + ONE, __ATOMIC_RELAXED);
+  if (RMMC_UNLIKELY(now & (SLOW | COUNT_LIMIT | BYTES_LIMIT))) {
+    add_limit(s, now, bytes);
+    return RMMC_SUCCESS;
+  }
+  peaks(s, (int64_t)(now & BYTES_MASK), (int64_t)(now >> COUNT_SHIFT));
   return RMMC_SUCCESS;
 }
 
@@ -175,16 +266,36 @@ static rmmc_status_t statistics_deallocate(rmmc_resource_t *r, void *ptr, size_t
   statistics_t *s = (statistics_t *)r;
   rmmc_status_t st = rmmc_resource_deallocate(s->a.upstream, ptr, bytes, alignment, stream);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
-  int64_t now[2];
-  add_current(s->hot->cur, -(int64_t)bytes, -1, now);
+  hot_t *h = s->hot;
+  /* A deallocation of what was allocated here always fits in the word; one
+   * that does not (a caller's bug the upstream let through) would take the
+   * figures below zero, which only the signed pair can hold. */
+  uint64_t w = __atomic_load_n(&h->cur, __ATOMIC_RELAXED);
+  if (RMMC_UNLIKELY(w < ONE || (w & BYTES_MASK) < bytes || w & SLOW ||
+                    __atomic_load_n(&h->slow, __ATOMIC_RELAXED))) {
+    add_slow(s, -(int64_t)bytes, -1);
+    return RMMC_SUCCESS;
+  }
+  uint64_t now = __atomic_sub_fetch(&h->cur, bytes + ONE, __ATOMIC_RELAXED);
+  if (RMMC_UNLIKELY(now & SLOW)) { /* landed after the switch: not in the pair */
+    __atomic_add_fetch(&h->cur, bytes + ONE, __ATOMIC_RELAXED);
+    add_slow(s, -(int64_t)bytes, -1);
+  }
   return RMMC_SUCCESS;
 }
 
-/* Current figures first, then the totals (added before current). */
+/* Current figures first, then the totals (added before current). The
+ * caller holds the lock. */
 static counters_t load_counters(const statistics_t *s) {
   counters_t c = {0, 0, 0, 0};
-  c.cur_bytes = __atomic_load_n(&s->hot->cur[0], __ATOMIC_RELAXED);
-  c.cur_count = __atomic_load_n(&s->hot->cur[1], __ATOMIC_RELAXED);
+  if (s->switched) {
+    c.cur_bytes = s->slow_bytes;
+    c.cur_count = s->slow_count;
+  } else {
+    uint64_t w = __atomic_load_n(&s->hot->cur, __ATOMIC_RELAXED);
+    c.cur_bytes = (int64_t)(w & BYTES_MASK);
+    c.cur_count = (int64_t)(w >> COUNT_SHIFT);
+  }
   for (int i = 0; i <= SHARDS; i++) {
     c.total_bytes += __atomic_load_n(&s->shards[i].total_bytes, __ATOMIC_RELAXED);
     c.total_count += __atomic_load_n(&s->shards[i].total_count, __ATOMIC_RELAXED);
@@ -328,6 +439,7 @@ static void statistics_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ct
     max_c = max2(max_c, s->frames[i].seg_max_count);
   }
   int depth = s->depth;
+  bool switched = s->switched;
   pthread_mutex_unlock(&s->lock);
   counters_t zero = {0, 0, 0, 0};
   rmmc_statistics_t f = figures(&c, &zero, max_b, max_c);
@@ -339,6 +451,7 @@ static void statistics_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ct
   rmmc__emit_count(emit, ctx, "allocations", f.total_count);
   rmmc__emit_count(emit, ctx, "deallocations", f.deallocations);
   rmmc__emit_count(emit, ctx, "scopes", (uint64_t)depth);
+  rmmc__emit_count(emit, ctx, "slow_path", switched ? 1 : 0);
 }
 
 static void statistics_destroy(rmmc_resource_t *r) {
