@@ -11,6 +11,7 @@
 #include "rmmc/rmmc.h"
 #include "spy.h"
 #include "test_main.h"
+#include "test_util.h"
 
 static void expect_parse_error(const char *spec, const char *needle) {
   rmmc_resource_t *r = (rmmc_resource_t *)1;
@@ -68,13 +69,6 @@ START_TEST(test_specs_parse_and_check_options) {
                      "cannot be prefetched");
 }
 END_TEST
-
-static uint64_t field(rmmc_resource_t *r, const char *key) {
-  uint64_t v = UINT64_MAX;
-  ck_assert_msg(rmmc_resource_get_field(r, key, &v), "%s has no field '%s'",
-                rmmc_resource_name(r), key);
-  return v;
-}
 
 START_TEST(test_specs_build_with_options) {
   rmmc_resource_t *r;

@@ -13,6 +13,7 @@
 #include "rmmc/rmmc.h"
 #include "spy.h"
 #include "test_main.h"
+#include "test_util.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -33,12 +34,6 @@ static const conformance_case_t cases[] = {
     {"aligned(default)", make_default, 0},
     {"aligned(alignment=64KiB, threshold=0)", make_all, 0},
 };
-
-static uint64_t field(rmmc_resource_t *r, const char *key) {
-  uint64_t v = UINT64_MAX;
-  ck_assert_msg(rmmc_resource_get_field(r, key, &v), "no field '%s'", key);
-  return v;
-}
 
 static rmmc_resource_t *make(rmmc_resource_t *up, size_t alignment, size_t threshold) {
   rmmc_aligned_options_t o = RMMC_ALIGNED_OPTIONS_INIT;

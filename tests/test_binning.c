@@ -12,29 +12,10 @@
 #include "rmmc/rmmc.h"
 #include "spy.h"
 #include "test_main.h"
+#include "test_util.h"
 
 #define S1 ((cudaStream_t)0x1000)
 #define MiB ((size_t)1 << 20)
-
-static uint64_t field(rmmc_resource_t *r, const char *key) {
-  uint64_t v = UINT64_MAX;
-  ck_assert_msg(rmmc_resource_get_field(r, key, &v), "no field '%s'", key);
-  return v;
-}
-
-static rmmc_resource_t *new_spy(void) {
-  rmmc_resource_t *s;
-  ck_assert_int_eq(spy_create(RMMC_MEMORY_HOST, &s), RMMC_SUCCESS);
-  return s;
-}
-
-static void finish(rmmc_resource_t *r, rmmc_resource_t *spy) {
-  rmmc_resource_release(r);
-  spy_counts_t c = spy_counts(spy_of(spy));
-  ck_assert_uint_eq(c.outstanding, 0);
-  ck_assert_uint_eq(c.deallocate_errors, 0);
-  rmmc_resource_release(spy);
-}
 
 static rmmc_status_t make_default(rmmc_resource_t *up, rmmc_resource_t **out) {
   return rmmc_binning_resource_create(up, NULL, out);
@@ -264,14 +245,6 @@ START_TEST(test_binning_over_a_full_limiting_adaptor) {
   rmmc_resource_release(r);
 }
 END_TEST
-
-static void expect_spec_error(const char *spec, rmmc_status_t status, const char *needle) {
-  rmmc_resource_t *r = (rmmc_resource_t *)1;
-  ck_assert_int_eq(rmmc_stack_create(spec, -1, &r), status);
-  ck_assert_ptr_null(r);
-  ck_assert_msg(strstr(rmmc_last_error_message(), needle) != NULL, "'%s': '%s' lacks '%s'", spec,
-                rmmc_last_error_message(), needle);
-}
 
 START_TEST(test_binning_spec) {
   rmmc_resource_t *r;

@@ -13,6 +13,7 @@
 #include "rmmc/rmmc.h"
 #include "spy.h"
 #include "test_main.h"
+#include "test_util.h"
 
 static bool decline(size_t bytes, void *user) {
   (void)bytes, (void)user;
@@ -31,12 +32,6 @@ static const conformance_case_t cases[] = {
     {"failure_callback(user)", make_user, 0},
     {"failure_callback(release_cached)", make_builtin, 0},
 };
-
-static uint64_t field(rmmc_resource_t *r, const char *key) {
-  uint64_t v = UINT64_MAX;
-  ck_assert_msg(rmmc_resource_get_field(r, key, &v), "no field '%s'", key);
-  return v;
-}
 
 /* A callback that frees memory (lifts the spy's capacity) on its
  * `free_at`-th call, returns `answer` until then, and can clobber the

@@ -13,6 +13,7 @@
 
 #include "rmmc/rmmc.h"
 #include "test_main.h"
+#include "test_util.h"
 
 static bool starts_with(const char *s, const char *prefix) {
   return strncmp(s, prefix, strlen(prefix)) == 0;
@@ -21,13 +22,6 @@ static bool starts_with(const char *s, const char *prefix) {
 #define CUDA_OK(x) ck_assert_int_eq((x), cudaSuccess)
 #define MiB ((size_t)1 << 20)
 #define TiB4 ((size_t)1 << 42)
-
-static uint64_t field(rmmc_resource_t *r, const char *key) {
-  uint64_t v = UINT64_MAX;
-  ck_assert_msg(rmmc_resource_get_field(r, key, &v), "%s has no field '%s'",
-                rmmc_resource_name(r), key);
-  return v;
-}
 
 /* Writes on the device, reads back through a host copy. */
 static void check_device_roundtrip(void *d, size_t n, unsigned char value, cudaStream_t s) {

@@ -15,6 +15,7 @@
 #include "gpu_kernels.h"
 #include "rmmc/rmmc.h"
 #include "test_main.h"
+#include "test_util.h"
 
 #define CUDA_OK(x) ck_assert_int_eq((x), cudaSuccess)
 #define KiB ((size_t)1 << 10)
@@ -22,13 +23,6 @@
 #define SLOW_NS ((uint64_t)50 * 1000 * 1000) /* the slow writer spins 50 ms */
 #define A_VALUE 0xA5
 #define B_VALUE 0x3C
-
-static uint64_t field(rmmc_resource_t *r, const char *key) {
-  uint64_t v = 0;
-  ck_assert_msg(rmmc_resource_get_field(r, key, &v), "%s has no field '%s'",
-                rmmc_resource_name(r), key);
-  return v;
-}
 
 static rmmc_resource_t *stack(const char *spec) {
   rmmc_resource_t *r = NULL;

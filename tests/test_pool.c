@@ -15,6 +15,7 @@
 #include "rmmc/rmmc.h"
 #include "spy.h"
 #include "test_main.h"
+#include "test_util.h"
 
 #define MiB ((size_t)1 << 20)
 #define KiB ((size_t)1 << 10)
@@ -26,12 +27,6 @@
     rmmc_status_t check_st_ = rmmc_pool_resource_check(r);                     \
     ck_assert_msg(check_st_ == RMMC_SUCCESS, "%s", rmmc_last_error_message()); \
   } while (0)
-
-static uint64_t field(rmmc_resource_t *r, const char *key) {
-  uint64_t v = 0;
-  ck_assert_msg(rmmc_resource_get_field(r, key, &v), "no field %s", key);
-  return v;
-}
 
 /* ---- conformance in several configurations ---- */
 

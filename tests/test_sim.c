@@ -11,18 +11,13 @@
 
 #include "rmmc/rmmc.h"
 #include "test_main.h"
+#include "test_util.h"
 
 typedef struct range {
   uintptr_t addr;
   size_t bytes;
   size_t alignment;
 } range_t;
-
-static uint64_t field(rmmc_resource_t *r, const char *key) {
-  uint64_t v = 0;
-  ck_assert_msg(rmmc_resource_get_field(r, key, &v), "sim reports no '%s'", key);
-  return v;
-}
 
 static int by_addr(const void *a, const void *b) {
   uintptr_t x = ((const range_t *)a)->addr, y = ((const range_t *)b)->addr;
