@@ -45,10 +45,13 @@ RMMC_API bool rmmc_memory_kind_is_host_accessible(rmmc_memory_kind_t kind) {
 
 /* Adds what the stack knows to an out-of-memory message: each layer's
  * reserved and in-use figures, outermost first. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((noinline, cold))
+#endif
 static void append_stack_figures(rmmc_resource_t *r) {
   rmmc__append_error("; stack:");
   for (int depth = 0; r != NULL && depth < 16; depth++, r = rmmc_resource_upstream(r)) {
-    uint64_t reserved, in_use;
+    uint64_t reserved = 0, in_use = 0;
     char a[32], b[32];
     bool has_reserved = rmmc_resource_get_field(r, "reserved", &reserved);
     bool has_in_use = rmmc_resource_get_field(r, "in_use", &in_use);
