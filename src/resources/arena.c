@@ -904,11 +904,11 @@ static rmmc_status_t large_free(arena_res_t *res, arena_t *a, lblk_t *b, size_t 
                                 rmmc__stream_slot_t *slot, cudaStream_t stream) {
   size_t size = large_size(bytes);
   if (b->cached)
-    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER, "arena: large block %p is already free", b->ptr);
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER, "arena: large block %p is already free", (void *)b->ptr);
   if (b->size != size)
     return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
                           "arena: large block %p has %zu bytes, not the %zu of a %zu-byte request",
-                          b->ptr, b->size, size, bytes);
+                          (void *)b->ptr, b->size, size, bytes);
   a->in_use -= size;
   a->large_bytes -= size;
   a->large_live--;
