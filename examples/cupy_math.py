@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmmc_ctypes import Rmmc, RmmcError, format_figures  # noqa: E402
+from rmmc_ctypes import open_checked, format_figures  # noqa: E402
 
 DEFAULT_SPEC = "statistics > pool > cuda"
 
@@ -35,15 +35,9 @@ def main():
 
     spec = args.spec or os.environ.get("RMMC_ALLOC_CONF") or DEFAULT_SPEC
     os.environ["RMMC_ALLOC_CONF"] = spec
-    try:
-        rm = Rmmc(args.lib)
-    except (RmmcError, OSError) as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 2
-    problem = rm.validate(spec)
+    rm, problem = open_checked(args.lib, spec)
     if problem:
-        print("error: RMMC_ALLOC_CONF=%r does not parse:\n%s\nresources this librmmc knows:\n%s"
-              % (spec, problem, rm.stack_help()), file=sys.stderr)
+        print("error: RMMC_ALLOC_CONF: %s" % problem, file=sys.stderr)
         return 2
     try:
         import cupy as cp

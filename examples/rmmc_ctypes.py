@@ -215,6 +215,22 @@ class Rmmc:
                                             self.lib.rmmc_last_error_message().decode()))
 
 
+def open_checked(lib, spec):
+    """Loads librmmc (lib: a path or None to search) and checks `spec`.
+    Returns (Rmmc, None), or (None, message) saying what stopped it: the
+    library not loading, or the spec not parsing (with the resources this
+    library knows). For scripts that must fail before spending GPU time."""
+    try:
+        rm = Rmmc(lib)
+    except (RmmcError, OSError) as e:
+        return None, str(e)
+    problem = rm.validate(spec)
+    if problem:
+        return None, ("spec %r does not parse:\n%s\nresources this librmmc knows:\n%s"
+                      % (spec, problem, rm.stack_help()))
+    return rm, None
+
+
 def format_figures(layers):
     """One line per layer: 'statistics: peak=1.5 GiB, ...'."""
     def fmt(key, v):

@@ -204,18 +204,12 @@ def main():
         return worker(args)
 
     if args.only != "native":  # check the library and the spec before spending GPU time
-        try:
-            from rmmc_ctypes import Rmmc
-            rm = Rmmc(args.lib)
-        except Exception as e:  # noqa: BLE001: report whatever stops the load
-            print("error: %s" % e, file=sys.stderr)
+        from rmmc_ctypes import open_checked
+        rm, problem = open_checked(args.lib, args.spec)
+        if problem:
+            print("error: %s" % problem, file=sys.stderr)
             return 2
         args.lib = rm.path
-        problem = rm.validate(args.spec)
-        if problem:
-            print("error: spec %r does not parse:\n%s\nresources this librmmc knows:\n%s"
-                  % (args.spec, problem, rm.stack_help()), file=sys.stderr)
-            return 2
 
     runs, errors = {}, []
     for mode in ("native", "rmmc"):
