@@ -176,6 +176,66 @@ RMMC_API rmmc_resource_t *rmmc_resource_upstream(const rmmc_resource_t *r) {
   return r->ops->upstream(r);
 }
 
+/* ---- virtual memory ---- */
+
+RMMC_API size_t rmmc_resource_vm_page_size(const rmmc_resource_t *r) {
+  if (r == NULL || r->ops->version < 2 || r->ops->vm_page_size == NULL) return 0;
+  return r->ops->vm_page_size(r);
+}
+
+/* Checks r and the range [ptr, ptr + bytes) (ptr may be NULL: not given). */
+static rmmc_status_t vm_check(const char *what, const rmmc_resource_t *r, const void *ptr,
+                              size_t bytes) {
+  if (r == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: resource is NULL", what);
+  size_t page = rmmc_resource_vm_page_size(r);
+  if (page == 0)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "%s: %s has no virtual memory", what,
+                          r->ops->name);
+  if (bytes == 0 || bytes % page != 0 || (uintptr_t)ptr % page != 0)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "%s: %p + %zu bytes is not a non-empty range of whole %zu-byte pages",
+                          what, ptr, bytes, page);
+  return RMMC_SUCCESS;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_vm_reserve(rmmc_resource_t *r, size_t bytes,
+                                                size_t alignment, void **out) {
+  if (out == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "vm_reserve: out-pointer is NULL");
+  *out = NULL;
+  rmmc_status_t st = vm_check("vm_reserve", r, NULL, bytes);
+  if (st != RMMC_SUCCESS) return st;
+  size_t page = rmmc_resource_vm_page_size(r);
+  if (alignment < page) alignment = page;
+  if (!rmmc__is_pow2(alignment) || alignment > ((size_t)1 << 40))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "vm_reserve: alignment %zu is not a power of two up to 1 TiB", alignment);
+  st = r->ops->vm_reserve(r, bytes, alignment, out);
+  if (st != RMMC_SUCCESS) *out = NULL;
+  return st;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  rmmc_status_t st = vm_check("vm_unreserve", r, ptr, bytes);
+  if (st == RMMC_SUCCESS && ptr == NULL)
+    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "vm_unreserve: pointer is NULL");
+  return st == RMMC_SUCCESS ? r->ops->vm_unreserve(r, ptr, bytes) : st;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  rmmc_status_t st = vm_check("vm_map", r, ptr, bytes);
+  if (st == RMMC_SUCCESS && ptr == NULL)
+    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "vm_map: pointer is NULL");
+  return st == RMMC_SUCCESS ? r->ops->vm_map(r, ptr, bytes) : st;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  rmmc_status_t st = vm_check("vm_unmap", r, ptr, bytes);
+  if (st == RMMC_SUCCESS && ptr == NULL)
+    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "vm_unmap: pointer is NULL");
+  return st == RMMC_SUCCESS ? r->ops->vm_unmap(r, ptr, bytes) : st;
+}
+
 RMMC_API void rmmc_resource_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   if (r == NULL || emit == NULL || r->ops->describe == NULL) return;
   r->ops->describe(r, emit, ctx);

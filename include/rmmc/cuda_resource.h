@@ -7,6 +7,15 @@
  * RMMC_ERROR_NOT_SUPPORTED (stack an aligned adaptor or a pool on top).
  * A pointer cudaFree does not know is RMMC_ERROR_UNKNOWN_POINTER. Two cuda
  * resources of one device are equal. Thread-safe.
+ *
+ * Virtual memory (resource.h): where the driver and the device support it
+ * (cudaDevAttrVirtualMemoryManagementSupported), the resource also reserves
+ * address space (cuMemAddressReserve) and maps memory into it
+ * (cuMemCreate + cuMemMap + cuMemSetAccess, one physical allocation per
+ * mapped range, read-write for its device); rmmc_resource_vm_page_size() is
+ * the device's minimum granularity (2 MiB on current GPUs), 0 without
+ * support. This is what pool(expandable=true) grows on. The driver's entry
+ * points are looked up through the runtime: rmmc never links libcuda.
  */
 #ifndef RMMC_CUDA_RESOURCE_H
 #define RMMC_CUDA_RESOURCE_H

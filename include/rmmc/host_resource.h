@@ -6,6 +6,11 @@
  * and what the demo and the replay tool run on when there is no GPU.
  * All host resources are equal (memory from one may be freed through
  * another). Thread-safe.
+ *
+ * Virtual memory (resource.h), in pages of the system's page size:
+ * reserve is an inaccessible anonymous mmap, map makes a range readable and
+ * writable (zeroed pages on first touch), unmap drops its pages
+ * (MADV_DONTNEED) and makes it inaccessible again, unreserve is munmap.
  */
 #ifndef RMMC_HOST_RESOURCE_H
 #define RMMC_HOST_RESOURCE_H

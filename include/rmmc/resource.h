@@ -149,6 +149,32 @@ RMMC_EXPORT int rmmc_resource_device(const rmmc_resource_t *r);
  * or NULL for a base resource. */
 RMMC_EXPORT rmmc_resource_t *rmmc_resource_upstream(const rmmc_resource_t *r);
 
+/* ---- Virtual memory ----
+ *
+ * Some base resources (cuda, host, sim) can reserve address space and back
+ * it with memory page by page; a pool with expandable=true uses this to grow
+ * in place and to give back the pages inside its free blocks. The calls
+ * below are that interface; they are not stream-ordered: the caller makes
+ * sure no pending work uses a range it unmaps. Thread-safe.
+ *
+ * rmmc_resource_vm_page_size() is the page size (a power of two), or 0 if r
+ * has no virtual memory (then every other call returns
+ * RMMC_ERROR_NOT_SUPPORTED). Ranges must be non-empty multiples of the page
+ * size at page-aligned addresses (RMMC_ERROR_INVALID_ARGUMENT otherwise, as
+ * for a NULL r or out-pointer). reserve gives `bytes` of address space with
+ * nothing behind it, aligned to `alignment` (a power of two; 0 or less
+ * than the page means the page); unreserve gives a whole reservation back, with no page
+ * mapped. map backs an unmapped range inside a reservation with memory the
+ * resource's device may read and write (RMMC_ERROR_OUT_OF_MEMORY if memory
+ * ran out; nothing is mapped then); unmap gives back exactly one range that
+ * map was given. */
+RMMC_EXPORT size_t rmmc_resource_vm_page_size(const rmmc_resource_t *r);
+RMMC_EXPORT rmmc_status_t rmmc_resource_vm_reserve(rmmc_resource_t *r, size_t bytes,
+                                                   size_t alignment, void **out);
+RMMC_EXPORT rmmc_status_t rmmc_resource_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes);
+RMMC_EXPORT rmmc_status_t rmmc_resource_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes);
+RMMC_EXPORT rmmc_status_t rmmc_resource_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes);
+
 /* One figure a resource reports about itself. */
 typedef enum rmmc_field_kind {
   RMMC_FIELD_BYTES = 1, /* value is a number of bytes */

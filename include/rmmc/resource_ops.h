@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define RMMC_RESOURCE_OPS_VERSION 1
+#define RMMC_RESOURCE_OPS_VERSION 2
 
 typedef struct rmmc_resource_ops {
   /* RMMC_RESOURCE_OPS_VERSION of the header the table was built with. */
@@ -64,6 +64,27 @@ typedef struct rmmc_resource_ops {
 
   /* Optional. The upstream, borrowed, or NULL. */
   rmmc_resource_t *(*upstream)(const rmmc_resource_t *r);
+
+  /* ---- version 2: virtual memory (optional: all five slots or none) ----
+   *
+   * Address space reserved first and backed with memory page by page, so a
+   * sub-allocator can grow a range in place and give back the pages inside
+   * it that no block uses (resource.h, "Virtual memory", has the contract
+   * the wrappers check). */
+
+  /* The page size: a power of two; every range below is aligned to it. */
+  size_t (*vm_page_size)(const rmmc_resource_t *r);
+  /* Reserves `bytes` of address space with nothing behind it, starting at
+   * a multiple of `alignment` (a power of two, at least the page size). */
+  rmmc_status_t (*vm_reserve)(rmmc_resource_t *r, size_t bytes, size_t alignment, void **out);
+  /* Gives back a whole reservation; no page of it is mapped. */
+  rmmc_status_t (*vm_unreserve)(rmmc_resource_t *r, void *ptr, size_t bytes);
+  /* Backs [ptr, ptr + bytes), unmapped and inside one reservation, with
+   * memory the resource's device can read and write. On failure nothing is
+   * mapped (RMMC_ERROR_OUT_OF_MEMORY when memory ran out). */
+  rmmc_status_t (*vm_map)(rmmc_resource_t *r, void *ptr, size_t bytes);
+  /* Takes back the memory of exactly one range given to vm_map. */
+  rmmc_status_t (*vm_unmap)(rmmc_resource_t *r, void *ptr, size_t bytes);
 } rmmc_resource_ops_t;
 
 /* The base every resource embeds as its first member. Fields are set by

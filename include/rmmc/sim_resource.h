@@ -36,6 +36,13 @@
  * "granularity". deallocate checks the pointer and size against what it
  * handed out: RMMC_ERROR_UNKNOWN_POINTER otherwise, changing nothing.
  * Thread-safe (one mutex).
+ *
+ * Virtual memory (resource.h): pages of 2 MiB (or the alignment, if
+ * larger), as a GPU's. Reservations take address space only; a mapped
+ * range counts in "in_use"/"reserved" and against the capacity, so a pool
+ * with expandable=true over sim reports what it would map on a device.
+ * Figures "address_reserved" and "mapped_ranges" appear once a reservation
+ * was made.
  */
 #ifndef RMMC_SIM_RESOURCE_H
 #define RMMC_SIM_RESOURCE_H

@@ -1,10 +1,19 @@
 /*
  * The cuda resource: cudaMalloc and cudaFree on the resource's device.
  */
+#include <cudaTypedefs.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../spec.h"
 #include "rmmc/cuda_resource.h"
+
+typedef struct cuda_resource {
+  rmmc_resource_t base;
+  size_t vm_page; /* virtual memory page size; 0: the driver has none */
+} cuda_resource_t;
 
 static rmmc_status_t cuda_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                    cudaStream_t stream, void **out) {
@@ -40,6 +49,147 @@ bool rmmc__same_device_is_equal(const rmmc_resource_t *a, const rmmc_resource_t 
 
 static void cuda_destroy(rmmc_resource_t *r) { free(r); }
 
+/* ---- virtual memory: the driver's cuMemCreate/cuMemMap family ----
+ *
+ * The driver entry points come from the runtime
+ * (cudaGetDriverEntryPointByVersion), so nothing links against libcuda and
+ * a machine without a driver still loads the library. One physical
+ * allocation backs each range given to map; unmap finds it again from the
+ * address (cuMemRetainAllocationHandle), so no table is kept. */
+
+typedef struct vm_driver {
+  bool ok;
+  char why[160];
+  PFN_cuMemAddressReserve_v10020 reserve;
+  PFN_cuMemAddressFree_v10020 address_free;
+  PFN_cuMemCreate_v10020 create;
+  PFN_cuMemRelease_v10020 release;
+  PFN_cuMemMap_v10020 map;
+  PFN_cuMemUnmap_v10020 unmap;
+  PFN_cuMemSetAccess_v10020 set_access;
+  PFN_cuMemRetainAllocationHandle_v11000 retain;
+  PFN_cuMemGetAllocationGranularity_v10020 granularity;
+  PFN_cuDeviceGet_v2000 device_get;
+  PFN_cuDeviceGetAttribute_v2000 attribute;
+} vm_driver_t;
+
+static vm_driver_t vm;
+static pthread_once_t vm_once = PTHREAD_ONCE_INIT;
+
+static void vm_load(void) {
+  struct {
+    const char *name;
+    void **fn;
+    unsigned version;
+  } syms[] = {
+      {"cuMemAddressReserve", (void **)&vm.reserve, 10020},
+      {"cuMemAddressFree", (void **)&vm.address_free, 10020},
+      {"cuMemCreate", (void **)&vm.create, 10020},
+      {"cuMemRelease", (void **)&vm.release, 10020},
+      {"cuMemMap", (void **)&vm.map, 10020},
+      {"cuMemUnmap", (void **)&vm.unmap, 10020},
+      {"cuMemSetAccess", (void **)&vm.set_access, 10020},
+      {"cuMemRetainAllocationHandle", (void **)&vm.retain, 11000},
+      {"cuMemGetAllocationGranularity", (void **)&vm.granularity, 10020},
+      {"cuDeviceGet", (void **)&vm.device_get, 2000},
+      {"cuDeviceGetAttribute", (void **)&vm.attribute, 2000},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t err = cudaGetDriverEntryPointByVersion(syms[i].name, syms[i].fn, syms[i].version,
+                                                       cudaEnableDefault, &q);
+    if (err != cudaSuccess || q != cudaDriverEntryPointSuccess || *syms[i].fn == NULL) {
+      (void)cudaGetLastError();
+      snprintf(vm.why, sizeof vm.why, "the driver has no %s (%s)", syms[i].name,
+               err != cudaSuccess ? cudaGetErrorString(err) : "symbol not found");
+      return;
+    }
+  }
+  vm.ok = true;
+}
+
+static void vm_prop(const rmmc_resource_t *r, CUmemAllocationProp *prop) {
+  memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = r->device;
+}
+
+static rmmc_status_t vm_failed(CUresult res, const char *what) {
+  if (res == CUDA_ERROR_OUT_OF_MEMORY)
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "cuda: %s: out of device memory", what);
+  return rmmc_set_error(RMMC_ERROR_CUDA, "cuda: %s failed (CUresult %d)", what, (int)res);
+}
+
+/* The device's minimum mapping granularity (2 MiB on current GPUs), 0 if
+ * the driver has no virtual memory management. */
+static size_t cuda_vm_page_size(const rmmc_resource_t *r) {
+  cuda_resource_t *c = (cuda_resource_t *)r;
+  return c->vm_page;
+}
+
+static rmmc_status_t cuda_vm_begin(rmmc_resource_t *r, int *saved) {
+  pthread_once(&vm_once, vm_load);
+  if (!vm.ok) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "cuda: virtual memory: %s", vm.why);
+  return rmmc__device_push(r->device, saved);
+}
+
+static rmmc_status_t cuda_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                     void **out) {
+  int saved;
+  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  CUdeviceptr p = 0;
+  CUresult res = vm.reserve(&p, bytes, alignment, 0, 0);
+  rmmc__device_pop(saved);
+  if (res != CUDA_SUCCESS) return vm_failed(res, "cuMemAddressReserve");
+  *out = (void *)(uintptr_t)p;
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t cuda_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  int saved;
+  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  CUresult res = vm.address_free((CUdeviceptr)(uintptr_t)ptr, bytes);
+  rmmc__device_pop(saved);
+  return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, "cuMemAddressFree");
+}
+
+static rmmc_status_t cuda_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  int saved;
+  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  CUdeviceptr d = (CUdeviceptr)(uintptr_t)ptr;
+  CUmemAllocationProp prop;
+  vm_prop(r, &prop);
+  CUmemGenericAllocationHandle h;
+  CUresult res = vm.create(&h, bytes, &prop, 0);
+  const char *what = "cuMemCreate";
+  if (res == CUDA_SUCCESS) {
+    res = vm.map(d, bytes, 0, h, 0);
+    what = "cuMemMap";
+    if (res == CUDA_SUCCESS) {
+      CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+      res = vm.set_access(d, bytes, &access, 1);
+      what = "cuMemSetAccess";
+      if (res != CUDA_SUCCESS) (void)vm.unmap(d, bytes);
+    }
+    (void)vm.release(h); /* the mapping keeps the memory until it is unmapped */
+  }
+  rmmc__device_pop(saved);
+  return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, what);
+}
+
+static rmmc_status_t cuda_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  int saved;
+  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  CUresult res = vm.unmap((CUdeviceptr)(uintptr_t)ptr, bytes);
+  rmmc__device_pop(saved);
+  return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, "cuMemUnmap");
+}
+
 static const rmmc_resource_ops_t cuda_ops = {
     .version = RMMC_RESOURCE_OPS_VERSION,
     .name = "cuda",
@@ -47,11 +197,37 @@ static const rmmc_resource_ops_t cuda_ops = {
     .deallocate = rmmc__cudafree_deallocate,
     .is_equal = rmmc__same_device_is_equal,
     .destroy = cuda_destroy,
+    .vm_page_size = cuda_vm_page_size,
+    .vm_reserve = cuda_vm_reserve,
+    .vm_unreserve = cuda_vm_unreserve,
+    .vm_map = cuda_vm_map,
+    .vm_unmap = cuda_vm_unmap,
 };
 
 RMMC_API rmmc_status_t rmmc_cuda_resource_create(int device, rmmc_resource_t **out) {
-  return rmmc__device_resource_new("cuda_resource_create", device, &cuda_ops,
-                                   RMMC_MEMORY_DEVICE, sizeof(rmmc_resource_t), out);
+  rmmc_status_t st = rmmc__device_resource_new("cuda_resource_create", device, &cuda_ops,
+                                               RMMC_MEMORY_DEVICE, sizeof(cuda_resource_t), out);
+  if (st != RMMC_SUCCESS) return st;
+  /* Virtual memory where the driver and device support it: its page size. */
+  cuda_resource_t *c = (cuda_resource_t *)*out;
+  int saved;
+  pthread_once(&vm_once, vm_load);
+  if (vm.ok && rmmc__device_push(c->base.device, &saved) == RMMC_SUCCESS) {
+    int supported = 0;
+    CUdevice dev;
+    if (vm.device_get(&dev, c->base.device) != CUDA_SUCCESS ||
+        vm.attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) !=
+            CUDA_SUCCESS)
+      supported = 0;
+    CUmemAllocationProp prop;
+    vm_prop(&c->base, &prop);
+    size_t g = 0;
+    if (supported && vm.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS &&
+        rmmc__is_pow2(g))
+      c->vm_page = g;
+    rmmc__device_pop(saved);
+  }
+  return RMMC_SUCCESS;
 }
 
 static rmmc_status_t cuda_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,

@@ -4,6 +4,8 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "../spec.h"
 #include "rmmc/host_resource.h"
@@ -31,6 +33,57 @@ static bool host_is_equal(const rmmc_resource_t *a, const rmmc_resource_t *b) {
 
 static void host_destroy(rmmc_resource_t *r) { free(r); }
 
+/* ---- virtual memory: mmap, mprotect, madvise ----
+ * A reservation is an inaccessible anonymous mapping; map makes a range
+ * readable and writable (the kernel supplies zeroed pages on first touch)
+ * and unmap drops its pages and makes it inaccessible again. */
+
+static size_t host_vm_page_size(const rmmc_resource_t *r) {
+  (void)r;
+  long page = sysconf(_SC_PAGESIZE);
+  return page > 0 ? (size_t)page : 4096;
+}
+
+static rmmc_status_t host_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                     void **out) {
+  size_t extra = alignment - host_vm_page_size(r); /* trimmed off after aligning */
+  if (bytes > SIZE_MAX - extra)
+    return rmmc_set_oom_error(r, bytes, NULL, "address space request too large");
+  char *p = mmap(NULL, bytes + extra, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    return rmmc_set_oom_error(r, bytes, NULL, "mmap of address space failed (errno %d)", errno);
+  char *a = (char *)rmmc__align_up((uintptr_t)p, alignment);
+  if (a > p) munmap(p, (size_t)(a - p));
+  if (p + extra > a) munmap(a + bytes, (size_t)(p + extra - a));
+  *out = a;
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t host_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  (void)r;
+  if (munmap(ptr, bytes) != 0)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "host: munmap(%p, %zu) failed (errno %d)",
+                          ptr, bytes, errno);
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t host_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  if (mprotect(ptr, bytes, PROT_READ | PROT_WRITE) != 0)
+    return errno == ENOMEM ? rmmc_set_oom_error(r, bytes, NULL, "mprotect failed")
+                           : rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                                            "host: mprotect(%p, %zu) failed (errno %d)", ptr,
+                                            bytes, errno);
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t host_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  (void)r;
+  if (madvise(ptr, bytes, MADV_DONTNEED) != 0 || mprotect(ptr, bytes, PROT_NONE) != 0)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "host: unmapping %p + %zu failed (errno %d)",
+                          ptr, bytes, errno);
+  return RMMC_SUCCESS;
+}
+
 static const rmmc_resource_ops_t host_ops = {
     .version = RMMC_RESOURCE_OPS_VERSION,
     .name = "host",
@@ -38,6 +91,11 @@ static const rmmc_resource_ops_t host_ops = {
     .deallocate = host_deallocate,
     .is_equal = host_is_equal,
     .destroy = host_destroy,
+    .vm_page_size = host_vm_page_size,
+    .vm_reserve = host_vm_reserve,
+    .vm_unreserve = host_vm_unreserve,
+    .vm_map = host_vm_map,
+    .vm_unmap = host_vm_unmap,
 };
 
 RMMC_API rmmc_status_t rmmc_host_resource_create(rmmc_resource_t **out) {

@@ -47,7 +47,13 @@ typedef struct sim_resource {
   uint64_t peak;
   sim_table_t live;  /* address -> bytes asked */
   sim_table_t spare; /* rounded size -> freed address (multimap) */
+  sim_table_t vas;   /* virtual memory: reservation address -> bytes */
+  sim_table_t maps;  /* virtual memory: mapped range address -> bytes */
+  uint64_t address_reserved;
 } sim_resource_t;
+
+/* The simulated device's virtual memory page, as a GPU's. */
+#define SIM_VM_PAGE ((size_t)2 << 20)
 
 /* ---- tables ---- */
 
@@ -193,11 +199,94 @@ unlock:
   return st;
 }
 
+/* ---- virtual memory: reservations come from the bump pointer too; a
+ * mapped range counts as in use, against the capacity ---- */
+
+static size_t sim_vm_page_size(const rmmc_resource_t *r) {
+  const sim_resource_t *s = (const sim_resource_t *)r;
+  return s->granularity > SIM_VM_PAGE ? s->granularity : SIM_VM_PAGE;
+}
+
+static rmmc_status_t sim_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                    void **out) {
+  sim_resource_t *s = (sim_resource_t *)r;
+  rmmc_status_t st = RMMC_SUCCESS;
+  pthread_mutex_lock(&s->lock);
+  uintptr_t addr = rmmc__align_up(s->bump, alignment);
+  if (addr < s->bump || addr >= SIM_END || SIM_END - addr < bytes)
+    st = rmmc_set_oom_error(r, bytes, NULL, "simulated address space exhausted");
+  else if (!table_reserve(&s->vas))
+    st = rmmc_set_oom_error(r, bytes, NULL, "no host memory for the simulator's bookkeeping");
+  if (st == RMMC_SUCCESS) {
+    s->bump = addr + bytes;
+    table_insert(&s->vas, addr, bytes);
+    s->address_reserved += bytes;
+    *out = (void *)addr;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
+static rmmc_status_t sim_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  sim_resource_t *s = (sim_resource_t *)r;
+  rmmc_status_t st = RMMC_SUCCESS;
+  pthread_mutex_lock(&s->lock);
+  size_t slot = table_find(&s->vas, (uintptr_t)ptr, 1, 1);
+  if (slot == SIZE_MAX || s->vas.slots[slot].val != bytes) {
+    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                        "sim: %p + %zu bytes is not a reservation of this resource", ptr, bytes);
+  } else {
+    table_remove_at(&s->vas, slot);
+    s->address_reserved -= bytes;
+    if ((uintptr_t)ptr + bytes == s->bump) s->bump = (uintptr_t)ptr;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
+static rmmc_status_t sim_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  sim_resource_t *s = (sim_resource_t *)r;
+  char a[32], b[32];
+  rmmc_status_t st = RMMC_SUCCESS;
+  pthread_mutex_lock(&s->lock);
+  if (s->capacity != 0 && bytes > s->capacity - s->in_use)
+    st = rmmc_set_oom_error(r, bytes, NULL, "simulated capacity %s, %s in use",
+                            rmmc__format_bytes(s->capacity, a, sizeof a),
+                            rmmc__format_bytes(s->in_use, b, sizeof b));
+  else if (table_find(&s->maps, (uintptr_t)ptr, 1, 1) != SIZE_MAX)
+    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "sim: %p is mapped already", ptr);
+  else if (!table_reserve(&s->maps))
+    st = rmmc_set_oom_error(r, bytes, NULL, "no host memory for the simulator's bookkeeping");
+  if (st == RMMC_SUCCESS) {
+    table_insert(&s->maps, (uintptr_t)ptr, bytes);
+    s->in_use += bytes;
+    if (s->in_use > s->peak) s->peak = s->in_use;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
+static rmmc_status_t sim_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  sim_resource_t *s = (sim_resource_t *)r;
+  rmmc_status_t st = RMMC_SUCCESS;
+  pthread_mutex_lock(&s->lock);
+  size_t slot = table_find(&s->maps, (uintptr_t)ptr, 1, 1);
+  if (slot == SIZE_MAX || s->maps.slots[slot].val != bytes) {
+    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                        "sim: %p + %zu bytes is not a mapped range of this resource", ptr, bytes);
+  } else {
+    table_remove_at(&s->maps, slot);
+    s->in_use -= bytes;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
 static void sim_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   sim_resource_t *s = (sim_resource_t *)r;
   pthread_mutex_lock(&s->lock);
   uint64_t in_use = s->in_use, peak = s->peak, live = s->live.count;
-  uint64_t span = s->bump - SIM_BASE;
+  uint64_t span = s->bump - SIM_BASE, address = s->address_reserved, maps = s->maps.count;
   pthread_mutex_unlock(&s->lock);
   rmmc__emit_bytes(emit, ctx, "reserved", in_use);
   rmmc__emit_bytes(emit, ctx, "in_use", in_use);
@@ -206,6 +295,10 @@ static void sim_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "outstanding", live);
   rmmc__emit_bytes(emit, ctx, "span", span);
   rmmc__emit_bytes(emit, ctx, "granularity", s->granularity);
+  if (address > 0) {
+    rmmc__emit_bytes(emit, ctx, "address_reserved", address);
+    rmmc__emit_count(emit, ctx, "mapped_ranges", maps);
+  }
 }
 
 static void sim_destroy(rmmc_resource_t *r) {
@@ -213,6 +306,8 @@ static void sim_destroy(rmmc_resource_t *r) {
   pthread_mutex_destroy(&s->lock);
   free(s->live.slots);
   free(s->spare.slots);
+  free(s->vas.slots);
+  free(s->maps.slots);
   free(s);
 }
 
@@ -223,6 +318,11 @@ static const rmmc_resource_ops_t sim_ops = {
     .deallocate = sim_deallocate,
     .describe = sim_describe,
     .destroy = sim_destroy,
+    .vm_page_size = sim_vm_page_size,
+    .vm_reserve = sim_vm_reserve,
+    .vm_unreserve = sim_vm_unreserve,
+    .vm_map = sim_vm_map,
+    .vm_unmap = sim_vm_unmap,
 };
 
 RMMC_API rmmc_status_t rmmc_sim_resource_create(const rmmc_sim_options_t *options,
