@@ -24,30 +24,93 @@
 
 /* ---- the meter: counts bytes outstanding through it ---- */
 
+/* Memory taken from the base (allocations and mapped pages) and the time
+ * spent in the base's calls. */
 typedef struct meter {
   rmmc_resource_t base;
   rmmc_resource_t *upstream;
   uint64_t current; /* atomic */
   uint64_t peak;    /* atomic */
+  uint64_t calls;   /* atomic: calls into the base */
+  uint64_t ns;      /* atomic: time inside them */
 } meter_t;
 
-static rmmc_status_t meter_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
-                                    cudaStream_t stream, void **out) {
-  meter_t *m = (meter_t *)r;
-  rmmc_status_t st = rmmc_resource_allocate(m->upstream, bytes, alignment, stream, out);
-  if (st != RMMC_SUCCESS) return st;
+static inline uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void meter_took(meter_t *m, uint64_t t0) {
+  __atomic_add_fetch(&m->ns, now_ns() - t0, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&m->calls, 1, __ATOMIC_RELAXED);
+}
+
+static void meter_add(meter_t *m, uint64_t bytes) {
   uint64_t now = __atomic_add_fetch(&m->current, bytes, __ATOMIC_RELAXED);
   uint64_t peak = __atomic_load_n(&m->peak, __ATOMIC_RELAXED);
   while (peak < now && !__atomic_compare_exchange_n(&m->peak, &peak, now, true, __ATOMIC_RELAXED,
                                                     __ATOMIC_RELAXED)) {
   }
-  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t meter_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                    cudaStream_t stream, void **out) {
+  meter_t *m = (meter_t *)r;
+  uint64_t t0 = now_ns();
+  rmmc_status_t st = rmmc_resource_allocate(m->upstream, bytes, alignment, stream, out);
+  meter_took(m, t0);
+  if (st == RMMC_SUCCESS) meter_add(m, bytes);
+  return st;
 }
 
 static rmmc_status_t meter_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
                                       size_t alignment, cudaStream_t stream) {
   meter_t *m = (meter_t *)r;
+  uint64_t t0 = now_ns();
   rmmc_status_t st = rmmc_resource_deallocate(m->upstream, ptr, bytes, alignment, stream);
+  meter_took(m, t0);
+  if (st == RMMC_SUCCESS) __atomic_sub_fetch(&m->current, bytes, __ATOMIC_RELAXED);
+  return st;
+}
+
+/* Virtual memory passes through (so an expandable pool works over the
+ * meter); mapped pages count as taken. */
+static size_t meter_vm_page_size(const rmmc_resource_t *r) {
+  return rmmc_resource_vm_page_size(((const meter_t *)r)->upstream);
+}
+
+static rmmc_status_t meter_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                      void **out) {
+  meter_t *m = (meter_t *)r;
+  uint64_t t0 = now_ns();
+  rmmc_status_t st = rmmc_resource_vm_reserve(m->upstream, bytes, alignment, out);
+  meter_took(m, t0);
+  return st;
+}
+
+static rmmc_status_t meter_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  meter_t *m = (meter_t *)r;
+  uint64_t t0 = now_ns();
+  rmmc_status_t st = rmmc_resource_vm_unreserve(m->upstream, ptr, bytes);
+  meter_took(m, t0);
+  return st;
+}
+
+static rmmc_status_t meter_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  meter_t *m = (meter_t *)r;
+  uint64_t t0 = now_ns();
+  rmmc_status_t st = rmmc_resource_vm_map(m->upstream, ptr, bytes);
+  meter_took(m, t0);
+  if (st == RMMC_SUCCESS) meter_add(m, bytes);
+  return st;
+}
+
+static rmmc_status_t meter_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  meter_t *m = (meter_t *)r;
+  uint64_t t0 = now_ns();
+  rmmc_status_t st = rmmc_resource_vm_unmap(m->upstream, ptr, bytes);
+  meter_took(m, t0);
   if (st == RMMC_SUCCESS) __atomic_sub_fetch(&m->current, bytes, __ATOMIC_RELAXED);
   return st;
 }
@@ -80,6 +143,11 @@ static const rmmc_resource_ops_t meter_ops = {
     .describe = meter_describe,
     .destroy = meter_destroy,
     .upstream = meter_upstream,
+    .vm_page_size = meter_vm_page_size,
+    .vm_reserve = meter_vm_reserve,
+    .vm_unreserve = meter_vm_unreserve,
+    .vm_map = meter_vm_map,
+    .vm_unmap = meter_vm_unmap,
 };
 
 typedef struct hook_ctx {
@@ -135,12 +203,6 @@ struct run {
 
 #define NO_TURN SIZE_MAX
 #define SPINS 4000
-
-static inline uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* The least time between two clock reads: subtracted once per call. */
 static uint64_t timer_overhead(void) {

@@ -173,11 +173,32 @@ typedef struct rmmc_pool_options {
    * pinning gigabytes: 1.835x peak reserved / peak live, 1.08x with it.
    * Ignored on the last resort before out of memory. */
   double split_limit;
+  /* expandable=: grow in place instead of by chunks (default false). The
+   * pool reserves address space from its upstream (address_space bytes at
+   * a time) and maps memory into it page by page as blocks are handed out
+   * (rmmc_resource_vm_map: resource.h, "Virtual memory"), like PyTorch's
+   * expandable segments. Free blocks merge across what would have been
+   * chunk boundaries, so a growing workload never strands memory between
+   * chunks, and the pages wholly inside free blocks can go back on their
+   * own: "reserved" counts mapped pages, release_cached unmaps every free
+   * page, and release_before_grow / gc_threshold / maximum_size unmap free
+   * pages (after a synchronization of the device, as cudaFree would make)
+   * instead of giving back whole chunks. split_limit does not apply.
+   * Needs an upstream with virtual memory (cuda, host, sim):
+   * RMMC_ERROR_NOT_SUPPORTED otherwise. */
+  bool expandable;
+  /* page=: bytes mapped at a time (default: 2 MiB or the upstream's page,
+   * whichever is larger; a power of two, a multiple of the upstream's). */
+  size_t page_size;
+  /* address_space=: bytes of one reservation (default: maximum_size if
+   * set, else twice the device's memory, or the host's for host
+   * upstreams); another is reserved when a request does not fit. */
+  size_t address_space;
 } rmmc_pool_options_t;
 
 #define RMMC_POOL_OPTIONS_INIT                                                 \
   {sizeof(rmmc_pool_options_t), 0, SIZE_MAX, (size_t)32 << 20, (size_t)2 << 20,             \
-   (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 64, (size_t)1 << 30, false, 0.05, 8.0}
+   (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 64, (size_t)1 << 30, false, 0.05, 8.0, false, 0, 0}
 
 /* Creates a pool over `upstream`, which it retains (the caller keeps its
  * own reference); NULL options mean defaults. Reserves initial_size at

@@ -86,6 +86,7 @@ struct chunk {
   chunk_t *prev, *next; /* the pool's list of upstream chunks, or of slabs */
   block_t *first;
   block_t *parent; /* slabs: the large block holding it; NULL: upstream chunk */
+  uint64_t *mapped; /* expandable: one bit per page, set while the page is mapped */
   int cls;
 };
 
@@ -120,6 +121,11 @@ typedef struct pool {
   bool release_before_grow, sync_before_grow;
   double release_slack, split_limit; /* split_limit 0: off */
   bool last_resort; /* out of memory: split_limit is ignored */
+  /* expandable: chunks are address-space reservations backed page by page */
+  bool vm;
+  size_t page, address_space; /* page size; bytes of one reservation */
+  size_t span;                /* bytes of address space held (chunks) */
+  uint64_t page_maps, page_unmaps;
   /* state */
   rmmc__ptrmap_t used;    /* address -> used block */
   rmmc__ptrmap_t streams; /* stream key -> pstream */
@@ -607,6 +613,27 @@ static block_t *find_remote(pool_t *p, pstream_t *ps, int cls, size_t need, pstr
   return best;
 }
 
+static rmmc_status_t commit(pool_t *p, chunk_t *c, uintptr_t a, size_t n);
+
+/* make_slab, after mapping the slab's pages in expandable mode (L is cut
+ * to the slab's size first and is not free meanwhile); if they cannot be
+ * mapped, L goes back to the free blocks and the error comes back. */
+static rmmc_status_t take_slab(pool_t *p, block_t *L, pstream_t *owner, int state) {
+  if (p->vm) {
+    carve(p, L, p->small_chunk, GRANULE);
+    int s = L->state;
+    L->state = ST_USED;
+    rmmc_status_t st = commit(p, L->chunk, L->addr, L->size);
+    L->state = s;
+    if (st != RMMC_SUCCESS) {
+      put_free(p, L);
+      return st;
+    }
+  }
+  make_slab(p, L, owner, state);
+  return RMMC_SUCCESS;
+}
+
 /* Finds a block of class cls with `need` bytes for ps without growing:
  * local blocks, a new slab from local large blocks (small class), other
  * streams' covered blocks (after a wait), a slab from those. On success *out
@@ -618,7 +645,8 @@ static rmmc_status_t try_serve(pool_t *p, pstream_t *ps, cudaStream_t stream, in
     block_t *L = find_local(p, ps, CLASS_LARGE, p->small_chunk);
     if (L != NULL) {
       unlink_free(p, L);
-      make_slab(p, L, L->owner, L->state);
+      rmmc_status_t st = take_slab(p, L, L->owner, L->state);
+      if (st != RMMC_SUCCESS) return st;
       b = find_local(p, ps, cls, need);
     }
   }
@@ -631,7 +659,8 @@ static rmmc_status_t try_serve(pool_t *p, pstream_t *ps, cudaStream_t stream, in
         rmmc_status_t st = wait_for(p, stream, q);
         if (st != RMMC_SUCCESS) return st;
         unlink_free(p, L);
-        make_slab(p, L, ps, ST_FRESH);
+        st = take_slab(p, L, ps, ST_FRESH);
+        if (st != RMMC_SUCCESS) return st;
         b = find_local(p, ps, cls, need);
       }
     } else if (b != NULL) {
@@ -654,8 +683,12 @@ static void add_chunk(pool_t *p, uintptr_t base, size_t size, pstream_t *owner, 
   p->chunks = c;
   p->nchunks++;
   p->chunk_allocs++;
-  p->reserved += size;
-  if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
+  if (p->vm) {
+    p->span += size; /* reserved counts mapped pages only */
+  } else {
+    p->reserved += size;
+    if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
+  }
   *b = (block_t){.addr = base, .size = size, .chunk = c, .owner = owner, .state = state};
   link_free(p, b);
 }
@@ -665,6 +698,7 @@ static void add_chunk(pool_t *p, uintptr_t base, size_t size, pstream_t *owner, 
  * kept (its stream may be gone; settle() first to release those). The
  * upstream gets `stream`, on which the freed memory's work is ordered. */
 static rmmc_status_t trim(pool_t *p, const pstream_t *ps, cudaStream_t stream, size_t goal) {
+  if (p->vm) return RMMC_SUCCESS; /* reservations stay; unmap_free gives memory back */
   for (chunk_t *c = p->chunks, *next; c != NULL && p->reserved > goal; c = next) {
     next = c->next;
     block_t *b = c->first;
@@ -689,10 +723,153 @@ static rmmc_status_t trim(pool_t *p, const pstream_t *ps, cudaStream_t stream, s
   return RMMC_SUCCESS;
 }
 
+/* ---- expandable mode: pages mapped into address-space reservations ----
+ *
+ * A chunk is a reservation; p->reserved counts its mapped pages. Every
+ * page under a used block or a slab is mapped (commit() maps what is
+ * missing when a block is handed out); a free block may hold unmapped
+ * pages. Fresh blocks are always fully mapped (they come from frees of used
+ * blocks and merge only with each other), so the hot-block fast path needs
+ * no check. Pages go back only from untouched (neutral) free blocks, after
+ * settle(): on a device that is a synchronization, as cudaFree would be. */
+
+static inline bool page_is_mapped(const chunk_t *c, size_t i) {
+  return (c->mapped[i >> 6] >> (i & 63)) & 1;
+}
+
+static inline void page_set(chunk_t *c, size_t i, bool on) {
+  if (on) c->mapped[i >> 6] |= (uint64_t)1 << (i & 63);
+  else c->mapped[i >> 6] &= ~((uint64_t)1 << (i & 63));
+}
+
+/* Pages [*first, *end) of chunk c that [a, a + n) touches. */
+static inline void pages_touched(const pool_t *p, const chunk_t *c, uintptr_t a, size_t n,
+                                 size_t *first, size_t *end) {
+  *first = (a - c->base) / p->page;
+  *end = (a + n - c->base + p->page - 1) / p->page;
+}
+
+static size_t unmapped_bytes(const pool_t *p, const chunk_t *c, uintptr_t a, size_t n) {
+  size_t first, end, k = 0;
+  pages_touched(p, c, a, n, &first, &end);
+  for (size_t i = first; i < end; i++) k += !page_is_mapped(c, i);
+  return k * p->page;
+}
+
+/* Maps every page [a, a + n) touches that is not mapped yet, one upstream
+ * call per page (so that each can go back alone). On failure the pages
+ * mapped so far stay mapped and counted: they are free memory then. */
+static rmmc_status_t map_pages(pool_t *p, chunk_t *c, uintptr_t a, size_t n) {
+  size_t first, end;
+  pages_touched(p, c, a, n, &first, &end);
+  for (size_t i = first; i < end; i++) {
+    if (page_is_mapped(c, i)) continue;
+    rmmc_status_t st = rmmc_resource_vm_map(p->base.upstream, (void *)(c->base + i * p->page), p->page);
+    if (st != RMMC_SUCCESS) return st;
+    page_set(c, i, true);
+    p->page_maps++;
+    p->reserved += p->page;
+    if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
+  }
+  return RMMC_SUCCESS;
+}
+
+/* Unmaps the pages lying wholly inside untouched free blocks, largest
+ * blocks first, until reserved <= goal. */
+static rmmc_status_t unmap_free(pool_t *p, size_t goal) {
+  tlsf_t *x = &p->neutral.idx[CLASS_LARGE][ST_COVERED];
+  for (unsigned fl = FL_COUNT; fl-- > 0;) {
+    for (unsigned sl = SL_COUNT; sl-- > 0;) {
+      for (block_t *b = x->heads[fl][sl]; b != NULL; b = b->free_next) {
+        chunk_t *c = b->chunk;
+        size_t first = (b->addr - c->base + p->page - 1) / p->page;
+        size_t end = (b->addr + b->size - c->base) / p->page;
+        for (size_t i = first; i < end; i++) {
+          if (p->reserved <= goal) return RMMC_SUCCESS;
+          if (!page_is_mapped(c, i)) continue;
+          rmmc_status_t st =
+              rmmc_resource_vm_unmap(p->base.upstream, (void *)(c->base + i * p->page), p->page);
+          if (st != RMMC_SUCCESS) return st;
+          page_set(c, i, false);
+          p->page_unmaps++;
+          p->reserved -= p->page;
+        }
+      }
+    }
+  }
+  return RMMC_SUCCESS;
+}
+
+/* Gives back mapped pages of free blocks until reserved <= goal: every free
+ * block becomes untouched first (settle). */
+static rmmc_status_t shrink(pool_t *p, size_t goal) {
+  if (p->reserved <= goal) return RMMC_SUCCESS;
+  rmmc_status_t st = settle(p);
+  if (st != RMMC_SUCCESS) return st;
+  reclaim_slabs(p);
+  return unmap_free(p, goal);
+}
+
+/* Backs [a, a + n) of chunk c with memory before it is handed out (a used
+ * block or a slab, not free while this runs: shrink() may merge and
+ * relabel the free blocks around it). Keeps reserved within the budget
+ * that release_before_grow and the maximum set, as growth does in chunk
+ * mode; on out of memory gives back every free page and tries once more. */
+static rmmc_status_t commit(pool_t *p, chunk_t *c, uintptr_t a, size_t n) {
+  size_t add = unmapped_bytes(p, c, a, n);
+  if (RMMC_LIKELY(add == 0)) return RMMC_SUCCESS;
+  rmmc_status_t st = RMMC_SUCCESS;
+  if (p->release_before_grow) {
+    size_t peak = p->in_use + n > p->in_use_peak ? p->in_use + n : p->in_use_peak;
+    double budget = (1.0 + p->release_slack) * (double)peak;
+    if ((double)p->reserved + (double)add > budget)
+      st = shrink(p, budget > (double)add ? (size_t)(budget - (double)add) : 0);
+  } else if (p->gc_limit > 0 && p->reserved + add > p->gc_limit) {
+    st = shrink(p, p->gc_limit > add ? p->gc_limit - add : 0);
+  }
+  if (st == RMMC_SUCCESS && p->reserved + add > p->max_size)
+    st = shrink(p, p->max_size > add ? p->max_size - add : 0);
+  if (st != RMMC_SUCCESS) return st;
+  if (p->reserved + add > p->max_size)
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: the maximum size is reached");
+  st = map_pages(p, c, a, n);
+  if (st == RMMC_ERROR_OUT_OF_MEMORY) { /* last resort */
+    char why[200];
+    snprintf(why, sizeof why, "%s", rmmc_last_error_message());
+    st = shrink(p, 0);
+    if (st == RMMC_SUCCESS) st = map_pages(p, c, a, n);
+    if (st == RMMC_ERROR_OUT_OF_MEMORY) rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "%s", why);
+  }
+  return st;
+}
+
+/* Reserves `bytes` of address space (a multiple of the page) as a new
+ * chunk for `owner`. */
+static rmmc_status_t add_reservation(pool_t *p, size_t bytes, pstream_t *owner, int state) {
+  size_t words = (bytes / p->page + 63) / 64;
+  uint64_t *bits = calloc(words, sizeof *bits);
+  if (bits == NULL) return no_host_memory();
+  void *ptr = NULL;
+  rmmc_status_t st = rmmc_resource_vm_reserve(p->base.upstream, bytes, p->page, &ptr);
+  if (st != RMMC_SUCCESS) {
+    free(bits);
+    return st;
+  }
+  add_chunk(p, (uintptr_t)ptr, bytes, owner, state);
+  p->chunks->mapped = bits;
+  return RMMC_SUCCESS;
+}
+
 /* Takes a new chunk of at least `need` bytes from the upstream for ps, as
  * the growth policy says (header comment). RMMC_ERROR_OUT_OF_MEMORY when the
  * maximum or the upstream refuses even the smallest growth. */
 static rmmc_status_t grow(pool_t *p, pstream_t *ps, cudaStream_t stream, size_t need) {
+  if (p->vm) { /* address space ran out: one more reservation */
+    size_t want = rmmc__align_up(need, p->page);
+    (void)ps, (void)stream;
+    return add_reservation(p, want > p->address_space ? want : p->address_space, &p->neutral,
+                           ST_COVERED);
+  }
   size_t want = rmmc__align_up(need, p->granularity);
   size_t g = want < p->min_growth ? p->min_growth : want;
   rmmc_status_t st = RMMC_SUCCESS;
@@ -876,6 +1053,16 @@ static RMMC_NOINLINE rmmc_status_t alloc_general(pool_t *p, pstream_t *ps, cudaS
     }
   }
   carve(p, b, n, alignment);
+  if (p->vm && b->chunk->parent == NULL) { /* a large block: its pages */
+    int state = b->state;
+    b->state = ST_USED;
+    if ((st = commit(p, b->chunk, b->addr, b->size)) != RMMC_SUCCESS) {
+      rmmc__ptrmap_remove(&p->used, rmmc__ptrmap_find(&p->used, (void *)b->addr));
+      b->state = state;
+      put_free(p, b);
+      return st;
+    }
+  }
   *out = b;
   return RMMC_SUCCESS;
 }
@@ -962,7 +1149,7 @@ static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
   rmmc_status_t st = settle(p);
   if (st == RMMC_SUCCESS) {
     reclaim_slabs(p);
-    st = trim(p, NULL, NULL, 0);
+    st = p->vm ? unmap_free(p, 0) : trim(p, NULL, NULL, 0);
   }
   rmmc__unlock(&p->lock);
   return st == RMMC_SUCCESS ? rmmc_resource_release_cached(p->base.upstream) : st;
@@ -977,8 +1164,13 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   pool_t *p = (pool_t *)r;
   rmmc__lock(&p->lock);
   size_t largest = largest_free(p), unowned = stream_free_bytes(&p->neutral), k = 0;
-  const size_t bytes[] = {p->reserved,     p->in_use,  p->free_bytes, p->in_use_peak,
+  /* Expandable: free blocks span address space; free memory is what is mapped and unused. */
+  size_t free_b = !p->vm ? p->free_bytes : p->reserved > p->in_use ? p->reserved - p->in_use : 0;
+  const size_t bytes[] = {p->reserved,     p->in_use,  free_b, p->in_use_peak,
                           p->reserved_peak, largest,   unowned};
+  size_t span = p->span, page = p->page;
+  uint64_t maps = p->page_maps, unmaps = p->page_unmaps;
+  bool vm = p->vm;
   const uint64_t counts[] = {p->nchunks,       p->nslabs,      p->chunk_allocs,
                              p->chunk_releases, p->event_records, p->event_waits,
                              p->device_syncs};
@@ -998,6 +1190,12 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   if (max_size != SIZE_MAX) rmmc__emit_bytes(emit, ctx, "limit", max_size);
   for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
     rmmc__emit_count(emit, ctx, count_keys[i], counts[i]);
+  if (vm) {
+    rmmc__emit_bytes(emit, ctx, "address_space", span);
+    rmmc__emit_bytes(emit, ctx, "page_size", page);
+    rmmc__emit_count(emit, ctx, "page_maps", maps);
+    rmmc__emit_count(emit, ctx, "page_unmaps", unmaps);
+  }
   for (size_t i = 0; i < k; i++) {
     char name[32], text[128];
     snprintf(text, sizeof text, "stream=%s free=%zu fresh=%zu",
@@ -1048,6 +1246,9 @@ static bool check_chunk(const pool_t *p, const chunk_t *c, tally_t *t, char *msg
             (size_t)prev->addr, (size_t)b->addr);
       t->free_bytes += b->size;
       t->free_blocks++;
+    } else if (p->vm && c->parent == NULL && unmapped_bytes(p, c, b->addr, b->size) != 0) {
+      CHECK(false, "%s block %#zx has unmapped pages", b->state == ST_SLAB ? "slab" : "used",
+            (size_t)b->addr);
     } else if (b->state == ST_USED) {
       const rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, (void *)b->addr);
       CHECK(e != NULL && e->value == b && e->size == b->u.requested,
@@ -1114,7 +1315,7 @@ static int cmp_chunk(const void *a, const void *b) {
 
 static bool check_locked(const pool_t *p, char *msg, size_t len) {
   tally_t t = {0};
-  size_t reserved = 0, nchunks = 0, nslabs = 0, indexed = 0, nstreams = 0;
+  size_t reserved = 0, nchunks = 0, nslabs = 0, indexed = 0, nstreams = 0, mapped = 0;
   for (const chunk_t *c = p->chunks; c != NULL; c = c->next) {
     CHECK(c->parent == NULL && c->cls == CLASS_LARGE, "chunk %#zx: not an upstream chunk",
           (size_t)c->base);
@@ -1122,6 +1323,11 @@ static bool check_locked(const pool_t *p, char *msg, size_t len) {
     CHECK(c->first != NULL && c->first->phys_prev == NULL, "chunk %#zx: bad first block",
           (size_t)c->base);
     if (!check_chunk(p, c, &t, msg, len)) return false;
+    if (p->vm) {
+      CHECK(c->mapped != NULL && c->size % p->page == 0 && c->base % p->page == 0,
+            "reservation %#zx: no page map or not whole pages", (size_t)c->base);
+      for (size_t i = 0; i < c->size / p->page; i++) mapped += page_is_mapped(c, i) * p->page;
+    }
     reserved += c->size;
     nchunks++;
   }
@@ -1168,12 +1374,18 @@ static bool check_locked(const pool_t *p, char *msg, size_t len) {
         indexed);
   CHECK(t.used_blocks == p->used.count, "%zu used blocks in chunks, %zu in the map",
         t.used_blocks, p->used.count);
-  CHECK(reserved == p->reserved, "reserved %zu, chunks sum to %zu", p->reserved, reserved);
+  if (p->vm) {
+    CHECK(reserved == p->span, "address space %zu, reservations sum to %zu", p->span, reserved);
+    CHECK(mapped == p->reserved, "reserved %zu, mapped pages sum to %zu", p->reserved, mapped);
+    reserved = p->span; /* what free + in use tile */
+  } else {
+    CHECK(reserved == p->reserved, "reserved %zu, chunks sum to %zu", p->reserved, reserved);
+  }
   CHECK(t.used_bytes == p->in_use, "in use %zu, used blocks sum to %zu", p->in_use, t.used_bytes);
   CHECK(t.free_bytes == p->free_bytes, "free %zu, free blocks sum to %zu", p->free_bytes,
         t.free_bytes);
-  CHECK(p->free_bytes + p->in_use == p->reserved, "free %zu + in use %zu != reserved %zu",
-        p->free_bytes, p->in_use, p->reserved);
+  CHECK(p->free_bytes + p->in_use == reserved, "free %zu + in use %zu != %zu", p->free_bytes,
+        p->in_use, reserved);
   CHECK(p->reserved <= p->max_size, "reserved %zu above the maximum %zu", p->reserved,
         p->max_size);
   CHECK(p->reserved_peak >= p->reserved && p->in_use_peak >= p->in_use, "peaks below current");
@@ -1203,7 +1415,15 @@ static void pool_destroy(rmmc_resource_t *r) {
   if (device && cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
   for (chunk_t *c = p->chunks, *next; c != NULL; c = next) {
     next = c->next;
-    (void)rmmc_resource_deallocate(p->base.upstream, (void *)c->base, c->size, GRANULE, NULL);
+    if (c->mapped != NULL) { /* a reservation */
+      for (size_t i = 0; i < c->size / p->page; i++)
+        if (page_is_mapped(c, i))
+          (void)rmmc_resource_vm_unmap(p->base.upstream, (void *)(c->base + i * p->page), p->page);
+      (void)rmmc_resource_vm_unreserve(p->base.upstream, (void *)c->base, c->size);
+      free(c->mapped);
+    } else {
+      (void)rmmc_resource_deallocate(p->base.upstream, (void *)c->base, c->size, GRANULE, NULL);
+    }
     free(c);
   }
   for (chunk_t *c = p->slabs, *next; c != NULL; c = next) {
@@ -1240,6 +1460,43 @@ static const rmmc_resource_ops_t pool_ops = {
     .destroy = pool_destroy,
     .upstream = rmmc__adaptor_upstream,
 };
+
+/* Expandable mode: the page size and the reservation size. */
+static rmmc_status_t apply_vm_options(pool_t *p, const rmmc_pool_options_t *o) {
+  rmmc_resource_t *up = p->base.upstream;
+  size_t up_page = rmmc_resource_vm_page_size(up);
+  if (up_page == 0)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "pool_resource_create: expandable needs an upstream with virtual "
+                          "memory (cuda, host, sim); %s has none",
+                          rmmc_resource_name(up));
+  size_t page = o->page_size != 0 ? o->page_size : up_page > ((size_t)2 << 20) ? up_page : (size_t)2 << 20;
+  if (!rmmc__is_pow2(page) || page % up_page != 0 || page > ((size_t)1 << 30))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "pool_resource_create: page_size %zu must be a power of two up to 1 GiB "
+                          "and a multiple of %s's page (%zu)",
+                          page, rmmc_resource_name(up), up_page);
+  size_t space = o->address_space;
+  if (space == 0 && p->max_size != SIZE_MAX) space = p->max_size;
+  if (space == 0) {
+    size_t total = 0, unused;
+    if (p->base.base.kind != RMMC_MEMORY_HOST) {
+      rmmc_status_t st = rmmc_device_memory_info(p->base.base.device, &unused, &total);
+      if (st != RMMC_SUCCESS) return st;
+    } else {
+      total = rmmc__host_memory_total();
+    }
+    space = total > 0 && total <= MAX_REQUEST / 2 ? 2 * total : (size_t)64 << 30;
+  }
+  if (space > MAX_REQUEST)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "pool_resource_create: address_space %zu is above 256 TiB", space);
+  p->vm = true;
+  p->page = page;
+  p->address_space = rmmc__align_up(space, page);
+  p->split_limit = 0.0; /* free space merges across the whole reservation */
+  return RMMC_SUCCESS;
+}
 
 /* Checks the options and resolves them into p. */
 static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
@@ -1279,6 +1536,10 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   p->event_interval = o->event_interval;
   p->event_bytes = o->event_bytes;
   p->gc_limit = SIZE_MAX;
+  if (o->expandable) {
+    rmmc_status_t st = apply_vm_options(p, o);
+    if (st != RMMC_SUCCESS) return st;
+  }
   if (o->gc_threshold > 0.0) {
     size_t basis = p->max_size, total = 0, unused;
     rmmc_memory_kind_t kind = p->base.base.kind;
@@ -1298,8 +1559,18 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   return RMMC_SUCCESS;
 }
 
-/* Reserves the initial chunk, ready for every stream. */
+/* Reserves the initial chunk, ready for every stream. Expandable: the
+ * first reservation, with `bytes` mapped at its start. */
 static rmmc_status_t reserve_initial(pool_t *p, size_t bytes) {
+  if (p->vm) {
+    rmmc_status_t st = make_room(p);
+    size_t space = rmmc__align_up(bytes, p->page);
+    if (st == RMMC_SUCCESS)
+      st = add_reservation(p, space > p->address_space ? space : p->address_space, &p->neutral,
+                           ST_COVERED);
+    if (st == RMMC_SUCCESS && bytes > 0) st = map_pages(p, p->chunks, p->chunks->base, bytes);
+    return st;
+  }
   bytes = rmmc__align_up(bytes, GRANULE);
   void *ptr = NULL;
   rmmc_status_t st = make_room(p);
@@ -1344,7 +1615,7 @@ RMMC_API rmmc_status_t rmmc_pool_resource_create(rmmc_resource_t *upstream,
   rmmc__ptrmap_init(&p->used);
   rmmc__ptrmap_init(&p->streams);
   st = apply_options(p, &o);
-  if (st == RMMC_SUCCESS && o.initial_size > 0) st = reserve_initial(p, o.initial_size);
+  if (st == RMMC_SUCCESS && (o.initial_size > 0 || p->vm)) st = reserve_initial(p, o.initial_size);
   if (st != RMMC_SUCCESS) goto destroy;
   *out = &p->base.base;
   return RMMC_SUCCESS;
@@ -1369,6 +1640,9 @@ static const rmmc__spec_option_t pool_spec_options[] = {
     {"event_interval", RMMC__OPT_INT, "frees per stream between event records (default 64)"},
     {"event_bytes", RMMC__OPT_BYTES, "freed bytes per stream between event records (default 1GiB)"},
     {"sync_before_grow", RMMC__OPT_BOOL, "synchronize the device so all streams' free blocks merge before growing (default false)"},
+    {"expandable", RMMC__OPT_BOOL, "grow in place: reserve address space, map pages as needed, unmap free pages (default false)"},
+    {"page", RMMC__OPT_BYTES, "expandable: bytes mapped at a time (default 2MiB)"},
+    {"address_space", RMMC__OPT_BYTES, "expandable: bytes of one reservation (default max, else 2x memory)"},
     {NULL, 0, NULL},
 };
 
@@ -1383,12 +1657,15 @@ static rmmc_status_t pool_build(const rmmc__spec_args_t *args, rmmc_resource_t *
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "small_max", upstream, &o.small_max);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "small_chunk", upstream, &o.small_chunk);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "event_bytes", upstream, &o.event_bytes);
+  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "page", upstream, &o.page_size);
+  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "address_space", upstream, &o.address_space);
   if (st != RMMC_SUCCESS) return st;
   rmmc__spec_double(args, "gc_threshold", &o.gc_threshold);
   rmmc__spec_bool(args, "release_before_grow", &o.release_before_grow);
   rmmc__spec_double(args, "release_slack", &o.release_slack);
   rmmc__spec_double(args, "split_limit", &o.split_limit);
   rmmc__spec_bool(args, "sync_before_grow", &o.sync_before_grow);
+  rmmc__spec_bool(args, "expandable", &o.expandable);
   long long interval;
   if (rmmc__spec_int(args, "event_interval", &interval)) {
     if (interval < 1 || interval > (long long)UINT_MAX)

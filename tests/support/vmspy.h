@@ -1,0 +1,31 @@
+/*
+ * The vmspy resource: virtual memory for tests, checked. It forwards
+ * allocate/deallocate to its upstream (a spy, usually) and implements the
+ * vm_* slots itself with mmap/mprotect/madvise, checking every call
+ * against what it handed out: a range mapped twice, unmapped but not
+ * mapped, outside any reservation, or a reservation given back with pages
+ * still mapped is refused (RMMC_ERROR_INVALID_ARGUMENT) and counted as an
+ * error. Each mapped range is paired with an allocation of the same size
+ * from the upstream, so the upstream spy's capacity, fail_nth/fail_every
+ * and leak checks cover mapped memory too. Thread-safe.
+ */
+#ifndef RMMC_TEST_VMSPY_H
+#define RMMC_TEST_VMSPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rmmc/resource_ops.h"
+
+typedef struct vmspy_counts {
+  uint64_t reserves, unreserves, maps, unmaps, map_failures, errors;
+  size_t mapped_bytes, peak_mapped_bytes, reserved_bytes;
+} vmspy_counts_t;
+
+/* Creates a vmspy over `upstream` (retained) with pages of `page` bytes (a
+ * power of two, a multiple of the system page). Memory kind host. */
+rmmc_status_t vmspy_create(rmmc_resource_t *upstream, size_t page, rmmc_resource_t **out);
+/* The counts of a vmspy (zeros for another resource). */
+vmspy_counts_t vmspy_counts(rmmc_resource_t *r);
+
+#endif
