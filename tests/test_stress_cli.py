@@ -64,7 +64,8 @@ with tempfile.TemporaryDirectory() as tmp:
         check(s["moved_streams"] > 0, f"{name}: blocks moved between streams")
         check(s["handed_to_threads"] > 0, f"{name}: blocks handed between threads")
         check(s["zero_byte_requests"] > 0, f"{name}: 0-byte requests made")
-        check(s["oom"] == 0, f"{name}: no out of memory with the default sizes: {s['oom']}")
+        if "max=" not in name and "limiting(" not in name:  # bounded stacks may refuse, cleanly
+            check(s["oom"] == 0, f"{name}: no out of memory with the default sizes: {s['oom']}")
         check(s["bytes_allocated"] > s["allocations"], f"{name}: bytes counted")
         layers = s["layers"]
         check(layers and layers[0]["name"] == "statistics", f"{name}: layers listed from the top")
