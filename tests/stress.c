@@ -868,6 +868,14 @@ static void print_row(int width, const result_t *r) {
          r->wall_s > 0 ? (double)c->ops / r->wall_s / 1e3 : 0.0, r->passed ? "ok" : "FAILED");
 }
 
+/* "4MiB", "1000B": the largest unit that divides the size. */
+static void format_size(size_t bytes, char *buf, size_t len) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) bytes /= 1024, u++;
+  snprintf(buf, len, "%zu%s", bytes, units[u]);
+}
+
 /* ---- command line ---- */
 
 static int usage_error(const char *fmt, ...)
@@ -1038,13 +1046,17 @@ int main(int argc, char **argv) {
     if (n > width) width = n;
   }
   if (width > 80) width = 80;
-  char large[64] = "";
-  if (o.large_bytes != 0)
-    snprintf(large, sizeof large, ", 1 in %d up to %zu B", LARGE_EVERY, o.large_bytes);
+  char max[32], large[64] = "";
+  format_size(o.max_bytes, max, sizeof max);
+  if (o.large_bytes != 0) {
+    char top[32];
+    format_size(o.large_bytes, top, sizeof top);
+    snprintf(large, sizeof large, ", 1 in %d up to %s", LARGE_EVERY, top);
+  }
   printf("# rmmc-stress: %s mode, %s; %d threads x %d streams, %llu ops per stack, sizes "
-         "1-%zu B log-uniform%s, %d live per thread, seed %llu, CPU fill %s%s\n",
-         info.mode, info.device, o.threads, o.streams, (unsigned long long)o.ops, o.max_bytes,
-         large, o.live, (unsigned long long)o.seed, o.sparse ? "sparse" : "full",
+         "1B-%s log-uniform%s, %d live per thread, seed %llu, CPU fill %s%s\n",
+         info.mode, info.device, o.threads, o.streams, (unsigned long long)o.ops, max, large,
+         o.live, (unsigned long long)o.seed, o.sparse ? "sparse" : "full",
          o.inject ? ", INJECTING CORRUPTION" : "");
   printf("%-*s %9s %8s %8s %7s %6s %5s %7s %10s %7s %8s  %s\n", width, "stack", "ops", "allocs",
          "GiB", "moved", "handed", "oom", "corrupt", "leaked", "wall s", "kops/s", "result");
