@@ -1,5 +1,6 @@
 // Test kernels (see gpu_kernels.h).
 #include "gpu_kernels.h"
+#include "pattern.h"
 
 __global__ void slow_fill_kernel(uint8_t *p, size_t n, uint8_t value, uint64_t ns) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -53,5 +54,61 @@ extern "C" cudaError_t gpu_fill_pattern(void *p, size_t n, uint32_t seed, cudaSt
 extern "C" cudaError_t gpu_check_pattern(const void *p, size_t n, uint32_t seed,
                                          unsigned long long *errors, cudaStream_t stream) {
   check_pattern_kernel<<<grid_for(n), 256, 0, stream>>>((const uint8_t *)p, n, seed, errors);
+  return cudaGetLastError();
+}
+
+// ---- the stress program's tagged pattern (pattern.h) ----
+
+static unsigned grid_for_words(size_t words) {
+  size_t blocks = (words + 255) / 256;
+  return (unsigned)(blocks > 1024 ? 1024 : (blocks ? blocks : 1));
+}
+
+__global__ void fill_tagged_kernel(uint64_t *p, size_t words, unsigned tail, uint64_t tag) {
+  size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  for (size_t i = first; i < words; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = pattern_word(tag, i);
+  if (tail != 0 && first == 0) {
+    uint64_t w = pattern_word(tag, words);
+    uint8_t *b = (uint8_t *)(p + words);
+    for (unsigned j = 0; j < tail; j++) b[j] = pattern_byte_of(w, j);
+  }
+}
+
+__global__ void check_tagged_kernel(const uint64_t *p, size_t words, unsigned tail, uint64_t tag,
+                                    unsigned long long *errors) {
+  size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  unsigned long long bad = 0;
+  for (size_t i = first; i < words; i += (size_t)gridDim.x * blockDim.x)
+    bad += p[i] != pattern_word(tag, i);
+  if (tail != 0 && first == 0) {
+    uint64_t w = pattern_word(tag, words);
+    const uint8_t *b = (const uint8_t *)(p + words);
+    bool wrong = false;
+    for (unsigned j = 0; j < tail; j++) wrong |= b[j] != pattern_byte_of(w, j);
+    bad += wrong;
+  }
+  if (bad) atomicAdd(errors, bad);
+}
+
+__global__ void corrupt_byte_kernel(uint8_t *p) { p[0] ^= 0xffu; }
+
+extern "C" cudaError_t gpu_fill_tagged(void *p, size_t n, uint64_t tag, cudaStream_t stream) {
+  size_t words = n / 8;
+  fill_tagged_kernel<<<grid_for_words(words), 256, 0, stream>>>((uint64_t *)p, words,
+                                                                (unsigned)(n % 8), tag);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_check_tagged(const void *p, size_t n, uint64_t tag,
+                                        unsigned long long *errors, cudaStream_t stream) {
+  size_t words = n / 8;
+  check_tagged_kernel<<<grid_for_words(words), 256, 0, stream>>>(
+      (const uint64_t *)p, words, (unsigned)(n % 8), tag, errors);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_corrupt_byte(void *p, cudaStream_t stream) {
+  corrupt_byte_kernel<<<1, 1, 0, stream>>>((uint8_t *)p);
   return cudaGetLastError();
 }

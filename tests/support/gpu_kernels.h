@@ -28,6 +28,23 @@ cudaError_t gpu_fill_pattern(void *p, size_t n, uint32_t seed, cudaStream_t stre
 cudaError_t gpu_check_pattern(const void *p, size_t n, uint32_t seed,
                               unsigned long long *errors, cudaStream_t stream);
 
+/* The stress program's tagged pattern (tests/support/pattern.h): fills the
+ * n bytes at p (8-byte aligned) with the pattern tagged `tag` on `stream`,
+ * full words as 64-bit stores and the n % 8 tail bytes one by one; never
+ * touches a byte past p + n. Returns the launch status. */
+cudaError_t gpu_fill_tagged(void *p, size_t n, uint64_t tag, cudaStream_t stream);
+
+/* Compares the n bytes at p with the pattern tagged `tag` on `stream` and
+ * adds the number of wrong units (a full word, or the whole tail counted
+ * once) to *errors, a device counter; no host synchronization. Reads no
+ * byte past p + n. Returns the launch status. */
+cudaError_t gpu_check_tagged(const void *p, size_t n, uint64_t tag,
+                             unsigned long long *errors, cudaStream_t stream);
+
+/* Inverts the first byte at p on `stream` (n >= 1): a deliberate
+ * corruption, so a checker can be shown to catch one. */
+cudaError_t gpu_corrupt_byte(void *p, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,1096 @@
+/*
+ * rmmc-stress: many threads on many streams allocate and free random sizes
+ * through whole stacks, fill every block with a tagged pattern and check
+ * it before it is freed (issue 7, "stress on the GPU").
+ *
+ * Per stack, T threads each own S streams (non-blocking CUDA streams, or
+ * opaque keys in host mode) and up to L live blocks. Each step allocates a
+ * random size on a random stream of the thread and fills the block there,
+ * or frees a random live block after checking its pattern. A quarter of the
+ * frees move the block to another of the thread's streams first (an event
+ * recorded on the old stream, the new stream waits on it, check and free on
+ * the new stream); one in sixteen hands the block to another thread through
+ * a shared mailbox (the same event handshake), which checks and frees it on
+ * one of its own streams later. Blocks freed on one stream and reused on
+ * another, by the same or another thread, come from the stack itself.
+ *
+ * Verification is stream-ordered and never waits on the host: device
+ * memory is filled and checked by kernels (tests/support/gpu_kernels.cu)
+ * that add mismatches to a per-thread device counter read once at the end;
+ * host memory is filled and checked by the CPU with the same pattern
+ * function (tests/support/pattern.h). At the end every block is freed, the
+ * device synchronized, and the stack must be back to 0: the statistics
+ * layer on top (current bytes and count 0, totals equal to what this
+ * program did) and every layer's "in_use" and "outstanding" figures; then
+ * release_cached is called and each layer's "reserved" is reported.
+ *
+ * The exit status says whether every stack passed: no corruption, no leak,
+ * no status other than a clean out of memory, no misaligned pointer. The
+ * program is built in tests/ because it uses the test kernels; without nvcc
+ * it is built host-only.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "pattern.h"
+#include "rmmc/rmmc.h"
+#if RMMC_STRESS_HAVE_KERNELS
+#include "gpu_kernels.h"
+#endif
+
+enum exit_code {
+  EXIT_OK = 0,
+  EXIT_FAILED = 1,  /* a stack failed: corruption, leak, unexpected status */
+  EXIT_USAGE = 2,   /* bad command line */
+  EXIT_IO = 3,      /* the --json file could not be written */
+  EXIT_NO_GPU = 77, /* --gpu on a machine (or build) without one */
+};
+
+#define MAX_STACKS 32
+#define MAX_THREADS 256
+#define MAX_STREAMS 64
+#define MAX_LIVE 4096
+#define MAILBOX_CAP 64
+#define LARGE_EVERY 256   /* one allocation in this many is a large one */
+#define ZERO_EVERY 1024   /* one in this many requests 0 bytes */
+#define INJECT_EVERY 1000 /* --inject-corruption: thread 0's 1st, 1001st, ... */
+#define DENSE_WORDS 512   /* sparse CPU fill: 4 KiB at each end checked whole */
+#define SPARSE_STRIDE 512 /* and one word per 4 KiB between them */
+
+static const char *const gpu_default_stacks[] = {
+    "statistics > pool > cuda",
+    "statistics > binning > pool > cuda",
+    "statistics > arena > cuda",
+    "statistics > cuda_async",
+    /* The limit is met now and then (a few large blocks live at once): its
+     * clean out-of-memory failures are part of the test (oom column). */
+    "statistics > limiting(limit=1GiB) > tracking > pool > cuda",
+    "statistics > aligned(alignment=4KiB, threshold=64KiB) > binning > pool > cuda",
+    NULL,
+};
+
+static const char *const host_default_stacks[] = {
+    "statistics > pool > host",
+    "statistics > binning > pool > host",
+    /* Unbounded, the arena reserves 15-25 GiB of host memory for this
+     * workload's ~0.4 GiB live set (16 threads x 4 streams): bounded so the
+     * host run fits a small machine; its clean out-of-memory failures count
+     * in the oom column. */
+    "statistics > arena(max=4GiB) > host",
+    "statistics > limiting(limit=1GiB) > tracking > pool > host",
+    "statistics > aligned(alignment=4KiB, threshold=64KiB) > binning > pool > host",
+    NULL,
+};
+
+static const char usage_text[] =
+    "Usage: rmmc-stress [options]\n"
+    "Allocates and frees random sizes from many threads and streams through whole\n"
+    "stacks, fills every block with a tagged pattern and checks it before the free,\n"
+    "then checks that the stack is back to 0.\n"
+    "\n"
+    "  --stack SPEC       a stack, outermost first (repeatable); put 'statistics' on\n"
+    "                     top for the leak figures. Default: statistics over pool,\n"
+    "                     binning > pool, arena, cuda_async, limiting > tracking >\n"
+    "                     pool and aligned > binning > pool, over cuda (GPU mode) or\n"
+    "                     host (host mode, no cuda_async)\n"
+    "  --threads N        threads per stack (default 16)\n"
+    "  --streams N        streams per thread (default 4)\n"
+    "  --ops N            allocate and free calls per stack, all threads together\n"
+    "                     (default 1000000; the final frees come on top)\n"
+    "  --live N           most live blocks per thread (default 64)\n"
+    "  --max-bytes SIZE   sizes are log-uniform from 1 B to this (default 4MiB)\n"
+    "  --large-bytes SIZE one allocation in 256 is uniform above --max-bytes up to\n"
+    "                     this (default 64MiB; 0: none)\n"
+    "  --seed N           random seed (default 1)\n"
+    "  --fill full|sparse how the CPU fills host memory: every word, or 4 KiB at\n"
+    "                     each end and one word per 4 KiB between (default sparse;\n"
+    "                     kernels always fill every byte)\n"
+    "  --host             host mode: CPU fill and check, streams are opaque keys,\n"
+    "                     the default stacks run over host memory; no CUDA call\n"
+    "  --gpu              GPU mode, or exit 77 when there is no GPU or the program\n"
+    "                     was built without the kernels. Default: GPU mode when\n"
+    "                     possible, else host mode (said on stdout)\n"
+    "  --inject-corruption  corrupt one byte of thread 0's 1st, 1001st, ...\n"
+    "                     allocation after its fill: the run must then fail\n"
+    "  --json FILE        also write the results as one JSON object\n"
+    "  --quiet            no progress lines on stderr\n"
+    "  -h, --help         this text\n"
+    "\n"
+    "Exit status: 0 every stack passed; 1 a stack failed (corruption, leak, a\n"
+    "status other than a clean out of memory, a misaligned pointer, a CUDA error);\n"
+    "2 bad command line; 3 the --json file could not be written; 77 --gpu without\n"
+    "a GPU.\n";
+
+typedef enum mode { MODE_AUTO, MODE_HOST, MODE_GPU } run_mode_t;
+
+typedef struct options {
+  const char *specs[MAX_STACKS];
+  int nspecs;
+  int threads, streams, live;
+  uint64_t ops;
+  size_t max_bytes, large_bytes;
+  uint64_t seed;
+  const char *json_path;
+  run_mode_t mode;
+  bool sparse, inject, quiet;
+} options_t;
+
+/* One live block. `s` indexes the owning thread's streams. */
+typedef struct entry {
+  void *p;
+  size_t n, align;
+  uint64_t tag;
+  int s;
+} entry_t;
+
+typedef struct counts {
+  uint64_t ops;           /* allocate and deallocate calls */
+  uint64_t allocs, frees; /* successful ones, of at least 1 byte */
+  uint64_t bytes;         /* bytes allocated in all */
+  uint64_t zero;          /* 0-byte requests (NULL back, freed as NULL) */
+  uint64_t aligned;       /* allocations with an alignment above 256 */
+  uint64_t moves;         /* blocks checked and freed on another stream */
+  uint64_t handoffs;      /* blocks handed to another thread */
+  uint64_t oom;           /* clean out-of-memory failures */
+  uint64_t align_refused; /* NOT_SUPPORTED for an alignment above 256 */
+  uint64_t misaligned;    /* pointers not aligned as promised */
+  uint64_t injected;      /* --inject-corruption */
+  uint64_t cpu_bad;       /* wrong units found by the CPU check */
+  uint64_t unexpected;    /* any other failure */
+} counts_t;
+
+struct run;
+
+typedef struct worker {
+  struct run *run;
+  int index;
+  uint64_t rng;
+  uint64_t target; /* ops to make before the final frees */
+  cudaStream_t *streams;
+  cudaEvent_t *events; /* one per stream (CUDA streams only) */
+  unsigned long long *d_errors; /* this thread's device counter */
+  entry_t *live;
+  int nlive;
+  counts_t c;
+  char error[512]; /* the first failure */
+} worker_t;
+
+typedef struct mail {
+  entry_t e;
+  cudaEvent_t event; /* recorded on the block's stream at the handoff */
+} mail_t;
+
+typedef struct run {
+  const options_t *o;
+  rmmc_resource_t *r;
+  int device;
+  bool cuda;    /* real CUDA streams and events */
+  bool kernels; /* device memory: fill and check with kernels */
+  int align_off;
+  int stop;
+  cudaStream_t *streams; /* threads x streams */
+  cudaEvent_t *events;
+  char *keys; /* opaque stream keys in host mode */
+  unsigned long long *d_errors; /* threads + 1 device counters */
+  pthread_mutex_t mail_lock;
+  mail_t mail[MAILBOX_CAP];
+  int nmail;
+  worker_t *workers; /* threads + 1: the last is the main thread's drain */
+} run_t;
+
+typedef struct layer_figures {
+  char name[32];
+  bool has_in_use, has_outstanding, has_reserved, has_cached;
+  uint64_t in_use, outstanding, reserved; /* after release_cached */
+  uint64_t cached; /* "reserved" before release_cached, nothing in use */
+} layer_t;
+
+#define MAX_LAYERS 16
+
+typedef struct result {
+  const char *spec;
+  bool ran, passed;
+  const char *verify; /* "kernel" or "cpu" */
+  counts_t c;
+  uint64_t corruptions; /* device counters + CPU checks */
+  bool has_statistics;
+  int64_t leaked_bytes, leaked_count;
+  uint64_t stat_allocations, stat_deallocations;
+  layer_t layers[MAX_LAYERS];
+  int nlayers;
+  double wall_s;
+  char error[1024]; /* why it failed; "" when it passed */
+} result_t;
+
+/* ---- small helpers ---- */
+
+static uint64_t splitmix(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t next(worker_t *w) { return splitmix(&w->rng); }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool stopped(const run_t *run) { return __atomic_load_n(&run->stop, __ATOMIC_RELAXED) != 0; }
+
+static void fail(worker_t *w, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Counts an unexpected failure, keeps the thread's first message and
+ * stops every thread of the run (each still frees what it holds). */
+static void fail(worker_t *w, const char *fmt, ...) {
+  w->c.unexpected++;
+  if (w->error[0] == '\0') {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->error, sizeof w->error, fmt, ap);
+    va_end(ap);
+  }
+  __atomic_store_n(&w->run->stop, 1, __ATOMIC_RELAXED);
+}
+
+static bool cuda_ok(worker_t *w, cudaError_t err, const char *what) {
+  if (err == cudaSuccess) return true;
+  fail(w, "%s: %s (%s)", what, cudaGetErrorName(err), cudaGetErrorString(err));
+  return false;
+}
+
+/* Writes (write) or checks the pattern tagged `tag` over n bytes at p on
+ * the CPU; returns the wrong units (words, the tail counted once). Sparse:
+ * DENSE_WORDS words at each end, every SPARSE_STRIDE-th word between, so an
+ * overlap of two live blocks still lands on a checked word. */
+static uint64_t host_pass(void *p, size_t n, uint64_t tag, bool sparse, bool write) {
+  uint64_t *w = p;
+  size_t words = n / 8;
+  uint64_t bad = 0;
+  for (size_t i = 0; i < words;) {
+    uint64_t want = pattern_word(tag, i);
+    if (write) w[i] = want;
+    else bad += w[i] != want;
+    size_t step = 1;
+    if (sparse && i >= DENSE_WORDS && i + DENSE_WORDS < words) {
+      step = words - DENSE_WORDS - i; /* land on the start of the last dense part */
+      if (step > SPARSE_STRIDE) step = SPARSE_STRIDE;
+    }
+    i += step;
+  }
+  if (n % 8 != 0) {
+    unsigned char *b = (unsigned char *)p + 8 * words;
+    uint64_t want = pattern_word(tag, words);
+    bool wrong = false;
+    for (unsigned j = 0; j < n % 8; j++) {
+      if (write) b[j] = pattern_byte_of(want, j);
+      else wrong |= b[j] != pattern_byte_of(want, j);
+    }
+    bad += wrong;
+  }
+  return bad;
+}
+
+/* ---- the operations ---- */
+
+/* A size: log-uniform from 1 B to max_bytes, or one in LARGE_EVERY uniform
+ * above max_bytes up to large_bytes. */
+static size_t pick_size(worker_t *w) {
+  const options_t *o = w->run->o;
+  uint64_t r = next(w);
+  if (o->large_bytes > o->max_bytes && r % LARGE_EVERY == 0)
+    return o->max_bytes + 1 + (size_t)(next(w) % (o->large_bytes - o->max_bytes));
+  double u = (double)(next(w) >> 11) * 0x1p-53;
+  double n = exp2(u * log2((double)o->max_bytes + 1.0));
+  if (n < 1.0) return 1;
+  if (n >= (double)o->max_bytes) return o->max_bytes;
+  return (size_t)n;
+}
+
+/* Fills a new block on its stream (and corrupts it when injecting). */
+static void fill(worker_t *w, const entry_t *e) {
+  run_t *run = w->run;
+  bool inject = run->o->inject && w->index == 0 && w->c.allocs % INJECT_EVERY == 1;
+  if (run->kernels) {
+#if RMMC_STRESS_HAVE_KERNELS
+    cudaStream_t s = w->streams[e->s];
+    if (!cuda_ok(w, gpu_fill_tagged(e->p, e->n, e->tag, s), "fill kernel launch")) return;
+    if (inject && cuda_ok(w, gpu_corrupt_byte(e->p, s), "corrupting kernel launch"))
+      w->c.injected++;
+#endif
+    return;
+  }
+  host_pass(e->p, e->n, e->tag, run->o->sparse, true);
+  if (inject) {
+    *(unsigned char *)e->p ^= 0xffu;
+    w->c.injected++;
+  }
+}
+
+/* Checks e's pattern on stream `target` of the thread, moving it there from
+ * its own stream first when they differ, then frees it on `target`. */
+static void check_and_free(worker_t *w, const entry_t *e, int target) {
+  run_t *run = w->run;
+  cudaStream_t to = w->streams[target];
+  if (target != e->s) {
+    w->c.moves++;
+    if (run->cuda &&
+        (!cuda_ok(w, cudaEventRecord(w->events[e->s], w->streams[e->s]), "cudaEventRecord") ||
+         !cuda_ok(w, cudaStreamWaitEvent(to, w->events[e->s], 0), "cudaStreamWaitEvent")))
+      to = w->streams[e->s]; /* free where it is: still ordered after its fill */
+  }
+  if (run->kernels) {
+#if RMMC_STRESS_HAVE_KERNELS
+    cuda_ok(w, gpu_check_tagged(e->p, e->n, e->tag, w->d_errors, to), "check kernel launch");
+#endif
+  } else {
+    w->c.cpu_bad += host_pass(e->p, e->n, e->tag, run->o->sparse, false);
+  }
+  w->c.ops++;
+  rmmc_status_t st = rmmc_resource_deallocate(run->r, e->p, e->n, e->align, to);
+  if (st != RMMC_SUCCESS) {
+    fail(w, "deallocate(%p, %zu bytes, alignment %zu) returned %s: %s", e->p, e->n, e->align,
+         rmmc_status_name(st), rmmc_last_error_message());
+    return;
+  }
+  w->c.frees++;
+}
+
+static void request_zero(worker_t *w, cudaStream_t s) {
+  void *p = (void *)w; /* must come back NULL */
+  rmmc_status_t st = rmmc_resource_allocate(w->run->r, 0, RMMC_DEFAULT_ALIGNMENT, s, &p);
+  w->c.ops++;
+  if (st != RMMC_SUCCESS || p != NULL) {
+    fail(w, "allocate(0 bytes) returned %s and %p (want SUCCESS and NULL): %s",
+         rmmc_status_name(st), p, rmmc_last_error_message());
+    return;
+  }
+  st = rmmc_resource_deallocate(w->run->r, NULL, 0, RMMC_DEFAULT_ALIGNMENT, s);
+  w->c.ops++;
+  if (st != RMMC_SUCCESS) {
+    fail(w, "deallocate(NULL) returned %s: %s", rmmc_status_name(st), rmmc_last_error_message());
+    return;
+  }
+  w->c.zero++;
+}
+
+static void do_alloc(worker_t *w) {
+  run_t *run = w->run;
+  uint64_t r = next(w);
+  int s = (int)((r >> 32) % (uint64_t)run->o->streams);
+  if (r % ZERO_EVERY == 0) {
+    request_zero(w, w->streams[s]);
+    return;
+  }
+  size_t n = pick_size(w), align = RMMC_DEFAULT_ALIGNMENT;
+  if (((r >> 10) & 15) == 0 && !__atomic_load_n(&run->align_off, __ATOMIC_RELAXED))
+    align = (size_t)512 << ((r >> 14) & 7); /* 512 B .. 64 KiB */
+  void *p = (void *)w;
+  rmmc_status_t st = rmmc_resource_allocate(run->r, n, align, w->streams[s], &p);
+  w->c.ops++;
+  if (st == RMMC_ERROR_OUT_OF_MEMORY && p == NULL) {
+    w->c.oom++;
+    return;
+  }
+  if (st == RMMC_ERROR_NOT_SUPPORTED && align > RMMC_DEFAULT_ALIGNMENT && p == NULL) {
+    /* Base CUDA resources refuse alignments above 256 (design.md). */
+    w->c.align_refused++;
+    __atomic_store_n(&run->align_off, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  if (st != RMMC_SUCCESS || p == NULL) {
+    fail(w, "allocate(%zu bytes, alignment %zu) returned %s and %p: %s", n, align,
+         rmmc_status_name(st), p, rmmc_last_error_message());
+    return;
+  }
+  if ((uintptr_t)p % align != 0) w->c.misaligned++; /* a failure; the block is still used */
+  w->c.allocs++;
+  w->c.bytes += n;
+  w->c.aligned += align > RMMC_DEFAULT_ALIGNMENT;
+  entry_t *e = &w->live[w->nlive++];
+  *e = (entry_t){.p = p, .n = n, .align = align, .tag = next(w), .s = s};
+  fill(w, e);
+}
+
+/* Hands e to whichever thread takes it next; false when the mailbox is
+ * full or the event could not be recorded (the caller frees e itself). */
+static bool mailbox_put(worker_t *w, const entry_t *e) {
+  run_t *run = w->run;
+  cudaEvent_t ev = NULL;
+  if (run->cuda) {
+    ev = w->events[e->s];
+    if (!cuda_ok(w, cudaEventRecord(ev, w->streams[e->s]), "cudaEventRecord (handoff)"))
+      return false;
+  }
+  pthread_mutex_lock(&run->mail_lock);
+  bool room = run->nmail < MAILBOX_CAP;
+  if (room) run->mail[run->nmail++] = (mail_t){.e = *e, .event = ev};
+  pthread_mutex_unlock(&run->mail_lock);
+  w->c.handoffs += room;
+  return room;
+}
+
+/* Takes a block from the mailbox onto stream s of this thread: s waits for
+ * the giver's stream as it was at the handoff. */
+static bool adopt(worker_t *w, const mail_t *m, int s) {
+  if (w->run->cuda && !cuda_ok(w, cudaStreamWaitEvent(w->streams[s], m->event, 0),
+                               "cudaStreamWaitEvent (handoff)"))
+    return false;
+  entry_t *e = &w->live[w->nlive++];
+  *e = m->e;
+  e->s = s;
+  return true;
+}
+
+static bool mailbox_take(worker_t *w) {
+  run_t *run = w->run;
+  mail_t m;
+  pthread_mutex_lock(&run->mail_lock);
+  bool got = run->nmail > 0;
+  if (got) {
+    int i = (int)(next(w) % (uint64_t)run->nmail);
+    m = run->mail[i];
+    run->mail[i] = run->mail[--run->nmail];
+  }
+  pthread_mutex_unlock(&run->mail_lock);
+  if (!got) return false;
+  int s = (int)(next(w) % (uint64_t)run->o->streams);
+  if (!adopt(w, &m, s)) {
+    /* Freed where the giver left it, after the device is idle: the only
+     * safe order left without the event. */
+    cuda_ok(w, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    entry_t *e = &w->live[w->nlive++];
+    *e = m.e;
+    e->s = s;
+  }
+  return true;
+}
+
+static void do_free(worker_t *w) {
+  uint64_t r = next(w);
+  int i = (int)(r % (uint64_t)w->nlive);
+  entry_t e = w->live[i];
+  w->live[i] = w->live[--w->nlive];
+  unsigned what = (unsigned)((r >> 32) & 63);
+  if (what < 4 && mailbox_put(w, &e)) return; /* 1 in 16: to another thread */
+  int target = e.s, S = w->run->o->streams;
+  if (what >= 48 && S > 1) /* 1 in 4: to another stream of this thread */
+    target = (e.s + 1 + (int)((r >> 40) % (uint64_t)(S - 1))) % S;
+  check_and_free(w, &e, target);
+}
+
+static void *worker_main(void *arg) {
+  worker_t *w = arg;
+  run_t *run = w->run;
+  int L = run->o->live;
+  if (run->cuda) cuda_ok(w, cudaSetDevice(run->device), "cudaSetDevice");
+  while (w->c.ops < w->target && !stopped(run)) {
+    uint64_t r = next(w);
+    if (w->nlive < L && r % 32 == 0 && mailbox_take(w)) continue;
+    if (w->nlive == 0 || (w->nlive < L && ((r >> 8) & 1))) do_alloc(w);
+    else do_free(w);
+  }
+  while (w->nlive > 0) {
+    entry_t e = w->live[--w->nlive];
+    check_and_free(w, &e, e.s);
+  }
+  return NULL;
+}
+
+/* ---- one stack ---- */
+
+static void add_counts(counts_t *a, const counts_t *b) {
+  a->ops += b->ops, a->allocs += b->allocs, a->frees += b->frees, a->bytes += b->bytes;
+  a->zero += b->zero, a->aligned += b->aligned, a->moves += b->moves;
+  a->handoffs += b->handoffs, a->oom += b->oom, a->align_refused += b->align_refused;
+  a->misaligned += b->misaligned, a->injected += b->injected, a->cpu_bad += b->cpu_bad;
+  a->unexpected += b->unexpected;
+}
+
+static void result_error(result_t *res, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Appends one reason to the stack's failure text. */
+static void result_error(result_t *res, const char *fmt, ...) {
+  size_t len = strlen(res->error);
+  if (len + 4 >= sizeof res->error) return;
+  if (len > 0) len += (size_t)snprintf(res->error + len, sizeof res->error - len, "; ");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(res->error + len, sizeof res->error - len, fmt, ap);
+  va_end(ap);
+}
+
+static bool setup_cuda(run_t *run, result_t *res) {
+  int T = run->o->threads, S = run->o->streams;
+  cudaError_t err = cudaSetDevice(run->device);
+  for (int i = 0; i < T * S && err == cudaSuccess; i++) {
+    err = cudaStreamCreateWithFlags(&run->streams[i], cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&run->events[i], cudaEventDisableTiming);
+  }
+  if (err == cudaSuccess)
+    err = cudaMalloc((void **)&run->d_errors, (size_t)(T + 1) * sizeof *run->d_errors);
+  if (err == cudaSuccess) err = cudaMemset(run->d_errors, 0, (size_t)(T + 1) * sizeof *run->d_errors);
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err != cudaSuccess)
+    result_error(res, "setting up streams and counters: %s (%s)", cudaGetErrorName(err),
+                 cudaGetErrorString(err));
+  return err == cudaSuccess;
+}
+
+static void teardown_cuda(run_t *run) {
+  int n = run->o->threads * run->o->streams;
+  for (int i = 0; i < n; i++) {
+    if (run->events[i] != NULL) (void)cudaEventDestroy(run->events[i]);
+    if (run->streams[i] != NULL) (void)cudaStreamDestroy(run->streams[i]);
+  }
+  if (run->d_errors != NULL) (void)cudaFree(run->d_errors);
+}
+
+static void layer_cb(void *ctx, const rmmc_field_t *f) {
+  layer_t *l = ctx;
+  if (f->kind == RMMC_FIELD_TEXT) return;
+  if (strcmp(f->key, "in_use") == 0) l->has_in_use = true, l->in_use = f->value;
+  else if (strcmp(f->key, "outstanding") == 0) l->has_outstanding = true, l->outstanding = f->value;
+  else if (strcmp(f->key, "reserved") == 0) l->has_reserved = true, l->reserved = f->value;
+}
+
+/* After everything was freed and the device is idle: the statistics layer
+ * on top must be back to 0 and agree with what the program did; after
+ * release_cached, every layer's "in_use" and "outstanding" must be 0 too
+ * ("reserved" is reported, not judged: a layer may keep memory). */
+static void check_leaks(run_t *run, result_t *res) {
+  rmmc_resource_t *top = run->r;
+  if (strcmp(rmmc_resource_name(top), "statistics") == 0) {
+    rmmc_statistics_t s = RMMC_STATISTICS_INIT;
+    rmmc_status_t st = rmmc_statistics_adaptor_get(top, &s);
+    if (st != RMMC_SUCCESS) {
+      result_error(res, "rmmc_statistics_adaptor_get returned %s", rmmc_status_name(st));
+    } else {
+      res->has_statistics = true;
+      res->leaked_bytes = s.current_bytes;
+      res->leaked_count = s.current_count;
+      res->stat_allocations = s.total_count;
+      res->stat_deallocations = s.deallocations;
+      if (s.current_bytes != 0 || s.current_count != 0)
+        result_error(res, "leak: statistics shows %lld bytes in %lld allocations at the end",
+                     (long long)s.current_bytes, (long long)s.current_count);
+      if (s.total_count != res->c.allocs || s.deallocations != res->c.frees)
+        result_error(res,
+                     "statistics counted %llu allocations and %llu deallocations; the program "
+                     "made %llu and %llu",
+                     (unsigned long long)s.total_count, (unsigned long long)s.deallocations,
+                     (unsigned long long)res->c.allocs, (unsigned long long)res->c.frees);
+    }
+  }
+  /* Layers below the top may hold memory as a cache (binning keeps its
+   * bins' chunks from the pool under it): give it back first. */
+  for (rmmc_resource_t *l = top; l != NULL && res->nlayers < MAX_LAYERS;
+       l = rmmc_resource_upstream(l)) {
+    layer_t *f = &res->layers[res->nlayers++];
+    rmmc_resource_describe(l, layer_cb, f);
+    f->has_cached = f->has_reserved;
+    f->cached = f->reserved;
+    f->has_reserved = false;
+  }
+  res->nlayers = 0;
+  rmmc_status_t st = rmmc_resource_release_cached(top);
+  if (st != RMMC_SUCCESS)
+    result_error(res, "release_cached returned %s: %s", rmmc_status_name(st),
+                 rmmc_last_error_message());
+  for (rmmc_resource_t *l = top; l != NULL && res->nlayers < MAX_LAYERS;
+       l = rmmc_resource_upstream(l)) {
+    layer_t *f = &res->layers[res->nlayers++];
+    snprintf(f->name, sizeof f->name, "%s", rmmc_resource_name(l));
+    rmmc_resource_describe(l, layer_cb, f);
+    if ((f->has_in_use && f->in_use != 0) || (f->has_outstanding && f->outstanding != 0))
+      result_error(res,
+                   "leak: layer %d (%s) reports in_use %llu, outstanding %llu after everything "
+                   "was freed and release_cached",
+                   res->nlayers, f->name, (unsigned long long)f->in_use,
+                   (unsigned long long)f->outstanding);
+  }
+}
+
+/* Runs the threads and the final checks on a built stack. */
+static void run_threads(run_t *run, result_t *res) {
+  const options_t *o = run->o;
+  int T = o->threads;
+  pthread_t tids[MAX_THREADS];
+  int started = 0;
+  uint64_t per_thread = (o->ops + (uint64_t)T - 1) / (uint64_t)T;
+  double t0 = now_s();
+  for (; started < T; started++) {
+    worker_t *w = &run->workers[started];
+    w->target = per_thread;
+    int err = pthread_create(&tids[started], NULL, worker_main, w);
+    if (err != 0) {
+      result_error(res, "pthread_create: %s", strerror(err));
+      __atomic_store_n(&run->stop, 1, __ATOMIC_RELAXED);
+      break;
+    }
+  }
+  for (int i = 0; i < started; i++) pthread_join(tids[i], NULL);
+  /* What is left in the mailbox: freed by this thread on thread 0's
+   * stream 0, after waiting for the giver's event. */
+  worker_t *d = &run->workers[T];
+  for (int i = 0; i < run->nmail; i++) {
+    if (adopt(d, &run->mail[i], 0)) {
+      entry_t e = d->live[--d->nlive];
+      check_and_free(d, &e, 0);
+    } else {
+      d->nlive = 0;
+      cuda_ok(d, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      check_and_free(d, &run->mail[i].e, run->mail[i].e.s);
+    }
+  }
+  run->nmail = 0;
+  if (run->cuda) cuda_ok(d, cudaDeviceSynchronize(), "cudaDeviceSynchronize at the end");
+  res->wall_s = now_s() - t0;
+
+  for (int i = 0; i <= T; i++) {
+    add_counts(&res->c, &run->workers[i].c);
+    if (run->workers[i].error[0] != '\0')
+      result_error(res, "thread %d: %s", i, run->workers[i].error);
+  }
+  res->corruptions = res->c.cpu_bad;
+  if (run->cuda) {
+    unsigned long long h[MAX_THREADS + 1];
+    cudaError_t err = cudaMemcpy(h, run->d_errors, (size_t)(T + 1) * sizeof h[0],
+                                 cudaMemcpyDeviceToHost);
+    if (err != cudaSuccess)
+      result_error(res, "reading the corruption counters: %s", cudaGetErrorName(err));
+    else
+      for (int i = 0; i <= T; i++) res->corruptions += h[i];
+  }
+  if (res->corruptions != 0)
+    result_error(res, "%llu corrupted units (%llu injected)",
+                 (unsigned long long)res->corruptions, (unsigned long long)res->c.injected);
+  if (res->c.misaligned != 0)
+    result_error(res, "%llu pointers not aligned as promised",
+                 (unsigned long long)res->c.misaligned);
+  if (res->c.allocs != res->c.frees)
+    result_error(res, "the program freed %llu of %llu blocks", (unsigned long long)res->c.frees,
+                 (unsigned long long)res->c.allocs);
+  check_leaks(run, res);
+}
+
+static void run_stack(const options_t *o, int index, const char *spec, bool gpu, result_t *res) {
+  memset(res, 0, sizeof *res);
+  res->spec = spec;
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = rmmc_stack_create(spec, -1, &r);
+  if (st != RMMC_SUCCESS) {
+    result_error(res, "building the stack: %s: %s", rmmc_status_name(st), rmmc_last_error_message());
+    return;
+  }
+  rmmc_memory_kind_t kind = rmmc_resource_memory_kind(r);
+  bool kernels = kind != RMMC_MEMORY_HOST;
+  res->verify = kernels ? "kernel" : "cpu";
+  if (kernels && !gpu) {
+    result_error(res, "the stack hands out %s memory, which host mode cannot fill: run in GPU mode",
+                 rmmc_memory_kind_name(kind));
+    rmmc_resource_release(r);
+    return;
+  }
+  int T = o->threads, S = o->streams;
+  run_t *run = calloc(1, sizeof *run);
+  cudaStream_t *streams = calloc((size_t)(T * S), sizeof *streams);
+  cudaEvent_t *events = calloc((size_t)(T * S), sizeof *events);
+  char *keys = calloc((size_t)(T * S), 1);
+  worker_t *workers = calloc((size_t)T + 1, sizeof *workers);
+  entry_t *live = calloc((size_t)(T + 1) * (size_t)o->live, sizeof *live);
+  if (!run || !streams || !events || !keys || !workers || !live) {
+    result_error(res, "out of host memory for the run");
+    goto free_arrays;
+  }
+  *run = (run_t){.o = o, .r = r, .cuda = gpu, .kernels = kernels, .streams = streams,
+                 .events = events, .keys = keys, .workers = workers};
+  run->device = rmmc_resource_device(r) >= 0 ? rmmc_resource_device(r) : 0;
+  pthread_mutex_init(&run->mail_lock, NULL);
+  if (gpu) {
+    if (!setup_cuda(run, res)) goto teardown;
+  } else {
+    for (int i = 0; i < T * S; i++) streams[i] = (cudaStream_t)(void *)&keys[i];
+  }
+  for (int i = 0; i <= T; i++) {
+    worker_t *w = &workers[i];
+    int home = i < T ? i : 0; /* the drain uses thread 0's streams */
+    w->run = run;
+    w->index = i;
+    w->rng = o->seed ^ ((uint64_t)(index + 1) << 40) ^ ((uint64_t)(i + 1) << 20);
+    (void)next(w);
+    w->streams = &streams[home * S];
+    w->events = &events[home * S];
+    w->d_errors = gpu ? &run->d_errors[i] : NULL;
+    w->live = &live[(size_t)i * (size_t)o->live];
+  }
+  res->ran = true;
+  run_threads(run, res);
+teardown:
+  /* The stack goes before the streams: its per-stream state must not
+   * outlive them. */
+  rmmc_resource_release(r);
+  r = NULL;
+  if (gpu) teardown_cuda(run);
+  pthread_mutex_destroy(&run->mail_lock);
+free_arrays:
+  if (r != NULL) rmmc_resource_release(r);
+  free(live);
+  free(workers);
+  free(keys);
+  free(events);
+  free(streams);
+  free(run);
+  res->passed = res->ran && res->error[0] == '\0';
+}
+
+/* ---- output ---- */
+
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+    else fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+typedef struct run_info {
+  const char *mode;
+  char device[300];
+  bool passed;
+} run_info_t;
+
+static bool write_json(const char *path, const options_t *o, const run_info_t *info,
+                       const result_t *res, int n) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) return false;
+  fprintf(f, "{\n \"program\": \"rmmc-stress\",\n \"mode\": \"%s\",\n \"device\": ", info->mode);
+  json_string(f, info->device);
+  fprintf(f,
+          ",\n \"threads\": %d,\n \"streams_per_thread\": %d,\n \"ops_per_stack\": %llu,\n"
+          " \"live_per_thread\": %d,\n \"max_bytes\": %zu,\n \"large_bytes\": %zu,\n"
+          " \"large_every\": %d,\n \"seed\": %llu,\n \"cpu_fill\": \"%s\",\n"
+          " \"inject_corruption\": %s,\n \"passed\": %s,\n \"stacks\": [",
+          o->threads, o->streams, (unsigned long long)o->ops, o->live, o->max_bytes,
+          o->large_bytes, LARGE_EVERY, (unsigned long long)o->seed,
+          o->sparse ? "sparse" : "full", o->inject ? "true" : "false",
+          info->passed ? "true" : "false");
+  for (int i = 0; i < n; i++) {
+    const result_t *r = &res[i];
+    const counts_t *c = &r->c;
+    fprintf(f, "%s\n  {\"stack\": ", i ? "," : "");
+    json_string(f, r->spec);
+    fprintf(f, ", \"passed\": %s, \"ran\": %s, \"verify\": \"%s\",\n", r->passed ? "true" : "false",
+            r->ran ? "true" : "false", r->verify ? r->verify : "none");
+    fprintf(f,
+            "   \"ops\": %llu, \"allocations\": %llu, \"deallocations\": %llu, "
+            "\"bytes_allocated\": %llu, \"zero_byte_requests\": %llu, \"aligned\": %llu,\n"
+            "   \"moved_streams\": %llu, \"handed_to_threads\": %llu, \"oom\": %llu, "
+            "\"alignment_refused\": %llu, \"misaligned\": %llu,\n"
+            "   \"corruptions\": %llu, \"injected\": %llu, \"unexpected\": %llu,\n",
+            (unsigned long long)c->ops, (unsigned long long)c->allocs,
+            (unsigned long long)c->frees, (unsigned long long)c->bytes,
+            (unsigned long long)c->zero, (unsigned long long)c->aligned,
+            (unsigned long long)c->moves, (unsigned long long)c->handoffs,
+            (unsigned long long)c->oom, (unsigned long long)c->align_refused,
+            (unsigned long long)c->misaligned, (unsigned long long)r->corruptions,
+            (unsigned long long)c->injected, (unsigned long long)c->unexpected);
+    if (r->has_statistics)
+      fprintf(f,
+              "   \"leaked_bytes\": %lld, \"leaked_count\": %lld, \"statistics_allocations\": %llu, "
+              "\"statistics_deallocations\": %llu,\n",
+              (long long)r->leaked_bytes, (long long)r->leaked_count,
+              (unsigned long long)r->stat_allocations, (unsigned long long)r->stat_deallocations);
+    else
+      fprintf(f, "   \"leaked_bytes\": null, \"leaked_count\": null,\n");
+    fprintf(f, "   \"layers\": [");
+    for (int k = 0; k < r->nlayers; k++) {
+      const layer_t *l = &r->layers[k];
+      fprintf(f, "%s{\"name\": ", k ? ", " : "");
+      json_string(f, l->name);
+      if (l->has_in_use) fprintf(f, ", \"in_use\": %llu", (unsigned long long)l->in_use);
+      if (l->has_outstanding)
+        fprintf(f, ", \"outstanding\": %llu", (unsigned long long)l->outstanding);
+      if (l->has_cached)
+        fprintf(f, ", \"reserved_before_release\": %llu", (unsigned long long)l->cached);
+      if (l->has_reserved) fprintf(f, ", \"reserved\": %llu", (unsigned long long)l->reserved);
+      fputc('}', f);
+    }
+    fprintf(f, "],\n   \"wall_s\": %.3f, \"ops_per_s\": %.0f, \"error\": ", r->wall_s,
+            r->wall_s > 0 ? (double)c->ops / r->wall_s : 0.0);
+    if (r->error[0] != '\0') json_string(f, r->error);
+    else fputs("null", f);
+    fputc('}', f);
+  }
+  fputs("\n ]\n}\n", f);
+  bool ok = !ferror(f);
+  return (fclose(f) == 0) && ok;
+}
+
+static void print_row(int width, const result_t *r) {
+  const counts_t *c = &r->c;
+  char leak[48];
+  if (!r->ran) snprintf(leak, sizeof leak, "-");
+  else if (r->has_statistics)
+    snprintf(leak, sizeof leak, "%lldB/%lld", (long long)r->leaked_bytes, (long long)r->leaked_count);
+  else snprintf(leak, sizeof leak, "n/a");
+  printf("%-*s %9llu %8llu %8.1f %7llu %6llu %5llu %7llu %10s %7.2f %8.0f  %s\n", width, r->spec,
+         (unsigned long long)c->ops, (unsigned long long)c->allocs,
+         (double)c->bytes / (double)((size_t)1 << 30), (unsigned long long)c->moves,
+         (unsigned long long)c->handoffs, (unsigned long long)c->oom,
+         (unsigned long long)r->corruptions, leak, r->wall_s,
+         r->wall_s > 0 ? (double)c->ops / r->wall_s / 1e3 : 0.0, r->passed ? "ok" : "FAILED");
+}
+
+/* "4MiB", "1000B": the largest unit that divides the size. */
+static void format_size(size_t bytes, char *buf, size_t len) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) bytes /= 1024, u++;
+  snprintf(buf, len, "%zu%s", bytes, units[u]);
+}
+
+/* ---- command line ---- */
+
+static int usage_error(const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  fputs("rmmc-stress: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\n(rmmc-stress --help lists the options)\n", stderr);
+  return EXIT_USAGE;
+}
+
+static bool parse_count(const char *flag, const char *text, unsigned long long lo,
+                        unsigned long long hi, unsigned long long *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (!isdigit((unsigned char)text[0]) || *end != '\0' || errno != 0 || v < lo || v > hi) {
+    usage_error("%s wants a whole number from %llu to %llu, not '%s'", flag, lo, hi, text);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static bool parse_bytes(const char *flag, const char *text, size_t *out) {
+  if (rmmc_parse_size(text, out) != RMMC_SUCCESS) {
+    usage_error("%s: %s", flag, rmmc_last_error_message());
+    return false;
+  }
+  return true;
+}
+
+enum {
+  OPT_STACK = 256, OPT_THREADS, OPT_STREAMS, OPT_OPS, OPT_LIVE, OPT_MAX_BYTES, OPT_LARGE_BYTES,
+  OPT_SEED, OPT_FILL, OPT_HOST, OPT_GPU, OPT_INJECT, OPT_JSON, OPT_QUIET,
+};
+
+static const struct option long_options[] = {
+    {"stack", required_argument, NULL, OPT_STACK},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"streams", required_argument, NULL, OPT_STREAMS},
+    {"ops", required_argument, NULL, OPT_OPS},
+    {"live", required_argument, NULL, OPT_LIVE},
+    {"max-bytes", required_argument, NULL, OPT_MAX_BYTES},
+    {"large-bytes", required_argument, NULL, OPT_LARGE_BYTES},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"fill", required_argument, NULL, OPT_FILL},
+    {"host", no_argument, NULL, OPT_HOST},
+    {"gpu", no_argument, NULL, OPT_GPU},
+    {"inject-corruption", no_argument, NULL, OPT_INJECT},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* Parses argv into o; returns -1 to go on, or an exit status. */
+static int parse_options(int argc, char **argv, options_t *o) {
+  unsigned long long v;
+  *o = (options_t){.threads = 16, .streams = 4, .live = 64, .ops = 1000000,
+                   .max_bytes = (size_t)4 << 20, .large_bytes = (size_t)64 << 20, .seed = 1,
+                   .mode = MODE_AUTO, .sparse = true};
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
+    switch (c) {
+    case OPT_STACK:
+      if (o->nspecs == MAX_STACKS) return usage_error("at most %d --stack options", MAX_STACKS);
+      if (rmmc_stack_validate(optarg) != RMMC_SUCCESS)
+        return usage_error("--stack: %s", rmmc_last_error_message());
+      o->specs[o->nspecs++] = optarg;
+      break;
+    case OPT_THREADS:
+      if (!parse_count("--threads", optarg, 1, MAX_THREADS, &v)) return EXIT_USAGE;
+      o->threads = (int)v;
+      break;
+    case OPT_STREAMS:
+      if (!parse_count("--streams", optarg, 1, MAX_STREAMS, &v)) return EXIT_USAGE;
+      o->streams = (int)v;
+      break;
+    case OPT_OPS:
+      if (!parse_count("--ops", optarg, 1, 10000000000ull, &v)) return EXIT_USAGE;
+      o->ops = v;
+      break;
+    case OPT_LIVE:
+      if (!parse_count("--live", optarg, 1, MAX_LIVE, &v)) return EXIT_USAGE;
+      o->live = (int)v;
+      break;
+    case OPT_MAX_BYTES:
+      if (!parse_bytes("--max-bytes", optarg, &o->max_bytes)) return EXIT_USAGE;
+      if (o->max_bytes == 0) return usage_error("--max-bytes: 0 bytes allocates nothing");
+      break;
+    case OPT_LARGE_BYTES:
+      if (!parse_bytes("--large-bytes", optarg, &o->large_bytes)) return EXIT_USAGE;
+      break;
+    case OPT_SEED:
+      if (!parse_count("--seed", optarg, 0, UINT64_MAX, &v)) return EXIT_USAGE;
+      o->seed = v;
+      break;
+    case OPT_FILL:
+      if (strcmp(optarg, "full") == 0) o->sparse = false;
+      else if (strcmp(optarg, "sparse") == 0) o->sparse = true;
+      else return usage_error("--fill wants full or sparse, not '%s'", optarg);
+      break;
+    case OPT_HOST:
+    case OPT_GPU: {
+      run_mode_t m = c == OPT_HOST ? MODE_HOST : MODE_GPU;
+      if (o->mode != MODE_AUTO && o->mode != m) return usage_error("--host and --gpu exclude each other");
+      o->mode = m;
+      break;
+    }
+    case OPT_INJECT: o->inject = true; break;
+    case OPT_JSON: o->json_path = optarg; break;
+    case OPT_QUIET: o->quiet = true; break;
+    case 'h': fputs(usage_text, stdout); return EXIT_OK;
+    case ':': return usage_error("%s needs a value", argv[optind - 1]);
+    default: return usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) return usage_error("unexpected argument '%s' (stacks go after --stack)", argv[optind]);
+  if (o->large_bytes != 0 && o->large_bytes <= o->max_bytes)
+    return usage_error("--large-bytes must be 0 or above --max-bytes");
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  options_t o;
+  int rc = parse_options(argc, argv, &o);
+  if (rc >= 0) return rc;
+
+  run_info_t info = {.mode = "host", .device = "host (CPU fill and check)"};
+  bool gpu = false;
+  if (o.mode != MODE_HOST) {
+    bool kernels = RMMC_STRESS_HAVE_KERNELS != 0;
+    int devices = rmmc_device_count();
+    if (devices > 0 && kernels) {
+      gpu = true;
+      info.mode = "gpu";
+      struct cudaDeviceProp prop;
+      int dev = 0;
+      if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+        snprintf(info.device, sizeof info.device, "device %d: %s", dev, prop.name);
+      else
+        snprintf(info.device, sizeof info.device, "device %d", dev);
+    } else {
+      const char *why = devices == 0 ? "no CUDA device" : "built without the CUDA kernels (no nvcc)";
+      if (o.mode == MODE_GPU) {
+        fprintf(stderr, "rmmc-stress: --gpu: %s\n", why);
+        return EXIT_NO_GPU;
+      }
+      printf("# %s: host mode (CPU fill and check over host memory)\n", why);
+    }
+  }
+  const char *const *defaults = gpu ? gpu_default_stacks : host_default_stacks;
+  if (o.nspecs == 0)
+    for (const char *const *s = defaults; *s != NULL; s++) o.specs[o.nspecs++] = *s;
+
+  int width = 5;
+  for (int i = 0; i < o.nspecs; i++) {
+    int n = (int)strlen(o.specs[i]);
+    if (n > width) width = n;
+  }
+  if (width > 80) width = 80;
+  char max[32], large[64] = "";
+  format_size(o.max_bytes, max, sizeof max);
+  if (o.large_bytes != 0) {
+    char top[32];
+    format_size(o.large_bytes, top, sizeof top);
+    snprintf(large, sizeof large, ", 1 in %d up to %s", LARGE_EVERY, top);
+  }
+  printf("# rmmc-stress: %s mode, %s; %d threads x %d streams, %llu ops per stack, sizes "
+         "1B-%s log-uniform%s, %d live per thread, seed %llu, CPU fill %s%s\n",
+         info.mode, info.device, o.threads, o.streams, (unsigned long long)o.ops, max, large,
+         o.live, (unsigned long long)o.seed, o.sparse ? "sparse" : "full",
+         o.inject ? ", INJECTING CORRUPTION" : "");
+  printf("%-*s %9s %8s %8s %7s %6s %5s %7s %10s %7s %8s  %s\n", width, "stack", "ops", "allocs",
+         "GiB", "moved", "handed", "oom", "corrupt", "leaked", "wall s", "kops/s", "result");
+  fflush(stdout);
+
+  result_t *res = calloc((size_t)o.nspecs, sizeof *res);
+  if (res == NULL) {
+    fprintf(stderr, "rmmc-stress: out of memory\n");
+    return EXIT_FAILED;
+  }
+  info.passed = true;
+  for (int i = 0; i < o.nspecs; i++) {
+    if (!o.quiet) fprintf(stderr, "rmmc-stress: [%d/%d] %s\n", i + 1, o.nspecs, o.specs[i]);
+    run_stack(&o, i, o.specs[i], gpu, &res[i]);
+    print_row(width, &res[i]);
+    fflush(stdout);
+    info.passed &= res[i].passed;
+  }
+  uint64_t ops = 0, corruptions = 0;
+  double wall = 0;
+  for (int i = 0; i < o.nspecs; i++) {
+    ops += res[i].c.ops, corruptions += res[i].corruptions, wall += res[i].wall_s;
+    if (!res[i].passed) printf("# FAILED %s: %s\n", res[i].spec, res[i].error);
+    if (res[i].c.align_refused != 0)
+      printf("# %s: refused alignments above 256 B (NOT_SUPPORTED, as documented); later "
+             "requests used 256\n", res[i].spec);
+  }
+  printf("# total: %llu ops, %llu corruptions, %.2f s; %s\n", (unsigned long long)ops,
+         (unsigned long long)corruptions, wall, info.passed ? "PASSED" : "FAILED");
+  rc = info.passed ? EXIT_OK : EXIT_FAILED;
+  if (o.json_path != NULL && !write_json(o.json_path, &o, &info, res, o.nspecs)) {
+    fprintf(stderr, "rmmc-stress: cannot write %s: %s\n", o.json_path, strerror(errno));
+    rc = EXIT_IO;
+  }
+  free(res);
+  return rc;
+}
