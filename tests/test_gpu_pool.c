@@ -68,6 +68,9 @@ static const order_case_t order_cases[] = {
     {"pool(min_growth=2MiB) > cuda", 2 * MiB, "device_syncs"},
     /* Eager merging across streams: the same, by synchronization. */
     {"pool(min_growth=2MiB, sync_before_grow=true) > cuda", 2 * MiB, "device_syncs"},
+    /* Expandable: the same mechanisms over mapped pages. */
+    {"pool(expandable=true, event_interval=1) > cuda", 2 * MiB, "event_waits"},
+    {"pool(expandable=true) > cuda", 2 * MiB, "device_syncs"},
     /* A stream-ordered upstream. */
     {"pool(min_growth=2MiB, event_interval=1) > cuda_async", 2 * MiB, "event_waits"},
     /* fixed_size and binning over an upstream with room for one chunk (cuda
@@ -313,6 +316,110 @@ START_TEST(test_gpu_pool_spec_and_limits) {
 }
 END_TEST
 
+/* ---- expandable: virtual memory on the device ---- */
+
+/* The cuda resource's own virtual memory: a kernel writes mapped pages,
+ * the data reads back, unmapping gives the device its memory back. */
+START_TEST(test_gpu_cuda_vm_calls) {
+  rmmc_resource_t *cuda;
+  ck_assert_int_eq(rmmc_cuda_resource_create(-1, &cuda), RMMC_SUCCESS);
+  size_t page = rmmc_resource_vm_page_size(cuda);
+  ck_assert_msg(page >= 64 * KiB && (page & (page - 1)) == 0, "page size %zu", page);
+  size_t free0, free1, free2, total;
+  void *va;
+  ck_assert_int_eq(rmmc_resource_vm_reserve(cuda, 1024 * page, 8 * page, &va), RMMC_SUCCESS);
+  ck_assert_uint_eq((uintptr_t)va % (8 * page), 0);
+  ck_assert_int_eq(rmmc_device_memory_info(-1, &free0, &total), RMMC_SUCCESS);
+  char *a = (char *)va + 16 * page;
+  ck_assert_int_eq(rmmc_resource_vm_map(cuda, a, 64 * page), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_device_memory_info(-1, &free1, &total), RMMC_SUCCESS);
+  ck_assert_uint_ge(free0, free1 + 64 * page - 4 * MiB);
+  CUDA_OK(gpu_fill_pattern(a, 64 * page, 1234, NULL));
+  ck_assert_uint_eq(pattern_errors(a, 64 * page, 1234, NULL), 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  ck_assert_int_eq(rmmc_resource_vm_unmap(cuda, a, 64 * page), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_device_memory_info(-1, &free2, &total), RMMC_SUCCESS);
+  ck_assert_uint_ge(free2 + 4 * MiB, free0);
+  ck_assert_int_eq(rmmc_resource_vm_unreserve(cuda, va, 1024 * page), RMMC_SUCCESS);
+  /* Too much to map: a clean out of memory, nothing left mapped. */
+  ck_assert_int_eq(rmmc_resource_vm_reserve(cuda, total * 2 / page * page, 0, &va), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_vm_map(cuda, va, (total + page) / page * page),
+                   RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_int_eq(rmmc_resource_vm_unreserve(cuda, va, total * 2 / page * page), RMMC_SUCCESS);
+  CUDA_OK(cudaGetLastError());
+  rmmc_resource_release(cuda);
+}
+END_TEST
+
+/* An expandable pool on the device: grows in place (one reservation) for a
+ * growing workload within its budget, keeps live data while it unmaps free
+ * pages, and gives the device its memory back on release_cached. */
+START_TEST(test_gpu_pool_expandable) {
+  size_t free0, free1, total;
+  ck_assert_int_eq(rmmc_device_memory_info(-1, &free0, &total), RMMC_SUCCESS);
+  rmmc_resource_t *pool = stack("pool(expandable=true, small_max=0) > cuda");
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  void *cache = NULL, *keep[8];
+  size_t cache_n = 0, peak = 0;
+  for (int i = 0; i < 8; i++) {
+    ck_assert_int_eq(rmmc_resource_allocate(pool, 3 * MiB + (size_t)i * 4096, 256, s, &keep[i]),
+                     RMMC_SUCCESS);
+    CUDA_OK(gpu_fill_pattern(keep[i], 3 * MiB + (size_t)i * 4096, 500u + (uint32_t)i, s));
+  }
+  size_t kept = 0;
+  for (int i = 0; i < 8; i++) kept += 3 * MiB + (size_t)i * 4096;
+  for (unsigned step = 1; step <= 40; step++) {
+    size_t n = step * 24 * MiB + 12345, sn = (41 - step) * 8 * MiB;
+    void *p, *scratch;
+    ck_assert_int_eq(rmmc_resource_allocate(pool, n, 256, s, &p), RMMC_SUCCESS);
+    CUDA_OK(gpu_fill_pattern(p, n, step, s));
+    ck_assert_int_eq(rmmc_resource_allocate(pool, sn, 256, s, &scratch), RMMC_SUCCESS);
+    CUDA_OK(gpu_fill_pattern(scratch, sn, step + 1000, s));
+    if (kept + n + sn + cache_n > peak) peak = kept + n + sn + cache_n;
+    if (cache != NULL) {
+      ck_assert_uint_eq(pattern_errors(cache, cache_n, step - 1, s), 0);
+      ck_assert_int_eq(rmmc_resource_deallocate(pool, cache, cache_n, 256, s), RMMC_SUCCESS);
+    }
+    ck_assert_int_eq(rmmc_resource_deallocate(pool, scratch, sn, 256, s), RMMC_SUCCESS);
+    cache = p;
+    cache_n = n;
+    ck_assert_uint_le(field(pool, "reserved"), peak * 105 / 100 + 8 * MiB);
+  }
+  ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(pool, "chunks"), 1);
+  ck_assert_uint_gt(field(pool, "page_unmaps"), 0);
+  ck_assert_int_eq(rmmc_device_memory_info(-1, &free1, &total), RMMC_SUCCESS);
+  ck_assert_uint_le(free1 + field(pool, "reserved"), free0 + 16 * MiB);
+  ck_assert_uint_eq(pattern_errors(cache, cache_n, 40, s), 0);
+  ck_assert_int_eq(rmmc_resource_deallocate(pool, cache, cache_n, 256, s), RMMC_SUCCESS);
+  /* release_cached: only the pages under the kept blocks stay mapped. */
+  ck_assert_int_eq(rmmc_resource_release_cached(pool), RMMC_SUCCESS);
+  ck_assert_uint_le(field(pool, "reserved"), kept + 16 * MiB);
+  for (int i = 0; i < 8; i++) {
+    size_t n = 3 * MiB + (size_t)i * 4096;
+    ck_assert_uint_eq(pattern_errors(keep[i], n, 500u + (uint32_t)i, s), 0);
+    ck_assert_int_eq(rmmc_resource_deallocate(pool, keep[i], n, 256, s), RMMC_SUCCESS);
+  }
+  ck_assert_int_eq(rmmc_resource_release_cached(pool), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(pool, "reserved"), 0);
+  ck_assert_int_eq(rmmc_device_memory_info(-1, &free1, &total), RMMC_SUCCESS);
+  ck_assert_uint_ge(free1 + 32 * MiB, free0);
+  /* Out of memory on the device: clean, and it serves afterwards. */
+  void *big = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(pool, total + MiB, 256, s, &big), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(big);
+  CUDA_OK(cudaGetLastError());
+  ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 5 * MiB, 256, s, &big), RMMC_SUCCESS);
+  CUDA_OK(gpu_fill_pattern(big, 5 * MiB, 77, s));
+  ck_assert_uint_eq(pattern_errors(big, 5 * MiB, 77, s), 0);
+  ck_assert_int_eq(rmmc_resource_deallocate(pool, big, 5 * MiB, 256, s), RMMC_SUCCESS);
+  CUDA_OK(cudaStreamDestroy(s));
+  rmmc_resource_release(pool);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("gpu_pool");
   TCase *tc = tcase_create("cuda");
@@ -325,6 +432,8 @@ int main(void) {
                       (int)(sizeof destroyed_specs / sizeof destroyed_specs[0]));
   tcase_add_test(tc, test_gpu_pool_over_cuda);
   tcase_add_test(tc, test_gpu_pool_spec_and_limits);
+  tcase_add_test(tc, test_gpu_cuda_vm_calls);
+  tcase_add_test(tc, test_gpu_pool_expandable);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, true);
 }

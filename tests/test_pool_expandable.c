@@ -223,8 +223,11 @@ START_TEST(test_map_failure_is_clean) {
     fill(keep, 100 * KiB, 7);
     /* `room` more pages fit upstream, then mapping fails. */
     spy_set_capacity(s, spy_counts(s).outstanding_bytes + room * PAGE);
+    size_t before = field(f.pool, "reserved");
     void *p = (void *)1;
     rmmc_status_t st = rmmc_resource_allocate(f.pool, 10 * PAGE, 256, NULL, &p);
+    /* The pages mapped for the refused block went back. */
+    ck_assert_uint_le(field(f.pool, "reserved"), before);
     ck_assert_int_eq(st, RMMC_ERROR_OUT_OF_MEMORY);
     ck_assert_ptr_null(p);
     ck_assert_str_ne(rmmc_last_error_message(), "");

@@ -469,6 +469,14 @@ static rmmc_status_t replay_on(const replay_log_t *log, rmmc_resource_t *r, mete
   uint64_t cost = overhead * res->calls;
   res->total_ns = res->total_ns > cost ? res->total_ns - cost : 0;
   res->ns_per_call = res->calls ? (double)res->total_ns / (double)res->calls : 0.0;
+  if (meter != NULL) {
+    res->upstream_calls = __atomic_load_n(&meter->calls, __ATOMIC_RELAXED);
+    res->upstream_ns = __atomic_load_n(&meter->ns, __ATOMIC_RELAXED);
+  }
+  uint64_t own = res->total_ns > res->upstream_ns ? res->total_ns - res->upstream_ns : 0;
+  res->own_ns_per_call = res->calls ? (double)own / (double)res->calls : 0.0;
+  res->repeats = 1;
+  res->ns_per_call_min = res->ns_per_call;
   if (meter != NULL) res->peak_reserved = __atomic_load_n(&meter->peak, __ATOMIC_RELAXED);
   if (base != NULL) res->has_base_peak = rmmc_resource_get_field(base, "peak", &res->base_peak);
   res->reserved_series = run.series;

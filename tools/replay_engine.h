@@ -178,6 +178,11 @@ typedef struct replay_result {
   uint64_t base_peak;        /* the base's own "peak" figure, if it reports one */
   uint64_t total_ns;         /* time inside the calls, timer cost removed */
   double ns_per_call;
+  uint64_t upstream_calls;   /* calls the stack made into its base (metered stacks) */
+  uint64_t upstream_ns;      /* time inside them (part of total_ns) */
+  double own_ns_per_call;    /* (total_ns - upstream_ns) / calls: the stack's own cost */
+  unsigned repeats;          /* replays timed (rmmc-replay --repeat): ns figures are medians */
+  double ns_per_call_min;    /* the fastest replay's ns_per_call */
   uint64_t *reserved_series; /* nbuckets points (as replay_log_live_series) */
   size_t nbuckets;
   char first_failure[384];   /* the first refused allocation: event and message */

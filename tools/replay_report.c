@@ -31,8 +31,8 @@ void replay_write_table(FILE *f, const replay_log_t *log, const replay_result_t 
     if (len > w) w = len;
   }
   if (w > 48) w = 48;
-  fprintf(f, "%-*s  %-8s %10s %8s %12s %14s %8s %9s\n", w, "stack", "upstream", "events",
-          "failures", "peak live", "peak reserved", "ratio", "ns/call");
+  fprintf(f, "%-*s  %-8s %10s %8s %12s %14s %8s %9s %9s %9s\n", w, "stack", "upstream", "events",
+          "failures", "peak live", "peak reserved", "ratio", "ns/call", "own ns", "upstream");
   char a[32], b[32];
   for (size_t i = 0; i < n; i++) {
     const replay_result_t *r = &results[i];
@@ -45,11 +45,16 @@ void replay_write_table(FILE *f, const replay_log_t *log, const replay_result_t 
       replay_format_bytes(r->peak_reserved, b, sizeof b);
     else
       snprintf(b, sizeof b, "-");
-    fprintf(f, "%-*s  %-8s %10llu %8llu %12s %14s %7.3fx %9.1f%s\n", w, r->stack, r->base,
-            (unsigned long long)r->events, (unsigned long long)r->failures, a, b,
-            r->has_reserved ? ratio_of(log, r) : 0.0, r->ns_per_call,
-            r->simulated ? "  (simulated)" : "");
+    fprintf(f, "%-*s  %-8s %10llu %8llu %12s %14s %7.3fx %9.1f %9.1f %9llu%s\n", w, r->stack,
+            r->base, (unsigned long long)r->events, (unsigned long long)r->failures, a, b,
+            r->has_reserved ? ratio_of(log, r) : 0.0, r->ns_per_call, r->own_ns_per_call,
+            (unsigned long long)r->upstream_calls, r->simulated ? "  (simulated)" : "");
   }
+  unsigned repeats = n > 0 ? results[0].repeats : 1;
+  fprintf(f, "# ns/call: mean time per allocate/deallocate call%s; own ns: the same without the "
+             "time spent in the base's calls; upstream: calls into the base (allocations, "
+             "frees, page maps)\n",
+          repeats > 1 ? " (median of the replays)" : "");
   for (size_t i = 0; i < n; i++) {
     const replay_result_t *r = &results[i];
     if (r->failures > 0)
@@ -127,6 +132,10 @@ rmmc_status_t replay_write_json(FILE *f, const replay_log_t *log, const replay_r
             (unsigned long long)log->live_at_end, (unsigned long long)log->outstanding_at_end);
     fprintf(f, ",\n   \"ns_per_call\": %.1f, \"total_call_ns\": %llu", r->ns_per_call,
             (unsigned long long)r->total_ns);
+    fprintf(f, ", \"own_ns_per_call\": %.1f, \"upstream_calls\": %llu, \"upstream_ns\": %llu",
+            r->own_ns_per_call, (unsigned long long)r->upstream_calls,
+            (unsigned long long)r->upstream_ns);
+    fprintf(f, ", \"repeats\": %u, \"ns_per_call_min\": %.1f", r->repeats, r->ns_per_call_min);
     if (r->failures > 0) {
       fputs(", \"first_failure\": ", f);
       json_string(f, r->first_failure);

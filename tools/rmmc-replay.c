@@ -49,6 +49,9 @@ static void usage(FILE *f) {
       "  --single-thread  replay every event on one thread (default: one per logged\n"
       "                   thread, in the log's global order)\n"
       "  --device N       the GPU for device stacks (default: the current one)\n"
+      "  --repeat N       replay each stack N times, each on a fresh stack, and report\n"
+      "                   the median time per call (memory figures: the first replay;\n"
+      "                   default 1)\n"
       "  --list           list the resources and options stack specs accept\n"
       "  -q, --quiet      print only errors\n"
       "  -h, --help       this text\n"
@@ -138,6 +141,43 @@ static bool write_report(const char *path, report_fn write, const replay_log_t *
   return ok;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Replays `spec` repeat - 1 more times, each on a fresh stack, and puts the
+ * medians (and the fastest) of the time figures into *first. */
+static bool median_of_repeats(const replay_log_t *log, const char *spec,
+                              const replay_options_t *opts, unsigned repeat,
+                              replay_result_t *first) {
+  double *all = malloc(2 * (size_t)repeat * sizeof *all);
+  if (all == NULL) return false;
+  double *own = all + repeat;
+  all[0] = first->ns_per_call;
+  own[0] = first->own_ns_per_call;
+  replay_options_t o = *opts;
+  o.buckets = 0;
+  bool ok = true;
+  for (unsigned k = 1; k < repeat && ok; k++) {
+    replay_result_t r;
+    ok = replay_run(log, spec, &o, &r) == RMMC_SUCCESS;
+    all[k] = r.ns_per_call;
+    own[k] = r.own_ns_per_call;
+    replay_result_fini(&r);
+  }
+  if (ok) {
+    qsort(all, repeat, sizeof *all, cmp_double);
+    qsort(own, repeat, sizeof *own, cmp_double);
+    first->ns_per_call = all[repeat / 2];
+    first->own_ns_per_call = own[repeat / 2];
+    first->ns_per_call_min = all[0];
+    first->repeats = repeat;
+  }
+  free(all);
+  return ok;
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"stack", required_argument, NULL, 's'},  {"upstream", required_argument, NULL, 'u'},
@@ -145,6 +185,7 @@ int main(int argc, char **argv) {
       {"lenient", no_argument, NULL, 'l'},      {"single-thread", no_argument, NULL, '1'},
       {"device", required_argument, NULL, 'd'}, {"list", no_argument, NULL, 'L'},
       {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
+      {"repeat", required_argument, NULL, 'r'},
       {NULL, 0, NULL, 0},
   };
   const char *stacks[MAX_STACKS];
@@ -152,6 +193,7 @@ int main(int argc, char **argv) {
   const char *upstream = NULL, *json_path = NULL, *svg_path = NULL;
   bool lenient = false, single = false, quiet = false;
   int device = -1, c;
+  long repeat = 1;
   while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
     switch (c) {
     case 's':
@@ -186,6 +228,15 @@ int main(int argc, char **argv) {
       return 0;
     }
     case 'q': quiet = true; break;
+    case 'r': {
+      char *end;
+      repeat = strtol(optarg, &end, 10);
+      if (*optarg == '\0' || *end != '\0' || repeat < 1 || repeat > 1000) {
+        fprintf(stderr, "rmmc-replay: --repeat wants a count from 1 to 1000, not '%s'\n", optarg);
+        return 2;
+      }
+      break;
+    }
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -246,6 +297,10 @@ int main(int argc, char **argv) {
   for (int i = 0; i < nstacks; i++) {
     if (replay_run(log, stacks[i], &opts, &results[i]) != RMMC_SUCCESS) {
       fprintf(stderr, "rmmc-replay: %s: %s\n", stacks[i], results[i].error);
+      status = 1;
+    } else if (repeat > 1 && !median_of_repeats(log, stacks[i], &opts, (unsigned)repeat, &results[i])) {
+      fprintf(stderr, "rmmc-replay: %s: a repeated replay failed: %s\n", stacks[i],
+              rmmc_last_error_message());
       status = 1;
     } else if (!quiet && results[i].simulated) {
       printf("%s: simulated upstream: the pointers have no memory behind them\n", stacks[i]);

@@ -613,17 +613,18 @@ static block_t *find_remote(pool_t *p, pstream_t *ps, int cls, size_t need, pstr
   return best;
 }
 
-static rmmc_status_t commit(pool_t *p, chunk_t *c, uintptr_t a, size_t n);
+static rmmc_status_t commit(pool_t *p, chunk_t *c, uintptr_t a, size_t n, cudaStream_t stream);
 
 /* make_slab, after mapping the slab's pages in expandable mode (L is cut
  * to the slab's size first and is not free meanwhile); if they cannot be
  * mapped, L goes back to the free blocks and the error comes back. */
-static rmmc_status_t take_slab(pool_t *p, block_t *L, pstream_t *owner, int state) {
+static rmmc_status_t take_slab(pool_t *p, block_t *L, pstream_t *owner, int state,
+                               cudaStream_t stream) {
   if (p->vm) {
     carve(p, L, p->small_chunk, GRANULE);
     int s = L->state;
     L->state = ST_USED;
-    rmmc_status_t st = commit(p, L->chunk, L->addr, L->size);
+    rmmc_status_t st = commit(p, L->chunk, L->addr, L->size, stream);
     L->state = s;
     if (st != RMMC_SUCCESS) {
       put_free(p, L);
@@ -645,7 +646,7 @@ static rmmc_status_t try_serve(pool_t *p, pstream_t *ps, cudaStream_t stream, in
     block_t *L = find_local(p, ps, CLASS_LARGE, p->small_chunk);
     if (L != NULL) {
       unlink_free(p, L);
-      rmmc_status_t st = take_slab(p, L, L->owner, L->state);
+      rmmc_status_t st = take_slab(p, L, L->owner, L->state, stream);
       if (st != RMMC_SUCCESS) return st;
       b = find_local(p, ps, cls, need);
     }
@@ -659,7 +660,7 @@ static rmmc_status_t try_serve(pool_t *p, pstream_t *ps, cudaStream_t stream, in
         rmmc_status_t st = wait_for(p, stream, q);
         if (st != RMMC_SUCCESS) return st;
         unlink_free(p, L);
-        st = take_slab(p, L, ps, ST_FRESH);
+        st = take_slab(p, L, ps, ST_FRESH, stream);
         if (st != RMMC_SUCCESS) return st;
         b = find_local(p, ps, cls, need);
       }
@@ -749,29 +750,61 @@ static inline void pages_touched(const pool_t *p, const chunk_t *c, uintptr_t a,
   *end = (a + n - c->base + p->page - 1) / p->page;
 }
 
+/* Bytes of the pages [a, a + n) touches that are not mapped: a popcount
+ * per 64 pages. */
 static size_t unmapped_bytes(const pool_t *p, const chunk_t *c, uintptr_t a, size_t n) {
-  size_t first, end, k = 0;
+  size_t first, end, mapped = 0;
   pages_touched(p, c, a, n, &first, &end);
-  for (size_t i = first; i < end; i++) k += !page_is_mapped(c, i);
-  return k * p->page;
+  for (size_t i = first; i < end;) {
+    size_t w = i >> 6, lo = i & 63, hi = end - (w << 6) < 64 ? end - (w << 6) : 64;
+    uint64_t mask = (hi == 64 ? ~(uint64_t)0 : ((uint64_t)1 << hi) - 1) & ~(((uint64_t)1 << lo) - 1);
+    mapped += (size_t)__builtin_popcountll(c->mapped[w] & mask);
+    i = (w << 6) + hi;
+  }
+  return (end - first - mapped) * p->page;
+}
+
+/* Unmaps page i of chunk c. */
+static rmmc_status_t unmap_page(pool_t *p, chunk_t *c, size_t i) {
+  rmmc_status_t st =
+      rmmc_resource_vm_unmap(p->base.upstream, (void *)(c->base + i * p->page), p->page);
+  if (st != RMMC_SUCCESS) return st;
+  page_set(c, i, false);
+  p->page_unmaps++;
+  p->reserved -= p->page;
+  return RMMC_SUCCESS;
 }
 
 /* Maps every page [a, a + n) touches that is not mapped yet, one upstream
  * call per page (so that each can go back alone). On failure the pages
- * mapped so far stay mapped and counted: they are free memory then. */
+ * this call mapped are unmapped again (if the host has memory for the
+ * copy of the page map that tells them; else they stay, counted, as free
+ * memory). */
 static rmmc_status_t map_pages(pool_t *p, chunk_t *c, uintptr_t a, size_t n) {
-  size_t first, end;
+  size_t first, end, i;
   pages_touched(p, c, a, n, &first, &end);
-  for (size_t i = first; i < end; i++) {
+  size_t w0 = first >> 6, nw = ((end - 1) >> 6) - w0 + 1;
+  uint64_t *before = malloc(nw * sizeof *before);
+  if (before != NULL) memcpy(before, c->mapped + w0, nw * sizeof *before);
+  rmmc_status_t st = RMMC_SUCCESS;
+  for (i = first; i < end; i++) {
     if (page_is_mapped(c, i)) continue;
-    rmmc_status_t st = rmmc_resource_vm_map(p->base.upstream, (void *)(c->base + i * p->page), p->page);
-    if (st != RMMC_SUCCESS) return st;
+    st = rmmc_resource_vm_map(p->base.upstream, (void *)(c->base + i * p->page), p->page);
+    if (st != RMMC_SUCCESS) break;
     page_set(c, i, true);
     p->page_maps++;
     p->reserved += p->page;
     if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
   }
-  return RMMC_SUCCESS;
+  if (st != RMMC_SUCCESS && before != NULL) {
+    rmmc__error_state_t why;
+    rmmc__error_save(&why);
+    for (size_t k = first; k < i; k++)
+      if (!((before[(k >> 6) - w0] >> (k & 63)) & 1)) (void)unmap_page(p, c, k);
+    rmmc__error_restore(&why);
+  }
+  free(before);
+  return st;
 }
 
 /* Unmaps the pages lying wholly inside untouched free blocks, largest
@@ -787,12 +820,8 @@ static rmmc_status_t unmap_free(pool_t *p, size_t goal) {
         for (size_t i = first; i < end; i++) {
           if (p->reserved <= goal) return RMMC_SUCCESS;
           if (!page_is_mapped(c, i)) continue;
-          rmmc_status_t st =
-              rmmc_resource_vm_unmap(p->base.upstream, (void *)(c->base + i * p->page), p->page);
+          rmmc_status_t st = unmap_page(p, c, i);
           if (st != RMMC_SUCCESS) return st;
-          page_set(c, i, false);
-          p->page_unmaps++;
-          p->reserved -= p->page;
         }
       }
     }
@@ -815,7 +844,10 @@ static rmmc_status_t shrink(pool_t *p, size_t goal) {
  * relabel the free blocks around it). Keeps reserved within the budget
  * that release_before_grow and the maximum set, as growth does in chunk
  * mode; on out of memory gives back every free page and tries once more. */
-static rmmc_status_t commit(pool_t *p, chunk_t *c, uintptr_t a, size_t n) {
+static rmmc_status_t pool_oom(const pool_t *p, size_t bytes, cudaStream_t stream,
+                              const char *why);
+
+static rmmc_status_t commit(pool_t *p, chunk_t *c, uintptr_t a, size_t n, cudaStream_t stream) {
   size_t add = unmapped_bytes(p, c, a, n);
   if (RMMC_LIKELY(add == 0)) return RMMC_SUCCESS;
   rmmc_status_t st = RMMC_SUCCESS;
@@ -831,14 +863,34 @@ static rmmc_status_t commit(pool_t *p, chunk_t *c, uintptr_t a, size_t n) {
     st = shrink(p, p->max_size > add ? p->max_size - add : 0);
   if (st != RMMC_SUCCESS) return st;
   if (p->reserved + add > p->max_size)
-    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: the maximum size is reached");
+    return pool_oom(p, n, stream, "the maximum size is reached");
+  /* A gigabyte or more on a device: ask it first rather than map page by
+   * page into certain failure (and back). */
+  if (p->cuda && add >= ((size_t)1 << 30)) {
+    size_t dfree = 0, dtotal = 0;
+    if (rmmc_device_memory_info(p->base.base.device, &dfree, &dtotal) == RMMC_SUCCESS &&
+        add > dfree && (st = shrink(p, 0)) == RMMC_SUCCESS &&
+        rmmc_device_memory_info(p->base.base.device, &dfree, &dtotal) == RMMC_SUCCESS &&
+        add > dfree) {
+      char a1[32], a2[32], why[96];
+      snprintf(why, sizeof why, "%s more to map, the device has %s free",
+               rmmc__format_bytes(add, a1, sizeof a1), rmmc__format_bytes(dfree, a2, sizeof a2));
+      return pool_oom(p, n, stream, why);
+    }
+    if (st != RMMC_SUCCESS) return st;
+  }
   st = map_pages(p, c, a, n);
   if (st == RMMC_ERROR_OUT_OF_MEMORY) { /* last resort */
-    char why[200];
-    snprintf(why, sizeof why, "%s", rmmc_last_error_message());
+    rmmc__error_state_t why;
+    rmmc__error_save(&why);
     st = shrink(p, 0);
     if (st == RMMC_SUCCESS) st = map_pages(p, c, a, n);
-    if (st == RMMC_ERROR_OUT_OF_MEMORY) rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "%s", why);
+    if (st == RMMC_ERROR_OUT_OF_MEMORY) rmmc__error_restore(&why);
+  }
+  if (st == RMMC_ERROR_OUT_OF_MEMORY) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", rmmc_last_error_message());
+    st = pool_oom(p, n, stream, why);
   }
   return st;
 }
@@ -1056,7 +1108,7 @@ static RMMC_NOINLINE rmmc_status_t alloc_general(pool_t *p, pstream_t *ps, cudaS
   if (p->vm && b->chunk->parent == NULL) { /* a large block: its pages */
     int state = b->state;
     b->state = ST_USED;
-    if ((st = commit(p, b->chunk, b->addr, b->size)) != RMMC_SUCCESS) {
+    if ((st = commit(p, b->chunk, b->addr, b->size, stream)) != RMMC_SUCCESS) {
       rmmc__ptrmap_remove(&p->used, rmmc__ptrmap_find(&p->used, (void *)b->addr));
       b->state = state;
       put_free(p, b);
