@@ -837,10 +837,7 @@ END_TEST
 /* prefetch refuses host memory (it needs a device to prefetch to). */
 START_TEST(test_prefetch_refuses_host_upstream) {
   rmmc_resource_t *spy = new_spy(), *r = (rmmc_resource_t *)1;
-  rmmc_status_t st = rmmc_prefetch_adaptor_create(spy, &r);
-  ck_assert_msg(st == RMMC_ERROR_INCOMPATIBLE || st == RMMC_ERROR_NO_DEVICE ||
-                    st == RMMC_ERROR_NOT_SUPPORTED,
-                "%s", rmmc_status_name(st));
+  EXPECT(rmmc_prefetch_adaptor_create(spy, &r), RMMC_ERROR_INCOMPATIBLE);
   ck_assert_ptr_null(r);
   ck_assert_int_eq(rmmc_resource_refcount(spy), 1);
   rmmc_resource_release(spy);
