@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "rmmc/report.h"
 #include "rmmc/resource_ops.h"
@@ -108,6 +109,24 @@ rmmc_status_t rmmc__adaptor_forward_deallocate(rmmc_resource_t *r, void *ptr, si
 /* The `destroy` slot of an adaptor whose struct holds nothing to free
  * beyond the upstream reference: releases the upstream, frees the struct. */
 void rmmc__adaptor_destroy(rmmc_resource_t *r);
+
+/* Copies a caller's options struct (whose first member is `size_t size`)
+ * over the defaults in *dst (`dst_size` bytes): NULL keeps the defaults; a
+ * size below sizeof(size_t) (options not set with the _INIT macro) is
+ * RMMC_ERROR_INVALID_ARGUMENT naming `what`; a size above dst_size (a newer
+ * header's struct) copies what this library knows. */
+static inline rmmc_status_t rmmc__copy_options(const char *what, void *dst, size_t dst_size,
+                                               const void *src) {
+  if (src == NULL) return RMMC_SUCCESS;
+  size_t size = *(const size_t *)src;
+  if (size < sizeof(size_t))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "%s: options size is %zu: initialize the options with their _INIT macro",
+                          what, size);
+  memcpy(dst, src, size < dst_size ? size : dst_size);
+  *(size_t *)dst = dst_size;
+  return RMMC_SUCCESS;
+}
 
 /* For the public accessors of one kind of resource: RMMC_SUCCESS if r was
  * made with `ops`, else RMMC_ERROR_INVALID_ARGUMENT with a message naming

@@ -76,17 +76,18 @@ RMMC_EXPORT rmmc_status_t rmmc_stream_pool_create(size_t count, unsigned int fla
 RMMC_EXPORT void rmmc_stream_pool_destroy(rmmc_stream_pool_t *pool);
 
 /* The next stream, round-robin (an atomic counter: thread-safe, lock-free).
- * `pool` must not be NULL. */
+ * A NULL pool gives NULL (the legacy default stream) and sets the message:
+ * a caller's bug, reported rather than a crash. */
 RMMC_EXPORT cudaStream_t rmmc_stream_pool_get(rmmc_stream_pool_t *pool);
 
 /* The stream at `index` modulo the pool's size: the same index always gives
  * the same stream (as RMM's get_stream(stream_id)). Thread-safe. */
 RMMC_EXPORT cudaStream_t rmmc_stream_pool_get_at(const rmmc_stream_pool_t *pool, size_t index);
 
-/* The number of streams in the pool. */
+/* The number of streams in the pool (0 for NULL, with a message). */
 RMMC_EXPORT size_t rmmc_stream_pool_size(const rmmc_stream_pool_t *pool);
 
-/* The device the pool's streams belong to. */
+/* The device the pool's streams belong to (-1 for NULL, with a message). */
 RMMC_EXPORT int rmmc_stream_pool_device(const rmmc_stream_pool_t *pool);
 
 #ifdef __cplusplus

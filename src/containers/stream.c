@@ -148,15 +148,29 @@ RMMC_API void rmmc_stream_pool_destroy(rmmc_stream_pool_t *pool) {
   free(pool);
 }
 
+/* The accessors answer a NULL pool with a neutral value (the legacy
+ * default stream, 0 streams, device -1) and a message rather than a crash. */
+static bool pool_ok(const rmmc_stream_pool_t *pool, const char *what) {
+  if (RMMC_LIKELY(pool != NULL)) return true;
+  (void)rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: stream pool is NULL", what);
+  return false;
+}
+
 RMMC_API cudaStream_t rmmc_stream_pool_get(rmmc_stream_pool_t *pool) {
+  if (!pool_ok(pool, "stream_pool_get")) return NULL;
   uint64_t i = __atomic_fetch_add(&pool->next, 1, __ATOMIC_RELAXED);
   return pool->streams[i % pool->count];
 }
 
 RMMC_API cudaStream_t rmmc_stream_pool_get_at(const rmmc_stream_pool_t *pool, size_t index) {
+  if (!pool_ok(pool, "stream_pool_get_at")) return NULL;
   return pool->streams[index % pool->count];
 }
 
-RMMC_API size_t rmmc_stream_pool_size(const rmmc_stream_pool_t *pool) { return pool->count; }
+RMMC_API size_t rmmc_stream_pool_size(const rmmc_stream_pool_t *pool) {
+  return pool_ok(pool, "stream_pool_size") ? pool->count : 0;
+}
 
-RMMC_API int rmmc_stream_pool_device(const rmmc_stream_pool_t *pool) { return pool->device; }
+RMMC_API int rmmc_stream_pool_device(const rmmc_stream_pool_t *pool) {
+  return pool_ok(pool, "stream_pool_device") ? pool->device : -1;
+}

@@ -1238,7 +1238,12 @@ RMMC_API rmmc_status_t rmmc_arena_resource_create(rmmc_resource_t *upstream,
 
 RMMC_API size_t rmmc_arena_resource_block_size(const rmmc_resource_t *r, size_t bytes,
                                                size_t alignment) {
-  if (r == NULL || r->ops != &arena_ops || !rmmc__is_pow2(alignment)) return 0;
+  if (rmmc__check_kind(r, &arena_ops, "arena_resource_block_size") != RMMC_SUCCESS) return 0;
+  if (!rmmc__is_pow2(alignment)) {
+    (void)rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                         "arena_resource_block_size: alignment %zu is not a power of two", alignment);
+    return 0;
+  }
   const arena_res_t *res = (const arena_res_t *)r;
   if (alignment < RMMC_DEFAULT_ALIGNMENT) alignment = RMMC_DEFAULT_ALIGNMENT;
   if (bytes == 0) return 0;

@@ -6,11 +6,17 @@
  * most the bins of its own octave (and past bins whose blocks are not
  * aligned enough for an alignment above 256). No lock: the table is read
  * only. Each bin is a fixed_size resource with its own lock and streams.
+ * Requests above the largest bin go to the upstream and are entered in a
+ * pointer map under a mutex (they are large, so the cost is small beside
+ * the upstream call): a free routed to the upstream by a wrong size, a
+ * double free or a foreign pointer is refused here, so an upstream that
+ * cannot tell (host: free()) never sees it.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ptrmap.h"
 #include "../spec.h"
 #include "fixed_size_internal.h"
 #include "rmmc/binning_resource.h"
@@ -24,6 +30,8 @@ typedef struct binning {
   rmmc_resource_t *bin[RMMC_BINNING_MAX_BINS];
   uint8_t first[65];
   uint64_t up_in_use, up_count; /* relaxed atomics: what the upstream serves */
+  pthread_mutex_t up_lock;       /* guards up_blocks */
+  rmmc__ptrmap_t up_blocks;      /* blocks from the upstream -> their bytes */
 } binning_t;
 
 static const rmmc_resource_ops_t binning_ops;
@@ -41,11 +49,18 @@ static rmmc_status_t binning_allocate(rmmc_resource_t *r, size_t bytes, size_t a
   size_t i = route(b, bytes, alignment);
   if (RMMC_LIKELY(i < b->n)) return rmmc_resource_allocate(b->bin[i], bytes, alignment, stream, out);
   rmmc_status_t st = rmmc_resource_allocate(b->base.upstream, bytes, alignment, stream, out);
-  if (st == RMMC_SUCCESS) {
-    rmmc__atomic_add_u64(&b->up_in_use, bytes);
-    rmmc__atomic_add_u64(&b->up_count, 1);
+  if (st != RMMC_SUCCESS) return st;
+  pthread_mutex_lock(&b->up_lock);
+  bool kept = rmmc__ptrmap_insert(&b->up_blocks, *out, NULL, bytes);
+  pthread_mutex_unlock(&b->up_lock);
+  if (RMMC_UNLIKELY(!kept)) {
+    (void)rmmc_resource_deallocate(b->base.upstream, *out, bytes, alignment, stream);
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
+                          "binning: no host memory to record a %zu-byte block", bytes);
   }
-  return st;
+  rmmc__atomic_add_u64(&b->up_in_use, bytes);
+  rmmc__atomic_add_u64(&b->up_count, 1);
+  return RMMC_SUCCESS;
 }
 
 static rmmc_status_t binning_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
@@ -53,11 +68,32 @@ static rmmc_status_t binning_deallocate(rmmc_resource_t *r, void *ptr, size_t by
   binning_t *b = (binning_t *)r;
   size_t i = route(b, bytes, alignment);
   if (RMMC_LIKELY(i < b->n)) return rmmc_resource_deallocate(b->bin[i], ptr, bytes, alignment, stream);
+  pthread_mutex_lock(&b->up_lock);
+  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&b->up_blocks, ptr);
+  size_t real = e != NULL ? e->size : 0;
+  if (RMMC_LIKELY(e != NULL && real == bytes)) rmmc__ptrmap_remove(&b->up_blocks, e);
+  pthread_mutex_unlock(&b->up_lock);
+  if (RMMC_UNLIKELY(e == NULL))
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "binning: %p with %zu bytes (above its largest bin, %zu bytes) is not "
+                          "a block it took from its upstream, or was freed already",
+                          ptr, bytes, b->size[b->n - 1]);
+  if (RMMC_UNLIKELY(real != bytes))
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "binning: %p was allocated with %zu bytes, not %zu; nothing was freed",
+                          ptr, real, bytes);
   rmmc_status_t st = rmmc_resource_deallocate(b->base.upstream, ptr, bytes, alignment, stream);
   if (st == RMMC_SUCCESS) {
     rmmc__atomic_sub_u64(&b->up_in_use, bytes);
     rmmc__atomic_sub_u64(&b->up_count, 1);
+    return st;
   }
+  /* The upstream kept it: keep knowing it. */
+  pthread_mutex_lock(&b->up_lock);
+  bool kept = rmmc__ptrmap_insert(&b->up_blocks, ptr, NULL, bytes);
+  pthread_mutex_unlock(&b->up_lock);
+  if (!kept)
+    rmmc__append_error(" (and binning ran out of host memory to keep knowing %p)", ptr);
   return st;
 }
 
@@ -122,6 +158,8 @@ static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) 
 
 static void binning_free(binning_t *b) {
   for (size_t i = 0; i < b->n; i++) rmmc_resource_release(b->bin[i]);
+  rmmc__ptrmap_fini(&b->up_blocks);
+  pthread_mutex_destroy(&b->up_lock);
   rmmc__adaptor_fini(&b->base);
   free(b);
 }
@@ -198,6 +236,8 @@ RMMC_API rmmc_status_t rmmc_binning_resource_create(rmmc_resource_t *upstream,
   if (b == NULL)
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "binning_resource_create: no host memory");
   rmmc__adaptor_init(&b->base, &binning_ops, upstream);
+  pthread_mutex_init(&b->up_lock, NULL);
+  rmmc__ptrmap_init(&b->up_blocks);
   for (size_t i = 0; i < n; i++) {
     rmmc_fixed_size_options_t fo = RMMC_FIXED_SIZE_OPTIONS_INIT;
     fo.block_size = sizes[i];
@@ -221,23 +261,39 @@ RMMC_API rmmc_status_t rmmc_binning_resource_create(rmmc_resource_t *upstream,
   return RMMC_SUCCESS;
 }
 
+/* The binning behind r for the query `what`, or NULL after setting the
+ * message. */
+static const binning_t *queried(const rmmc_resource_t *r, const char *what) {
+  return rmmc__check_kind(r, &binning_ops, what) == RMMC_SUCCESS ? (const binning_t *)r : NULL;
+}
+
+static bool bin_index_ok(const binning_t *b, size_t i, const char *what) {
+  if (RMMC_LIKELY(i < b->n)) return true;
+  (void)rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: bin %zu does not exist (%zu bins)", what,
+                       i, b->n);
+  return false;
+}
+
 RMMC_API size_t rmmc_binning_resource_bin_count(const rmmc_resource_t *r) {
-  return r != NULL && r->ops == &binning_ops ? ((const binning_t *)r)->n : 0;
+  const binning_t *b = queried(r, "binning_resource_bin_count");
+  return b != NULL ? b->n : 0;
 }
 
 RMMC_API size_t rmmc_binning_resource_bin_size(const rmmc_resource_t *r, size_t i) {
-  if (r == NULL || r->ops != &binning_ops || i >= ((const binning_t *)r)->n) return 0;
-  return ((const binning_t *)r)->size[i];
+  const char *what = "binning_resource_bin_size";
+  const binning_t *b = queried(r, what);
+  return b != NULL && bin_index_ok(b, i, what) ? b->size[i] : 0;
 }
 
 RMMC_API rmmc_resource_t *rmmc_binning_resource_bin(const rmmc_resource_t *r, size_t i) {
-  if (r == NULL || r->ops != &binning_ops || i >= ((const binning_t *)r)->n) return NULL;
-  return ((const binning_t *)r)->bin[i];
+  const char *what = "binning_resource_bin";
+  const binning_t *b = queried(r, what);
+  return b != NULL && bin_index_ok(b, i, what) ? b->bin[i] : NULL;
 }
 
 RMMC_API size_t rmmc_binning_resource_bin_for(const rmmc_resource_t *r, size_t bytes,
                                               size_t alignment) {
-  if (r == NULL || r->ops != &binning_ops) return 0;
+  if (queried(r, "binning_resource_bin_for") == NULL) return 0;
   if (alignment < RMMC_DEFAULT_ALIGNMENT) alignment = RMMC_DEFAULT_ALIGNMENT;
   return route((const binning_t *)r, bytes ? bytes : 1, alignment);
 }

@@ -134,10 +134,12 @@ RMMC_API rmmc_status_t rmmc_cuda_async_resource_create(int device,
                                                        const rmmc_cuda_async_options_t *options,
                                                        rmmc_resource_t **out) {
   rmmc_cuda_async_options_t opts = RMMC_CUDA_ASYNC_OPTIONS_INIT;
-  if (options != NULL) opts = *options;
   if (out == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "cuda_async_resource_create: out is NULL");
+  *out = NULL;
   rmmc_resource_t *r;
-  rmmc_status_t st = rmmc__device_resource_new("cuda_async_resource_create", device, &async_ops,
+  rmmc_status_t st = rmmc__copy_options("cuda_async_resource_create", &opts, sizeof opts, options);
+  if (st != RMMC_SUCCESS) return st;
+  st = rmmc__device_resource_new("cuda_async_resource_create", device, &async_ops,
                                                RMMC_MEMORY_DEVICE, sizeof(async_resource_t), &r);
   if (st != RMMC_SUCCESS) return st;
   async_resource_t *a = (async_resource_t *)r;
@@ -182,6 +184,7 @@ free_resource:
 RMMC_API rmmc_status_t rmmc_cuda_async_resource_create_view(int device, cudaMemPool_t pool,
                                                             rmmc_resource_t **out) {
   if (out == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "cuda_async_resource_create_view: out is NULL");
+  *out = NULL;
   rmmc_resource_t *r;
   rmmc_status_t st = rmmc__device_resource_new("cuda_async_resource_create_view", device,
                                                &async_ops, RMMC_MEMORY_DEVICE,
@@ -202,7 +205,7 @@ RMMC_API rmmc_status_t rmmc_cuda_async_resource_create_view(int device, cudaMemP
 }
 
 RMMC_API cudaMemPool_t rmmc_cuda_async_resource_pool(const rmmc_resource_t *r) {
-  if (r == NULL || r->ops != &async_ops) return NULL;
+  if (rmmc__check_kind(r, &async_ops, "cuda_async_resource_pool") != RMMC_SUCCESS) return NULL;
   return ((const async_resource_t *)r)->pool;
 }
 

@@ -514,11 +514,13 @@ RMMC_API rmmc_status_t rmmc_fixed_size_resource_create(rmmc_resource_t *upstream
 }
 
 RMMC_API size_t rmmc_fixed_size_resource_block_size(const rmmc_resource_t *r) {
-  return r != NULL && r->ops == &fs_ops ? ((const fixed_size_t *)r)->block : 0;
+  if (rmmc__check_kind(r, &fs_ops, "fixed_size_resource_block_size") != RMMC_SUCCESS) return 0;
+  return ((const fixed_size_t *)r)->block;
 }
 
 RMMC_API size_t rmmc_fixed_size_resource_block_alignment(const rmmc_resource_t *r) {
-  return r != NULL && r->ops == &fs_ops ? ((const fixed_size_t *)r)->align : 0;
+  if (rmmc__check_kind(r, &fs_ops, "fixed_size_resource_block_alignment") != RMMC_SUCCESS) return 0;
+  return ((const fixed_size_t *)r)->align;
 }
 
 static const rmmc__spec_option_t fs_spec_options[] = {

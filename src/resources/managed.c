@@ -59,8 +59,12 @@ static const rmmc_resource_ops_t managed_ops = {
 
 RMMC_API rmmc_status_t rmmc_managed_resource_create(int device, const rmmc_managed_options_t *options,
                                                     rmmc_resource_t **out) {
-  rmmc_status_t st = rmmc__device_resource_new("managed_resource_create", device, &managed_ops,
-                                               RMMC_MEMORY_MANAGED, sizeof(managed_resource_t), out);
+  rmmc_managed_options_t opts = RMMC_MANAGED_OPTIONS_INIT;
+  if (out != NULL) *out = NULL;
+  rmmc_status_t st = rmmc__copy_options("managed_resource_create", &opts, sizeof opts, options);
+  if (st != RMMC_SUCCESS) return st;
+  st = rmmc__device_resource_new("managed_resource_create", device, &managed_ops,
+                                 RMMC_MEMORY_MANAGED, sizeof(managed_resource_t), out);
   if (st != RMMC_SUCCESS) return st;
   int supported = 0;
   if (cudaDeviceGetAttribute(&supported, cudaDevAttrManagedMemory, (*out)->device) != cudaSuccess ||
@@ -70,7 +74,7 @@ RMMC_API rmmc_status_t rmmc_managed_resource_create(int device, const rmmc_manag
     *out = NULL;
     return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "managed_resource_create: device does not support managed memory");
   }
-  ((managed_resource_t *)*out)->prefetch = options != NULL && options->prefetch;
+  ((managed_resource_t *)*out)->prefetch = opts.prefetch;
   return RMMC_SUCCESS;
 }
 
