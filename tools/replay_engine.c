@@ -441,6 +441,10 @@ static rmmc_status_t replay_on(const replay_log_t *log, rmmc_resource_t *r, mete
     res->has_reserved = true;
     res->end_reserved = __atomic_load_n(&meter->current, __ATOMIC_RELAXED);
   }
+  if (opts->status != NULL) {
+    fprintf(opts->status, "after the last event of %s:\n", res->stack);
+    (void)rmmc_resource_print_status(r, opts->status);
+  }
   /* What the log leaves live goes back now, untimed. */
   for (size_t i = 0; i < log->nevents; i++) {
     const replay_event_t *e = &log->events[i];

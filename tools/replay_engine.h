@@ -155,9 +155,10 @@ typedef struct replay_options {
   int device;        /* GPU for device stacks (-1: current) */
   size_t buckets;    /* points of the reserved series (0: none; capped at nevents) */
   bool threads;      /* one thread per logged thread (false: all on the caller's) */
+  FILE *status;      /* the stack's status report after the last event goes here (NULL: none) */
 } replay_options_t;
 
-#define REPLAY_OPTIONS_INIT {sizeof(replay_options_t), -1, 0, true}
+#define REPLAY_OPTIONS_INIT {sizeof(replay_options_t), -1, 0, true, NULL}
 
 typedef struct replay_result {
   char *stack;               /* the spec, or the resource's name */

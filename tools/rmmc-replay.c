@@ -49,6 +49,8 @@ static void usage(FILE *f) {
       "  --single-thread  replay every event on one thread (default: one per logged\n"
       "                   thread, in the log's global order)\n"
       "  --device N       the GPU for device stacks (default: the current one)\n"
+      "  --status         print each stack's status report (every layer's figures)\n"
+      "                   after the last event\n"
       "  --repeat N       replay each stack N times, each on a fresh stack, and report\n"
       "                   the median time per call (memory figures: the first replay;\n"
       "                   default 1)\n"
@@ -158,6 +160,7 @@ static bool median_of_repeats(const replay_log_t *log, const char *spec,
   own[0] = first->own_ns_per_call;
   replay_options_t o = *opts;
   o.buckets = 0;
+  o.status = NULL;
   bool ok = true;
   for (unsigned k = 1; k < repeat && ok; k++) {
     replay_result_t r;
@@ -186,12 +189,13 @@ int main(int argc, char **argv) {
       {"device", required_argument, NULL, 'd'}, {"list", no_argument, NULL, 'L'},
       {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
       {"repeat", required_argument, NULL, 'r'},
+      {"status", no_argument, NULL, 'S'},
       {NULL, 0, NULL, 0},
   };
   const char *stacks[MAX_STACKS];
   int nstacks = 0;
   const char *upstream = NULL, *json_path = NULL, *svg_path = NULL;
-  bool lenient = false, single = false, quiet = false;
+  bool lenient = false, single = false, quiet = false, status_report = false;
   int device = -1, c;
   long repeat = 1;
   while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
@@ -228,6 +232,7 @@ int main(int argc, char **argv) {
       return 0;
     }
     case 'q': quiet = true; break;
+    case 'S': status_report = true; break;
     case 'r': {
       char *end;
       repeat = strtol(optarg, &end, 10);
@@ -293,6 +298,7 @@ int main(int argc, char **argv) {
   opts.device = device;
   opts.threads = !single;
   opts.buckets = svg_path != NULL ? 1000 : 0;
+  opts.status = status_report ? stdout : NULL;
   int status = 0;
   for (int i = 0; i < nstacks; i++) {
     if (replay_run(log, stacks[i], &opts, &results[i]) != RMMC_SUCCESS) {
