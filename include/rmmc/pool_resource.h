@@ -61,7 +61,9 @@
  * streams' covered blocks (with the wait); emptied slabs merged back; a
  * cudaDeviceSynchronize after which every free block of every stream is
  * untouched and merges (only when another stream's fresh block alone would
- * serve the request, or always with sync_before_grow); growth; and, when
+ * serve the request, when growing would take the reserved bytes past the
+ * release_slack budget while other streams hold free memory, or always
+ * with sync_before_grow); growth; and, when
  * the upstream refuses, a synchronization, the release of every wholly free
  * chunk and a last growth. Events outlive their streams and the pool only
  * ever calls CUDA on the stream passed to the current call, so freeing on a

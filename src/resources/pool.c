@@ -1024,6 +1024,20 @@ static bool others_fresh_fit(const pool_t *p, const pstream_t *ps, int cls, size
   return false;
 }
 
+/* Would growing for `need` bytes take the reserved bytes past the budget
+ * of release_before_grow? Then other streams' free memory is worth a
+ * synchronization: unmerged and held by streams that cannot share it
+ * without one, it would otherwise pile up (a 4-stream transformer log
+ * reserved 15x its peak live bytes) while trim() may only give back
+ * chunks no other stream has pending work on. */
+static bool growth_over_budget(const pool_t *p, size_t need) {
+  if (!p->release_before_grow || p->vm) return false;
+  size_t want = rmmc__align_up(need, p->granularity);
+  size_t g = want < p->min_growth ? p->min_growth : want;
+  size_t peak = p->in_use + need > p->in_use_peak ? p->in_use + need : p->in_use_peak;
+  return (double)p->reserved + (double)g > (1.0 + p->release_slack) * (double)peak;
+}
+
 /* When no local block fits: escalate through the steps of the header
  * comment, cheapest first, until a block is found (unindexed in *out). */
 static rmmc_status_t alloc_slow(pool_t *p, pstream_t *ps, cudaStream_t stream, int cls,
@@ -1041,10 +1055,12 @@ static rmmc_status_t alloc_slow(pool_t *p, pstream_t *ps, cudaStream_t stream, i
    * mode it stalls the CPU, so (unless sync_before_grow) only when another
    * stream holds a block, not yet covered by its event, that alone serves
    * the request; merging otherwise waits for the out-of-memory path. */
+  size_t others_free = p->free_bytes - stream_free_bytes(ps) - stream_free_bytes(&p->neutral);
   if (st == RMMC_SUCCESS && b == NULL &&
       (p->cuda && !p->sync_before_grow
-           ? others_fresh_fit(p, ps, cls, need)
-           : p->free_bytes - stream_free_bytes(ps) - stream_free_bytes(&p->neutral) > 0)) {
+           ? others_fresh_fit(p, ps, cls, need) ||
+                 (others_free > 0 && growth_over_budget(p, cls == CLASS_SMALL ? p->small_chunk : need))
+           : others_free > 0)) {
     st = settle(p);
     if (st == RMMC_SUCCESS) {
       reclaim_slabs(p);
