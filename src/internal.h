@@ -102,6 +102,28 @@ static inline rmmc_resource_t *rmmc__upstream_of(rmmc_resource_t *r) {
 rmmc_status_t rmmc__adaptor_new(const char *what, const rmmc_resource_ops_t *ops,
                                 rmmc_resource_t *upstream, size_t struct_size,
                                 rmmc_resource_t **out);
+/* An adaptor's calls of its upstream with the arguments its own slot got
+ * (validated by the outermost public wrapper, src/resource.c), straight
+ * through the upstream's slot: a second validation would find nothing, and
+ * the wrapper's call depth still marks the outermost call. *out is NULL
+ * after a failure, as the wrapper promises. The only other dispatch
+ * through an ops table. */
+static inline rmmc_status_t rmmc__forward_allocate(const rmmc__adaptor_t *a, size_t bytes,
+                                                   size_t alignment, cudaStream_t stream,
+                                                   void **out) {
+  rmmc_resource_t *up = a->upstream;
+  rmmc_status_t st = up->ops->allocate(up, bytes, alignment, stream, out);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) *out = NULL;
+  return st;
+}
+
+static inline rmmc_status_t rmmc__forward_deallocate(const rmmc__adaptor_t *a, void *ptr,
+                                                     size_t bytes, size_t alignment,
+                                                     cudaStream_t stream) {
+  rmmc_resource_t *up = a->upstream;
+  return up->ops->deallocate(up, ptr, bytes, alignment, stream);
+}
+
 /* The `deallocate` slot of an adaptor that only passes frees through: the
  * same call on the upstream. */
 rmmc_status_t rmmc__adaptor_forward_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,

@@ -318,7 +318,7 @@ rmmc_status_t rmmc__adaptor_new(const char *what, const rmmc_resource_ops_t *ops
 
 rmmc_status_t rmmc__adaptor_forward_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
                                                size_t alignment, cudaStream_t stream) {
-  return rmmc_resource_deallocate(rmmc__upstream_of(r), ptr, bytes, alignment, stream);
+  return rmmc__forward_deallocate((const rmmc__adaptor_t *)r, ptr, bytes, alignment, stream);
 }
 
 void rmmc__adaptor_destroy(rmmc_resource_t *r) {

@@ -36,7 +36,7 @@ static rmmc_status_t limiting_allocate(rmmc_resource_t *r, size_t bytes, size_t 
     }
   } while (!__atomic_compare_exchange_n(&l->used, &used, used + need, true, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED));
-  rmmc_status_t st = rmmc_resource_allocate(l->a.upstream, bytes, alignment, stream, out);
+  rmmc_status_t st = rmmc__forward_allocate(&l->a, bytes, alignment, stream, out);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) __atomic_sub_fetch(&l->used, need, __ATOMIC_RELAXED);
   return st;
 }
@@ -54,7 +54,7 @@ static rmmc_status_t limiting_deallocate(rmmc_resource_t *r, void *ptr, size_t b
                           "limiting adaptor: deallocate of %p with %zu bytes (%zu rounded) but "
                           "only %zu bytes are in use through it",
                           ptr, bytes, give, used);
-  rmmc_status_t st = rmmc_resource_deallocate(l->a.upstream, ptr, bytes, alignment, stream);
+  rmmc_status_t st = rmmc__forward_deallocate(&l->a, ptr, bytes, alignment, stream);
   if (RMMC_LIKELY(st == RMMC_SUCCESS)) __atomic_sub_fetch(&l->used, give, __ATOMIC_RELAXED);
   return st;
 }

@@ -189,7 +189,7 @@ static void log_event(logging_t *l, action_t action, const void *ptr, size_t byt
 static rmmc_status_t logging_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                       cudaStream_t stream, void **out) {
   logging_t *l = (logging_t *)r;
-  rmmc_status_t st = rmmc_resource_allocate(l->a.upstream, bytes, alignment, stream, out);
+  rmmc_status_t st = rmmc__forward_allocate(&l->a, bytes, alignment, stream, out);
   log_event(l, st == RMMC_SUCCESS ? ACTION_ALLOCATE : ACTION_FAILURE, *out, bytes, stream);
   return st;
 }
@@ -198,7 +198,7 @@ static rmmc_status_t logging_deallocate(rmmc_resource_t *r, void *ptr, size_t by
                                         size_t alignment, cudaStream_t stream) {
   logging_t *l = (logging_t *)r;
   log_event(l, ACTION_FREE, ptr, bytes, stream);
-  return rmmc_resource_deallocate(l->a.upstream, ptr, bytes, alignment, stream);
+  return rmmc__forward_deallocate(&l->a, ptr, bytes, alignment, stream);
 }
 
 static void logging_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {

@@ -244,7 +244,7 @@ static void add_limit(statistics_t *s, uint64_t now, uint64_t bytes) {
 static rmmc_status_t statistics_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                          cudaStream_t stream, void **out) {
   statistics_t *s = (statistics_t *)r;
-  rmmc_status_t st = rmmc_resource_allocate(s->a.upstream, bytes, alignment, stream, out);
+  rmmc_status_t st = rmmc__forward_allocate(&s->a, bytes, alignment, stream, out);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
   hot_t *h = s->hot;
   add_totals(s, (int64_t)bytes); /* first: the locked update of cur then publishes it */
@@ -264,7 +264,7 @@ static rmmc_status_t statistics_allocate(rmmc_resource_t *r, size_t bytes, size_
 static rmmc_status_t statistics_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
                                            size_t alignment, cudaStream_t stream) {
   statistics_t *s = (statistics_t *)r;
-  rmmc_status_t st = rmmc_resource_deallocate(s->a.upstream, ptr, bytes, alignment, stream);
+  rmmc_status_t st = rmmc__forward_deallocate(&s->a, ptr, bytes, alignment, stream);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
   hot_t *h = s->hot;
   /* A deallocation of what was allocated here always fits in the word; one

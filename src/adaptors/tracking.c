@@ -128,7 +128,7 @@ static void remove_slot(shard_t *s, record_t *e) {
 static rmmc_status_t tracking_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                        cudaStream_t stream, void **out) {
   tracking_t *t = (tracking_t *)r;
-  rmmc_status_t st = rmmc_resource_allocate(t->a.upstream, bytes, alignment, stream, out);
+  rmmc_status_t st = rmmc__forward_allocate(&t->a, bytes, alignment, stream, out);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
   record_t rec = {*out, bytes, alignment, stream, rmmc__thread_id(),
                   __atomic_add_fetch(&t->serial, 1, __ATOMIC_RELAXED), NULL, 0};
@@ -179,7 +179,7 @@ static rmmc_status_t tracking_deallocate(rmmc_resource_t *r, void *ptr, size_t b
   record_t rec = *e;
   remove_slot(s, e);
   pthread_mutex_unlock(&s->lock);
-  rmmc_status_t st = rmmc_resource_deallocate(t->a.upstream, ptr, bytes, alignment, stream);
+  rmmc_status_t st = rmmc__forward_deallocate(&t->a, ptr, bytes, alignment, stream);
   if (RMMC_LIKELY(st == RMMC_SUCCESS)) {
     free(rec.frames);
   } else if (!insert(t, &rec, h)) {
