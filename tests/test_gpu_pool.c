@@ -356,7 +356,7 @@ END_TEST
 START_TEST(test_gpu_pool_expandable) {
   size_t free0, free1, total;
   ck_assert_int_eq(rmmc_device_memory_info(-1, &free0, &total), RMMC_SUCCESS);
-  rmmc_resource_t *pool = stack("pool(expandable=true, small_max=0) > cuda");
+  rmmc_resource_t *pool = stack("pool(expandable=true, page=2MiB, small_max=0) > cuda");
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   /* Pages go back only after the work on them: a slow kernel still writes

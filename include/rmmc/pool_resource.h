@@ -189,8 +189,12 @@ typedef struct rmmc_pool_options {
    * Needs an upstream with virtual memory (cuda, host, sim):
    * RMMC_ERROR_NOT_SUPPORTED otherwise. */
   bool expandable;
-  /* page=: bytes mapped at a time (default: 2 MiB or the upstream's page,
-   * whichever is larger; a power of two, a multiple of the upstream's). */
+  /* page=: bytes mapped at a time (default: 32 MiB or the upstream's page,
+   * whichever is larger; a power of two, a multiple of the upstream's, at
+   * most 1 GiB). A mapping costs about the same whatever its size (45 us on
+   * an H200), so small pages give back memory more finely but cost more
+   * calls: on the ResNet-50 log 2 MiB pages reached 1.032x peak reserved /
+   * peak live at 31.5 us per call, 32 MiB pages 1.041x at 1.8 us. */
   size_t page_size;
   /* address_space=: bytes of one reservation (default: maximum_size if
    * set, else twice the device's memory, or the host's for host
