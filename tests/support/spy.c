@@ -35,7 +35,9 @@ static rmmc_status_t spy_allocate(rmmc_resource_t *r, size_t bytes, size_t align
   s->c.last_stream = stream;
   bool fail = (s->fail_nth != 0 && s->calls_since_arm == s->fail_nth) ||
               (s->fail_every != 0 && s->c.allocate_calls % s->fail_every == 0) ||
-              s->c.outstanding_bytes + bytes > s->capacity || bytes > s->capacity;
+              s->c.outstanding_bytes + bytes > s->capacity || bytes > s->capacity ||
+              alignment > s->capacity; /* no room to place it (and posix_memalign with a
+                                            terabyte alignment can take minutes) */
   if (s->fail_nth != 0 && s->calls_since_arm == s->fail_nth) s->fail_nth = 0;
   void *p = NULL;
   if (!fail && s->nblocks == s->cap_blocks) {
