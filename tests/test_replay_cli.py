@@ -24,6 +24,8 @@ FIELDS = {
     "end_reserved_bytes": int, "ratio": float, "live_at_end_bytes": int,
     "outstanding_at_end": int, "ns_per_call": float, "total_call_ns": int,
     "null_events": int, "skipped_total": int, "skipped": dict,
+    "own_ns_per_call": float, "upstream_calls": int, "upstream_ns": int, "repeats": int,
+    "ns_per_call_min": float, "warm": bool,
 }
 ISSUES = ["malformed", "missing_columns", "bad_size", "unknown_pointer",
           "duplicate_pointer", "size_mismatch"]
@@ -175,6 +177,31 @@ with tempfile.TemporaryDirectory() as tmp:
     for k in ("events", "calls", "peak_live_bytes", "peak_reserved_bytes", "upstream_reported_peak_bytes"):
         check(a[k] == b[k], "%s: %s threaded, %s single" % (k, a[k], b[k]))
     check(a["peak_reserved_bytes"] == a["peak_live_bytes"], str(a))
+
+    # --repeat, --warm and --status: medians of fresh replays, a timed second
+    # epoch that needs the upstream less, every layer's figures.
+    tf = os.path.join(tmp, "tf.csv")
+    subprocess.run([sys.executable, GEN, "transformer", "--events", "6000", "-o", tf],
+                   check=True, timeout=120)
+    rc, out, err = run(tf, "--stack", "pool(expandable=true) > sim", "--json", j)
+    cold = records(j)[0] if rc == 0 else {}
+    rc, out, err = run(tf, "--stack", "pool(expandable=true) > sim", "--repeat", "3", "--warm",
+                       "--status", "--json", j)
+    check(rc == 0, "warm: %d %s" % (rc, err))
+    warm = records(j)[0] if rc == 0 else {}
+    check(cold.get("repeats") == 1 and not cold.get("warm") and warm.get("repeats") == 3
+          and warm.get("warm"), "repeat/warm flags: %s %s" % (cold, warm))
+    check(cold.get("upstream_calls", 0) > 0 and warm.get("upstream_calls", 1) < cold["upstream_calls"],
+          "a warm replay maps less: %s vs %s" % (warm.get("upstream_calls"), cold.get("upstream_calls")))
+    check(warm.get("ns_per_call_min", 1) <= warm.get("ns_per_call", 0)
+          and 0 <= warm.get("own_ns_per_call", -1) <= warm.get("ns_per_call", 0) + 1e-6,
+          "time figures: %s" % warm)
+    check(warm.get("peak_reserved_bytes", 0) >= cold.get("peak_reserved_bytes", 1)
+          and warm.get("events") == cold.get("events"), "warm figures: %s" % warm)
+    check("after the last event of pool(expandable=true) > sim" in out and "page_maps" in out
+          and "# warm:" in out, "status report: " + out[-600:])
+    rc, out, err = run(tf, "--stack", "sim", "--repeat", "0")
+    check(rc == 2 and "--repeat" in err, "--repeat 0: %d %s" % (rc, err))
 
     # Every shape gen_trace.py makes replays cleanly, in both time formats.
     for shape, fmt in (("batches", "us"), ("transformer", "rmm"), ("random", "rmm")):

@@ -156,9 +156,10 @@ typedef struct replay_options {
   size_t buckets;    /* points of the reserved series (0: none; capped at nevents) */
   bool threads;      /* one thread per logged thread (false: all on the caller's) */
   FILE *status;      /* the stack's status report after the last event goes here (NULL: none) */
+  bool warm;         /* replay once untimed on the same stack before the timed replay */
 } replay_options_t;
 
-#define REPLAY_OPTIONS_INIT {sizeof(replay_options_t), -1, 0, true, NULL}
+#define REPLAY_OPTIONS_INIT {sizeof(replay_options_t), -1, 0, true, NULL, false}
 
 typedef struct replay_result {
   char *stack;               /* the spec, or the resource's name */
@@ -184,6 +185,7 @@ typedef struct replay_result {
   double own_ns_per_call;    /* (total_ns - upstream_ns) / calls: the stack's own cost */
   unsigned repeats;          /* replays timed (rmmc-replay --repeat): ns figures are medians */
   double ns_per_call_min;    /* the fastest replay's ns_per_call */
+  bool warm;                 /* timed on a stack that had replayed the log once already */
   uint64_t *reserved_series; /* nbuckets points (as replay_log_live_series) */
   size_t nbuckets;
   char first_failure[384];   /* the first refused allocation: event and message */

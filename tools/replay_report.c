@@ -55,6 +55,10 @@ void replay_write_table(FILE *f, const replay_log_t *log, const replay_result_t 
              "time spent in the base's calls; upstream: calls into the base (allocations, "
              "frees, page maps)\n",
           repeats > 1 ? " (median of the replays)" : "");
+  if (n > 0 && results[0].warm)
+    fputs("# warm: each stack replayed the log once untimed before the timed replay; peak "
+          "reserved covers both\n",
+          f);
   for (size_t i = 0; i < n; i++) {
     const replay_result_t *r = &results[i];
     if (r->failures > 0)
@@ -135,7 +139,8 @@ rmmc_status_t replay_write_json(FILE *f, const replay_log_t *log, const replay_r
     fprintf(f, ", \"own_ns_per_call\": %.1f, \"upstream_calls\": %llu, \"upstream_ns\": %llu",
             r->own_ns_per_call, (unsigned long long)r->upstream_calls,
             (unsigned long long)r->upstream_ns);
-    fprintf(f, ", \"repeats\": %u, \"ns_per_call_min\": %.1f", r->repeats, r->ns_per_call_min);
+    fprintf(f, ", \"repeats\": %u, \"ns_per_call_min\": %.1f, \"warm\": %s", r->repeats,
+            r->ns_per_call_min, r->warm ? "true" : "false");
     if (r->failures > 0) {
       fputs(", \"first_failure\": ", f);
       json_string(f, r->first_failure);

@@ -49,6 +49,9 @@ static void usage(FILE *f) {
       "  --single-thread  replay every event on one thread (default: one per logged\n"
       "                   thread, in the log's global order)\n"
       "  --device N       the GPU for device stacks (default: the current one)\n"
+      "  --warm           replay the log once untimed on each stack before the timed\n"
+      "                   replay (the steady state of a second epoch); peak reserved\n"
+      "                   covers both\n"
       "  --status         print each stack's status report (every layer's figures)\n"
       "                   after the last event\n"
       "  --repeat N       replay each stack N times, each on a fresh stack, and report\n"
@@ -190,12 +193,13 @@ int main(int argc, char **argv) {
       {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
       {"repeat", required_argument, NULL, 'r'},
       {"status", no_argument, NULL, 'S'},
+      {"warm", no_argument, NULL, 'W'},
       {NULL, 0, NULL, 0},
   };
   const char *stacks[MAX_STACKS];
   int nstacks = 0;
   const char *upstream = NULL, *json_path = NULL, *svg_path = NULL;
-  bool lenient = false, single = false, quiet = false, status_report = false;
+  bool lenient = false, single = false, quiet = false, status_report = false, warm = false;
   int device = -1, c;
   long repeat = 1;
   while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
@@ -233,6 +237,7 @@ int main(int argc, char **argv) {
     }
     case 'q': quiet = true; break;
     case 'S': status_report = true; break;
+    case 'W': warm = true; break;
     case 'r': {
       char *end;
       repeat = strtol(optarg, &end, 10);
@@ -299,6 +304,7 @@ int main(int argc, char **argv) {
   opts.threads = !single;
   opts.buckets = svg_path != NULL ? 1000 : 0;
   opts.status = status_report ? stdout : NULL;
+  opts.warm = warm;
   int status = 0;
   for (int i = 0; i < nstacks; i++) {
     if (replay_run(log, stacks[i], &opts, &results[i]) != RMMC_SUCCESS) {
