@@ -128,6 +128,16 @@ static inline rmmc_status_t rmmc__forward_deallocate(const rmmc__adaptor_t *a, v
  * same call on the upstream. */
 rmmc_status_t rmmc__adaptor_forward_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
                                                size_t alignment, cudaStream_t stream);
+/* Virtual-memory slots that pass every call to the upstream (an adaptor
+ * that lets an expandable pool above it reach the base's virtual memory;
+ * vm_page_size is the upstream's, 0 if it has none). */
+size_t rmmc__adaptor_vm_page_size(const rmmc_resource_t *r);
+rmmc_status_t rmmc__adaptor_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                       void **out);
+rmmc_status_t rmmc__adaptor_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes);
+rmmc_status_t rmmc__adaptor_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes);
+rmmc_status_t rmmc__adaptor_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes);
+
 /* The `destroy` slot of an adaptor whose struct holds nothing to free
  * beyond the upstream reference: releases the upstream, frees the struct. */
 void rmmc__adaptor_destroy(rmmc_resource_t *r);

@@ -321,6 +321,27 @@ rmmc_status_t rmmc__adaptor_forward_deallocate(rmmc_resource_t *r, void *ptr, si
   return rmmc__forward_deallocate((const rmmc__adaptor_t *)r, ptr, bytes, alignment, stream);
 }
 
+size_t rmmc__adaptor_vm_page_size(const rmmc_resource_t *r) {
+  return rmmc_resource_vm_page_size(((const rmmc__adaptor_t *)r)->upstream);
+}
+
+rmmc_status_t rmmc__adaptor_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                       void **out) {
+  return rmmc_resource_vm_reserve(rmmc__upstream_of(r), bytes, alignment, out);
+}
+
+rmmc_status_t rmmc__adaptor_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  return rmmc_resource_vm_unreserve(rmmc__upstream_of(r), ptr, bytes);
+}
+
+rmmc_status_t rmmc__adaptor_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  return rmmc_resource_vm_map(rmmc__upstream_of(r), ptr, bytes);
+}
+
+rmmc_status_t rmmc__adaptor_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  return rmmc_resource_vm_unmap(rmmc__upstream_of(r), ptr, bytes);
+}
+
 void rmmc__adaptor_destroy(rmmc_resource_t *r) {
   rmmc__adaptor_fini((rmmc__adaptor_t *)r);
   free(r);

@@ -516,8 +516,29 @@ START_TEST(test_spec_over_host_and_sim) {
     if (k == 1) ck_assert_uint_eq(field(base, "in_use"), 0);
     rmmc_resource_release(r);
   }
-  rmmc_resource_t *r = (rmmc_resource_t *)1;
-  ck_assert_int_eq(rmmc_stack_create("pool(expandable=true) > limiting(limit=1GiB) > host", -1, &r),
+  /* Through a limiting adaptor: mapped pages count against its limit. */
+  rmmc_resource_t *r;
+  ck_assert_int_eq(
+      rmmc_stack_create("pool(expandable=true, page=1MiB) > limiting(limit=8MiB) > host", -1, &r),
+      RMMC_SUCCESS);
+  rmmc_resource_t *lim = rmmc_resource_upstream(r);
+  void *a, *b = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 5 * MiB, 256, NULL, &a), RMMC_SUCCESS);
+  ck_assert_uint_eq(rmmc_limiting_adaptor_get_used(lim), 5 * MiB);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 4 * MiB, 256, NULL, &b), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(b);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "limit 8.00 MiB"));
+  CHECK_POOL(r);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, a, 5 * MiB, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 7 * MiB, 256, NULL, &b), RMMC_SUCCESS);
+  memset(b, 1, 7 * MiB);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, b, 7 * MiB, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(rmmc_limiting_adaptor_get_used(lim), 0);
+  rmmc_resource_release(r);
+  /* An adaptor without virtual memory below: refused at creation. */
+  r = (rmmc_resource_t *)1;
+  ck_assert_int_eq(rmmc_stack_create("pool(expandable=true) > statistics > host", -1, &r),
                    RMMC_ERROR_NOT_SUPPORTED);
 }
 END_TEST

@@ -14,6 +14,11 @@
  * upstream device's free memory (of the host's memory for host stacks):
  * `limiting(limit=80%)`.
  *
+ * Virtual memory (resource.h) passes through to the upstream, and pages
+ * mapped through the adaptor count against the limit like allocations, so
+ * `pool(expandable=true) > limiting(limit=40GiB) > cuda` caps what the pool
+ * maps.
+ *
  * Thread-safe. Streams are passed to the upstream unchanged.
  */
 #ifndef RMMC_LIMITING_ADAPTOR_H

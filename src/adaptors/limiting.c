@@ -19,15 +19,15 @@ typedef struct limiting {
   size_t used; /* atomic */
 } limiting_t;
 
-static rmmc_status_t limiting_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
-                                       cudaStream_t stream, void **out) {
-  limiting_t *l = (limiting_t *)r;
-  size_t need = rmmc__align_up(bytes, alignment); /* the wrapper checked overflow */
+/* Counts `need` bytes (`bytes` rounded to `alignment`) against the limit,
+ * or refuses them with out of memory. */
+static inline rmmc_status_t take(limiting_t *l, size_t need, size_t bytes, size_t alignment,
+                                 cudaStream_t stream) {
   size_t used = __atomic_load_n(&l->used, __ATOMIC_RELAXED);
   do {
     if (RMMC_UNLIKELY(need > l->limit - used)) {
       char lim[32], use[32], req[32];
-      return rmmc_set_oom_error(r, bytes, stream,
+      return rmmc_set_oom_error(&l->a.base, bytes, stream,
                                 "limit %s (%zu bytes), %s in use through the adaptor, %s "
                                 "requested after rounding to %zu",
                                 rmmc__format_bytes(l->limit, lim, sizeof lim), l->limit,
@@ -36,7 +36,16 @@ static rmmc_status_t limiting_allocate(rmmc_resource_t *r, size_t bytes, size_t 
     }
   } while (!__atomic_compare_exchange_n(&l->used, &used, used + need, true, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED));
-  rmmc_status_t st = rmmc__forward_allocate(&l->a, bytes, alignment, stream, out);
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t limiting_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                       cudaStream_t stream, void **out) {
+  limiting_t *l = (limiting_t *)r;
+  size_t need = rmmc__align_up(bytes, alignment); /* the wrapper checked overflow */
+  rmmc_status_t st = take(l, need, bytes, alignment, stream);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
+  st = rmmc__forward_allocate(&l->a, bytes, alignment, stream, out);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) __atomic_sub_fetch(&l->used, need, __ATOMIC_RELAXED);
   return st;
 }
@@ -59,6 +68,24 @@ static rmmc_status_t limiting_deallocate(rmmc_resource_t *r, void *ptr, size_t b
   return st;
 }
 
+/* Mapped pages count against the limit like allocations: a hard cap on an
+ * expandable pool above. */
+static rmmc_status_t limiting_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  limiting_t *l = (limiting_t *)r;
+  rmmc_status_t st = take(l, bytes, bytes, rmmc_resource_vm_page_size(r), NULL);
+  if (st != RMMC_SUCCESS) return st;
+  st = rmmc_resource_vm_map(l->a.upstream, ptr, bytes);
+  if (st != RMMC_SUCCESS) __atomic_sub_fetch(&l->used, bytes, __ATOMIC_RELAXED);
+  return st;
+}
+
+static rmmc_status_t limiting_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  limiting_t *l = (limiting_t *)r;
+  rmmc_status_t st = rmmc_resource_vm_unmap(l->a.upstream, ptr, bytes);
+  if (st == RMMC_SUCCESS) __atomic_sub_fetch(&l->used, bytes, __ATOMIC_RELAXED);
+  return st;
+}
+
 static void limiting_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   limiting_t *l = (limiting_t *)r;
   rmmc__emit_bytes(emit, ctx, "limit", l->limit);
@@ -73,6 +100,11 @@ static const rmmc_resource_ops_t limiting_ops = {
     .describe = limiting_describe,
     .destroy = rmmc__adaptor_destroy,
     .upstream = rmmc__adaptor_upstream,
+    .vm_page_size = rmmc__adaptor_vm_page_size,
+    .vm_reserve = rmmc__adaptor_vm_reserve,
+    .vm_unreserve = rmmc__adaptor_vm_unreserve,
+    .vm_map = limiting_vm_map,
+    .vm_unmap = limiting_vm_unmap,
 };
 
 RMMC_API rmmc_status_t rmmc_limiting_adaptor_create(rmmc_resource_t *upstream, size_t limit,

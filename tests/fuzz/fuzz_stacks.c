@@ -56,6 +56,9 @@ static const struct {
     {"tracking > fixed_size(block=4KiB, blocks_per_chunk=16)", 1},
     {"tracking > arena(superblock=256KiB, chunk=1MiB)", 1},
     {"statistics > failure_callback > binning(min=256B, max=16KiB) > pool(initial=0)", 0},
+    {"pool(expandable=true, page=64KiB, address_space=16MiB)", 1},
+    {"pool(expandable=true, page=16KiB, release_slack=0, small_max=16KiB, small_chunk=64KiB)", 1},
+    {"tracking > pool(expandable=true, page=1MiB, max=8MiB)", 1},
 };
 #define NSTACKS (sizeof stacks / sizeof stacks[0])
 
