@@ -16,7 +16,9 @@
  *    every 16 steps and after every failure);
  *  - the layers' books match the caller's (tracking, statistics, limiting,
  *    a sub-allocator's "reserved" against the spy's bytes, the spy's count
- *    for stacks of adaptors only) and rmmc_pool_resource_check passes;
+ *    for stacks of adaptors only), and rmmc_pool_resource_check passes
+ *    (after each step that reached the upstream or failed, and every 8th:
+ *    it walks every block);
  *  - the spy saw no bad free.
  * Then injection stops: everything the caller holds is freed (a free that
  * failed under injection left the block allocated, and succeeds now), and
@@ -28,7 +30,8 @@
  * called it keeps what it tried to give back (a pool its chunk, a
  * fixed_size/arena its chunk, an adaptor the caller's block and its
  * record) and returns the status; nothing is lost and nothing is freed
- * twice, as the spy's books show at the end.
+ * twice, as the spy's books show at the end. (Destroy cannot report one:
+ * there, as before, what the upstream refused stays with the upstream.)
  */
 #include <check.h>
 #include <pthread.h>
