@@ -127,6 +127,30 @@ START_TEST(test_arena_free_on_another_stream_waits_before_reuse) {
 }
 END_TEST
 
+/* A block freed on another stream waits for its owner's next allocate; if
+ * none comes, release_cached must still release it and give the chunk
+ * back (it used to stay pending, so the chunk stayed until destroy). */
+START_TEST(test_arena_release_cached_takes_pending_frees) {
+  rmmc_resource_t *spy = new_spy(), *r = make_small(spy, 4, 0, MiB);
+  void *x, *y;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 3000, 256, S1, &x), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 3000, 256, S1, &y), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, x, 3000, 256, S2), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, y, 3000, 256, S1), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "in_use"), 0);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "reserved"), 0);
+  ck_assert_uint_eq(spy_counts(spy_of(spy)).outstanding, 0);
+  /* Still serves, and the block freed before is not handed out twice. */
+  ck_assert_int_eq(rmmc_resource_allocate(r, 3000, 256, S1, &x), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 3000, 256, S1, &y), RMMC_SUCCESS);
+  ck_assert_ptr_ne(x, y);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, x, 3000, 256, S1), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, y, 3000, 256, S1), RMMC_SUCCESS);
+  finish(r, spy);
+}
+END_TEST
+
 START_TEST(test_arena_large_block_crosses_streams_after_event) {
   /* One 256 KiB chunk and no more: the clean space is used up, so S2 can
    * only get the block S1 freed, after waiting on S1's event. */
@@ -649,6 +673,7 @@ int main(void) {
   tcase_add_test(tc, test_arena_size_classes);
   tcase_add_test(tc, test_arena_same_stream_reuse_makes_no_cuda_call);
   tcase_add_test(tc, test_arena_free_on_another_stream_waits_before_reuse);
+  tcase_add_test(tc, test_arena_release_cached_takes_pending_frees);
   tcase_add_test(tc, test_arena_large_block_crosses_streams_after_event);
   tcase_add_test(tc, test_arena_out_of_memory_reclaims_superblocks_and_retries);
   tcase_add_test(tc, test_arena_large_blocks_cached_per_stream);

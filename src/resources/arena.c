@@ -675,17 +675,25 @@ static void shared_unref(shared_t *s) {
   }
 }
 
-/* A thread's arena loses its thread: its pending frees and wholly free
- * superblocks go back (no stream may be named now: tags, no events). */
-static void detach(arena_res_t *res, arena_t *a) {
-  rmmc__lock(&a->lock);
-  a->attached = false;
+/* Releases the arena's pending frees (owner's lock held) without waiting on
+ * their events: the caller either synchronized the device under the lock or
+ * knows no stream of the owner will wait. Their superblocks become mixed, so
+ * that one given back is tagged, not covered by an event of the owner. */
+static void release_pending(arena_res_t *res, arena_t *a) {
   size_t n = a->npending;
   a->npending = 0;
   for (size_t i = 0; i < n; i++) {
     a->pending[i].sb->mixed = true;
     sb_release(res, a, a->pending[i].sb, a->pending[i].idx, NULL);
   }
+}
+
+/* A thread's arena loses its thread: its pending frees and wholly free
+ * superblocks go back (no stream may be named now: tags, no events). */
+static void detach(arena_res_t *res, arena_t *a) {
+  rmmc__lock(&a->lock);
+  a->attached = false;
+  release_pending(res, a);
   (void)give_back_idle(res, a, TAG_SAME);
   (void)give_back_large_cache(res, a);
   rmmc__unlock(&a->lock);
@@ -810,19 +818,33 @@ static rmmc_status_t arena_lookup(arena_res_t *res, cudaStream_t stream, bool cr
 
 /* ---- reclaiming ---- */
 
-/* Every arena gives back its wholly free superblocks; then, if any free
+/* Every arena releases the frees other streams made into it (after a device
+ * synchronization) and gives back its wholly free superblocks; then, if any free
  * range may not be reused by every stream, the device is synchronized and
  * all of them become clean. *changed says whether anything became usable. */
 static rmmc_status_t reclaim(arena_res_t *res, bool *changed) {
   *changed = false;
+  rmmc_status_t st = RMMC_SUCCESS;
   pthread_mutex_lock(&res->arenas_lock);
   for (arena_t *a = res->arenas; a != NULL; a = a->next_all) {
     rmmc__lock(&a->lock);
+    /* Blocks freed on other streams wait for the owner's next allocate,
+     * which may never come: without them a superblock never looks free
+     * and its chunk never goes back. There is no stream to wait on here,
+     * so wait for the device, under the owner's lock so that no free joins
+     * meanwhile; then they are complete (host memory: no wait at all). */
+    if (a->npending != 0 && st == RMMC_SUCCESS) {
+      st = rmmc__stream_set_sync(&res->streams);
+      if (st == RMMC_SUCCESS) {
+        release_pending(res, a);
+        *changed = true;
+      }
+    }
     if (give_back_idle(res, a, TAG_SAME) + give_back_large_cache(res, a) != 0) *changed = true;
     rmmc__unlock(&a->lock);
   }
   pthread_mutex_unlock(&res->arenas_lock);
-  rmmc_status_t st = RMMC_SUCCESS;
+  if (st != RMMC_SUCCESS) return st;
   pthread_mutex_lock(&res->glock);
   if (!g_all_clean_already(res)) {
     st = rmmc__stream_set_sync(&res->streams);

@@ -6,7 +6,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-enum { OP_ALLOCATE, OP_DEALLOCATE, OP_RELEASE, OP_COUNT };
+enum { OP_ALLOCATE = FAULTY_ALLOCATE, OP_DEALLOCATE = FAULTY_DEALLOCATE,
+       OP_RELEASE = FAULTY_RELEASE, OP_COUNT };
 
 struct faulty {
   rmmc_resource_t base;
@@ -15,6 +16,9 @@ struct faulty {
   rmmc_status_t status[OP_COUNT];
   uint64_t remaining[OP_COUNT];
   uint64_t calls[OP_COUNT];
+  rmmc_status_t every_status[OP_COUNT];
+  uint64_t every[OP_COUNT], since_every[OP_COUNT]; /* every Nth; calls since armed */
+  uint64_t injected[OP_COUNT];
 };
 
 /* Counts the call and says whether it is to fail, and with what. */
@@ -26,6 +30,9 @@ static rmmc_status_t injected(faulty_t *f, int op) {
     f->remaining[op]--;
     st = f->status[op];
   }
+  if (f->every[op] != 0 && ++f->since_every[op] % f->every[op] == 0 && st == RMMC_SUCCESS)
+    st = f->every_status[op];
+  if (st != RMMC_SUCCESS) f->injected[op]++;
   pthread_mutex_unlock(&f->lock);
   return st == RMMC_SUCCESS ? st : rmmc_set_error(st, "faulty: injected %s", rmmc_status_name(st));
 }
@@ -103,9 +110,24 @@ void faulty_fail_release(faulty_t *f, rmmc_status_t status, uint64_t count) {
   arm(f, OP_RELEASE, status, count);
 }
 
+void faulty_fail_every(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t n) {
+  pthread_mutex_lock(&f->lock);
+  f->every_status[op] = status;
+  f->every[op] = n;
+  f->since_every[op] = 0;
+  pthread_mutex_unlock(&f->lock);
+}
+
+void faulty_disarm(faulty_t *f) {
+  pthread_mutex_lock(&f->lock);
+  for (int op = 0; op < OP_COUNT; op++) f->remaining[op] = f->every[op] = 0;
+  pthread_mutex_unlock(&f->lock);
+}
+
 faulty_counts_t faulty_counts(faulty_t *f) {
   pthread_mutex_lock(&f->lock);
-  faulty_counts_t c = {f->calls[OP_ALLOCATE], f->calls[OP_DEALLOCATE], f->calls[OP_RELEASE]};
+  faulty_counts_t c = {f->calls[OP_ALLOCATE],    f->calls[OP_DEALLOCATE],    f->calls[OP_RELEASE],
+                       f->injected[OP_ALLOCATE], f->injected[OP_DEALLOCATE], f->injected[OP_RELEASE]};
   pthread_mutex_unlock(&f->lock);
   return c;
 }

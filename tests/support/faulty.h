@@ -1,9 +1,11 @@
 /*
  * The faulty resource: a pass-through adaptor, written as a user would
  * (resource_ops.h only), that injects a chosen status into the next N
- * allocate, deallocate or release_cached calls without calling its
- * upstream. For the error paths the spy cannot reach (it fails allocate
- * with out of memory only). Thread-safe.
+ * allocate, deallocate or release_cached calls, or into every Nth call of
+ * a kind, without calling its upstream. For the error paths the spy cannot
+ * reach (it fails allocate with out of memory only), and for fault
+ * injection across whole stacks (tests/test_fault_injection.c).
+ * Thread-safe.
  */
 #ifndef RMMC_TEST_FAULTY_H
 #define RMMC_TEST_FAULTY_H
@@ -16,7 +18,11 @@ typedef struct faulty faulty_t;
 
 typedef struct faulty_counts {
   uint64_t allocate_calls, deallocate_calls, release_calls; /* injected ones too */
+  uint64_t allocate_injected, deallocate_injected, release_injected; /* failed on purpose */
 } faulty_counts_t;
+
+/* The kinds of call faulty can fail. */
+typedef enum faulty_op { FAULTY_ALLOCATE, FAULTY_DEALLOCATE, FAULTY_RELEASE } faulty_op_t;
 
 /* Creates a faulty resource over `upstream` (retained); same memory kind
  * and device as the upstream. */
@@ -29,6 +35,12 @@ faulty_t *faulty_of(rmmc_resource_t *r);
 void faulty_fail_allocate(faulty_t *f, rmmc_status_t status, uint64_t count);
 void faulty_fail_deallocate(faulty_t *f, rmmc_status_t status, uint64_t count);
 void faulty_fail_release(faulty_t *f, rmmc_status_t status, uint64_t count);
+/* From now on every Nth call of kind `op` (the Nth, 2Nth, ... counted from
+ * this call) returns `status` as above; n = 0 turns it off. Independent of
+ * the next-N count above (a call fails if either says so). */
+void faulty_fail_every(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t n);
+/* Turns every injection off (counts and every-Nth). */
+void faulty_disarm(faulty_t *f);
 faulty_counts_t faulty_counts(faulty_t *f);
 
 #endif

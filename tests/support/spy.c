@@ -4,6 +4,7 @@
 #include "spy.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,7 +50,9 @@ static rmmc_status_t spy_allocate(rmmc_resource_t *r, size_t bytes, size_t align
       s->cap_blocks = ncap;
     }
   }
-  if (!fail && posix_memalign(&p, alignment, bytes) != 0) fail = true;
+  /* Above PTRDIFF_MAX no allocator can serve it; refusing here also keeps
+   * valgrind from reporting a "fishy" (negative) size to posix_memalign. */
+  if (!fail && (bytes > PTRDIFF_MAX || posix_memalign(&p, alignment, bytes) != 0)) fail = true;
   if (fail) {
     s->c.allocate_failures++;
     pthread_mutex_unlock(&s->lock);
