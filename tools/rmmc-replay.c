@@ -62,7 +62,7 @@ static void usage(FILE *f) {
       "  -h, --help       this text\n"
       "\n"
       "Default stacks: the base alone (ratio 1: a plain upstream takes exactly what is\n"
-      "asked), then each sub-allocator this build has over it. Exit status: 0, 1 if a\n"
+      "asked), then pool, pool(expandable=true) and arena over it. Exit status: 0, 1 if a\n"
       "stack could not be built or replayed, 2 for bad usage or a bad log.\n",
       f);
 }
@@ -281,11 +281,11 @@ int main(int argc, char **argv) {
   if (!quiet) describe_log(log);
 
   /* The default stacks: the base, then each sub-allocator this build has. */
-  char specs[3][4200]; /* a spec is at most 4096 characters */
+  char specs[4][4200]; /* a spec is at most 4096 characters */
   if (nstacks == 0) {
     const char *base = upstream != NULL ? upstream : pick_base(log, device, quiet);
-    const char *forms[] = {"%s", "pool > %s", "arena > %s"};
-    for (int i = 0; i < 3; i++) {
+    const char *forms[] = {"%s", "pool > %s", "pool(expandable=true) > %s", "arena > %s"};
+    for (int i = 0; i < 4; i++) {
       snprintf(specs[i], sizeof specs[i], forms[i], base);
       if (i == 0 || rmmc_stack_validate(specs[i]) == RMMC_SUCCESS) stacks[nstacks++] = specs[i];
     }
