@@ -19,9 +19,11 @@
 #define RMMC_MAX_DEVICES 64
 
 #if defined(__GNUC__) || defined(__clang__)
+#define RMMC_COLD __attribute__((cold, noinline))
 #define RMMC_LIKELY(x) __builtin_expect(!!(x), 1)
 #define RMMC_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
+#define RMMC_COLD
 #define RMMC_LIKELY(x) (x)
 #define RMMC_UNLIKELY(x) (x)
 #endif

@@ -139,7 +139,7 @@ __attribute__((destructor)) static void slot_key_delete(void) {
 #endif
 
 /* The calling thread's first allocation: claims a free slot, or SHARDS. */
-static int slot_claim(void) {
+static RMMC_COLD int slot_claim(void) {
   pthread_once(&slot_once, slot_key_create);
   int slot = SHARDS;
   pthread_mutex_lock(&slots_lock);
@@ -194,7 +194,7 @@ static void switch_locked(statistics_t *s) {
 }
 
 /* The slow path: adds (bytes, count) to the pair, switching first if needed. */
-static void add_slow(statistics_t *s, int64_t bytes, int64_t count) {
+static RMMC_COLD void add_slow(statistics_t *s, int64_t bytes, int64_t count) {
   pthread_mutex_lock(&s->lock);
   switch_locked(s);
   s->slow_bytes += bytes;
@@ -204,7 +204,7 @@ static void add_slow(statistics_t *s, int64_t bytes, int64_t count) {
 }
 
 /* A field reached its limit (sets `slow` first: see the top of the file). */
-static void start_switch(statistics_t *s) {
+static RMMC_COLD void start_switch(statistics_t *s) {
   __atomic_store_n(&s->hot->slow, 1, __ATOMIC_RELAXED);
   pthread_mutex_lock(&s->lock);
   switch_locked(s);
@@ -213,7 +213,7 @@ static void start_switch(statistics_t *s) {
 
 /* Adds an allocation of `bytes` off the xadd path: a CAS that checks before
  * it writes (large allocations), or the slow path. */
-static void add_checked(statistics_t *s, uint64_t bytes) {
+static RMMC_COLD void add_checked(statistics_t *s, uint64_t bytes) {
   uint64_t w = __atomic_load_n(&s->hot->cur, __ATOMIC_RELAXED), now;
   do {
     if (w & SLOW || __atomic_load_n(&s->hot->slow, __ATOMIC_RELAXED) ||
@@ -230,7 +230,7 @@ static void add_checked(statistics_t *s, uint64_t bytes) {
 }
 
 /* The xadd of an allocation left a guard bit or SLOW set in `now`. */
-static void add_limit(statistics_t *s, uint64_t now, uint64_t bytes) {
+static RMMC_COLD void add_limit(statistics_t *s, uint64_t now, uint64_t bytes) {
   if (now & SLOW) { /* landed after the switch: not in the pair */
     __atomic_sub_fetch(&s->hot->cur, bytes + ONE, __ATOMIC_RELAXED);
     add_slow(s, (int64_t)bytes, 1);
