@@ -19,21 +19,26 @@ typedef struct limiting {
   size_t used; /* atomic */
 } limiting_t;
 
+/* The out-of-memory refusal, out of the hot path. */
+static RMMC_COLD rmmc_status_t refuse(limiting_t *l, size_t used, size_t need, size_t bytes,
+                                      size_t alignment, cudaStream_t stream) {
+  char lim[32], use[32], req[32];
+  return rmmc_set_oom_error(&l->a.base, bytes, stream,
+                            "limit %s (%zu bytes), %s in use through the adaptor, %s "
+                            "requested after rounding to %zu",
+                            rmmc__format_bytes(l->limit, lim, sizeof lim), l->limit,
+                            rmmc__format_bytes(used, use, sizeof use),
+                            rmmc__format_bytes(need, req, sizeof req), alignment);
+}
+
 /* Counts `need` bytes (`bytes` rounded to `alignment`) against the limit,
  * or refuses them with out of memory. */
 static inline rmmc_status_t take(limiting_t *l, size_t need, size_t bytes, size_t alignment,
                                  cudaStream_t stream) {
   size_t used = __atomic_load_n(&l->used, __ATOMIC_RELAXED);
   do {
-    if (RMMC_UNLIKELY(need > l->limit - used)) {
-      char lim[32], use[32], req[32];
-      return rmmc_set_oom_error(&l->a.base, bytes, stream,
-                                "limit %s (%zu bytes), %s in use through the adaptor, %s "
-                                "requested after rounding to %zu",
-                                rmmc__format_bytes(l->limit, lim, sizeof lim), l->limit,
-                                rmmc__format_bytes(used, use, sizeof use),
-                                rmmc__format_bytes(need, req, sizeof req), alignment);
-    }
+    if (RMMC_UNLIKELY(need > l->limit - used))
+      return refuse(l, used, need, bytes, alignment, stream);
   } while (!__atomic_compare_exchange_n(&l->used, &used, used + need, true, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED));
   return RMMC_SUCCESS;
