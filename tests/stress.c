@@ -71,6 +71,7 @@ enum exit_code {
 
 static const char *const gpu_default_stacks[] = {
     "statistics > pool > cuda",
+    "statistics > pool(expandable=true) > cuda",
     "statistics > binning > pool > cuda",
     "statistics > arena > cuda",
     "statistics > cuda_async",
@@ -83,6 +84,7 @@ static const char *const gpu_default_stacks[] = {
 
 static const char *const host_default_stacks[] = {
     "statistics > pool > host",
+    "statistics > pool(expandable=true, page=2MiB) > host",
     "statistics > binning > pool > host",
     /* Unbounded, the arena reserves 15-25 GiB of host memory for this
      * workload's ~0.4 GiB live set (16 threads x 4 streams): bounded so the
@@ -102,7 +104,7 @@ static const char usage_text[] =
     "\n"
     "  --stack SPEC       a stack, outermost first (repeatable); put 'statistics' on\n"
     "                     top for the leak figures. Default: statistics over pool,\n"
-    "                     binning > pool, arena, cuda_async, limiting > tracking >\n"
+    "                     pool(expandable=true), binning > pool, arena, cuda_async, limiting > tracking >\n"
     "                     pool and aligned > binning > pool, over cuda (GPU mode) or\n"
     "                     host (host mode, no cuda_async)\n"
     "  --threads N        threads per stack (default 16)\n"

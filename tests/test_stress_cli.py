@@ -46,7 +46,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(doc["mode"] == MODE, f"mode {MODE}: {doc['mode']}")
     check(doc["passed"] is True, "passed is true")
     check(doc["threads"] == 4 and doc["streams_per_thread"] == 2, "4 threads x 2 streams")
-    want_stacks = 6 if MODE == "gpu" else 5
+    want_stacks = 7 if MODE == "gpu" else 6
     check(len(doc["stacks"]) == want_stacks, f"{want_stacks} default stacks: {len(doc['stacks'])}")
     for s in doc["stacks"]:
         name = s["stack"]
