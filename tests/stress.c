@@ -46,6 +46,7 @@
 
 #include "pattern.h"
 #include "rmmc/rmmc.h"
+#include "cli.h"
 #if RMMC_STRESS_HAVE_KERNELS
 #include "gpu_kernels.h"
 #endif
@@ -771,17 +772,6 @@ free_arrays:
 
 /* ---- output ---- */
 
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
 typedef struct run_info {
   const char *mode;
   char device[300];
@@ -793,7 +783,7 @@ static bool write_json(const char *path, const options_t *o, const run_info_t *i
   FILE *f = fopen(path, "w");
   if (f == NULL) return false;
   fprintf(f, "{\n \"program\": \"rmmc-stress\",\n \"mode\": \"%s\",\n \"device\": ", info->mode);
-  json_string(f, info->device);
+  cli_json_string(f, info->device);
   fprintf(f,
           ",\n \"threads\": %d,\n \"streams_per_thread\": %d,\n \"ops_per_stack\": %llu,\n"
           " \"live_per_thread\": %d,\n \"max_bytes\": %zu,\n \"large_bytes\": %zu,\n"
@@ -807,7 +797,7 @@ static bool write_json(const char *path, const options_t *o, const run_info_t *i
     const result_t *r = &res[i];
     const counts_t *c = &r->c;
     fprintf(f, "%s\n  {\"stack\": ", i ? "," : "");
-    json_string(f, r->spec);
+    cli_json_string(f, r->spec);
     fprintf(f, ", \"passed\": %s, \"ran\": %s, \"verify\": \"%s\",\n", r->passed ? "true" : "false",
             r->ran ? "true" : "false", r->verify ? r->verify : "none");
     fprintf(f,
@@ -835,7 +825,7 @@ static bool write_json(const char *path, const options_t *o, const run_info_t *i
     for (int k = 0; k < r->nlayers; k++) {
       const layer_t *l = &r->layers[k];
       fprintf(f, "%s{\"name\": ", k ? ", " : "");
-      json_string(f, l->name);
+      cli_json_string(f, l->name);
       if (l->has_in_use) fprintf(f, ", \"in_use\": %llu", (unsigned long long)l->in_use);
       if (l->has_outstanding)
         fprintf(f, ", \"outstanding\": %llu", (unsigned long long)l->outstanding);
@@ -846,7 +836,7 @@ static bool write_json(const char *path, const options_t *o, const run_info_t *i
     }
     fprintf(f, "],\n   \"wall_s\": %.3f, \"ops_per_s\": %.0f, \"error\": ", r->wall_s,
             r->wall_s > 0 ? (double)c->ops / r->wall_s : 0.0);
-    if (r->error[0] != '\0') json_string(f, r->error);
+    if (r->error[0] != '\0') cli_json_string(f, r->error);
     else fputs("null", f);
     fputc('}', f);
   }
@@ -870,52 +860,7 @@ static void print_row(int width, const result_t *r) {
          r->wall_s > 0 ? (double)c->ops / r->wall_s / 1e3 : 0.0, r->passed ? "ok" : "FAILED");
 }
 
-/* "4MiB", "1000B": the largest unit that divides the size. */
-static void format_size(size_t bytes, char *buf, size_t len) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) bytes /= 1024, u++;
-  snprintf(buf, len, "%zu%s", bytes, units[u]);
-}
-
 /* ---- command line ---- */
-
-static int usage_error(const char *fmt, ...)
-#if defined(__GNUC__) || defined(__clang__)
-    __attribute__((format(printf, 1, 2)))
-#endif
-    ;
-
-static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  fputs("rmmc-stress: ", stderr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputs("\n(rmmc-stress --help lists the options)\n", stderr);
-  return EXIT_USAGE;
-}
-
-static bool parse_count(const char *flag, const char *text, unsigned long long lo,
-                        unsigned long long hi, unsigned long long *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (!isdigit((unsigned char)text[0]) || *end != '\0' || errno != 0 || v < lo || v > hi) {
-    usage_error("%s wants a whole number from %llu to %llu, not '%s'", flag, lo, hi, text);
-    return false;
-  }
-  *out = v;
-  return true;
-}
-
-static bool parse_bytes(const char *flag, const char *text, size_t *out) {
-  if (rmmc_parse_size(text, out) != RMMC_SUCCESS) {
-    usage_error("%s: %s", flag, rmmc_last_error_message());
-    return false;
-  }
-  return true;
-}
 
 enum {
   OPT_STACK = 256, OPT_THREADS, OPT_STREAMS, OPT_OPS, OPT_LIVE, OPT_MAX_BYTES, OPT_LARGE_BYTES,
@@ -952,47 +897,47 @@ static int parse_options(int argc, char **argv, options_t *o) {
   while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
     switch (c) {
     case OPT_STACK:
-      if (o->nspecs == MAX_STACKS) return usage_error("at most %d --stack options", MAX_STACKS);
+      if (o->nspecs == MAX_STACKS) return cli_usage_error("at most %d --stack options", MAX_STACKS);
       if (rmmc_stack_validate(optarg) != RMMC_SUCCESS)
-        return usage_error("--stack: %s", rmmc_last_error_message());
+        return cli_usage_error("--stack: %s", rmmc_last_error_message());
       o->specs[o->nspecs++] = optarg;
       break;
     case OPT_THREADS:
-      if (!parse_count("--threads", optarg, 1, MAX_THREADS, &v)) return EXIT_USAGE;
+      if (!cli_parse_count("--threads", optarg, 1, MAX_THREADS, &v)) return EXIT_USAGE;
       o->threads = (int)v;
       break;
     case OPT_STREAMS:
-      if (!parse_count("--streams", optarg, 1, MAX_STREAMS, &v)) return EXIT_USAGE;
+      if (!cli_parse_count("--streams", optarg, 1, MAX_STREAMS, &v)) return EXIT_USAGE;
       o->streams = (int)v;
       break;
     case OPT_OPS:
-      if (!parse_count("--ops", optarg, 1, 10000000000ull, &v)) return EXIT_USAGE;
+      if (!cli_parse_count("--ops", optarg, 1, 10000000000ull, &v)) return EXIT_USAGE;
       o->ops = v;
       break;
     case OPT_LIVE:
-      if (!parse_count("--live", optarg, 1, MAX_LIVE, &v)) return EXIT_USAGE;
+      if (!cli_parse_count("--live", optarg, 1, MAX_LIVE, &v)) return EXIT_USAGE;
       o->live = (int)v;
       break;
     case OPT_MAX_BYTES:
-      if (!parse_bytes("--max-bytes", optarg, &o->max_bytes)) return EXIT_USAGE;
-      if (o->max_bytes == 0) return usage_error("--max-bytes: 0 bytes allocates nothing");
+      if (!cli_parse_bytes("--max-bytes", optarg, true, &o->max_bytes)) return EXIT_USAGE;
+      if (o->max_bytes == 0) return cli_usage_error("--max-bytes: 0 bytes allocates nothing");
       break;
     case OPT_LARGE_BYTES:
-      if (!parse_bytes("--large-bytes", optarg, &o->large_bytes)) return EXIT_USAGE;
+      if (!cli_parse_bytes("--large-bytes", optarg, true, &o->large_bytes)) return EXIT_USAGE;
       break;
     case OPT_SEED:
-      if (!parse_count("--seed", optarg, 0, UINT64_MAX, &v)) return EXIT_USAGE;
+      if (!cli_parse_count("--seed", optarg, 0, UINT64_MAX, &v)) return EXIT_USAGE;
       o->seed = v;
       break;
     case OPT_FILL:
       if (strcmp(optarg, "full") == 0) o->sparse = false;
       else if (strcmp(optarg, "sparse") == 0) o->sparse = true;
-      else return usage_error("--fill wants full or sparse, not '%s'", optarg);
+      else return cli_usage_error("--fill wants full or sparse, not '%s'", optarg);
       break;
     case OPT_HOST:
     case OPT_GPU: {
       run_mode_t m = c == OPT_HOST ? MODE_HOST : MODE_GPU;
-      if (o->mode != MODE_AUTO && o->mode != m) return usage_error("--host and --gpu exclude each other");
+      if (o->mode != MODE_AUTO && o->mode != m) return cli_usage_error("--host and --gpu exclude each other");
       o->mode = m;
       break;
     }
@@ -1000,17 +945,18 @@ static int parse_options(int argc, char **argv, options_t *o) {
     case OPT_JSON: o->json_path = optarg; break;
     case OPT_QUIET: o->quiet = true; break;
     case 'h': fputs(usage_text, stdout); return EXIT_OK;
-    case ':': return usage_error("%s needs a value", argv[optind - 1]);
-    default: return usage_error("unknown option '%s'", argv[optind - 1]);
+    case ':': return cli_usage_error("%s needs a value", argv[optind - 1]);
+    default: return cli_usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
-  if (optind < argc) return usage_error("unexpected argument '%s' (stacks go after --stack)", argv[optind]);
+  if (optind < argc) return cli_usage_error("unexpected argument '%s' (stacks go after --stack)", argv[optind]);
   if (o->large_bytes != 0 && o->large_bytes <= o->max_bytes)
-    return usage_error("--large-bytes must be 0 or above --max-bytes");
+    return cli_usage_error("--large-bytes must be 0 or above --max-bytes");
   return -1;
 }
 
 int main(int argc, char **argv) {
+  cli_program = "rmmc-stress";
   options_t o;
   int rc = parse_options(argc, argv, &o);
   if (rc >= 0) return rc;
@@ -1049,10 +995,10 @@ int main(int argc, char **argv) {
   }
   if (width > 80) width = 80;
   char max[32], large[64] = "";
-  format_size(o.max_bytes, max, sizeof max);
+  cli_format_size(o.max_bytes, max, sizeof max);
   if (o.large_bytes != 0) {
     char top[32];
-    format_size(o.large_bytes, top, sizeof top);
+    cli_format_size(o.large_bytes, top, sizeof top);
     snprintf(large, sizeof large, ", 1 in %d up to %s", LARGE_EVERY, top);
   }
   printf("# rmmc-stress: %s mode, %s; %d threads x %d streams, %llu ops per stack, sizes "

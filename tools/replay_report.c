@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "replay_engine.h"
 
 const char *replay_format_bytes(uint64_t bytes, char *buf, size_t len) {
@@ -72,23 +73,6 @@ void replay_write_table(FILE *f, const replay_log_t *log, const replay_result_t 
 
 /* ---- JSON ---- */
 
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c == '\n')
-      fputs("\\n", f);
-    else if (c == '\t')
-      fputs("\\t", f);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
-}
 
 rmmc_status_t replay_write_json(FILE *f, const replay_log_t *log, const replay_result_t *results,
                                 size_t n) {
@@ -96,19 +80,19 @@ rmmc_status_t replay_write_json(FILE *f, const replay_log_t *log, const replay_r
   for (size_t i = 0; i < n; i++) {
     const replay_result_t *r = &results[i];
     fputs("  {\"stack\": ", f);
-    json_string(f, r->stack);
+    cli_json_string(f, r->stack);
     fputs(", \"log\": ", f);
-    json_string(f, log->name);
+    cli_json_string(f, log->name);
     if (r->error[0] != '\0') {
       fputs(", \"error\": ", f);
-      json_string(f, r->error);
+      cli_json_string(f, r->error);
       fprintf(f, "}%s\n", i + 1 < n ? "," : "");
       continue;
     }
     fputs(", \"upstream\": ", f);
-    json_string(f, r->base);
+    cli_json_string(f, r->base);
     fputs(", \"upstream_kind\": ", f);
-    json_string(f, rmmc_memory_kind_name(r->kind));
+    cli_json_string(f, rmmc_memory_kind_name(r->kind));
     fprintf(f, ", \"simulated\": %s, \"real_streams\": %s", r->simulated ? "true" : "false",
             r->real_streams ? "true" : "false");
     fprintf(f, ",\n   \"threads\": %u, \"logged_threads\": %u, \"streams\": %u", r->threads,
@@ -143,7 +127,7 @@ rmmc_status_t replay_write_json(FILE *f, const replay_log_t *log, const replay_r
             r->ns_per_call_min, r->warm ? "true" : "false");
     if (r->failures > 0) {
       fputs(", \"first_failure\": ", f);
-      json_string(f, r->first_failure);
+      cli_json_string(f, r->first_failure);
     }
     fprintf(f, ",\n   \"null_events\": %llu, \"skipped_total\": %llu, \"skipped\": {",
             (unsigned long long)log->null_events, (unsigned long long)skipped_total(log));

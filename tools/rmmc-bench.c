@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench_engine.h"
+#include "cli.h"
 #include "rmmc/rmmc.h"
 
 enum exit_code {
@@ -158,22 +159,6 @@ typedef struct options {
   bool skip_invalid, quiet;
 } options_t;
 
-static int usage_error(const char *fmt, ...)
-#if defined(__GNUC__) || defined(__clang__)
-    __attribute__((format(printf, 1, 2)))
-#endif
-    ;
-
-static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  fputs("rmmc-bench: ", stderr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputs("\n(rmmc-bench --help lists the options)\n", stderr);
-  return EXIT_USAGE;
-}
-
 static void note(const char *fmt, ...)
 #if defined(__GNUC__) || defined(__clang__)
     __attribute__((format(printf, 1, 2)))
@@ -233,42 +218,17 @@ static bool same_spec(const char *a, const char *b) {
   }
 }
 
-static bool parse_count(const char *flag, const char *text, unsigned long long lo,
-                        unsigned long long hi, unsigned long long *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (!isdigit((unsigned char)text[0]) || *end != '\0' || errno != 0 || v < lo || v > hi) {
-    usage_error("%s wants a whole number from %llu to %llu, not '%s'", flag, lo, hi, text);
-    return false;
-  }
-  *out = v;
-  return true;
-}
-
-static bool parse_bytes(const char *flag, const char *text, size_t *out) {
-  if (rmmc_parse_size(text, out) != RMMC_SUCCESS) {
-    usage_error("%s: %s", flag, rmmc_last_error_message());
-    return false;
-  }
-  if (*out == 0) {
-    usage_error("%s: a size of 0 bytes allocates nothing", flag);
-    return false;
-  }
-  return true;
-}
-
 static bool parse_threads(const char *text, options_t *o) {
   char buf[256];
   snprintf(buf, sizeof buf, "%s", text);
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     unsigned long long t;
-    if (!parse_count("--threads", tok, 1, BENCH_MAX_THREADS, &t)) return false;
+    if (!cli_parse_count("--threads", tok, 1, BENCH_MAX_THREADS, &t)) return false;
     bool seen = false;
     for (int i = 0; i < o->nthreads; i++) seen |= o->threads[i] == (int)t;
     if (seen) continue;
     if (o->nthreads == MAX_THREAD_COUNTS) {
-      usage_error("--threads: at most %d thread counts", MAX_THREAD_COUNTS);
+      cli_usage_error("--threads: at most %d thread counts", MAX_THREAD_COUNTS);
       return false;
     }
     o->threads[o->nthreads++] = (int)t;
@@ -284,7 +244,7 @@ static bool parse_patterns(const char *text, options_t *o) {
     if (strcmp(tok, "pair") == 0) o->pattern_pair = true;
     else if (strcmp(tok, "random") == 0) o->pattern_random = true;
     else {
-      usage_error("--pattern: '%s' is not a pattern (pair, random)", tok);
+      cli_usage_error("--pattern: '%s' is not a pattern (pair, random)", tok);
       return false;
     }
   }
@@ -346,7 +306,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
   while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
     switch (c) {
     case OPT_STACK:
-      if (o->ngiven == MAX_STACKS) return usage_error("at most %d --stack options", MAX_STACKS);
+      if (o->ngiven == MAX_STACKS) return cli_usage_error("at most %d --stack options", MAX_STACKS);
       o->given_specs[o->ngiven++] = optarg;
       break;
     case OPT_BASELINE: o->baseline_name = optarg; break;
@@ -354,33 +314,33 @@ static int parse_options(int argc, char **argv, options_t *o) {
       if (!parse_patterns(optarg, o)) return EXIT_USAGE;
       break;
     case OPT_SIZE:
-      if (o->nsizes == MAX_CASES) return usage_error("at most %d --size options", MAX_CASES);
-      if (!parse_bytes("--size", optarg, &o->sizes[o->nsizes])) return EXIT_USAGE;
+      if (o->nsizes == MAX_CASES) return cli_usage_error("at most %d --size options", MAX_CASES);
+      if (!cli_parse_bytes("--size", optarg, false, &o->sizes[o->nsizes])) return EXIT_USAGE;
       o->nsizes++;
       break;
     case OPT_MIN:
-      if (!parse_bytes("--min", optarg, &o->min_bytes)) return EXIT_USAGE;
+      if (!cli_parse_bytes("--min", optarg, false, &o->min_bytes)) return EXIT_USAGE;
       o->random_given = min_given = true;
       break;
     case OPT_MAX:
-      if (!parse_bytes("--max", optarg, &o->max_bytes)) return EXIT_USAGE;
+      if (!cli_parse_bytes("--max", optarg, false, &o->max_bytes)) return EXIT_USAGE;
       o->random_given = max_given = true;
       break;
     case OPT_LIVE:
-      if (!parse_count("--live", optarg, 1, 10000000, &v)) return EXIT_USAGE;
+      if (!cli_parse_count("--live", optarg, 1, 10000000, &v)) return EXIT_USAGE;
       o->live = (size_t)v;
       o->random_given = true;
       break;
     case OPT_OPS:
-      if (!parse_count("--ops", optarg, 1, BENCH_MAX_OPS, &v)) return EXIT_USAGE;
+      if (!cli_parse_count("--ops", optarg, 1, BENCH_MAX_OPS, &v)) return EXIT_USAGE;
       o->ops = (size_t)(v + (v & 1)); /* a pair or a step is two calls */
       break;
     case OPT_REPEAT:
-      if (!parse_count("--repeat", optarg, 1, BENCH_MAX_REPEAT, &v)) return EXIT_USAGE;
+      if (!cli_parse_count("--repeat", optarg, 1, BENCH_MAX_REPEAT, &v)) return EXIT_USAGE;
       o->repeat = (int)v;
       break;
     case OPT_SEED:
-      if (!parse_count("--seed", optarg, 0, UINT64_MAX, &v)) return EXIT_USAGE;
+      if (!cli_parse_count("--seed", optarg, 0, UINT64_MAX, &v)) return EXIT_USAGE;
       o->seed = (uint64_t)v;
       break;
     case OPT_THREADS:
@@ -390,7 +350,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
       char *end;
       o->budget_s = strtod(optarg, &end);
       if (end == optarg || *end != '\0' || !(o->budget_s >= 0 && o->budget_s <= 3600))
-        return usage_error("--budget wants seconds from 0 to 3600, not '%s'", optarg);
+        return cli_usage_error("--budget wants seconds from 0 to 3600, not '%s'", optarg);
       break;
     }
     case OPT_JSON: o->json_path = optarg; break;
@@ -400,14 +360,14 @@ static int parse_options(int argc, char **argv, options_t *o) {
     case 'h':
       for (const char *const *t = usage_text; *t != NULL; t++) fputs(*t, stdout);
       return EXIT_OK;
-    case ':': return usage_error("%s needs a value", argv[optind - 1]);
-    default: return usage_error("unknown option '%s'", argv[optind - 1]);
+    case ':': return cli_usage_error("%s needs a value", argv[optind - 1]);
+    default: return cli_usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
-  if (optind < argc) return usage_error("unexpected argument '%s' (stacks go after --stack)", argv[optind]);
+  if (optind < argc) return cli_usage_error("unexpected argument '%s' (stacks go after --stack)", argv[optind]);
   if (min_given && !max_given && o->min_bytes > o->max_bytes) o->max_bytes = o->min_bytes;
   if (max_given && !min_given && o->min_bytes > o->max_bytes) o->min_bytes = o->max_bytes;
-  if (o->min_bytes > o->max_bytes) return usage_error("--min is larger than --max");
+  if (o->min_bytes > o->max_bytes) return cli_usage_error("--min is larger than --max");
   if (o->nthreads == 0) o->threads[o->nthreads++] = 1;
   if (!o->pattern_given) {
     bool pair_opts = o->nsizes > 0;
@@ -417,19 +377,12 @@ static int parse_options(int argc, char **argv, options_t *o) {
   return -1;
 }
 
-static void format_size(size_t bytes, char *buf, size_t len) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) bytes /= 1024, u++;
-  snprintf(buf, len, "%zu%s", bytes, units[u]);
-}
-
 static void add_case(options_t *o, bench_pattern_t pattern, size_t min, size_t max, size_t live) {
   case_entry_t *e = &o->cases[o->ncases++];
   char a[32], b[32];
   e->c = (bench_case_t){.pattern = pattern, .min_bytes = min, .max_bytes = max, .live = live};
-  format_size(min, a, sizeof a);
-  format_size(max, b, sizeof b);
+  cli_format_size(min, a, sizeof a);
+  cli_format_size(max, b, sizeof b);
   if (pattern == BENCH_PAIR) snprintf(e->label, sizeof e->label, "pair %s", a);
   else snprintf(e->label, sizeof e->label, "random %s-%s live %zu", a, b, live);
 }
@@ -503,7 +456,7 @@ static int build_stacks(options_t *o, bool gpu) {
   if (o->baseline_name != NULL) {
     o->baseline = find_stack(o, o->baseline_name);
     if (o->baseline < 0)
-      return usage_error("--baseline '%s' is not one of the stacks (give it with --stack too)",
+      return cli_usage_error("--baseline '%s' is not one of the stacks (give it with --stack too)",
                          o->baseline_name);
   } else {
     o->baseline = 0;
@@ -529,19 +482,6 @@ static void cpu_name(char *buf, size_t len) {
   fclose(f);
 }
 
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-    else if (ch == '\n') fputs("\\n", f);
-    else if (ch == '\t') fputs("\\t", f);
-    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
 typedef struct run_info {
   char device[256];
   int device_id;
@@ -553,11 +493,11 @@ static void json_row(FILE *f, const options_t *o, const run_info_t *info, const 
   const case_entry_t *c = &o->cases[r->kase];
   const bench_result_t *res = &r->res;
   fputs("  {\"stack\": ", f);
-  json_string(f, s->spec);
+  cli_json_string(f, s->spec);
   fprintf(f, ", \"baseline\": %s, \"memory\": \"%s\", \"pattern\": \"%s\", \"label\": ",
           s->baseline ? "true" : "false", r->memory,
           c->c.pattern == BENCH_PAIR ? "pair" : "random");
-  json_string(f, c->label);
+  cli_json_string(f, c->label);
   fprintf(f, ", \"threads\": %d, \"ops\": %zu, \"ops_requested\": %zu, \"runs\": %d", r->threads,
           res->ops, o->ops, res->runs);
   if (res->ok) {
@@ -572,7 +512,7 @@ static void json_row(FILE *f, const options_t *o, const run_info_t *info, const 
   if (r->has_ratio) fprintf(f, ", \"ratio\": %.6g", r->ratio);
   else fputs(", \"ratio\": null", f);
   fputs(", \"ratio_to\": ", f);
-  json_string(f, o->stacks[o->baseline].spec);
+  cli_json_string(f, o->stacks[o->baseline].spec);
   if (r->has_scaling) fprintf(f, ", \"scaling_vs_1_thread\": %.4g", r->scaling);
   else fputs(", \"scaling_vs_1_thread\": null", f);
   if (c->c.pattern == BENCH_PAIR) fprintf(f, ", \"sizes\": [%zu]", c->c.min_bytes);
@@ -580,12 +520,12 @@ static void json_row(FILE *f, const options_t *o, const run_info_t *info, const 
   fprintf(f, ", \"size_min\": %zu, \"size_max\": %zu, \"live\": %zu, \"seed\": %llu, "
           "\"budget_s\": %g, \"device\": ",
           c->c.min_bytes, c->c.max_bytes, c->c.live, (unsigned long long)o->seed, o->budget_s);
-  json_string(f, info->device);
+  cli_json_string(f, info->device);
   fprintf(f, ", \"device_id\": %d, \"cpu\": ", info->device_id);
-  json_string(f, info->cpu);
+  cli_json_string(f, info->cpu);
   fprintf(f, ", \"status\": \"%s\", \"error\": ", res->ok ? "ok" : "failed");
   if (res->ok) fputs("null", f);
-  else json_string(f, res->error);
+  else cli_json_string(f, res->error);
   fputs("}", f);
 }
 
@@ -715,6 +655,7 @@ static void measure_row(options_t *o, row_t *row, int index, int total) {
 }
 
 int main(int argc, char **argv) {
+  cli_program = "rmmc-bench";
   static options_t o;
   int rc = parse_options(argc, argv, &o);
   if (rc >= 0) return rc;
