@@ -122,6 +122,15 @@ static size_t table_find(const sim_table_t *t, uint64_t key, uint64_t align, int
   return SIZE_MAX;
 }
 
+/* Removes the entry (key, val) of a table of unique keys; false if key is
+ * absent or holds another value. */
+static bool table_take(sim_table_t *t, uint64_t key, uint64_t val) {
+  size_t slot = table_find(t, key, 1, 1);
+  if (slot == SIZE_MAX || t->slots[slot].val != val) return false;
+  table_remove_at(t, slot);
+  return true;
+}
+
 /* ---- the resource ---- */
 
 static rmmc_status_t sim_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
@@ -231,12 +240,10 @@ static rmmc_status_t sim_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t byte
   sim_resource_t *s = (sim_resource_t *)r;
   rmmc_status_t st = RMMC_SUCCESS;
   pthread_mutex_lock(&s->lock);
-  size_t slot = table_find(&s->vas, (uintptr_t)ptr, 1, 1);
-  if (slot == SIZE_MAX || s->vas.slots[slot].val != bytes) {
+  if (!table_take(&s->vas, (uintptr_t)ptr, bytes)) {
     st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
                         "sim: %p + %zu bytes is not a reservation of this resource", ptr, bytes);
   } else {
-    table_remove_at(&s->vas, slot);
     s->address_reserved -= bytes;
     if ((uintptr_t)ptr + bytes == s->bump) s->bump = (uintptr_t)ptr;
   }
@@ -270,12 +277,10 @@ static rmmc_status_t sim_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
   sim_resource_t *s = (sim_resource_t *)r;
   rmmc_status_t st = RMMC_SUCCESS;
   pthread_mutex_lock(&s->lock);
-  size_t slot = table_find(&s->maps, (uintptr_t)ptr, 1, 1);
-  if (slot == SIZE_MAX || s->maps.slots[slot].val != bytes) {
+  if (!table_take(&s->maps, (uintptr_t)ptr, bytes)) {
     st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
                         "sim: %p + %zu bytes is not a mapped range of this resource", ptr, bytes);
   } else {
-    table_remove_at(&s->maps, slot);
     s->in_use -= bytes;
   }
   pthread_mutex_unlock(&s->lock);
