@@ -5,7 +5,10 @@
  * It is the upstream the CPU tests use under every sub-allocator and adaptor,
  * and what the demo and the replay tool run on when there is no GPU.
  * All host resources are equal (memory from one may be freed through
- * another). Thread-safe.
+ * another). Thread-safe. A request above 2^63 bytes or aligned to more than
+ * 1 GiB is RMMC_ERROR_OUT_OF_MEMORY without calling the C library (no such
+ * allocation can exist; posix_memalign with a huge alignment can take
+ * minutes).
  *
  * Virtual memory (resource.h), in pages of the system's page size:
  * reserve is an inaccessible anonymous mmap, map makes a range readable and

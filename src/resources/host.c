@@ -3,6 +3,8 @@
  * host resource is equal to every other, and the stream is ignored.
  */
 #include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,9 +12,20 @@
 #include "../spec.h"
 #include "rmmc/host_resource.h"
 
+/* Beyond these no allocation can exist on a 64-bit host (and glibc's
+ * posix_memalign with a 2^62 alignment crashes valgrind; a 2^40 one took
+ * minutes on a 128 GiB machine): refused before the C library sees them. */
+#define HOST_MAX_BYTES ((size_t)PTRDIFF_MAX)
+#define HOST_MAX_ALIGNMENT ((size_t)1 << 30)
+
 static rmmc_status_t host_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                    cudaStream_t stream, void **out) {
   void *p = NULL;
+  if (RMMC_UNLIKELY(bytes > HOST_MAX_BYTES || alignment > HOST_MAX_ALIGNMENT))
+    return rmmc_set_oom_error(r, bytes, stream,
+                              "no host allocation of this size aligned to %zu can exist "
+                              "(the host resource serves up to 2^63 bytes and 1 GiB alignment)",
+                              alignment);
   if (posix_memalign(&p, alignment, bytes) != 0)
     return rmmc_set_oom_error(r, bytes, stream, "posix_memalign failed");
   *out = p;
