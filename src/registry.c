@@ -16,26 +16,6 @@ _Static_assert(RMMC_REGISTRY_MAX_DEVICES == RMMC_MAX_DEVICES, "one device limit"
 static rmmc_resource_t *slots[RMMC_MAX_DEVICES];
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
-rmmc_status_t rmmc__device_resource_new(const char *what, int device,
-                                        const rmmc_resource_ops_t *ops,
-                                        rmmc_memory_kind_t kind, size_t struct_size,
-                                        rmmc_resource_t **out) {
-  if (out == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", what);
-  *out = NULL;
-  if (!rmmc__cuda_available())
-    return rmmc_set_error(RMMC_ERROR_NO_DEVICE, "%s: no CUDA device is available", what);
-  int dev = -1;
-  if (device != -1 || kind != RMMC_MEMORY_PINNED) {
-    rmmc_status_t st = rmmc__resolve_device(device, &dev);
-    if (st != RMMC_SUCCESS) return st;
-  }
-  rmmc_resource_t *r = calloc(1, struct_size);
-  if (r == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "%s: no host memory", what);
-  rmmc_resource_init(r, ops, kind, dev);
-  *out = r;
-  return RMMC_SUCCESS;
-}
-
 static rmmc_status_t check_id(int device) {
   if (device < 0 || device >= RMMC_MAX_DEVICES)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,

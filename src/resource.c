@@ -278,6 +278,28 @@ void rmmc__emit_text(rmmc_field_cb emit, void *ctx, const char *key, const char 
   emit(ctx, &f);
 }
 
+/* ---- base resource of a device ---- */
+
+rmmc_status_t rmmc__device_resource_new(const char *what, int device,
+                                        const rmmc_resource_ops_t *ops,
+                                        rmmc_memory_kind_t kind, size_t struct_size,
+                                        rmmc_resource_t **out) {
+  if (out == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", what);
+  *out = NULL;
+  if (!rmmc__cuda_available())
+    return rmmc_set_error(RMMC_ERROR_NO_DEVICE, "%s: no CUDA device is available", what);
+  int dev = -1;
+  if (device != -1 || kind != RMMC_MEMORY_PINNED) {
+    rmmc_status_t st = rmmc__resolve_device(device, &dev);
+    if (st != RMMC_SUCCESS) return st;
+  }
+  rmmc_resource_t *r = calloc(1, struct_size);
+  if (r == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "%s: no host memory", what);
+  rmmc_resource_init(r, ops, kind, dev);
+  *out = r;
+  return RMMC_SUCCESS;
+}
+
 /* ---- adaptor base ---- */
 
 void rmmc__adaptor_init(rmmc__adaptor_t *a, const rmmc_resource_ops_t *ops,
