@@ -8,6 +8,8 @@
  * containers) asks here; this file calls only status.c and CUDA, and calls
  * CUDA only when one of its functions is called.
  */
+#include <stdarg.h>
+
 #include "internal.h"
 #include "rmmc/registry.h"
 
@@ -98,4 +100,35 @@ RMMC_API rmmc_status_t rmmc_percent_of_free_device_memory(int device, double per
   if (st != RMMC_SUCCESS) return st;
   *out = (size_t)((double)free_b * (percent / 100.0)) & ~(RMMC_DEFAULT_ALIGNMENT - 1);
   return RMMC_SUCCESS;
+}
+
+/* Here rather than in status.c because for device memory the message gives
+ * the device's free and total memory, which takes a device switch. Asking
+ * for them leaves the failure as it was: the message (a switch that fails
+ * writes its own) and the last CUDA error. */
+RMMC_API rmmc_status_t rmmc_set_oom_error(const rmmc_resource_t *r, size_t bytes,
+                                          cudaStream_t stream, const char *detail, ...) {
+  va_list ap;
+  va_start(ap, detail);
+  rmmc__set_oom_message(r, bytes, stream, detail, ap);
+  va_end(ap);
+  if (r->device < 0) return RMMC_ERROR_OUT_OF_MEMORY;
+  rmmc__error_state_t before;
+  rmmc__error_save(&before);
+  size_t free_b = 0, total_b = 0;
+  int saved;
+  if (rmmc__device_push(r->device, &saved) != RMMC_SUCCESS) {
+    rmmc__error_restore(&before);
+    return RMMC_ERROR_OUT_OF_MEMORY;
+  }
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+    char fb[32], tb[32];
+    rmmc__append_error("; device %d has %s free of %s", r->device,
+                       rmmc__format_bytes(free_b, fb, sizeof fb),
+                       rmmc__format_bytes(total_b, tb, sizeof tb));
+  } else {
+    (void)cudaGetLastError();
+  }
+  rmmc__device_pop(saved);
+  return RMMC_ERROR_OUT_OF_MEMORY;
 }

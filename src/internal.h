@@ -6,6 +6,7 @@
 #define RMMC_INTERNAL_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -224,6 +225,11 @@ typedef struct rmmc__error_state {
 } rmmc__error_state_t;
 void rmmc__error_save(rmmc__error_state_t *state);
 void rmmc__error_restore(const rmmc__error_state_t *state);
+
+/* Writes this thread's message for rmmc_set_oom_error() (which adds a
+ * device's free memory to it); leaves the last CUDA error alone. */
+void rmmc__set_oom_message(const rmmc_resource_t *r, size_t bytes, cudaStream_t stream,
+                           const char *detail, va_list ap);
 
 /* Appends to this thread's error message. */
 void rmmc__append_error(const char *fmt, ...)

@@ -102,8 +102,10 @@ RMMC_API rmmc_status_t rmmc_set_cuda_error(cudaError_t err, const char *what) {
   return status;
 }
 
-RMMC_API rmmc_status_t rmmc_set_oom_error(const rmmc_resource_t *r, size_t bytes,
-                                          cudaStream_t stream, const char *detail, ...) {
+/* The message of rmmc_set_oom_error (device.c, which adds a device's free
+ * memory to it, so that this file calls nothing of the library's). */
+void rmmc__set_oom_message(const rmmc_resource_t *r, size_t bytes, cudaStream_t stream,
+                           const char *detail, va_list ap) {
   char req[32], sbuf[32];
   int n = snprintf(tl_message, sizeof tl_message,
                    "out of memory: %s resource could not allocate %s (%zu bytes) on ",
@@ -116,31 +118,9 @@ RMMC_API rmmc_status_t rmmc_set_oom_error(const rmmc_resource_t *r, size_t bytes
                 rmmc__stream_name(stream, sbuf, sizeof sbuf));
   if (detail != NULL && (size_t)n + 2 < sizeof tl_message) {
     n += snprintf(tl_message + n, sizeof tl_message - (size_t)n, ": ");
-    va_list ap;
-    va_start(ap, detail);
     if ((size_t)n < sizeof tl_message)
       n += vsnprintf(tl_message + n, sizeof tl_message - (size_t)n, detail, ap);
-    va_end(ap);
   }
-  if (r->device >= 0 && (size_t)n < sizeof tl_message) {
-    size_t free_b = 0, total_b = 0;
-    int saved;
-    cudaError_t prev_error = tl_cuda_error;
-    if (rmmc__device_push(r->device, &saved) == RMMC_SUCCESS) {
-      if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
-        char fb[32], tb[32];
-        snprintf(tl_message + n, sizeof tl_message - (size_t)n,
-                 "; device %d has %s free of %s", r->device,
-                 rmmc__format_bytes(free_b, fb, sizeof fb),
-                 rmmc__format_bytes(total_b, tb, sizeof tb));
-      } else {
-        (void)cudaGetLastError();
-      }
-      rmmc__device_pop(saved);
-    }
-    tl_cuda_error = prev_error;
-  }
-  return RMMC_ERROR_OUT_OF_MEMORY;
 }
 
 RMMC_API const char *rmmc_format_bytes(uint64_t bytes, char *buf, size_t len) {

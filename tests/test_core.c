@@ -103,6 +103,30 @@ START_TEST(test_oom_message_names_request_and_stack) {
 }
 END_TEST
 
+START_TEST(test_oom_message_of_device_memory_stays_an_oom_message) {
+  /* A device resource's message adds the device's free memory (device.c);
+   * on a machine without one, the failed device switch must not replace
+   * the out-of-memory message or the last CUDA error. */
+  rmmc_resource_t *r;
+  ck_assert_int_eq(spy_create(RMMC_MEMORY_DEVICE, &r), RMMC_SUCCESS);
+  spy_set_capacity(spy_of(r), 1000);
+  rmmc_clear_last_error();
+  void *p = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 5000, 256, NULL, &p), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(p);
+  const char *m = rmmc_last_error_message();
+  ck_assert_msg(strncmp(m, "out of memory: spy resource", 27) == 0, "%s", m);
+  ck_assert_msg(strstr(m, "5000 bytes) on device 0, stream default") != NULL, "%s", m);
+  ck_assert_msg(strstr(m, "stack: spy") != NULL, "%s", m);
+  if (rmmc_device_count() > 0)
+    ck_assert_msg(strstr(m, "; device 0 has ") != NULL, "%s", m);
+  else
+    ck_assert_msg(strstr(m, "no CUDA device") == NULL, "%s", m);
+  ck_assert_int_eq(rmmc_last_cuda_error(), cudaSuccess);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 START_TEST(test_refcount_release_destroys_once) {
   rmmc_resource_t *r;
   uint64_t before = spy_destroyed_total();
@@ -189,6 +213,7 @@ int main(void) {
   tcase_add_test(tc, test_last_error_is_thread_local);
   tcase_add_test(tc, test_wrappers_validate_before_dispatch);
   tcase_add_test(tc, test_oom_message_names_request_and_stack);
+  tcase_add_test(tc, test_oom_message_of_device_memory_stays_an_oom_message);
   tcase_add_test(tc, test_refcount_release_destroys_once);
   tcase_add_test(tc, test_host_resource_serves_and_is_equal);
   tcase_add_test(tc, test_memory_kinds);
