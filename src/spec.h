@@ -52,7 +52,8 @@ typedef struct rmmc__spec_entry {
                          int device, rmmc_resource_t **out);
 } rmmc__spec_entry_t;
 
-/* Accessors: each returns true if the option was given and stores it. */
+/* Accessors (spec_options.c, apart from the parser so that a resource does
+ * not link it): each returns true if the option was given and stores it. */
 const rmmc__spec_value_t *rmmc__spec_find(const rmmc__spec_args_t *args, const char *name);
 bool rmmc__spec_int(const rmmc__spec_args_t *args, const char *name, long long *out);
 bool rmmc__spec_double(const rmmc__spec_args_t *args, const char *name, double *out);
@@ -66,7 +67,7 @@ const char *rmmc__spec_string(const rmmc__spec_args_t *args, const char *name);
 rmmc_status_t rmmc__spec_bytes(const rmmc__spec_args_t *args, const char *name,
                                const rmmc_resource_t *upstream, size_t *out);
 
-/* Parses "64KiB", "1.5GiB", "1024" (bytes; no percentage). */
+/* Parses "64KiB", "1.5GiB", "1024" (bytes; no percentage; spec_options.c). */
 rmmc_status_t rmmc__parse_bytes(const char *text, size_t len, size_t *out);
 
 /* Called once by rmmc__stack_create_hooked() with the innermost (base)
