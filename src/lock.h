@@ -76,6 +76,12 @@ static inline void rmmc__lock(rmmc__lock_t *l) {
   rmmc__lock_contended(l);
 }
 
+/* Takes the lock if it is free; never waits. */
+static inline bool rmmc__lock_try(rmmc__lock_t *l) {
+  int c = 0;
+  return __atomic_compare_exchange_n(&l->state, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
 static inline void rmmc__unlock(rmmc__lock_t *l) {
   if (__builtin_expect(__atomic_exchange_n(&l->state, 0, __ATOMIC_RELEASE) == 2, 0))
     rmmc__lock_wake(&l->state);

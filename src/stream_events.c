@@ -99,8 +99,44 @@ rmmc_status_t rmmc__stream_set_get(rmmc__stream_set_t *s, cudaStream_t stream,
   return st;
 }
 
+int rmmc__captures_underway;
+
+bool rmmc__stream_is_capturing(cudaStream_t stream) {
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamGetCaptureInfo(stream, &cs, NULL, NULL, NULL, NULL, NULL);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return cs != cudaStreamCaptureStatusNone;
+}
+
+int rmmc__capture_relax(void) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return (int)mode;
+}
+
+void rmmc__capture_restore(int mode) {
+  if (mode < 0) return;
+  enum cudaStreamCaptureMode m = (enum cudaStreamCaptureMode)mode;
+  if (cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess) (void)cudaGetLastError();
+}
+
+/* Records slot's event on `stream` and closes an epoch: the epoch number is
+ * taken before the record is issued and published after it, so a free
+ * whose tag (taken before the number moved) is at most epoch_recorded was
+ * made before an issued record. Declined, with RMMC_ERROR_NOT_SUPPORTED,
+ * on a stream being captured (the record would land in the graph). */
 rmmc_status_t rmmc__stream_slot_record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
                                        cudaStream_t stream) {
+  if (!s->host && rmmc__stream_is_capturing(stream))
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "stream-ordered free: the stream is being captured into a graph");
+  uint64_t e = __atomic_add_fetch(&slot->epoch_next, 1, __ATOMIC_ACQ_REL);
   rmmc__atomic_add_u64(&s->records, 1);
   if (!s->host) {
     int saved;
@@ -110,9 +146,33 @@ rmmc_status_t rmmc__stream_slot_record(rmmc__stream_set_t *s, rmmc__stream_slot_
     rmmc__device_pop(saved);
     if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaEventRecord (stream-ordered free)");
   }
+  rmmc__atomic_max_u64(&slot->epoch_recorded, e);
+  if (s->host) rmmc__atomic_max_u64(&slot->epoch_done, e); /* no device work to wait for */
+  __atomic_store_n(&slot->want, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&slot->recorded, true, __ATOMIC_RELEASE);
   return RMMC_SUCCESS;
 }
+
+bool rmmc__stream_slot_done(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, uint64_t tag) {
+  if (rmmc__stream_slot_known_done(slot, tag)) return true;
+  uint64_t rec = __atomic_load_n(&slot->epoch_recorded, __ATOMIC_ACQUIRE);
+  if (rec < tag || s->host || __atomic_load_n(&rmmc__captures_underway, __ATOMIC_RELAXED) > 0)
+    return false;
+  int saved;
+  if (rmmc__device_push(s->device, &saved) != RMMC_SUCCESS) return false;
+  int mode = rmmc__capture_relax();
+  cudaError_t err = cudaEventQuery(slot->event);
+  rmmc__capture_restore(mode);
+  rmmc__device_pop(saved);
+  rmmc__atomic_add_u64(&s->queries, 1);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError(); /* cudaErrorNotReady, or an error: not finished */
+    return false;
+  }
+  rmmc__atomic_max_u64(&slot->epoch_done, rec);
+  return true;
+}
+
 
 bool rmmc__stream_slot_try_record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
                                   cudaStream_t stream) {
@@ -126,8 +186,14 @@ bool rmmc__stream_slot_try_record(rmmc__stream_set_t *s, rmmc__stream_slot_t *sl
 
 rmmc_status_t rmmc__stream_slot_wait(rmmc__stream_set_t *s, const rmmc__stream_slot_t *producer,
                                      cudaStream_t consumer) {
+  if (s->host) {
+    rmmc__atomic_add_u64(&s->waits, 1);
+    return RMMC_SUCCESS;
+  }
+  if (rmmc__stream_is_capturing(consumer))
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "cross-stream reuse: the stream is being captured into a graph");
   rmmc__atomic_add_u64(&s->waits, 1);
-  if (s->host) return RMMC_SUCCESS;
   int saved;
   rmmc_status_t st = rmmc__device_push(s->device, &saved);
   if (st != RMMC_SUCCESS) return st;
@@ -138,15 +204,39 @@ rmmc_status_t rmmc__stream_slot_wait(rmmc__stream_set_t *s, const rmmc__stream_s
 }
 
 rmmc_status_t rmmc__stream_set_sync(rmmc__stream_set_t *s) {
+  /* The slot array may grow under get(): read it under the set's lock. */
+  pthread_mutex_lock(&s->lock);
+  uint32_t n = s->nslots;
+  uint64_t next[64], *before = n <= 64 ? next : malloc(n * sizeof *before);
+  if (before != NULL)
+    for (uint32_t i = 0; i < n; i++) /* frees from now on wait for a later epoch */
+      before[i] = __atomic_add_fetch(&s->slots[i]->epoch_next, 1, __ATOMIC_ACQ_REL);
+  pthread_mutex_unlock(&s->lock);
+  if (before == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "device sync: no host memory");
+  rmmc_status_t st = RMMC_SUCCESS;
+  if (!s->host) {
+    if (__atomic_load_n(&rmmc__captures_underway, __ATOMIC_RELAXED) > 0) {
+      st = rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "a CUDA graph capture is underway: the device cannot be synchronized");
+      goto done;
+    }
+    int saved;
+    st = rmmc__device_push(s->device, &saved);
+    if (st != RMMC_SUCCESS) goto done;
+    cudaError_t err = cudaDeviceSynchronize();
+    rmmc__device_pop(saved);
+    if (err != cudaSuccess) {
+      st = rmmc_set_cuda_error(err, "cudaDeviceSynchronize (reclaiming freed memory)");
+      goto done;
+    }
+  }
   rmmc__atomic_add_u64(&s->syncs, 1);
-  if (s->host) return RMMC_SUCCESS;
-  int saved;
-  rmmc_status_t st = rmmc__device_push(s->device, &saved);
-  if (st != RMMC_SUCCESS) return st;
-  cudaError_t err = cudaDeviceSynchronize();
-  rmmc__device_pop(saved);
-  if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaDeviceSynchronize (reclaiming freed memory)");
-  return RMMC_SUCCESS;
+  pthread_mutex_lock(&s->lock);
+  for (uint32_t i = 0; i < n; i++) rmmc__atomic_max_u64(&s->slots[i]->epoch_done, before[i]);
+  pthread_mutex_unlock(&s->lock);
+done:
+  if (before != next) free(before);
+  return st;
 }
 
 rmmc_status_t rmmc__stream_set_sync_stream(rmmc__stream_set_t *s, cudaStream_t stream) {
@@ -167,4 +257,5 @@ void rmmc__stream_set_describe(rmmc__stream_set_t *s, rmmc_field_cb emit, void *
   rmmc__emit_count(emit, ctx, "event_waits", rmmc__atomic_load_u64(&s->waits));
   rmmc__emit_count(emit, ctx, "device_syncs", rmmc__atomic_load_u64(&s->syncs));
   rmmc__emit_count(emit, ctx, "stream_syncs", rmmc__atomic_load_u64(&s->stream_syncs));
+  rmmc__emit_count(emit, ctx, "event_queries", rmmc__atomic_load_u64(&s->queries));
 }

@@ -22,6 +22,23 @@
  * call is ever made: record, wait and sync succeed at once. They are still
  * counted, so CPU tests observe the same policy a GPU run follows.
  *
+ * Epochs. Each record of a slot's event closes an epoch: a free made on the
+ * stream before a record is covered by it. rmmc__stream_slot_tag() gives a
+ * free the epoch of the next record to start, so "tag <= epoch_recorded"
+ * means an event record issued after the free covers it (another stream
+ * may wait on the event), and "tag <= epoch_done" that the work queued
+ * before the free has finished (any stream may reuse the memory, and it
+ * may go back to the driver). epoch_done advances when a query of the
+ * event finds it complete, at a device synchronization, and at once for
+ * host memory (covering costs nothing there, so host-memory resources
+ * follow the device policy with every record completing immediately).
+ *
+ * Graph capture. Nothing here is ever issued on a stream that is being
+ * captured: record and wait check the stream first and decline, and a
+ * query (which CUDA forbids while any stream captures in global mode)
+ * runs under a relaxed capture-mode guard, and not at all while a capture
+ * that rmmc knows of is underway (rmmc__captures_underway).
+ *
  * Locking: get() takes the set's own lock (innermost: it calls nothing
  * that locks). record/wait/sync take no lock. count/at read the slot array
  * and need the owner to exclude concurrent get() calls (fixed_size calls
@@ -38,6 +55,10 @@ typedef struct rmmc__stream_slot {
   cudaEvent_t event;   /* device kinds only; NULL for host memory */
   uint32_t id;         /* order of first use: 0, 1, 2, ... (for messages) */
   bool recorded;       /* atomic: the event was recorded at least once */
+  /* Epochs (atomic; see "Epochs" above): records started, the highest
+   * epoch whose record was issued, the highest known complete. */
+  uint64_t epoch_next, epoch_recorded, epoch_done;
+  int want; /* atomic: another stream waits for this one's frees to be covered */
 } rmmc__stream_slot_t;
 
 typedef struct rmmc__stream_set {
@@ -48,7 +69,7 @@ typedef struct rmmc__stream_set {
   rmmc__ptrmap_t map;
   rmmc__stream_slot_t **slots;
   uint32_t nslots, cap;
-  uint64_t records, waits, syncs, stream_syncs; /* relaxed counters, for describe */
+  uint64_t records, waits, syncs, stream_syncs, queries; /* relaxed counters, for describe */
 } rmmc__stream_set_t;
 
 /* Owner data starts at this alignment after the slot. */
@@ -71,6 +92,12 @@ rmmc_status_t rmmc__stream_set_get(rmmc__stream_set_t *s, cudaStream_t stream,
 /* The identity get() keys a handle by: compare it to find a slot without
  * the lookup (a per-owner cache). Never NULL. */
 const void *rmmc__stream_key(cudaStream_t stream);
+/* The same, inline for the handles that need no thread-local lookup. */
+static inline const void *rmmc__stream_key_fast(cudaStream_t stream) {
+  if (stream == NULL || stream == cudaStreamLegacy) return (const void *)(uintptr_t)1;
+  if (stream == cudaStreamPerThread) return rmmc__stream_key(stream);
+  return (const void *)stream;
+}
 
 /* The owner bytes of a slot. */
 static inline void *rmmc__stream_slot_user(rmmc__stream_slot_t *slot) {
@@ -107,15 +134,52 @@ static inline bool rmmc__stream_slot_recorded(const rmmc__stream_slot_t *slot) {
 }
 
 /* Waits for all work on the set's device (cudaDeviceSynchronize): after
- * it, memory freed on any stream may be reused on any stream. The heavy
- * fallback, for out-of-memory paths and releasing memory upstream. */
+ * it, memory freed on any stream may be reused on any stream, and every
+ * slot's epoch_done covers every free made before the call. The heavy
+ * fallback, for out-of-memory paths and releasing memory upstream; refused
+ * (RMMC_ERROR_NOT_SUPPORTED) while a known graph capture is underway. */
 rmmc_status_t rmmc__stream_set_sync(rmmc__stream_set_t *s);
 
 /* Waits for the work enqueued so far on `stream` (alive), e.g. after
  * allocating on it memory that every stream will share. */
 rmmc_status_t rmmc__stream_set_sync_stream(rmmc__stream_set_t *s, cudaStream_t stream);
 
-/* Emits streams, event_records, event_waits, device_syncs, stream_syncs. */
+/* ---- epochs ---- */
+
+/* The epoch a free made now on slot's stream waits for. */
+static inline uint64_t rmmc__stream_slot_tag(const rmmc__stream_slot_t *slot) {
+  return __atomic_load_n(&slot->epoch_next, __ATOMIC_ACQUIRE) + 1;
+}
+/* Is a free tagged `tag` covered by a recorded event (others may wait)? */
+static inline bool rmmc__stream_slot_covered(const rmmc__stream_slot_t *slot, uint64_t tag) {
+  return __atomic_load_n(&slot->epoch_recorded, __ATOMIC_ACQUIRE) >= tag;
+}
+/* Is the work before a free tagged `tag` known to be finished? No call. */
+static inline bool rmmc__stream_slot_known_done(const rmmc__stream_slot_t *slot, uint64_t tag) {
+  return __atomic_load_n(&slot->epoch_done, __ATOMIC_ACQUIRE) >= tag;
+}
+/* As known_done, asking CUDA (one cudaEventQuery, under a relaxed capture
+ * mode, none while a known capture is underway) when the tag is covered but
+ * not yet known finished. Never fails: an error reads as not finished. */
+bool rmmc__stream_slot_done(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, uint64_t tag);
+
+/* ---- graph capture ---- */
+
+/* Captures that rmmc knows to be underway in this process (begun through
+ * rmmc's graph API or seen on a stream passed to a pool). */
+extern int rmmc__captures_underway;
+/* Is `stream` being captured? (cudaStreamGetCaptureInfo, ~75 ns; false for
+ * host memory resources, which never call CUDA.) An error reads as true,
+ * the safe answer. */
+bool rmmc__stream_is_capturing(cudaStream_t stream);
+/* Switches the calling thread to the relaxed capture mode, so a call that
+ * would be unsafe during another thread's global-mode capture (a query, a
+ * driver allocation) neither fails nor invalidates that capture. */
+int rmmc__capture_relax(void);
+void rmmc__capture_restore(int mode);
+
+/* Emits streams, event_records, event_waits, device_syncs, stream_syncs,
+ * event_queries. */
 void rmmc__stream_set_describe(rmmc__stream_set_t *s, rmmc_field_cb emit, void *ctx);
 
 #endif /* RMMC_STREAM_EVENTS_H */
