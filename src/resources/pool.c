@@ -1,1469 +1,969 @@
 /*
- * The pool resource (include/rmmc/pool_resource.h has the contract and the
- * policies; this comment says how the code is laid out).
+ * The pool resource: the stream-ordering core (include/rmmc/pool_resource.h
+ * has the contract and the policies, pool_internal.h the layout of memory
+ * and the locks; growth and giving back live in the backends,
+ * pool_chunks.c and pool_vm.c).
  *
- * Memory is taken from the upstream in chunks. A chunk is tiled by blocks
- * kept in a physical list (phys_prev/phys_next). A block is used (handed
- * out: in the pointer map `used`), a slab (a large block whose memory is a
- * small chunk with its own blocks), or free. A free block has an owner (a
- * stream, or the pool's `neutral` pseudo-stream for memory no stream has
- * pending work on) and a state: FRESH (freed on its owner, not yet covered
- * by the owner's event: only the owner may take it) or COVERED (the owner's
- * event was recorded after its free: any stream may take it after waiting
- * on that event; neutral blocks are always COVERED and need no wait). Each
- * free block sits in exactly one TLSF index, owner->idx[class][state],
- * except each stream's hot block (its last free, fresh), which sits in
- * owner->hot (idx == NULL) so that an immediate same-size request skips
- * the index.
+ * Hot paths. A call finds its stream's heap through a small thread-local
+ * cache keyed by (pool id, stream). A small request takes the heap's lock,
+ * then the heap's hot block (exact size) or an O(1) index search, carves,
+ * and inserts one entry into the heap's pointer map; a small free takes the
+ * lock, finds and removes the entry, merges with free neighbours and
+ * becomes the new hot block. A large request does the same in the shared
+ * heap under its lock, with the search over the clean blocks and the
+ * stream's own. Everything else (a new span, other streams' memory, growth)
+ * is out of line.
  *
- * Merging rules (merge): two adjacent free blocks merge when they have the
- * same owner and state, or are both COVERED and one is neutral (the result
- * keeps the stream owner, so the wait stays correct). FRESH blocks become
- * COVERED, and merge further, when their owner's event is recorded
- * (cover); a synchronization of the device makes every free block neutral
- * (settle). In host mode (host upstream) nothing calls CUDA: covering is
- * free, so a stream's previous hot block is covered at its next free and
- * settle only relabels.
- *
- * Everything runs under one lock. Hot path: one compare for the stream,
- * the hot block or three O(1) index searches, carve, one map insert; free:
- * one map lookup and removal, O(1) merges, the hot slot.
+ * Shared free blocks and their owners. A free block freed on stream S
+ * sits in S's index (owner S, tag: S's epoch) or, once no stream's work is
+ * pending on it, in the clean index. Merging (rmmc__pool_merge): blocks of
+ * the same owner merge (the tag is the later one), a clean block merges
+ * with any and takes the other's owner and tag; blocks whose epoch is known
+ * finished count as clean. Blocks are relabeled clean lazily, when touched
+ * or in a consolidation pass before the pool grows.
  */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lock.h"
-#include "../ptrmap.h"
 #include "../spec.h"
-#include "rmmc/pool_resource.h"
+#include "pool_internal.h"
 #include "rmmc/registry.h"
 
-#define GRANULE ((size_t)256)
-#define GRANULE_LOG2 8u
-#define SL_LOG2 5u
-#define SL_COUNT 32u
-#define FL_SHIFT (GRANULE_LOG2 + SL_LOG2) /* sizes below 8 KiB map linearly */
-#define FL_COUNT 40u                      /* block sizes below 2^51 */
-#define MAX_REQUEST ((size_t)1 << 48)     /* larger requests cannot be met */
-#define SPARE_MIN 8                       /* block structs kept ready */
-#define META_BATCH 255
-/* Expandable: bytes mapped at a time. Each mapping costs about 45 us on an
- * H200 whatever its size (cuMemCreate + cuMemMap + cuMemSetAccess), so
- * 2 MiB pages made a ResNet-50 replay 8x slower than cudaMalloc'd chunks;
- * 32 MiB pages made it 2.2x faster (PyTorch's expandable segments map 20
- * MiB at a time). */
-#define DEFAULT_PAGE ((size_t)32 << 20)
+#define TL_WAYS 8u
 
 #if defined(__GNUC__) || defined(__clang__)
-#define RMMC_NOINLINE __attribute__((noinline))
-#define RMMC_ALWAYS_INLINE inline __attribute__((always_inline))
+#define POOL_NOINLINE __attribute__((noinline))
 #else
-#define RMMC_NOINLINE
-#define RMMC_ALWAYS_INLINE inline
+#define POOL_NOINLINE
 #endif
 
-enum { CLASS_SMALL = 0, CLASS_LARGE = 1, NCLASS = 2 };
-enum { ST_FRESH = 0, ST_COVERED = 1, ST_USED = 2, ST_SLAB = 3 };
-
-typedef struct block block_t;
-typedef struct chunk chunk_t;
-typedef struct pstream pstream_t;
-
-struct block {
-  uintptr_t addr;
-  size_t size;
-  block_t *phys_prev, *phys_next; /* neighbours in the chunk */
-  block_t *free_prev, *free_next; /* bin list (free); free_next links spares */
-  chunk_t *chunk;
-  pstream_t *owner; /* free blocks */
-  struct tlsf *idx; /* free blocks: the index holding it (NULL: its owner's hot block) */
-  union {
-    size_t requested; /* used blocks: bytes asked for */
-    chunk_t *slab;    /* slab blocks: the small chunk inside */
-  } u;
-  int state;
-};
-
-struct chunk {
-  uintptr_t base;
-  size_t size;
-  chunk_t *prev, *next; /* the pool's list of upstream chunks, or of slabs */
-  block_t *first;
-  block_t *parent; /* slabs: the large block holding it; NULL: upstream chunk */
-  uint64_t *mapped; /* expandable: one bit per page, set while the page is mapped */
-  int cls;
-};
-
-typedef struct tlsf {
-  uint64_t fl_map;
-  uint32_t sl_map[FL_COUNT];
-  block_t *heads[FL_COUNT][SL_COUNT];
-  size_t bytes, count;
-} tlsf_t;
-
-struct pstream {
-  uintptr_t key;
-  cudaStream_t stream; /* for reports only: never passed to CUDA */
-  cudaEvent_t event;   /* device mode */
-  pstream_t *next;
-  block_t *hot;          /* the last block freed here, fresh, kept out of idx */
-  tlsf_t idx[NCLASS][2]; /* [class][ST_FRESH / ST_COVERED] */
-};
-
-typedef struct meta_batch {
-  struct meta_batch *next;
-  block_t blocks[META_BATCH];
-} meta_batch_t;
-
-typedef struct pool {
-  rmmc__adaptor_t base;
-  rmmc__lock_t lock;
-  bool cuda; /* streams are real: events, waits, synchronization */
-  /* options, resolved */
-  size_t max_size, min_growth, granularity, small_max, small_chunk, gc_limit, event_bytes;
-  unsigned event_interval;
-  bool release_before_grow, sync_before_grow;
-  double release_slack, split_limit; /* split_limit 0: off */
-  bool last_resort; /* out of memory: split_limit is ignored */
-  /* expandable: chunks are address-space reservations backed page by page */
-  bool vm;
-  size_t page, address_space; /* page size; bytes of one reservation */
-  size_t span;                /* bytes of address space held (chunks) */
-  uint64_t page_maps, page_unmaps;
-  /* state */
-  rmmc__ptrmap_t used;    /* address -> used block */
-  rmmc__ptrmap_t streams; /* stream key -> pstream */
-  pstream_t *last;        /* the stream of the last call */
-  pstream_t *stream_list;
-  pstream_t neutral;
-  chunk_t *chunks, *slabs;
-  chunk_t *spare_chunks; /* linked by next; at least 2 before each call's work */
-  size_t nspare_chunks;
-  block_t *spare;
-  size_t nspare;
-  meta_batch_t *batches;
-  /* figures */
-  size_t reserved, in_use, free_bytes, reserved_peak, in_use_peak, nchunks, nslabs;
-  uint64_t chunk_allocs, chunk_releases, event_records, event_waits, device_syncs;
-} pool_t;
-
 static const rmmc_resource_ops_t pool_ops;
+static uint64_t next_pool_id;
 
-/* ---- block structs ---- */
+/* ---- the thread cache: (pool id, stream key) -> stream heap ---- */
 
-static bool refill_spare(pool_t *p) {
-  meta_batch_t *m = malloc(sizeof *m);
-  if (m == NULL) return false;
-  m->next = p->batches;
-  p->batches = m;
-  for (int i = 0; i < META_BATCH; i++) {
-    m->blocks[i].free_next = p->spare;
-    p->spare = &m->blocks[i];
+typedef struct tl_entry {
+  uint64_t pool;
+  const void *key;
+  pool_sheap_t *heap;
+} tl_entry_t;
+
+static _Thread_local tl_entry_t *tl_cache RMMC_TLS_FAST;
+static pthread_key_t tl_key;
+static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
+static bool tl_key_ok;
+
+static void tl_free(void *c) {
+  free(c);
+  tl_cache = NULL;
+}
+
+static void tl_init(void) { tl_key_ok = pthread_key_create(&tl_key, tl_free) == 0; }
+
+static inline unsigned tl_way(uint64_t pool, const void *key) {
+  uint64_t h = (pool ^ (uint64_t)(uintptr_t)key) * UINT64_C(0x9E3779B97F4A7C15);
+  return (unsigned)(h >> 61) & (TL_WAYS - 1);
+}
+
+static inline pool_sheap_t *heap_cached(const pool_t *p, const void *key) {
+  tl_entry_t *c = tl_cache;
+  if (RMMC_LIKELY(c != NULL)) {
+    tl_entry_t *e = &c[tl_way(p->id, key)];
+    if (RMMC_LIKELY(e->pool == p->id && e->key == key)) return e->heap;
   }
-  p->nspare += META_BATCH;
-  return true;
+  return NULL;
 }
 
-static inline block_t *new_block(pool_t *p) {
-  block_t *b = p->spare;
-  p->spare = b->free_next;
-  p->nspare--;
-  return b;
+static rmmc_status_t owner_init(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot) {
+  pool_sheap_t *h = aligned_alloc(64, sizeof *h);
+  if (h == NULL) return rmmc__pool_no_host_memory();
+  memset(h, 0, sizeof *h);
+  h->pool = p;
+  h->owner = o;
+  rmmc__ptrmap_init(&h->used);
+  o->slot = slot;
+  o->next = p->owners;
+  p->owners = o;
+  p->nowners++;
+  __atomic_store_n(&o->heap, h, __ATOMIC_RELEASE);
+  return RMMC_SUCCESS;
 }
 
-static inline void drop_block(pool_t *p, block_t *b) {
-  b->free_next = p->spare;
-  p->spare = b;
-  p->nspare++;
-}
-
-static inline chunk_t *new_chunk(pool_t *p) {
-  chunk_t *c = p->spare_chunks;
-  p->spare_chunks = c->next;
-  p->nspare_chunks--;
-  return c;
-}
-
-static void drop_chunk(pool_t *p, chunk_t *c) {
-  if (p->nspare_chunks >= 4) {
-    free(c);
-    return;
+/* The heap of `stream` (key `key`), made on first use, and cached for this
+ * thread. */
+static POOL_NOINLINE rmmc_status_t heap_find(pool_t *p, cudaStream_t stream, const void *key,
+                                             pool_sheap_t **out) {
+  rmmc__stream_slot_t *slot;
+  rmmc_status_t st = rmmc__stream_set_get(&p->streams, stream, &slot);
+  if (st != RMMC_SUCCESS) return st;
+  pool_owner_t *o = rmmc__stream_slot_user(slot);
+  pool_sheap_t *h = __atomic_load_n(&o->heap, __ATOMIC_ACQUIRE);
+  if (h == NULL) {
+    rmmc__lock(&p->lock);
+    if (o->heap == NULL) st = owner_init(p, o, slot);
+    h = o->heap;
+    rmmc__unlock(&p->lock);
+    if (st != RMMC_SUCCESS) return st;
   }
-  c->next = p->spare_chunks;
-  p->spare_chunks = c;
-  p->nspare_chunks++;
-}
-
-/* ---- TLSF indices ---- */
-
-static inline unsigned log2_floor(size_t x) { return 63u - (unsigned)__builtin_clzll(x); }
-
-static inline void bin_of(size_t size, unsigned *fl, unsigned *sl) {
-  if (size < ((size_t)1 << FL_SHIFT)) {
-    *fl = 0;
-    *sl = (unsigned)(size >> GRANULE_LOG2);
-    return;
+  if (tl_cache == NULL) {
+    pthread_once(&tl_once, tl_init);
+    tl_entry_t *c = calloc(TL_WAYS, sizeof *c);
+    if (c != NULL && tl_key_ok && pthread_setspecific(tl_key, c) == 0) tl_cache = c;
+    else free(c);
   }
-  unsigned t = log2_floor(size);
-  *fl = t - (FL_SHIFT - 1);
-  *sl = (unsigned)(size >> (t - SL_LOG2)) & (SL_COUNT - 1);
+  if (tl_cache != NULL) tl_cache[tl_way(p->id, key)] = (tl_entry_t){p->id, key, h};
+  *out = h;
+  return RMMC_SUCCESS;
 }
 
-static inline void tlsf_insert(tlsf_t *x, block_t *b) {
-  unsigned fl, sl;
-  bin_of(b->size, &fl, &sl);
-  block_t *h = x->heads[fl][sl];
-  b->free_prev = NULL;
-  b->free_next = h;
-  if (h != NULL) h->free_prev = b;
-  x->heads[fl][sl] = b;
-  x->fl_map |= (uint64_t)1 << fl;
-  x->sl_map[fl] |= 1u << sl;
-  x->bytes += b->size;
-  x->count++;
-}
-
-static inline void tlsf_remove(tlsf_t *x, block_t *b) {
-  if (b->free_next != NULL) b->free_next->free_prev = b->free_prev;
-  if (b->free_prev != NULL) {
-    b->free_prev->free_next = b->free_next;
-  } else {
-    unsigned fl, sl;
-    bin_of(b->size, &fl, &sl);
-    x->heads[fl][sl] = b->free_next;
-    if (b->free_next == NULL && (x->sl_map[fl] &= ~(1u << sl)) == 0)
-      x->fl_map &= ~((uint64_t)1 << fl);
+static inline rmmc_status_t heap_of(pool_t *p, cudaStream_t stream, pool_sheap_t **out) {
+  const void *key = rmmc__stream_key_fast(stream);
+  pool_sheap_t *h = heap_cached(p, key);
+  if (RMMC_LIKELY(h != NULL)) {
+    *out = h;
+    return RMMC_SUCCESS;
   }
-  x->bytes -= b->size;
-  x->count--;
+  return heap_find(p, stream, key, out);
 }
 
-/* A free block of at least `need` bytes, O(1): the head of need's own bin
- * if it fits, else the head of the first non-empty higher bin (all of whose
- * blocks fit). NULL if there is none. need <= MAX_REQUEST. */
-static inline block_t *tlsf_find(const tlsf_t *x, size_t need) {
-  if (x->count == 0) return NULL;
-  unsigned fl, sl;
-  bin_of(need, &fl, &sl);
-  block_t *h = x->heads[fl][sl];
-  if (h != NULL && h->size >= need) return h;
-  uint32_t slm = sl + 1 < SL_COUNT ? x->sl_map[fl] & (~0u << (sl + 1)) : 0;
-  if (slm == 0) {
-    uint64_t flm = x->fl_map & (~(uint64_t)0 << (fl + 1));
-    if (flm == 0) return NULL;
-    fl = (unsigned)__builtin_ctzll(flm);
-    slm = x->sl_map[fl];
+/* ---- streams' epochs ---- */
+
+/* A free of `bytes` in the shared heap on o's stream: cover o's frees when
+ * enough wait, or another stream asked, and other streams use the pool. */
+static inline void note_free(pool_t *p, pool_owner_t *o, size_t bytes, cudaStream_t stream) {
+  o->uncovered++;
+  o->uncovered_bytes += bytes;
+  if (RMMC_UNLIKELY(__atomic_load_n(&o->slot->want, __ATOMIC_RELAXED)) ||
+      (p->nowners > 1 &&
+       (o->uncovered >= p->event_interval || o->uncovered_bytes >= p->event_bytes)))
+    rmmc__pool_cover(p, o, stream);
+}
+
+/* Relabels clean every shared free block whose epoch is finished (asking
+ * CUDA once per stream that has pending blocks when `ask`) and merges
+ * them: before the pool grows, memory other streams freed coalesces. */
+static void consolidate(pool_t *p, bool ask) {
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    if (q->qhead == NULL) continue;
+    rmmc__stream_slot_t *s = q->slot;
+    if (ask) (void)rmmc__stream_slot_done(&p->streams, s, __atomic_load_n(&s->epoch_recorded, __ATOMIC_ACQUIRE));
+    uint64_t done = __atomic_load_n(&s->epoch_done, __ATOMIC_ACQUIRE);
+    pool_block_t *settled = NULL;
+    for (pool_block_t *b = q->qhead, *next; b != NULL; b = next) {
+      next = b->qnext;
+      if (b->tag > done) continue;
+      rmmc__pool_unlink_free(p, b);
+      b->owner = NULL;
+      b->qnext = settled;
+      settled = b;
+    }
+    for (pool_block_t *b = settled, *next; b != NULL; b = next) {
+      next = b->qnext;
+      rmmc__pool_put_free(p, b);
+    }
   }
-  return x->heads[fl][__builtin_ctz(slm)];
 }
 
-/* Any block of the index (the head of its lowest non-empty bin). */
-static inline block_t *tlsf_any(const tlsf_t *x) {
-  unsigned fl = (unsigned)__builtin_ctzll(x->fl_map);
-  return x->heads[fl][__builtin_ctz(x->sl_map[fl])];
+/* ---- the shared heap's search ---- */
+
+/* split_limit (chunks): a wholly free chunk far larger than the growth a
+ * request would make is not split for it. */
+static inline bool too_big_to_split(const pool_t *p, const pool_block_t *b, size_t need) {
+  if (p->split_limit == 0.0 || p->last_resort || b->prev != NULL || b->next != NULL ||
+      p->be != &rmmc__pool_chunks)
+    return false;
+  size_t g = need < p->min_growth ? p->min_growth : need;
+  return (double)pool_bsize(b) > p->split_limit * (double)g;
 }
 
-/* The largest block of the index: the biggest in its highest bin. */
-static size_t tlsf_largest(const tlsf_t *x) {
-  if (x->count == 0) return 0;
-  unsigned fl = log2_floor(x->fl_map);
-  unsigned sl = 31u - (unsigned)__builtin_clz(x->sl_map[fl]);
-  size_t best = 0;
-  for (const block_t *b = x->heads[fl][sl]; b != NULL; b = b->free_next)
-    if (b->size > best) best = b->size;
+/* The best fit that o's stream may take at once: clean or its own. */
+static inline pool_block_t *find_usable(pool_t *p, pool_owner_t *o, size_t need) {
+  rmmc__tlsf_node_t *x = rmmc__tlsf_find(&p->clean, need);
+  rmmc__tlsf_node_t *y = rmmc__tlsf_find(&o->idx, need);
+  if (y != NULL && (x == NULL || y->size <= x->size)) x = y;
+  if (x == NULL) return NULL;
+  pool_block_t *b = pool_block_of(x);
+  return RMMC_UNLIKELY(too_big_to_split(p, b, need)) ? NULL : b;
+}
+
+/* The best fit among other streams' blocks that an event covers (o's
+ * stream may take it after waiting on that event); *from is its owner.
+ * Streams whose fitting block no event covers yet are asked to record. */
+static pool_block_t *find_covered(pool_t *p, pool_owner_t *o, size_t need, pool_owner_t **from) {
+  pool_block_t *best = NULL;
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    if (q == o) continue;
+    rmmc__tlsf_node_t *x = rmmc__tlsf_find(&q->idx, need);
+    if (x == NULL) continue;
+    pool_block_t *b = pool_block_of(x);
+    if (!rmmc__stream_slot_covered(q->slot, b->tag)) {
+      __atomic_store_n(&q->slot->want, 1, __ATOMIC_RELAXED);
+      continue;
+    }
+    if (best == NULL || pool_bsize(b) < pool_bsize(best)) best = b, *from = q;
+  }
   return best;
 }
 
-static inline tlsf_t *index_of(const block_t *b) {
-  return &b->owner->idx[b->chunk->cls][b->state];
+/* ---- stream heaps: spans lent by the shared heap ---- */
+
+static inline void heap_link(pool_sheap_t *h, pool_block_t *b) {
+  b->where = W_INDEX;
+  rmmc__tlsf_insert(&h->idx, &b->node);
 }
 
-static inline void link_free(pool_t *p, block_t *b) {
-  b->idx = index_of(b);
-  tlsf_insert(b->idx, b);
-  p->free_bytes += b->size;
+static inline void heap_unlink(pool_sheap_t *h, pool_block_t *b) {
+  if (b->where == W_HOT) h->hot = NULL;
+  else rmmc__tlsf_remove(&h->idx, &b->node);
+  b->where = W_OUT;
 }
 
-static inline void unlink_free(pool_t *p, block_t *b) {
-  if (RMMC_UNLIKELY(b->idx == NULL)) b->owner->hot = NULL;
-  else tlsf_remove(b->idx, b);
-  p->free_bytes -= b->size;
+static inline bool heap_free(const pool_block_t *n) {
+  return n != NULL && n->state == B_FREE && n->where != W_OUT;
 }
 
-/* ---- merging and carving ---- */
-
-static inline bool is_free(const block_t *b) { return b->state <= ST_COVERED; }
-
-/* May free blocks a and b (adjacent) become one? See the file comment. */
-static inline bool mergeable(const pool_t *p, const block_t *a, const block_t *b) {
-  if (a->state != b->state) return false;
-  if (a->owner == b->owner) return true;
-  return a->state == ST_COVERED && (a->owner == &p->neutral || b->owner == &p->neutral);
-}
-
-/* Merges b (free: owner and state set, in no index) with every neighbour
- * the rules allow; b is the merged block. */
-static RMMC_ALWAYS_INLINE void merge(pool_t *p, block_t *b) {
-  block_t *n = b->phys_prev;
-  if (n != NULL && is_free(n) && mergeable(p, n, b)) {
-    unlink_free(p, n);
-    if (b->owner == &p->neutral) b->owner = n->owner;
-    b->addr = n->addr;
-    b->size += n->size;
-    b->phys_prev = n->phys_prev;
-    if (n->phys_prev != NULL) n->phys_prev->phys_next = b;
-    else b->chunk->first = b;
-    drop_block(p, n);
+/* Merges b (free, in no index) with its free neighbours in the span. */
+static inline pool_block_t *heap_merge(pool_sheap_t *h, pool_block_t *b) {
+  pool_block_t *n = b->prev;
+  if (heap_free(n)) {
+    heap_unlink(h, n);
+    pool_absorb(b, n, 0);
+    pool_meta_put(&h->meta, n);
   }
-  n = b->phys_next;
-  if (n != NULL && is_free(n) && mergeable(p, b, n)) {
-    unlink_free(p, n);
-    if (b->owner == &p->neutral) b->owner = n->owner;
-    b->size += n->size;
-    b->phys_next = n->phys_next;
-    if (n->phys_next != NULL) n->phys_next->phys_prev = b;
-    drop_block(p, n);
+  n = b->next;
+  if (heap_free(n)) {
+    heap_unlink(h, n);
+    pool_absorb(b, n, 1);
+    pool_meta_put(&h->meta, n);
   }
+  return b;
 }
 
-/* Makes b free: merges it, then indexes the result. */
-static void put_free(pool_t *p, block_t *b) {
-  merge(p, b);
-  link_free(p, b);
+static void span_list_remove(pool_sheap_t *h, pool_region_t *sp) {
+  if (sp->prev != NULL) sp->prev->next = sp->next;
+  else h->spans = sp->next;
+  if (sp->next != NULL) sp->next->prev = sp->prev;
 }
 
-/* Makes b (just freed by its owner, fresh, merged) the owner's hot block:
- * the next request of exactly its size takes it without touching an index.
- * The previous hot block goes into the fresh index or, in host mode where
- * covering costs nothing, is covered and merged at once. */
-static inline void put_hot(pool_t *p, pstream_t *ps, block_t *b) {
-  block_t *h = ps->hot;
-  if (h != NULL) {
-    unlink_free(p, h);
-    if (!p->cuda) {
-      h->state = ST_COVERED;
-      merge(p, h);
-    }
-    link_free(p, h);
+/* Gives wholly free span sp of heap x back to the shared heap; both locks
+ * are held. `stream`: the stream of the current call if it is x's (frees
+ * then count towards covering), else NULL. */
+static void span_give_back(pool_t *p, pool_sheap_t *x, pool_region_t *sp, cudaStream_t stream,
+                           bool in_call) {
+  pool_block_t *hot = x->hot;
+  if (hot != NULL && hot->region == sp) { /* the hot block merges into the whole span */
+    x->hot = NULL;
+    hot->where = W_OUT;
+    heap_link(x, heap_merge(x, hot));
   }
-  ps->hot = b;
-  b->idx = NULL;
-  p->free_bytes += b->size;
+  pool_block_t *f = sp->first;
+  heap_unlink(x, f);
+  pool_meta_put(&x->meta, f);
+  span_list_remove(x, sp);
+  x->nspans--;
+  x->nidle--;
+  if (x->low_idle > x->nidle) x->low_idle = x->nidle;
+  x->span_returns++;
+  rmmc__ptrmap_remove(&p->spans, rmmc__ptrmap_find(&p->spans, (void *)sp->base));
+  pool_block_t *b = sp->parent;
+  b->state = B_FREE;
+  b->owner = sp->tag != 0 ? x->owner : NULL;
+  b->tag = sp->tag;
+  p->committed -= sp->size;
+  p->span_bytes -= sp->size;
+  rmmc__pool_put_free(p, b);
+  if (in_call) note_free(p, x->owner, sp->size, stream);
+  free(sp);
 }
 
-/* Cuts b (free, unindexed, at least n + the alignment padding long) down
- * to n bytes at an `align`-aligned address; the padding before and the rest
- * after become free blocks with b's owner and state. Needs 2 spare structs.
- * Neither piece can merge: b's neighbours were not mergeable with b. */
-static void carve(pool_t *p, block_t *b, size_t n, size_t align) {
-  uintptr_t a = rmmc__align_up(b->addr, align);
-  if (a != b->addr) {
-    block_t *l = new_block(p);
-    *l = (block_t){.addr = b->addr, .size = a - b->addr, .phys_prev = b->phys_prev,
-                   .phys_next = b, .chunk = b->chunk, .owner = b->owner, .state = b->state};
-    if (l->phys_prev != NULL) l->phys_prev->phys_next = l;
-    else b->chunk->first = l;
-    b->phys_prev = l;
-    b->addr = a;
-    b->size -= l->size;
-    link_free(p, l);
-  }
-  if (b->size > n) {
-    block_t *r = new_block(p);
-    *r = (block_t){.addr = b->addr + n, .size = b->size - n, .phys_prev = b,
-                   .phys_next = b->phys_next, .chunk = b->chunk, .owner = b->owner,
-                   .state = b->state};
-    if (r->phys_next != NULL) r->phys_next->phys_prev = r;
-    b->phys_next = r;
-    b->size = n;
-    link_free(p, r);
-  }
-}
-
-/* ---- streams ---- */
-
-static _Thread_local char tl_per_thread_key;
-
-/* cudaStreamPerThread names a different stream in every thread. */
-static inline uintptr_t stream_key(const pool_t *p, cudaStream_t s) {
-  if (p->cuda && s == cudaStreamPerThread) return (uintptr_t)&tl_per_thread_key;
-  return (uintptr_t)s;
-}
-
-static rmmc_status_t cuda_failed(cudaError_t err, const char *what) {
-  return rmmc_set_cuda_error(err, what);
-}
-
-static rmmc_status_t no_host_memory(void) {
-  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
-}
-
-/* Stream keys in the pointer map, which reserves NULL (the legacy default
- * stream's key is 0). */
-static inline void *stream_map_key(uintptr_t key) { return (void *)(key + 1); }
-
-static pstream_t *lookup_stream(const pool_t *p, uintptr_t key) {
-  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->streams, stream_map_key(key));
-  return e != NULL ? e->value : NULL;
-}
-
-/* The state of `stream` (key `key`), created on first use. */
-static rmmc_status_t find_stream(pool_t *p, uintptr_t key, cudaStream_t stream, pstream_t **out) {
-  pstream_t *ps = lookup_stream(p, key);
-  if (ps == NULL) {
-    ps = calloc(1, sizeof *ps);
-    if (ps == NULL) return no_host_memory();
-    if (p->cuda) {
-      int saved;
-      rmmc_status_t st = rmmc__device_push(p->base.base.device, &saved);
-      if (st == RMMC_SUCCESS) {
-        cudaError_t err = cudaEventCreateWithFlags(&ps->event, cudaEventDisableTiming);
-        rmmc__device_pop(saved);
-        if (err != cudaSuccess) st = cuda_failed(err, "pool: cudaEventCreateWithFlags");
-      }
-      if (st != RMMC_SUCCESS) {
-        free(ps);
-        return st;
-      }
-    }
-    if (!rmmc__ptrmap_insert(&p->streams, stream_map_key(key), ps, 0)) {
-      if (p->cuda) (void)cudaEventDestroy(ps->event);
-      free(ps);
-      return no_host_memory();
-    }
-    ps->key = key;
-    ps->stream = stream;
-    ps->next = p->stream_list;
-    p->stream_list = ps;
-  }
-  p->last = ps;
-  *out = ps;
-  return RMMC_SUCCESS;
-}
-
-static inline size_t fresh_count(const pstream_t *ps) {
-  return ps->idx[CLASS_SMALL][ST_FRESH].count + ps->idx[CLASS_LARGE][ST_FRESH].count +
-         (ps->hot != NULL);
-}
-
-static inline size_t fresh_bytes(const pstream_t *ps) {
-  return ps->idx[CLASS_SMALL][ST_FRESH].bytes + ps->idx[CLASS_LARGE][ST_FRESH].bytes +
-         (ps->hot != NULL ? ps->hot->size : 0);
-}
-
-static inline size_t stream_free_bytes(const pstream_t *ps) {
-  return fresh_bytes(ps) + ps->idx[CLASS_SMALL][ST_COVERED].bytes +
-         ps->idx[CLASS_LARGE][ST_COVERED].bytes;
-}
-
-/* Moves every free block of ps to state `state` and owner `owner`, merging
- * as the rules allow. */
-static void relabel_all(pool_t *p, pstream_t *ps, int from, pstream_t *owner, int state) {
-  if (from == ST_FRESH && ps->hot != NULL) {
-    block_t *h = ps->hot;
-    unlink_free(p, h);
-    link_free(p, h);
-  }
-  for (int cls = 0; cls < NCLASS; cls++) {
-    tlsf_t *x = &ps->idx[cls][from];
-    while (x->count > 0) {
-      block_t *b = tlsf_any(x);
-      unlink_free(p, b);
-      b->owner = owner;
-      b->state = state;
-      put_free(p, b);
-    }
-  }
-}
-
-/* Covers ps's fresh blocks: in device mode records ps's event on `stream`
- * (the handle of the current call, so it is alive) first; then the blocks
- * are covered and merge with their covered neighbours. A failed record
- * leaves them fresh, which is safe, and is not reported: the caller's own
- * work succeeded. */
-static bool cover(pool_t *p, pstream_t *ps, cudaStream_t stream) {
-  if (p->cuda) {
-    int saved;
-    if (rmmc__device_push(p->base.base.device, &saved) != RMMC_SUCCESS) return false;
-    cudaError_t err = cudaEventRecord(ps->event, stream);
-    rmmc__device_pop(saved);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    p->event_records++;
-  }
-  relabel_all(p, ps, ST_FRESH, ps, ST_COVERED);
-  return true;
-}
-
-/* Makes `stream` wait for q's last recorded event before it uses q's
- * covered memory. */
-static rmmc_status_t wait_for(pool_t *p, cudaStream_t stream, const pstream_t *q) {
-  if (!p->cuda || q == &p->neutral) return RMMC_SUCCESS;
-  int saved;
-  rmmc_status_t st = rmmc__device_push(p->base.base.device, &saved);
-  if (st != RMMC_SUCCESS) return st;
-  cudaError_t err = cudaStreamWaitEvent(stream, q->event, 0);
-  rmmc__device_pop(saved);
-  if (err != cudaSuccess) return cuda_failed(err, "pool: cudaStreamWaitEvent");
-  p->event_waits++;
-  return RMMC_SUCCESS;
-}
-
-/* Waits for the whole device (device mode), then makes every free block
- * neutral and merges all it can. */
-static rmmc_status_t settle(pool_t *p) {
-  if (p->cuda) {
-    int saved;
-    rmmc_status_t st = rmmc__device_push(p->base.base.device, &saved);
-    if (st != RMMC_SUCCESS) return st;
-    cudaError_t err = cudaDeviceSynchronize();
-    rmmc__device_pop(saved);
-    if (err != cudaSuccess) return cuda_failed(err, "pool: cudaDeviceSynchronize");
-    p->device_syncs++;
-  }
-  for (pstream_t *q = p->stream_list; q != NULL; q = q->next) {
-    relabel_all(p, q, ST_FRESH, &p->neutral, ST_COVERED);
-    relabel_all(p, q, ST_COVERED, &p->neutral, ST_COVERED);
-  }
-  return RMMC_SUCCESS;
-}
-
-/* ---- slabs ---- */
-
-/* Turns the large block L (free, unindexed, at least small_chunk long)
- * into a slab whose one free block gets `owner` and `state`. Uses the spare
- * chunk struct and up to 3 spare block structs. */
-static void make_slab(pool_t *p, block_t *L, pstream_t *owner, int state) {
-  carve(p, L, p->small_chunk, GRANULE);
-  chunk_t *c = new_chunk(p);
-  block_t *b = new_block(p);
-  *c = (chunk_t){.base = L->addr, .size = L->size, .next = p->slabs, .first = b, .parent = L,
-                 .cls = CLASS_SMALL};
-  if (p->slabs != NULL) p->slabs->prev = c;
-  p->slabs = c;
-  p->nslabs++;
-  L->state = ST_SLAB;
-  L->u.slab = c;
-  *b = (block_t){.addr = c->base, .size = c->size, .chunk = c, .owner = owner, .state = state};
-  link_free(p, b);
-}
-
-/* Gives every wholly free slab back to the large blocks; returns how many. */
-static size_t reclaim_slabs(pool_t *p) {
+/* Takes back x's wholly free spans, keeping `keep` of them. */
+static size_t heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cudaStream_t stream,
+                                bool in_call) {
   size_t n = 0;
-  for (chunk_t *c = p->slabs, *next; c != NULL; c = next) {
-    next = c->next;
-    block_t *b = c->first;
-    if (!is_free(b) || b->phys_next != NULL) continue;
-    unlink_free(p, b);
-    block_t *L = c->parent;
-    L->owner = b->owner;
-    L->state = b->state;
-    drop_block(p, b);
-    if (c->prev != NULL) c->prev->next = c->next;
-    else p->slabs = c->next;
-    if (c->next != NULL) c->next->prev = c->prev;
-    p->nslabs--;
-    drop_chunk(p, c);
-    put_free(p, L);
+  for (pool_region_t *sp = x->spans, *next; sp != NULL && x->nidle > keep; sp = next) {
+    next = sp->next;
+    if (sp->nused != 0 || (x->hot != NULL && x->hot->region == sp && keep > 0)) continue;
+    span_give_back(p, x, sp, stream, in_call);
     n++;
   }
   return n;
 }
 
-/* ---- search ---- */
-
-/* split_limit: is b a wholly free upstream chunk more than split_limit
- * times the growth a request of `need` bytes would make? Then the pool
- * grows instead of splitting it (a smaller, maybe long-lived, block would
- * pin it), and release_before_grow can give it back. Off on the last resort
- * before out of memory. */
-static inline bool too_big_to_split(const pool_t *p, const block_t *b, size_t need) {
-  if (b->phys_prev != NULL || b->phys_next != NULL || p->split_limit == 0.0 || p->last_resort)
-    return false;
-  size_t g = need < p->min_growth ? p->min_growth : need;
-  return (double)b->size > p->split_limit * (double)g;
-}
-
-static inline block_t *smaller(block_t *a, block_t *b) {
-  return b != NULL && (a == NULL || b->size < a->size) ? b : a;
-}
-
-/* The best fit among the blocks ps may take at once: its own and the
- * neutral ones. */
-static inline block_t *find_local(pool_t *p, pstream_t *ps, int cls, size_t need) {
-  block_t *h = ps->hot;
-  if (h != NULL && (h->size < need || h->chunk->cls != cls)) h = NULL;
-  if (h != NULL && h->size == need) return h;
-  block_t *b = smaller(h, tlsf_find(&ps->idx[cls][ST_FRESH], need));
-  if (b != NULL && b->size == need) return b;
-  b = smaller(b, tlsf_find(&ps->idx[cls][ST_COVERED], need));
-  b = smaller(b, tlsf_find(&p->neutral.idx[cls][ST_COVERED], need));
-  return cls == CLASS_LARGE && b != NULL && RMMC_UNLIKELY(too_big_to_split(p, b, need)) ? NULL : b;
-}
-
-/* The best fit among other streams' covered blocks; *owner gets its
- * stream. */
-static block_t *find_remote(pool_t *p, pstream_t *ps, int cls, size_t need, pstream_t **owner) {
-  block_t *best = NULL;
-  for (pstream_t *q = p->stream_list; q != NULL; q = q->next) {
-    if (q == ps) continue;
-    block_t *b = tlsf_find(&q->idx[cls][ST_COVERED], need);
-    if (b != NULL && cls == CLASS_LARGE && too_big_to_split(p, b, need)) continue;
-    if (smaller(best, b) != best) best = b, *owner = q;
+/* Under the shared lock: every other heap that is not busy gives back its
+ * wholly free spans (try-locks only, so it never waits on a heap). */
+static size_t reclaim_spans(pool_t *p, pool_sheap_t *skip) {
+  size_t n = 0;
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    pool_sheap_t *x = q->heap;
+    if (x == NULL || x == skip || x->nidle == 0) continue;
+    if (!rmmc__lock_try(&x->lock)) continue;
+    n += heap_release_idle(p, x, 0, NULL, false);
+    rmmc__unlock(&x->lock);
   }
-  return best;
+  return n;
 }
 
-static rmmc_status_t commit(pool_t *p, chunk_t *c, uintptr_t a, size_t n, cudaStream_t stream);
+/* ---- growth: the shared heap's slow path ---- */
 
-/* make_slab, after mapping the slab's pages in expandable mode (L is cut
- * to the slab's size first and is not free meanwhile); if they cannot be
- * mapped, L goes back to the free blocks and the error comes back. */
-static rmmc_status_t take_slab(pool_t *p, block_t *L, pstream_t *owner, int state,
-                               cudaStream_t stream) {
-  if (p->vm) {
-    carve(p, L, p->small_chunk, GRANULE);
-    int s = L->state;
-    L->state = ST_USED;
-    rmmc_status_t st = commit(p, L->chunk, L->addr, L->size, stream);
-    L->state = s;
-    if (st != RMMC_SUCCESS) {
-      put_free(p, L);
-      return st;
-    }
-  }
-  make_slab(p, L, owner, state);
-  return RMMC_SUCCESS;
-}
-
-/* Finds a block of class cls with `need` bytes for ps without growing:
- * local blocks, a new slab from local large blocks (small class), other
- * streams' covered blocks (after a wait), a slab from those. On success *out
- * is the block, unindexed. */
-static rmmc_status_t try_serve(pool_t *p, pstream_t *ps, cudaStream_t stream, int cls,
-                               size_t need, block_t **out) {
-  block_t *b = find_local(p, ps, cls, need);
-  if (b == NULL && cls == CLASS_SMALL) {
-    block_t *L = find_local(p, ps, CLASS_LARGE, p->small_chunk);
-    if (L != NULL) {
-      unlink_free(p, L);
-      rmmc_status_t st = take_slab(p, L, L->owner, L->state, stream);
-      if (st != RMMC_SUCCESS) return st;
-      b = find_local(p, ps, cls, need);
-    }
-  }
-  if (b == NULL) {
-    pstream_t *q = NULL;
-    b = find_remote(p, ps, cls, need, &q);
-    if (b == NULL && cls == CLASS_SMALL) {
-      block_t *L = find_remote(p, ps, CLASS_LARGE, p->small_chunk, &q);
-      if (L != NULL) {
-        rmmc_status_t st = wait_for(p, stream, q);
-        if (st != RMMC_SUCCESS) return st;
-        unlink_free(p, L);
-        st = take_slab(p, L, ps, ST_FRESH, stream);
-        if (st != RMMC_SUCCESS) return st;
-        b = find_local(p, ps, cls, need);
-      }
-    } else if (b != NULL) {
-      rmmc_status_t st = wait_for(p, stream, q);
-      if (st != RMMC_SUCCESS) return st;
-    }
-  }
-  if (b != NULL) unlink_free(p, b);
-  *out = b;
-  return RMMC_SUCCESS;
-}
-
-/* ---- growth and trimming ---- */
-
-static void add_chunk(pool_t *p, uintptr_t base, size_t size, pstream_t *owner, int state) {
-  chunk_t *c = new_chunk(p);
-  block_t *b = new_block(p);
-  *c = (chunk_t){.base = base, .size = size, .next = p->chunks, .first = b, .cls = CLASS_LARGE};
-  if (p->chunks != NULL) p->chunks->prev = c;
-  p->chunks = c;
-  p->nchunks++;
-  p->chunk_allocs++;
-  if (p->vm) {
-    p->span += size; /* reserved counts mapped pages only */
-  } else {
-    p->reserved += size;
-    if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
-  }
-  *b = (block_t){.addr = base, .size = size, .chunk = c, .owner = owner, .state = state};
-  link_free(p, b);
-}
-
-/* Gives wholly free chunks back to the upstream until reserved <= goal.
- * In device mode a chunk with pending work of a stream other than ps is
- * kept (its stream may be gone; settle() first to release those). The
- * upstream gets `stream`, on which the freed memory's work is ordered. */
-static rmmc_status_t trim(pool_t *p, const pstream_t *ps, cudaStream_t stream, size_t goal) {
-  if (p->vm) return RMMC_SUCCESS; /* reservations stay; unmap_free gives memory back */
-  for (chunk_t *c = p->chunks, *next; c != NULL && p->reserved > goal; c = next) {
-    next = c->next;
-    block_t *b = c->first;
-    if (!is_free(b) || b->phys_next != NULL) continue;
-    if (p->cuda && b->owner != &p->neutral && b->owner != ps) continue;
-    unlink_free(p, b);
-    rmmc_status_t st = rmmc_resource_deallocate(p->base.upstream, (void *)c->base, c->size,
-                                                GRANULE, stream);
-    if (st != RMMC_SUCCESS) {
-      link_free(p, b);
-      return st;
-    }
-    if (c->prev != NULL) c->prev->next = c->next;
-    else p->chunks = c->next;
-    if (c->next != NULL) c->next->prev = c->prev;
-    p->reserved -= c->size;
-    p->nchunks--;
-    p->chunk_releases++;
-    drop_block(p, b);
-    drop_chunk(p, c);
-  }
-  return RMMC_SUCCESS;
-}
-
-/* ---- expandable mode: pages mapped into address-space reservations ----
- *
- * A chunk is a reservation; p->reserved counts its mapped pages. Every
- * page under a used block or a slab is mapped (commit() maps what is
- * missing when a block is handed out); a free block may hold unmapped
- * pages. Fresh blocks are always fully mapped (they come from frees of used
- * blocks and merge only with each other), so the hot-block fast path needs
- * no check. Pages go back only from untouched (neutral) free blocks, after
- * settle(): on a device that is a synchronization, as cudaFree would be. */
-
-static inline bool page_is_mapped(const chunk_t *c, size_t i) {
-  return (c->mapped[i >> 6] >> (i & 63)) & 1;
-}
-
-static inline void page_set(chunk_t *c, size_t i, bool on) {
-  if (on) c->mapped[i >> 6] |= (uint64_t)1 << (i & 63);
-  else c->mapped[i >> 6] &= ~((uint64_t)1 << (i & 63));
-}
-
-/* Pages [*first, *end) of chunk c that [a, a + n) touches. */
-static inline void pages_touched(const pool_t *p, const chunk_t *c, uintptr_t a, size_t n,
-                                 size_t *first, size_t *end) {
-  *first = (a - c->base) / p->page;
-  *end = (a + n - c->base + p->page - 1) / p->page;
-}
-
-/* Bytes of the pages [a, a + n) touches that are not mapped: a popcount
- * per 64 pages. */
-static size_t unmapped_bytes(const pool_t *p, const chunk_t *c, uintptr_t a, size_t n) {
-  size_t first, end, mapped = 0;
-  pages_touched(p, c, a, n, &first, &end);
-  for (size_t i = first; i < end;) {
-    size_t w = i >> 6, lo = i & 63, hi = end - (w << 6) < 64 ? end - (w << 6) : 64;
-    uint64_t mask = (hi == 64 ? ~(uint64_t)0 : ((uint64_t)1 << hi) - 1) & ~(((uint64_t)1 << lo) - 1);
-    mapped += (size_t)__builtin_popcountll(c->mapped[w] & mask);
-    i = (w << 6) + hi;
-  }
-  return (end - first - mapped) * p->page;
-}
-
-/* Unmaps page i of chunk c. */
-static rmmc_status_t unmap_page(pool_t *p, chunk_t *c, size_t i) {
-  rmmc_status_t st =
-      rmmc_resource_vm_unmap(p->base.upstream, (void *)(c->base + i * p->page), p->page);
-  if (st != RMMC_SUCCESS) return st;
-  page_set(c, i, false);
-  p->page_unmaps++;
-  p->reserved -= p->page;
-  return RMMC_SUCCESS;
-}
-
-/* Maps every page [a, a + n) touches that is not mapped yet, one upstream
- * call per page (so that each can go back alone). On failure the pages
- * this call mapped are unmapped again (if the host has memory for the
- * copy of the page map that tells them; else they stay, counted, as free
- * memory). */
-static rmmc_status_t map_pages(pool_t *p, chunk_t *c, uintptr_t a, size_t n) {
-  size_t first, end, i;
-  pages_touched(p, c, a, n, &first, &end);
-  size_t w0 = first >> 6, nw = ((end - 1) >> 6) - w0 + 1;
-  uint64_t *before = malloc(nw * sizeof *before);
-  if (before != NULL) memcpy(before, c->mapped + w0, nw * sizeof *before);
-  rmmc_status_t st = RMMC_SUCCESS;
-  for (i = first; i < end; i++) {
-    if (page_is_mapped(c, i)) continue;
-    st = rmmc_resource_vm_map(p->base.upstream, (void *)(c->base + i * p->page), p->page);
-    if (st != RMMC_SUCCESS) break;
-    page_set(c, i, true);
-    p->page_maps++;
-    p->reserved += p->page;
-    if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
-  }
-  if (st != RMMC_SUCCESS && before != NULL) {
-    rmmc__error_state_t why;
-    rmmc__error_save(&why);
-    for (size_t k = first; k < i; k++)
-      if (!((before[(k >> 6) - w0] >> (k & 63)) & 1)) (void)unmap_page(p, c, k);
-    rmmc__error_restore(&why);
-  }
-  free(before);
-  return st;
-}
-
-/* Unmaps the pages lying wholly inside untouched free blocks, largest
- * blocks first, until reserved <= goal. */
-static rmmc_status_t unmap_free(pool_t *p, size_t goal) {
-  tlsf_t *x = &p->neutral.idx[CLASS_LARGE][ST_COVERED];
-  for (unsigned fl = FL_COUNT; fl-- > 0;) {
-    for (unsigned sl = SL_COUNT; sl-- > 0;) {
-      for (block_t *b = x->heads[fl][sl]; b != NULL; b = b->free_next) {
-        chunk_t *c = b->chunk;
-        size_t first = (b->addr - c->base + p->page - 1) / p->page;
-        size_t end = (b->addr + b->size - c->base) / p->page;
-        for (size_t i = first; i < end; i++) {
-          if (p->reserved <= goal) return RMMC_SUCCESS;
-          if (!page_is_mapped(c, i)) continue;
-          rmmc_status_t st = unmap_page(p, c, i);
-          if (st != RMMC_SUCCESS) return st;
-        }
-      }
-    }
-  }
-  return RMMC_SUCCESS;
-}
-
-/* Gives back mapped pages of free blocks until reserved <= goal: every free
- * block becomes untouched first (settle). */
-static rmmc_status_t shrink(pool_t *p, size_t goal) {
-  if (p->reserved <= goal) return RMMC_SUCCESS;
-  rmmc_status_t st = settle(p);
-  if (st != RMMC_SUCCESS) return st;
-  reclaim_slabs(p);
-  return unmap_free(p, goal);
-}
-
-/* Backs [a, a + n) of chunk c with memory before it is handed out (a used
- * block or a slab, not free while this runs: shrink() may merge and
- * relabel the free blocks around it). Keeps reserved within the budget
- * that release_before_grow and the maximum set, as growth does in chunk
- * mode; on out of memory gives back every free page and tries once more. */
-static rmmc_status_t pool_oom(const pool_t *p, size_t bytes, cudaStream_t stream,
-                              const char *why);
-
-static rmmc_status_t commit(pool_t *p, chunk_t *c, uintptr_t a, size_t n, cudaStream_t stream) {
-  size_t add = unmapped_bytes(p, c, a, n);
-  if (RMMC_LIKELY(add == 0)) return RMMC_SUCCESS;
-  rmmc_status_t st = RMMC_SUCCESS;
-  if (p->release_before_grow) {
-    size_t peak = p->in_use + n > p->in_use_peak ? p->in_use + n : p->in_use_peak;
-    double budget = (1.0 + p->release_slack) * (double)peak;
-    if ((double)p->reserved + (double)add > budget)
-      st = shrink(p, budget > (double)add ? (size_t)(budget - (double)add) : 0);
-  } else if (p->gc_limit > 0 && p->reserved + add > p->gc_limit) {
-    st = shrink(p, p->gc_limit > add ? p->gc_limit - add : 0);
-  }
-  if (st == RMMC_SUCCESS && p->reserved + add > p->max_size)
-    st = shrink(p, p->max_size > add ? p->max_size - add : 0);
-  if (st != RMMC_SUCCESS) return st;
-  if (p->reserved + add > p->max_size)
-    return pool_oom(p, n, stream, "the maximum size is reached");
-  /* A gigabyte or more on a device: ask it first rather than map page by
-   * page into certain failure (and back). */
-  if (p->cuda && add >= ((size_t)1 << 30)) {
-    size_t dfree = 0, dtotal = 0;
-    if (rmmc_device_memory_info(p->base.base.device, &dfree, &dtotal) == RMMC_SUCCESS &&
-        add > dfree && (st = shrink(p, 0)) == RMMC_SUCCESS &&
-        rmmc_device_memory_info(p->base.base.device, &dfree, &dtotal) == RMMC_SUCCESS &&
-        add > dfree) {
-      char a1[32], a2[32], why[96];
-      snprintf(why, sizeof why, "%s more to map, the device has %s free",
-               rmmc__format_bytes(add, a1, sizeof a1), rmmc__format_bytes(dfree, a2, sizeof a2));
-      return pool_oom(p, n, stream, why);
-    }
-    if (st != RMMC_SUCCESS) return st;
-  }
-  st = map_pages(p, c, a, n);
-  if (st == RMMC_ERROR_OUT_OF_MEMORY) { /* last resort */
-    rmmc__error_state_t why;
-    rmmc__error_save(&why);
-    st = shrink(p, 0);
-    if (st == RMMC_SUCCESS) st = map_pages(p, c, a, n);
-    if (st == RMMC_ERROR_OUT_OF_MEMORY) rmmc__error_restore(&why);
-  }
-  if (st == RMMC_ERROR_OUT_OF_MEMORY) {
-    char why[256];
-    snprintf(why, sizeof why, "%s", rmmc_last_error_message());
-    st = pool_oom(p, n, stream, why);
-  }
-  return st;
-}
-
-/* Reserves `bytes` of address space (a multiple of the page) as a new
- * chunk for `owner`. */
-static rmmc_status_t add_reservation(pool_t *p, size_t bytes, pstream_t *owner, int state) {
-  size_t words = (bytes / p->page + 63) / 64;
-  uint64_t *bits = calloc(words, sizeof *bits);
-  if (bits == NULL) return no_host_memory();
-  void *ptr = NULL;
-  rmmc_status_t st = rmmc_resource_vm_reserve(p->base.upstream, bytes, p->page, &ptr);
-  if (st != RMMC_SUCCESS) {
-    free(bits);
-    return st;
-  }
-  add_chunk(p, (uintptr_t)ptr, bytes, owner, state);
-  p->chunks->mapped = bits;
-  return RMMC_SUCCESS;
-}
-
-/* Takes a new chunk of at least `need` bytes from the upstream for ps, as
- * the growth policy says (header comment). RMMC_ERROR_OUT_OF_MEMORY when the
- * maximum or the upstream refuses even the smallest growth. */
-static rmmc_status_t grow(pool_t *p, pstream_t *ps, cudaStream_t stream, size_t need) {
-  if (p->vm) { /* address space ran out: one more reservation */
-    size_t want = rmmc__align_up(need, p->page);
-    (void)ps, (void)stream;
-    return add_reservation(p, want > p->address_space ? want : p->address_space, &p->neutral,
-                           ST_COVERED);
-  }
-  size_t want = rmmc__align_up(need, p->granularity);
-  size_t g = want < p->min_growth ? p->min_growth : want;
-  rmmc_status_t st = RMMC_SUCCESS;
-  if (p->release_before_grow) {
-    /* The budget: (1 + release_slack) x the most ever in use, counting this
-     * request; wholly free chunks go back only as far as it needs. */
-    size_t peak = p->in_use + need > p->in_use_peak ? p->in_use + need : p->in_use_peak;
-    double budget = (1.0 + p->release_slack) * (double)peak;
-    if ((double)p->reserved + (double)g > budget)
-      st = trim(p, ps, stream, budget > (double)g ? (size_t)(budget - (double)g) : 0);
-  } else if (p->gc_limit > 0 && p->reserved + g > p->gc_limit)
-    st = trim(p, ps, stream, p->gc_limit > g ? p->gc_limit - g : 0);
-  if (st == RMMC_SUCCESS && p->reserved + want > p->max_size)
-    st = trim(p, ps, stream, p->max_size > want ? p->max_size - want : 0);
-  if (st != RMMC_SUCCESS) return st;
-  size_t room = p->max_size - p->reserved;
-  if (want > room)
-    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: the maximum size is reached");
-  if (g > room) g = room;
-  void *ptr = NULL;
-  for (;;) {
-    st = rmmc_resource_allocate(p->base.upstream, g, GRANULE, stream, &ptr);
-    if (st == RMMC_SUCCESS) break;
-    if (st != RMMC_ERROR_OUT_OF_MEMORY || g == want) return st;
-    size_t half = rmmc__align_up(g / 2, p->granularity);
-    g = half > want && half < g ? half : want;
-  }
-  /* The upstream may be stream-ordered: the chunk is ready on `stream`, so
-   * in device mode it is ps's, covered by an event recorded right now (it
-   * stays fresh, which is safe, if that fails). */
-  add_chunk(p, (uintptr_t)ptr, g, p->cuda ? ps : &p->neutral, p->cuda ? ST_FRESH : ST_COVERED);
-  if (p->cuda) (void)cover(p, ps, stream);
-  return RMMC_SUCCESS;
-}
-
-/* ---- allocate and deallocate ---- */
-
-static size_t largest_free(const pool_t *p) {
-  size_t best = 0;
-  for (int cls = 0; cls < NCLASS; cls++) {
-    size_t n = tlsf_largest(&p->neutral.idx[cls][ST_COVERED]);
-    if (n > best) best = n;
-    for (const pstream_t *q = p->stream_list; q != NULL; q = q->next)
-      for (int st = ST_FRESH; st <= ST_COVERED; st++)
-        if ((n = tlsf_largest(&q->idx[cls][st])) > best) best = n;
-  }
-  for (const pstream_t *q = p->stream_list; q != NULL; q = q->next)
-    if (q->hot != NULL && q->hot->size > best) best = q->hot->size;
-  return best;
-}
-
-/* The out-of-memory error with the pool's figures; `why` (may be NULL) is
- * what refused, e.g. the upstream's own message. */
-static rmmc_status_t pool_oom(const pool_t *p, size_t bytes, cudaStream_t stream,
-                              const char *why) {
-  char re[32], iu[32], fr[32], lf[32], mx[32];
-  return rmmc_set_oom_error(
-      &p->base.base, bytes, stream,
-      "pool reserved %s, in use %s, free %s, largest free block %s, maximum %s (%s)",
-      rmmc__format_bytes(p->reserved, re, sizeof re), rmmc__format_bytes(p->in_use, iu, sizeof iu),
-      rmmc__format_bytes(p->free_bytes, fr, sizeof fr),
-      rmmc__format_bytes(largest_free(p), lf, sizeof lf),
-      p->max_size == SIZE_MAX ? "none" : rmmc__format_bytes(p->max_size, mx, sizeof mx),
-      why != NULL ? why : "no block fits and the pool cannot grow");
-}
-
-static inline bool need_room(const pool_t *p) {
-  return p->nspare < SPARE_MIN || p->nspare_chunks < 2;
-}
-
-/* Tops up the spare structs so that carving, slabs and growth cannot fail
- * for host memory. */
-static rmmc_status_t make_room(pool_t *p) {
-  if (p->nspare < SPARE_MIN && !refill_spare(p)) goto no_memory;
-  while (p->nspare_chunks < 2) {
-    chunk_t *c = malloc(sizeof *c);
-    if (c == NULL) goto no_memory;
-    c->next = p->spare_chunks;
-    p->spare_chunks = c;
-    p->nspare_chunks++;
-  }
-  return RMMC_SUCCESS;
-no_memory:
-  return no_host_memory();
-}
-
-/* True if another stream than ps holds a fresh block that alone would
- * serve a request of class cls and `need` bytes: a device synchronization
- * (which makes it reusable) then surely pays. */
-static bool others_fresh_fit(const pool_t *p, const pstream_t *ps, int cls, size_t need) {
-  for (const pstream_t *q = p->stream_list; q != NULL; q = q->next) {
-    if (q == ps) continue;
-    const block_t *h = q->hot;
-    if (h != NULL && h->chunk->cls == cls && h->size >= need) return true;
-    if (tlsf_find(&q->idx[cls][ST_FRESH], need) != NULL) return true;
-    if (cls == CLASS_SMALL && ((h != NULL && h->chunk->cls == CLASS_LARGE && h->size >= p->small_chunk) ||
-                               tlsf_find(&q->idx[CLASS_LARGE][ST_FRESH], p->small_chunk) != NULL))
-      return true;
-  }
-  return false;
-}
-
-/* Would growing for `need` bytes take the reserved bytes past the budget
- * of release_before_grow? Then other streams' free memory is worth a
- * synchronization: unmerged and held by streams that cannot share it
- * without one, it would otherwise pile up (a 4-stream transformer log
- * reserved 15x its peak live bytes) while trim() may only give back
- * chunks no other stream has pending work on. */
-static bool growth_over_budget(const pool_t *p, size_t need) {
-  if (!p->release_before_grow || p->vm) return false;
-  size_t want = rmmc__align_up(need, p->granularity);
-  size_t g = want < p->min_growth ? p->min_growth : want;
-  size_t peak = p->in_use + need > p->in_use_peak ? p->in_use + need : p->in_use_peak;
-  return (double)p->reserved + (double)g > (1.0 + p->release_slack) * (double)peak;
-}
-
-/* When no local block fits: escalate through the steps of the header
- * comment, cheapest first, until a block is found (unindexed in *out). */
-static rmmc_status_t alloc_slow(pool_t *p, pstream_t *ps, cudaStream_t stream, int cls,
-                                size_t need, size_t bytes, block_t **out) {
-  block_t *b = NULL;
-  if (need > MAX_REQUEST) return pool_oom(p, bytes, stream, "larger than any pool can hold");
-  rmmc_status_t st = try_serve(p, ps, stream, cls, need, &b);
-  /* ps's recent frees, once covered, merge with their neighbours. */
-  if (st == RMMC_SUCCESS && b == NULL && fresh_count(ps) > 0 && cover(p, ps, stream))
-    st = try_serve(p, ps, stream, cls, need, &b);
-  if (st == RMMC_SUCCESS && b == NULL && reclaim_slabs(p) > 0)
-    st = try_serve(p, ps, stream, cls, need, &b);
-  /* Other streams' free memory, merged across streams, once the device is
-   * idle. In host mode that costs nothing: always before growing. In device
-   * mode it stalls the CPU, so (unless sync_before_grow) only when another
-   * stream holds a block, not yet covered by its event, that alone serves
-   * the request; merging otherwise waits for the out-of-memory path. */
-  size_t others_free = p->free_bytes - stream_free_bytes(ps) - stream_free_bytes(&p->neutral);
-  if (st == RMMC_SUCCESS && b == NULL &&
-      (p->cuda && !p->sync_before_grow
-           ? others_fresh_fit(p, ps, cls, need) ||
-                 (others_free > 0 && growth_over_budget(p, cls == CLASS_SMALL ? p->small_chunk : need))
-           : others_free > 0)) {
-    st = settle(p);
-    if (st == RMMC_SUCCESS) {
-      reclaim_slabs(p);
-      st = try_serve(p, ps, stream, cls, need, &b);
-    }
-  }
-  if (st != RMMC_SUCCESS || b != NULL) goto done;
-  size_t grow_need = cls == CLASS_SMALL ? p->small_chunk : need;
-  st = grow(p, ps, stream, grow_need);
-  if (st == RMMC_ERROR_OUT_OF_MEMORY) {
-    /* Last resort: give back everything cached, then grow again. */
-    char why[200];
-    snprintf(why, sizeof why, "%s", rmmc_last_error_message());
-    p->last_resort = true;
-    st = settle(p);
-    if (st == RMMC_SUCCESS) {
-      reclaim_slabs(p);
-      st = try_serve(p, ps, stream, cls, need, &b);
-    }
-    if (st == RMMC_SUCCESS && b == NULL) st = trim(p, ps, stream, 0);
-    if (st == RMMC_SUCCESS && b == NULL) {
-      st = grow(p, ps, stream, grow_need);
-      if (st == RMMC_ERROR_OUT_OF_MEMORY) {
-        p->last_resort = false;
-        snprintf(why, sizeof why, "%s", rmmc_last_error_message());
-        return pool_oom(p, bytes, stream, why);
-      }
-    }
-  }
-  if (st == RMMC_SUCCESS && b == NULL) st = try_serve(p, ps, stream, cls, need, &b);
+/* Under the shared lock, no block of at least `need` bytes usable by o's
+ * stream being free: the escalation of the header comment, cheapest first.
+ * On success *out is a free block of at least need bytes, unindexed, that
+ * o's stream may use at once. */
+static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
+                                               cudaStream_t stream, size_t need, size_t align,
+                                               size_t bytes, pool_block_t **out) {
+  size_t fit = need + (align > POOL_GRANULE ? align - POOL_GRANULE : 0);
+  if (fit > POOL_MAX_REQUEST) return rmmc__pool_oom(p, bytes, stream, "larger than any pool can hold");
+  p->clock++;
+  if (p->debt > 0) rmmc__pool_pay_debt(p);
+  bool capturing = p->cuda && rmmc__stream_is_capturing(stream);
+  pool_block_t *b;
+  /* Other streams' frees whose work has finished. */
+  consolidate(p, true);
+  if ((b = find_usable(p, o, fit)) != NULL) goto take;
+  /* Growth that keeps within the budget. */
+  rmmc_status_t st = p->be->grow(p, o, stream, need, align, true, &b);
+  if (st == RMMC_SUCCESS) goto grown;
+  if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  /* Another stream's memory behind a GPU-side wait. */
+  pool_owner_t *q = NULL;
+  if (!capturing && (b = find_covered(p, o, fit, &q)) != NULL &&
+      rmmc__stream_slot_wait(&p->streams, q->slot, stream) == RMMC_SUCCESS)
+    goto take;
+  /* Stream heaps' idle spans, then growth past the budget's trimming. */
+  if (reclaim_spans(p, self) > 0 && (b = find_usable(p, o, fit)) != NULL) goto take;
+  if (rmmc__pool_admit(p, o, stream, 0, need, false) && (b = find_usable(p, o, fit)) != NULL)
+    goto take;
+  st = p->be->grow(p, o, stream, need, align, false, &b);
+  if (st == RMMC_SUCCESS) goto grown;
+  if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  /* The last resort: every stream's memory, everything cached below. */
+  char why[256];
+  snprintf(why, sizeof why, "%s", rmmc_last_error_message());
+  p->last_resort = true;
+  if (!capturing && rmmc__stream_set_sync(&p->streams) == RMMC_SUCCESS) consolidate(p, false);
+  (void)reclaim_spans(p, self);
+  consolidate(p, false);
+  if ((b = find_usable(p, o, fit)) != NULL) goto take_last;
+  (void)p->be->trim(p, 0);
+  (void)rmmc_resource_release_cached(p->base.upstream);
+  st = p->be->grow(p, o, stream, need, align, false, &b);
+  if (st == RMMC_SUCCESS) goto grown_last;
   p->last_resort = false;
-done:
-  if (st == RMMC_SUCCESS && b == NULL) st = pool_oom(p, bytes, stream, NULL);
+  if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  return rmmc__pool_oom(p, bytes, stream, why);
+take_last:
+  p->last_resort = false;
+take:
+  rmmc__pool_unlink_free(p, b);
   *out = b;
-  return st;
-}
-
-/* Allocation past the fast path: room for bookkeeping, the index search,
- * the slow path, carving. Kept out of line so that the fast path stays
- * small. */
-static RMMC_NOINLINE rmmc_status_t alloc_general(pool_t *p, pstream_t *ps, cudaStream_t stream,
-                                                 int cls, size_t n, size_t need, size_t alignment,
-                                                 size_t bytes, block_t **out) {
-  rmmc_status_t st;
-  if (RMMC_UNLIKELY(need_room(p)) && (st = make_room(p)) != RMMC_SUCCESS) return st;
-  /* The block goes into the pointer map (which may need host memory)
-   * before anything else changes. */
-  block_t *b = RMMC_LIKELY(need <= MAX_REQUEST) ? find_local(p, ps, cls, need) : NULL;
-  if (RMMC_LIKELY(b != NULL)) {
-    if (!rmmc__ptrmap_insert(&p->used, (void *)rmmc__align_up(b->addr, alignment), b, bytes))
-      return no_host_memory();
-    unlink_free(p, b);
-  } else {
-    if ((st = alloc_slow(p, ps, stream, cls, need, bytes, &b)) != RMMC_SUCCESS) return st;
-    if (!rmmc__ptrmap_insert(&p->used, (void *)rmmc__align_up(b->addr, alignment), b, bytes)) {
-      put_free(p, b);
-      return no_host_memory();
-    }
-  }
-  carve(p, b, n, alignment);
-  if (p->vm && b->chunk->parent == NULL) { /* a large block: its pages */
-    int state = b->state;
-    b->state = ST_USED;
-    if ((st = commit(p, b->chunk, b->addr, b->size, stream)) != RMMC_SUCCESS) {
-      rmmc__ptrmap_remove(&p->used, rmmc__ptrmap_find(&p->used, (void *)b->addr));
-      b->state = state;
-      put_free(p, b);
-      return st;
-    }
-  }
+  return RMMC_SUCCESS;
+grown_last:
+  p->last_resort = false;
+grown:
+  p->grows++;
   *out = b;
   return RMMC_SUCCESS;
 }
 
-static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
-                                   cudaStream_t stream, void **out) {
-  pool_t *p = (pool_t *)r;
-  size_t n = rmmc__align_up(bytes, GRANULE);
-  size_t need = n + (alignment - GRANULE); /* room for any padding */
-  int cls = n <= p->small_max && need <= p->small_chunk ? CLASS_SMALL : CLASS_LARGE;
-  uintptr_t key = stream_key(p, stream);
+/* ---- large blocks: the shared heap ---- */
+
+static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
+                                                  size_t n, size_t align, size_t bytes,
+                                                  void **out) {
+  pool_owner_t *o = h->owner;
+  size_t need = n + (align - POOL_GRANULE);
   rmmc_status_t st = RMMC_SUCCESS;
   rmmc__lock(&p->lock);
-  pstream_t *ps = p->last;
-  if (RMMC_UNLIKELY(ps == NULL || ps->key != key) &&
-      (st = find_stream(p, key, stream, &ps)) != RMMC_SUCCESS)
-    goto unlock;
-  /* Fast path: the stream's hot block has exactly the size asked for. */
-  block_t *b = ps->hot;
-  if (RMMC_LIKELY(b != NULL && b->size == need && alignment == GRANULE &&
-                  b->chunk->cls == cls)) {
-    if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&p->used, (void *)b->addr, b, bytes))) {
-      st = no_host_memory();
-      goto unlock;
-    }
-    ps->hot = NULL;
-    p->free_bytes -= need;
-  } else if ((st = alloc_general(p, ps, stream, cls, n, need, alignment, bytes, &b)) !=
-             RMMC_SUCCESS) {
+  if (!pool_meta_room(&p->meta)) {
+    st = rmmc__pool_no_host_memory();
     goto unlock;
   }
-  b->state = ST_USED;
-  b->u.requested = bytes;
-  p->in_use += b->size;
-  if (p->in_use > p->in_use_peak) p->in_use_peak = p->in_use;
+  pool_block_t *b = need <= POOL_MAX_REQUEST ? find_usable(p, o, need) : NULL;
+  if (RMMC_LIKELY(b != NULL)) rmmc__pool_unlink_free(p, b);
+  else if ((st = shared_slow(p, o, NULL, stream, n, align, bytes, &b)) != RMMC_SUCCESS)
+    goto unlock;
+  b = rmmc__pool_carve(p, b, n, align);
+  if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&p->used, (void *)b->addr, b, bytes))) {
+    rmmc__pool_put_free(p, b);
+    st = rmmc__pool_no_host_memory();
+    goto unlock;
+  }
+  b->state = B_USED;
+  b->owner = NULL;
+  b->requested = bytes;
+  p->committed += pool_bsize(b);
+  if (p->committed > p->committed_peak) p->committed_peak = p->committed;
   *out = (void *)b->addr;
 unlock:
   rmmc__unlock(&p->lock);
   return st;
 }
 
+/* Frees the large block of map entry e on o's stream (shared lock held). */
+static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t *e, void *ptr,
+                                size_t bytes, cudaStream_t stream) {
+  pool_block_t *b = e->value;
+  if (RMMC_UNLIKELY(b->requested != bytes))
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
+                          b->requested, bytes);
+  rmmc__ptrmap_remove(&p->used, e);
+  size_t size = pool_bsize(b);
+  p->committed -= size;
+  b->state = B_FREE;
+  b->owner = o;
+  b->tag = rmmc__stream_slot_tag(o->slot);
+  rmmc__pool_put_free(p, b);
+  note_free(p, o, size, stream);
+  if (RMMC_UNLIKELY(p->debt > 0)) {
+    p->clock++;
+    rmmc__pool_pay_debt(p);
+  }
+  return RMMC_SUCCESS;
+}
+
+/* ---- small blocks: the stream heaps ---- */
+
+/* A span for h (h's lock held): lent by the shared heap, aligned to its
+ * size so that a free from another stream finds it from the pointer. */
+static rmmc_status_t span_take(pool_t *p, pool_sheap_t *h, cudaStream_t stream) {
+  pool_region_t *sp = calloc(1, sizeof *sp);
+  if (sp == NULL || !pool_meta_room(&h->meta)) {
+    free(sp);
+    return rmmc__pool_no_host_memory();
+  }
+  pool_owner_t *o = h->owner;
+  rmmc_status_t st = RMMC_SUCCESS;
+  rmmc__lock(&p->lock);
+  if (!pool_meta_room(&p->meta)) {
+    st = rmmc__pool_no_host_memory();
+    goto fail;
+  }
+  pool_block_t *b = find_usable(p, o, 2 * p->span - POOL_GRANULE);
+  if (b != NULL) rmmc__pool_unlink_free(p, b);
+  else if ((st = shared_slow(p, o, h, stream, p->span, p->span, p->span, &b)) != RMMC_SUCCESS)
+    goto fail;
+  b = rmmc__pool_carve(p, b, p->span, p->span);
+  *sp = (pool_region_t){.base = b->addr, .size = p->span, .parent = b, .heap = h};
+  if (!rmmc__ptrmap_insert(&p->spans, (void *)b->addr, sp, 0)) {
+    rmmc__pool_put_free(p, b);
+    st = rmmc__pool_no_host_memory();
+    goto fail;
+  }
+  b->state = B_SPAN;
+  b->owner = NULL;
+  p->committed += p->span;
+  p->span_bytes += p->span;
+  p->spans_lent++;
+  if (p->committed > p->committed_peak) p->committed_peak = p->committed;
+  rmmc__unlock(&p->lock);
+  pool_block_t *f = pool_meta_take(&h->meta);
+  *f = (pool_block_t){.node.size = p->span, .addr = b->addr, .region = sp, .state = B_FREE};
+  sp->first = f;
+  sp->next = h->spans;
+  if (h->spans != NULL) h->spans->prev = sp;
+  h->spans = sp;
+  h->nspans++;
+  h->nidle++;
+  h->span_takes++;
+  heap_link(h, f);
+  return RMMC_SUCCESS;
+fail:
+  rmmc__unlock(&p->lock);
+  free(sp);
+  return st;
+}
+
+/* Blocks of h's spans freed on other streams: those whose work has
+ * finished, or that an event covers (h's stream then waits on it, unless
+ * it is being captured), become free. Returns how many. */
+static size_t retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bool can_wait) {
+  size_t n = 0;
+  pool_owner_t *waited = NULL;
+  for (pool_block_t **link = &h->foreign, *b; (b = *link) != NULL;) {
+    rmmc__stream_slot_t *s = b->owner->slot;
+    bool ok = rmmc__stream_slot_done(&p->streams, s, b->tag);
+    if (!ok && can_wait && rmmc__stream_slot_covered(s, b->tag)) {
+      if (waited == b->owner) ok = true;
+      else if (rmmc__stream_slot_wait(&p->streams, s, stream) == RMMC_SUCCESS) {
+        waited = b->owner;
+        ok = true;
+        b->region->tag = rmmc__stream_slot_tag(h->owner->slot); /* after the wait */
+      } else {
+        can_wait = false;
+      }
+    }
+    if (!ok) {
+      __atomic_store_n(&s->want, 1, __ATOMIC_RELAXED);
+      link = &b->qnext;
+      continue;
+    }
+    *link = b->qnext;
+    h->nforeign--;
+    b->state = B_FREE;
+    b->owner = NULL;
+    if (--b->region->nused == 0) h->nidle++;
+    heap_link(h, heap_merge(h, b));
+    n++;
+  }
+  return n;
+}
+
+static inline pool_block_t *heap_search(pool_sheap_t *h, size_t need) {
+  rmmc__tlsf_node_t *x = rmmc__tlsf_find(&h->idx, need);
+  pool_block_t *b = x != NULL ? pool_block_of(x) : NULL;
+  pool_block_t *hot = h->hot;
+  if (hot != NULL && pool_bsize(hot) >= need && (b == NULL || pool_bsize(hot) < pool_bsize(b)))
+    b = hot;
+  return b;
+}
+
+/* A small allocation past the hot block (h's lock held): the index, then
+ * foreign frees, then a new span. */
+static POOL_NOINLINE rmmc_status_t small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
+                                                 size_t n, size_t need, size_t align,
+                                                 size_t bytes, pool_block_t **out) {
+  if (!pool_meta_room(&h->meta)) return rmmc__pool_no_host_memory();
+  if (RMMC_UNLIKELY(__atomic_load_n(&h->owner->slot->want, __ATOMIC_RELAXED))) {
+    rmmc__lock(&p->lock);
+    rmmc__pool_cover(p, h->owner, stream);
+    rmmc__unlock(&p->lock);
+  }
+  pool_block_t *b = heap_search(h, need);
+  if (b == NULL && h->nforeign > 0 &&
+      retire_foreign(p, h, stream, !p->cuda || !rmmc__stream_is_capturing(stream)) > 0)
+    b = heap_search(h, need);
+  if (b == NULL) {
+    rmmc_status_t st = span_take(p, h, stream);
+    if (st != RMMC_SUCCESS) return st;
+    b = heap_search(h, need);
+  }
+  bool was_hot = b->where == W_HOT;
+  heap_unlink(h, b);
+  if (was_hot) b = heap_merge(h, b); /* the hot block was kept unmerged */
+  uintptr_t a = rmmc__align_up(b->addr, align);
+  if (a != b->addr) {
+    pool_block_t *r = pool_split_block(&h->meta, b, a);
+    heap_link(h, b);
+    b = r;
+  }
+  if (pool_bsize(b) > n) heap_link(h, pool_split_block(&h->meta, b, b->addr + n));
+  if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&h->used, (void *)b->addr, b, bytes))) {
+    heap_link(h, heap_merge(h, b));
+    return rmmc__pool_no_host_memory();
+  }
+  *out = b;
+  return RMMC_SUCCESS;
+}
+
+static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
+                                           size_t n, size_t align, size_t bytes, void **out) {
+  size_t need = n + (align - POOL_GRANULE);
+  rmmc_status_t st = RMMC_SUCCESS;
+  rmmc__lock(&h->lock);
+  pool_block_t *b = h->hot;
+  if (RMMC_LIKELY(b != NULL && pool_bsize(b) == need && align == POOL_GRANULE)) {
+    if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&h->used, (void *)b->addr, b, bytes))) {
+      st = rmmc__pool_no_host_memory();
+      goto unlock;
+    }
+    h->hot = NULL;
+    b->where = W_OUT;
+  } else if ((st = small_general(p, h, stream, n, need, align, bytes, &b)) != RMMC_SUCCESS) {
+    goto unlock;
+  }
+  b->state = B_USED;
+  b->requested = bytes;
+  if (b->region->nused++ == 0 && --h->nidle < h->low_idle) h->low_idle = h->nidle;
+  h->in_use += pool_bsize(b);
+  if (h->in_use > h->peak) h->peak = h->in_use;
+  *out = (void *)b->addr;
+unlock:
+  rmmc__unlock(&h->lock);
+  return st;
+}
+
+/* Keeps h's wholly free spans within cache_size (h's lock held). */
+static POOL_NOINLINE void heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream) {
+  size_t keep = p->cache_bytes / p->span;
+  rmmc__lock(&p->lock);
+  (void)heap_release_idle(p, h, keep, stream, true);
+  rmmc__unlock(&p->lock);
+}
+
+/* Frees the small block of h's map entry e on h's own stream (h locked). */
+static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_entry_t *e,
+                                       void *ptr, size_t bytes, cudaStream_t stream) {
+  pool_block_t *b = e->value;
+  if (RMMC_UNLIKELY(b->requested != bytes))
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
+                          b->requested, bytes);
+  rmmc__ptrmap_remove(&h->used, e);
+  h->in_use -= pool_bsize(b);
+  pool_region_t *sp = b->region;
+  sp->tag = rmmc__stream_slot_tag(h->owner->slot);
+  /* b becomes the hot block as it is, for an exact-size reuse; the previous
+   * hot block merges with its neighbours and is indexed (b is not free yet
+   * for that merge). */
+  pool_block_t *old = h->hot;
+  if (old != NULL) {
+    h->hot = NULL;
+    old->where = W_OUT;
+    heap_link(h, heap_merge(h, old));
+  }
+  b->state = B_FREE;
+  h->hot = b;
+  b->where = W_HOT;
+  if (--sp->nused == 0 && ++h->nidle * p->span > p->cache_bytes) heap_trim(p, h, stream);
+  return RMMC_SUCCESS;
+}
+
+/* A free that h's map does not hold: a large block, a block of another
+ * stream's heap (a foreign free), or bad input. No lock held. */
+static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_sheap_t *h, void *ptr, size_t bytes,
+                                             cudaStream_t stream) {
+  pool_owner_t *o = h->owner;
+  rmmc__lock(&p->lock);
+  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, ptr);
+  if (e != NULL) {
+    rmmc_status_t st = large_free(p, o, e, ptr, bytes, stream);
+      rmmc__unlock(&p->lock);
+    return st;
+  }
+  e = p->span > 0 ? rmmc__ptrmap_find(&p->spans, (void *)((uintptr_t)ptr & ~(p->span - 1))) : NULL;
+  pool_sheap_t *a = e != NULL ? ((pool_region_t *)e->value)->heap : NULL;
+  rmmc__unlock(&p->lock);
+  if (a == NULL)
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "pool: %p was not allocated by this pool, or was freed already", ptr);
+  rmmc_status_t st = RMMC_SUCCESS;
+  bool foreign = false;
+  uint64_t tag = 0;
+  rmmc__lock(&a->lock);
+  e = rmmc__ptrmap_find(&a->used, ptr);
+  if (e == NULL) {
+    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                        "pool: %p was not allocated by this pool, or was freed already", ptr);
+  } else if (a == h) {
+    st = small_free(p, h, e, ptr, bytes, stream);
+  } else {
+    pool_block_t *b = e->value;
+    if (b->requested != bytes) {
+      st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
+                          b->requested, bytes);
+    } else { /* reusable by a's stream once o's work up to now is done */
+      rmmc__ptrmap_remove(&a->used, e);
+      a->in_use -= pool_bsize(b);
+      b->state = B_FOREIGN;
+      b->owner = o;
+      b->tag = tag = rmmc__stream_slot_tag(o->slot);
+      b->qnext = a->foreign;
+      a->foreign = b;
+      a->nforeign++;
+      foreign = true;
+    }
+  }
+  rmmc__unlock(&a->lock);
+  if (foreign && !rmmc__stream_slot_covered(o->slot, tag)) {
+    rmmc__lock(&p->lock);
+    rmmc__pool_cover(p, o, stream);
+    rmmc__unlock(&p->lock);
+  }
+  return st;
+}
+
+/* ---- the resource's slots ---- */
+
+static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                   cudaStream_t stream, void **out) {
+  pool_t *p = (pool_t *)r;
+  pool_sheap_t *h;
+  rmmc_status_t st = heap_of(p, stream, &h);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
+  size_t n = rmmc__align_up(bytes, POOL_GRANULE);
+  if (RMMC_LIKELY(n <= p->small_max && n + (alignment - POOL_GRANULE) <= p->span))
+    return small_allocate(p, h, stream, n, alignment, bytes, out);
+  return large_allocate(p, h, stream, n, alignment, bytes, out);
+}
+
 static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
                                      size_t alignment, cudaStream_t stream) {
   (void)alignment;
   pool_t *p = (pool_t *)r;
-  uintptr_t key = stream_key(p, stream);
-  rmmc_status_t st = RMMC_SUCCESS;
-  rmmc__lock(&p->lock);
-  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, ptr);
-  if (RMMC_UNLIKELY(e == NULL)) {
-    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
-                        "pool: %p was not allocated by this pool, or was freed already", ptr);
-    goto unlock;
+  pool_sheap_t *h;
+  rmmc_status_t st = heap_of(p, stream, &h);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
+  if (RMMC_LIKELY(bytes <= p->small_max)) {
+    rmmc__lock(&h->lock);
+    rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&h->used, ptr);
+    if (RMMC_LIKELY(e != NULL)) {
+      st = small_free(p, h, e, ptr, bytes, stream);
+      rmmc__unlock(&h->lock);
+      return st;
+    }
+    rmmc__unlock(&h->lock);
   }
-  block_t *b = e->value;
-  if (RMMC_UNLIKELY(b->u.requested != bytes)) {
-    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
-                        "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
-                        b->u.requested, bytes);
-    goto unlock;
-  }
-  pstream_t *ps = p->last;
-  if (RMMC_UNLIKELY(ps == NULL || ps->key != key) &&
-      (st = find_stream(p, key, stream, &ps)) != RMMC_SUCCESS)
-    goto unlock;
-  rmmc__ptrmap_remove(&p->used, e); /* e is still valid: find_stream touches another map */
-  p->in_use -= b->size;
-  b->owner = ps;
-  b->state = ST_FRESH;
-  merge(p, b);
-  put_hot(p, ps, b);
-  if (fresh_count(ps) >= p->event_interval || fresh_bytes(ps) >= p->event_bytes)
-    (void)cover(p, ps, stream);
-unlock:
-  rmmc__unlock(&p->lock);
-  return st;
+  return free_slow(p, h, ptr, bytes, stream);
 }
 
-/* ---- release, figures, checks ---- */
+/* Locks every stream heap, then the shared heap (describe, check). */
+static void lock_all(pool_t *p) {
+  rmmc__lock(&p->lock);
+  pool_owner_t *owners = p->owners;
+  rmmc__unlock(&p->lock);
+  for (pool_owner_t *q = owners; q != NULL; q = q->next) rmmc__lock(&q->heap->lock);
+  rmmc__lock(&p->lock);
+}
+
+static void unlock_all(pool_t *p) {
+  pool_owner_t *owners = p->owners;
+  rmmc__unlock(&p->lock);
+  /* Owners added since lock_all are at the head: skip to the ones locked. */
+  for (pool_owner_t *q = owners; q != NULL; q = q->next)
+    if (q->heap->lock.state != 0) rmmc__unlock(&q->heap->lock);
+}
 
 static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
   pool_t *p = (pool_t *)r;
+  /* An explicit call: the device may be synchronized (unless a known
+   * capture is underway), after which every free is finished. */
+  rmmc_status_t st = rmmc__stream_set_sync(&p->streams);
+  if (st != RMMC_SUCCESS && st != RMMC_ERROR_NOT_SUPPORTED) return st;
   rmmc__lock(&p->lock);
-  rmmc_status_t st = settle(p);
-  if (st == RMMC_SUCCESS) {
-    reclaim_slabs(p);
-    st = p->vm ? unmap_free(p, 0) : trim(p, NULL, NULL, 0);
+  pool_owner_t *owners = p->owners;
+  rmmc__unlock(&p->lock);
+  for (pool_owner_t *q = owners; q != NULL; q = q->next) {
+    pool_sheap_t *x = q->heap;
+    rmmc__lock(&x->lock);
+    (void)retire_foreign(p, x, NULL, false);
+    rmmc__lock(&p->lock);
+    (void)heap_release_idle(p, x, 0, NULL, false);
+      rmmc__unlock(&p->lock);
+    rmmc__unlock(&x->lock);
   }
+  rmmc__lock(&p->lock);
+  consolidate(p, true);
+  st = p->be->trim(p, 0);
+  p->debt = 0;
   rmmc__unlock(&p->lock);
   return st == RMMC_SUCCESS ? rmmc_resource_release_cached(p->base.upstream) : st;
 }
 
-typedef struct stream_figures {
-  cudaStream_t stream;
-  size_t free, fresh;
-} stream_figures_t;
+/* ---- figures ---- */
+
+typedef struct totals {
+  size_t in_use, cached, pending, spans, largest;
+} totals_t;
+
+static void add_totals(pool_t *p, totals_t *t) {
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    pool_sheap_t *x = q->heap;
+    t->in_use += x->in_use;
+    t->cached += x->idx.bytes + (x->hot != NULL ? pool_bsize(x->hot) : 0);
+    t->pending += q->idx.bytes;
+    t->spans += x->nspans;
+    size_t l = rmmc__tlsf_largest(&q->idx);
+    if (l > t->largest) t->largest = l;
+  }
+  size_t l = rmmc__tlsf_largest(&p->clean);
+  if (l > t->largest) t->largest = l;
+  t->in_use += p->committed - p->span_bytes;
+}
 
 static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   pool_t *p = (pool_t *)r;
-  rmmc__lock(&p->lock);
-  size_t largest = largest_free(p), unowned = stream_free_bytes(&p->neutral), k = 0;
-  /* Expandable: free blocks span address space; free memory is what is mapped and unused. */
-  size_t free_b = !p->vm ? p->free_bytes : p->reserved > p->in_use ? p->reserved - p->in_use : 0;
-  const size_t bytes[] = {p->reserved,     p->in_use,  free_b, p->in_use_peak,
-                          p->reserved_peak, largest,   unowned};
-  size_t span = p->span, page = p->page;
-  uint64_t maps = p->page_maps, unmaps = p->page_unmaps;
-  bool vm = p->vm;
-  const uint64_t counts[] = {p->nchunks,       p->nslabs,      p->chunk_allocs,
-                             p->chunk_releases, p->event_records, p->event_waits,
-                             p->device_syncs};
-  size_t max_size = p->max_size;
-  stream_figures_t *sf = p->streams.count ? malloc(p->streams.count * sizeof *sf) : NULL;
-  for (const pstream_t *q = p->stream_list; sf != NULL && q != NULL; q = q->next)
-    if (stream_free_bytes(q) > 0)
-      sf[k++] = (stream_figures_t){q->stream, stream_free_bytes(q), fresh_bytes(q)};
-  rmmc__unlock(&p->lock);
-  static const char *const byte_keys[] = {"reserved", "in_use",       "free",        "peak",
-                                          "reserved_peak", "largest_free", "free_unowned"};
-  static const char *const count_keys[] = {"chunks",        "slabs",       "chunk_allocations",
-                                           "chunk_releases", "event_records", "event_waits",
-                                           "device_syncs"};
-  for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++)
-    rmmc__emit_bytes(emit, ctx, byte_keys[i], bytes[i]);
-  if (max_size != SIZE_MAX) rmmc__emit_bytes(emit, ctx, "limit", max_size);
-  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
-    rmmc__emit_count(emit, ctx, count_keys[i], counts[i]);
-  if (vm) {
-    rmmc__emit_bytes(emit, ctx, "address_space", span);
-    rmmc__emit_bytes(emit, ctx, "page_size", page);
-    rmmc__emit_count(emit, ctx, "page_maps", maps);
-    rmmc__emit_count(emit, ctx, "page_unmaps", unmaps);
+  lock_all(p);
+  totals_t t = {0};
+  add_totals(p, &t);
+  size_t reserved = p->reserved, reserved_peak = p->reserved_peak, peak = p->committed_peak;
+  size_t regions = p->nregions;
+  uint64_t grows = p->grows, shrinks = p->shrinks;
+  unlock_all(p);
+  rmmc__emit_bytes(emit, ctx, "reserved", reserved);
+  rmmc__emit_bytes(emit, ctx, "in_use", t.in_use);
+  rmmc__emit_bytes(emit, ctx, "free", reserved > t.in_use ? reserved - t.in_use : 0);
+  rmmc__emit_bytes(emit, ctx, "peak", peak);
+  rmmc__emit_bytes(emit, ctx, "reserved_peak", reserved_peak);
+  rmmc__emit_bytes(emit, ctx, "largest_free", t.largest);
+  if (p->max_size != SIZE_MAX) rmmc__emit_bytes(emit, ctx, "limit", p->max_size);
+  rmmc__emit_bytes(emit, ctx, "cached", t.cached);
+  rmmc__emit_bytes(emit, ctx, "pending", t.pending);
+  rmmc__emit_count(emit, ctx, "regions", regions);
+  rmmc__emit_count(emit, ctx, "spans", t.spans);
+  rmmc__emit_count(emit, ctx, "grows", grows);
+  rmmc__emit_count(emit, ctx, "shrinks", shrinks);
+  rmmc__stream_set_describe(&p->streams, emit, ctx);
+  p->be->describe(p, emit, ctx);
+  /* One line per stream. */
+  lock_all(p);
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    pool_sheap_t *x = q->heap;
+    char name[40], a[32], b[32], c[32], line[200];
+    snprintf(line, sizeof line, "%s in_use=%s cached=%s pending=%s",
+             rmmc__stream_name(q->slot->stream, name, sizeof name),
+             rmmc__format_bytes(x->in_use, a, sizeof a),
+             rmmc__format_bytes(x->idx.bytes + (x->hot != NULL ? pool_bsize(x->hot) : 0), b, sizeof b),
+             rmmc__format_bytes(q->idx.bytes, c, sizeof c));
+    rmmc__emit_text(emit, ctx, "stream", line);
   }
-  for (size_t i = 0; i < k; i++) {
-    char name[32], text[128];
-    snprintf(text, sizeof text, "stream=%s free=%zu fresh=%zu",
-             rmmc__stream_name(sf[i].stream, name, sizeof name), sf[i].free, sf[i].fresh);
-    rmmc__emit_text(emit, ctx, "free_on_stream", text);
-  }
-  free(sf);
+  unlock_all(p);
 }
 
-typedef struct tally {
-  size_t used_bytes, free_bytes, used_blocks, free_blocks, slabs;
-} tally_t;
+RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
+                                                  rmmc_pool_figures_t *figures) {
+  rmmc_status_t st = rmmc__check_kind(pool, &pool_ops, "pool_resource_figures");
+  if (st != RMMC_SUCCESS) return st;
+  if (figures == NULL || figures->size < sizeof(size_t))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "pool_resource_figures: figures must be set with RMMC_POOL_FIGURES_INIT");
+  pool_t *p = (pool_t *)pool;
+  rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;
+  lock_all(p);
+  totals_t t = {0};
+  add_totals(p, &t);
+  f.reserved = p->reserved;
+  f.grows = p->grows;
+  f.shrinks = p->shrinks;
+  unlock_all(p);
+  f.in_use = t.in_use;
+  f.cached = t.cached;
+  f.pending = t.pending;
+  f.device_syncs = rmmc__atomic_load_u64(&p->streams.syncs);
+  f.event_records = rmmc__atomic_load_u64(&p->streams.records);
+  f.event_waits = rmmc__atomic_load_u64(&p->streams.waits);
+  f.event_queries = rmmc__atomic_load_u64(&p->streams.queries);
+  size_t n = figures->size < sizeof f ? figures->size : sizeof f;
+  memcpy(figures, &f, n);
+  figures->size = n;
+  return RMMC_SUCCESS;
+}
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      snprintf(msg, len, __VA_ARGS__);                                         \
-      return false;                                                            \
-    }                                                                          \
+/* ---- invariants ---- */
+
+#define CHECK(cond, ...)                                                                       \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      snprintf(msg, len, __VA_ARGS__);                                                         \
+      return false;                                                                            \
+    }                                                                                          \
   } while (0)
 
-static bool valid_owner(const pool_t *p, const pstream_t *o) {
-  return o == &p->neutral || (o != NULL && lookup_stream(p, o->key) == o);
-}
-
-/* Walks one chunk's blocks (and its slabs' blocks). */
-static bool check_chunk(const pool_t *p, const chunk_t *c, tally_t *t, char *msg, size_t len) {
-  uintptr_t expect = c->base;
-  const block_t *prev = NULL;
-  for (const block_t *b = c->first; b != NULL; prev = b, b = b->phys_next) {
-    CHECK(b->chunk == c, "block %#zx: wrong chunk", (size_t)b->addr);
-    CHECK(b->phys_prev == prev, "block %#zx: broken physical list", (size_t)b->addr);
-    CHECK(b->addr == expect, "chunk %#zx: gap or overlap at %#zx (block starts at %#zx)",
-          (size_t)c->base, (size_t)expect, (size_t)b->addr);
-    CHECK(b->size > 0 && b->size % GRANULE == 0 && b->addr % GRANULE == 0,
-          "block %#zx: size %zu or address not a multiple of 256", (size_t)b->addr, b->size);
-    CHECK(b->size <= c->base + c->size - b->addr, "block %#zx runs past its chunk",
-          (size_t)b->addr);
-    if (is_free(b)) {
-      CHECK(valid_owner(p, b->owner), "free block %#zx: unknown owner", (size_t)b->addr);
-      CHECK(b->owner != &p->neutral || b->state == ST_COVERED,
-            "free block %#zx: neutral but fresh", (size_t)b->addr);
-      CHECK(b->idx != NULL ? b->idx == index_of(b) : b->owner->hot == b && b->state == ST_FRESH,
-            "free block %#zx: not in the index its owner, class and state name",
-            (size_t)b->addr);
-      CHECK(prev == NULL || !is_free(prev) || !mergeable(p, prev, b),
-            "free blocks %#zx and %#zx are adjacent and mergeable but not merged",
-            (size_t)prev->addr, (size_t)b->addr);
-      t->free_bytes += b->size;
-      t->free_blocks++;
-    } else if (p->vm && c->parent == NULL && unmapped_bytes(p, c, b->addr, b->size) != 0) {
-      CHECK(false, "%s block %#zx has unmapped pages", b->state == ST_SLAB ? "slab" : "used",
-            (size_t)b->addr);
-    } else if (b->state == ST_USED) {
-      const rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, (void *)b->addr);
-      CHECK(e != NULL && e->value == b && e->size == b->u.requested,
-            "used block %#zx is not in the pointer map as it should be", (size_t)b->addr);
-      CHECK(b->u.requested > 0 && b->u.requested <= b->size,
-            "used block %#zx: %zu bytes requested in a %zu-byte block", (size_t)b->addr,
-            b->u.requested, b->size);
-      t->used_bytes += b->size;
-      t->used_blocks++;
-    } else if (b->state == ST_SLAB) {
-      const chunk_t *s = b->u.slab;
-      CHECK(c->cls == CLASS_LARGE && s != NULL && s->parent == b && s->base == b->addr &&
-                s->size == b->size && s->cls == CLASS_SMALL,
-            "slab block %#zx does not match its slab", (size_t)b->addr);
-      t->slabs++;
-      if (!check_chunk(p, s, t, msg, len)) return false;
-    } else {
-      CHECK(false, "block %#zx: bad state %d", (size_t)b->addr, b->state);
-    }
-    expect = b->addr + b->size;
-  }
-  CHECK(expect == c->base + c->size, "chunk %#zx: blocks end at %#zx, chunk at %#zx",
-        (size_t)c->base, (size_t)expect, (size_t)(c->base + c->size));
-  return true;
-}
-
-/* Walks one index: every listed block is free, belongs here, sits in the
- * bin its size maps to; bitmaps match the lists; counts and bytes match. */
-static bool check_index(const pool_t *p, const tlsf_t *x, const pstream_t *owner, int cls,
-                        int state, size_t *blocks, char *msg, size_t len) {
-  size_t count = 0, bytes = 0;
-  for (unsigned fl = 0; fl < FL_COUNT; fl++) {
-    CHECK(((x->fl_map >> fl) & 1) == (x->sl_map[fl] != 0), "index: level bitmap wrong at %u", fl);
-    for (unsigned sl = 0; sl < SL_COUNT; sl++) {
-      const block_t *h = x->heads[fl][sl];
-      CHECK(((x->sl_map[fl] >> sl) & 1) == (h != NULL), "index: bin bitmap wrong at %u/%u", fl, sl);
-      const block_t *prev = NULL;
-      for (const block_t *b = h; b != NULL; prev = b, b = b->free_next) {
-        CHECK(count < x->count, "index: more blocks listed than counted");
-        unsigned bf, bs;
-        bin_of(b->size, &bf, &bs);
-        CHECK(b->free_prev == prev, "index: broken list at %#zx", (size_t)b->addr);
-        CHECK(is_free(b) && b->owner == owner && b->state == state && b->chunk->cls == cls &&
-                  b->idx == x,
-              "index: block %#zx is listed in the wrong index", (size_t)b->addr);
-        CHECK(bf == fl && bs == sl, "index: block %#zx of %zu bytes in the wrong bin",
-              (size_t)b->addr, b->size);
-        count++;
-        bytes += b->size;
+static bool check_heap(pool_t *p, pool_sheap_t *h, char *msg, size_t len) {
+  size_t free_bytes = 0, nfree = 0, used = 0, nused = 0, idle = 0, foreign = 0;
+  for (pool_region_t *sp = h->spans; sp != NULL; sp = sp->next) {
+    CHECK(sp->heap == h && sp->parent != NULL && sp->parent->state == B_SPAN &&
+              sp->parent->addr == sp->base && pool_bsize(sp->parent) == sp->size,
+          "span %p does not match its shared block", (void *)sp->base);
+    CHECK(sp->base % p->span == 0, "span %p is not aligned to %zu", (void *)sp->base, p->span);
+    uintptr_t at = sp->base;
+    size_t in_span = 0;
+    for (pool_block_t *b = sp->first, *prev = NULL; b != NULL; prev = b, b = b->next) {
+      CHECK(b->addr == at && b->prev == prev && b->region == sp, "span %p: blocks do not tile it",
+            (void *)sp->base);
+      CHECK(pool_bsize(b) > 0 && pool_bsize(b) % POOL_GRANULE == 0 && b->addr % POOL_GRANULE == 0,
+            "block %p has size %zu", (void *)b->addr, pool_bsize(b));
+      if (b->state == B_FREE) {
+        CHECK(b->where == W_INDEX || (b->where == W_HOT && h->hot == b), "free block %p is lost",
+              (void *)b->addr);
+        CHECK(prev == NULL || prev->state != B_FREE || b == h->hot || prev == h->hot,
+              "adjacent free blocks at %p", (void *)b->addr);
+        free_bytes += pool_bsize(b);
+        nfree += b->where == W_INDEX;
+      } else if (b->state == B_USED) {
+        rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&h->used, (void *)b->addr);
+        CHECK(e != NULL && e->value == b, "used block %p is not in its heap's map", (void *)b->addr);
+        used += pool_bsize(b);
+        nused++;
+        in_span++;
+      } else {
+        CHECK(b->state == B_FOREIGN, "block %p of a span has state %d", (void *)b->addr, b->state);
+        foreign++;
+        in_span++;
       }
+      at += pool_bsize(b);
     }
+    CHECK(at == sp->base + sp->size, "span %p: blocks do not tile it", (void *)sp->base);
+    CHECK(sp->nused == in_span, "span %p counts %zu used, holds %zu", (void *)sp->base, sp->nused,
+          in_span);
+    idle += sp->nused == 0;
   }
-  (void)p;
-  CHECK(count == x->count && bytes == x->bytes, "index: %zu blocks/%zu bytes listed, %zu/%zu counted",
-        count, bytes, x->count, x->bytes);
-  *blocks += count;
+  CHECK(rmmc__tlsf_valid(&h->idx), "a stream heap's index is inconsistent");
+  CHECK(h->idx.count == nfree, "a stream heap's index holds %zu blocks, its spans %zu free",
+        h->idx.count, nfree);
+  CHECK(h->idx.bytes + (h->hot != NULL ? pool_bsize(h->hot) : 0) == free_bytes,
+        "a stream heap's free bytes do not add up");
+  CHECK(h->used.count == nused && h->in_use == used, "a stream heap's used blocks do not add up");
+  CHECK(h->nidle == idle, "a stream heap counts %zu idle spans, holds %zu", h->nidle, idle);
+  CHECK(h->nforeign == foreign, "a stream heap counts %zu foreign frees, holds %zu", h->nforeign,
+        foreign);
   return true;
 }
 
-static int cmp_chunk(const void *a, const void *b) {
-  const chunk_t *x = *(const chunk_t *const *)a, *y = *(const chunk_t *const *)b;
-  return x->base < y->base ? -1 : x->base > y->base;
-}
-
-static bool check_locked(const pool_t *p, char *msg, size_t len) {
-  tally_t t = {0};
-  size_t reserved = 0, nchunks = 0, nslabs = 0, indexed = 0, nstreams = 0, mapped = 0;
-  for (const chunk_t *c = p->chunks; c != NULL; c = c->next) {
-    CHECK(c->parent == NULL && c->cls == CLASS_LARGE, "chunk %#zx: not an upstream chunk",
-          (size_t)c->base);
-    CHECK(c->next == NULL || c->next->prev == c, "chunk list broken");
-    CHECK(c->first != NULL && c->first->phys_prev == NULL, "chunk %#zx: bad first block",
-          (size_t)c->base);
-    if (!check_chunk(p, c, &t, msg, len)) return false;
-    if (p->vm) {
-      CHECK(c->mapped != NULL && c->size % p->page == 0 && c->base % p->page == 0,
-            "reservation %#zx: no page map or not whole pages", (size_t)c->base);
-      for (size_t i = 0; i < c->size / p->page; i++) mapped += page_is_mapped(c, i) * p->page;
+static bool check_locked(pool_t *p, char *msg, size_t len) {
+  size_t nfree = 0, free_bytes = 0, committed = 0, spans = 0, nused = 0;
+  for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
+    uintptr_t at = r->base;
+    for (pool_block_t *b = r->first, *prev = NULL; b != NULL; prev = b, b = b->next) {
+      CHECK(b->addr == at && b->prev == prev && b->region == r,
+            "region %p: blocks do not tile it", (void *)r->base);
+      CHECK(pool_bsize(b) > 0 && pool_bsize(b) % POOL_GRANULE == 0 && b->addr % POOL_GRANULE == 0,
+            "block %p has size %zu", (void *)b->addr, pool_bsize(b));
+      if (b->state == B_FREE) {
+        CHECK(b->where == W_INDEX, "free block %p is in no index", (void *)b->addr);
+        CHECK(prev == NULL || prev->state != B_FREE ||
+                  (prev->owner != NULL && b->owner != NULL && prev->owner != b->owner),
+              "free blocks at %p (owner %p tag %llu) and %p (owner %p tag %llu) should have merged",
+              (void *)prev->addr, (void *)prev->owner, (unsigned long long)prev->tag,
+              (void *)b->addr, (void *)b->owner, (unsigned long long)b->tag);
+        nfree++;
+        free_bytes += pool_bsize(b);
+      } else if (b->state == B_USED) {
+        rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, (void *)b->addr);
+        CHECK(e != NULL && e->value == b, "used block %p is not in the map", (void *)b->addr);
+        committed += pool_bsize(b);
+        nused++;
+      } else if (b->state == B_SPAN) {
+        rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->spans, (void *)b->addr);
+        CHECK(e != NULL && ((pool_region_t *)e->value)->parent == b, "span %p is not in the map",
+              (void *)b->addr);
+        committed += pool_bsize(b);
+        spans++;
+      } else {
+        CHECK(b->state == B_UNMAPPED && p->be == &rmmc__pool_vm, "block %p has state %d",
+              (void *)b->addr, b->state);
+      }
+      at += pool_bsize(b);
     }
-    reserved += c->size;
-    nchunks++;
+    CHECK(at == r->base + r->size, "region %p: blocks do not tile it", (void *)r->base);
   }
-  for (const chunk_t *c = p->slabs; c != NULL; c = c->next) {
-    CHECK(c->parent != NULL && c->parent->state == ST_SLAB && c->parent->u.slab == c,
-          "slab %#zx: not held by a slab block", (size_t)c->base);
-    nslabs++;
+  size_t indexed = p->clean.count, indexed_bytes = p->clean.bytes;
+  CHECK(rmmc__tlsf_valid(&p->clean), "the clean index is inconsistent");
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    CHECK(rmmc__tlsf_valid(&q->idx), "a stream's index is inconsistent");
+    size_t listed = 0;
+    for (pool_block_t *b = q->qhead; b != NULL; b = b->qnext, listed++)
+      CHECK(b->owner == q && b->where == W_INDEX, "a stream's list holds a stranger");
+    CHECK(listed == q->idx.count, "a stream's list and index differ");
+    indexed += q->idx.count;
+    indexed_bytes += q->idx.bytes;
+    if (!check_heap(p, q->heap, msg, len)) return false;
   }
-  CHECK(nchunks == p->nchunks, "%zu chunks listed, %zu counted", nchunks, p->nchunks);
-  CHECK(nslabs == p->nslabs && t.slabs == nslabs, "%zu slabs listed, %zu found, %zu counted",
-        nslabs, t.slabs, p->nslabs);
-  /* No two upstream chunks overlap. */
-  if (nchunks > 1) {
-    const chunk_t **v = malloc(nchunks * sizeof *v);
-    CHECK(v != NULL, "no host memory to check the pool");
-    size_t i = 0;
-    for (const chunk_t *c = p->chunks; c != NULL; c = c->next) v[i++] = c;
-    qsort(v, nchunks, sizeof *v, cmp_chunk);
-    bool ok = true;
-    for (i = 1; i < nchunks && ok; i++) ok = v[i - 1]->base + v[i - 1]->size <= v[i]->base;
-    size_t at = ok ? 0 : (size_t)v[i - 1]->base;
-    free(v);
-    CHECK(ok, "chunks overlap at %#zx", at);
-  }
-  for (int cls = 0; cls < NCLASS; cls++) {
-    CHECK(p->neutral.idx[cls][ST_FRESH].count == 0, "neutral blocks listed as fresh");
-    if (!check_index(p, &p->neutral.idx[cls][ST_COVERED], &p->neutral, cls, ST_COVERED,
-                     &indexed, msg, len))
-      return false;
-  }
-  for (const pstream_t *q = p->stream_list; q != NULL; q = q->next, nstreams++) {
-    CHECK(lookup_stream(p, q->key) == q, "stream state not in the stream map");
-    if (q->hot != NULL) {
-      CHECK(q->hot->owner == q && q->hot->idx == NULL && q->hot->state == ST_FRESH,
-            "hot block %#zx is not its stream's fresh block", (size_t)q->hot->addr);
-      indexed++;
-    }
-    for (int cls = 0; cls < NCLASS; cls++)
-      for (int st = ST_FRESH; st <= ST_COVERED; st++)
-        if (!check_index(p, &q->idx[cls][st], q, cls, st, &indexed, msg, len)) return false;
-  }
-  CHECK(nstreams == p->streams.count, "%zu streams listed, %zu mapped", nstreams, p->streams.count);
-  CHECK(indexed == t.free_blocks, "%zu free blocks in chunks, %zu in indices", t.free_blocks,
-        indexed);
-  CHECK(t.used_blocks == p->used.count, "%zu used blocks in chunks, %zu in the map",
-        t.used_blocks, p->used.count);
-  if (p->vm) {
-    CHECK(reserved == p->span, "address space %zu, reservations sum to %zu", p->span, reserved);
-    CHECK(mapped == p->reserved, "reserved %zu, mapped pages sum to %zu", p->reserved, mapped);
-    reserved = p->span; /* what free + in use tile */
-  } else {
-    CHECK(reserved == p->reserved, "reserved %zu, chunks sum to %zu", p->reserved, reserved);
-  }
-  CHECK(t.used_bytes == p->in_use, "in use %zu, used blocks sum to %zu", p->in_use, t.used_bytes);
-  CHECK(t.free_bytes == p->free_bytes, "free %zu, free blocks sum to %zu", p->free_bytes,
-        t.free_bytes);
-  CHECK(p->free_bytes + p->in_use == reserved, "free %zu + in use %zu != %zu", p->free_bytes,
-        p->in_use, reserved);
+  CHECK(indexed == nfree && indexed_bytes == free_bytes && free_bytes == p->free_bytes,
+        "indices hold %zu blocks (%zu bytes), the regions %zu free (%zu bytes)", indexed,
+        indexed_bytes, nfree, free_bytes);
+  CHECK(committed == p->committed, "committed %zu, blocks add up to %zu", p->committed,
+        committed);
+  CHECK(nused == p->used.count && spans == p->spans.count, "maps and blocks differ");
+  CHECK(spans * p->span == p->span_bytes, "span bytes do not add up");
   CHECK(p->reserved <= p->max_size, "reserved %zu above the maximum %zu", p->reserved,
         p->max_size);
-  CHECK(p->reserved_peak >= p->reserved && p->in_use_peak >= p->in_use, "peaks below current");
-  return true;
+  CHECK(p->reserved_peak >= p->reserved && p->committed_peak >= p->committed, "peaks below current");
+  return p->be->check(p, msg, len);
 }
 
 #undef CHECK
@@ -1473,10 +973,10 @@ RMMC_API rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool) {
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resource_check: %s is not a pool",
                           pool == NULL ? "NULL" : pool->ops->name);
   pool_t *p = (pool_t *)pool;
-  char msg[256];
-  rmmc__lock(&p->lock);
+  char msg[512];
+  lock_all(p);
   bool ok = check_locked(p, msg, sizeof msg);
-  rmmc__unlock(&p->lock);
+  unlock_all(p);
   return ok ? RMMC_SUCCESS : rmmc_set_error(RMMC_ERROR_INTERNAL, "pool invariant broken: %s", msg);
 }
 
@@ -1484,42 +984,22 @@ RMMC_API rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool) {
 
 static void pool_destroy(rmmc_resource_t *r) {
   pool_t *p = (pool_t *)r;
-  int saved = -1;
-  bool device = p->cuda && rmmc__device_push(r->device, &saved) == RMMC_SUCCESS;
-  if (device && cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
-  for (chunk_t *c = p->chunks, *next; c != NULL; c = next) {
-    next = c->next;
-    if (c->mapped != NULL) { /* a reservation */
-      for (size_t i = 0; i < c->size / p->page; i++)
-        if (page_is_mapped(c, i))
-          (void)rmmc_resource_vm_unmap(p->base.upstream, (void *)(c->base + i * p->page), p->page);
-      (void)rmmc_resource_vm_unreserve(p->base.upstream, (void *)c->base, c->size);
-      free(c->mapped);
-    } else {
-      (void)rmmc_resource_deallocate(p->base.upstream, (void *)c->base, c->size, GRANULE, NULL);
+  if (p->cuda && p->regions != NULL) (void)rmmc__stream_set_sync(&p->streams);
+  if (p->be != NULL) p->be->fini(p);
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    pool_sheap_t *x = q->heap;
+    for (pool_region_t *sp = x->spans, *next; sp != NULL; sp = next) {
+      next = sp->next;
+      free(sp);
     }
-    free(c);
+    rmmc__pool_meta_fini(&x->meta);
+    rmmc__ptrmap_fini(&x->used);
+    free(x);
   }
-  for (chunk_t *c = p->slabs, *next; c != NULL; c = next) {
-    next = c->next;
-    free(c);
-  }
-  for (chunk_t *c = p->spare_chunks, *next; c != NULL; c = next) {
-    next = c->next;
-    free(c);
-  }
-  for (pstream_t *q = p->stream_list, *next; q != NULL; q = next) {
-    next = q->next;
-    if (device && q->event != NULL) (void)cudaEventDestroy(q->event);
-    free(q);
-  }
-  if (device) rmmc__device_pop(saved);
-  for (meta_batch_t *m = p->batches, *next; m != NULL; m = next) {
-    next = m->next;
-    free(m);
-  }
+  rmmc__pool_meta_fini(&p->meta);
   rmmc__ptrmap_fini(&p->used);
-  rmmc__ptrmap_fini(&p->streams);
+  rmmc__ptrmap_fini(&p->spans);
+  rmmc__stream_set_fini(&p->streams);
   rmmc__adaptor_fini(&p->base);
   free(p);
 }
@@ -1535,52 +1015,15 @@ static const rmmc_resource_ops_t pool_ops = {
     .upstream = rmmc__adaptor_upstream,
 };
 
-/* Expandable mode: the page size and the reservation size. */
-static rmmc_status_t apply_vm_options(pool_t *p, const rmmc_pool_options_t *o) {
-  rmmc_resource_t *up = p->base.upstream;
-  size_t up_page = rmmc_resource_vm_page_size(up);
-  if (up_page == 0)
-    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
-                          "pool_resource_create: expandable needs an upstream with virtual "
-                          "memory (cuda, host, sim); %s has none",
-                          rmmc_resource_name(up));
-  size_t page = o->page_size != 0 ? o->page_size : up_page > DEFAULT_PAGE ? up_page : DEFAULT_PAGE;
-  if (!rmmc__is_pow2(page) || page % up_page != 0 || page > ((size_t)1 << 30))
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                          "pool_resource_create: page_size %zu must be a power of two up to 1 GiB "
-                          "and a multiple of %s's page (%zu)",
-                          page, rmmc_resource_name(up), up_page);
-  size_t space = o->address_space;
-  if (space == 0 && p->max_size != SIZE_MAX) space = p->max_size;
-  if (space == 0) {
-    size_t total = 0, unused;
-    if (p->base.base.kind != RMMC_MEMORY_HOST) {
-      rmmc_status_t st = rmmc_device_memory_info(p->base.base.device, &unused, &total);
-      if (st != RMMC_SUCCESS) return st;
-    } else {
-      total = rmmc__host_memory_total();
-    }
-    space = total > 0 && total <= MAX_REQUEST / 2 ? 2 * total : (size_t)64 << 30;
-  }
-  if (space > MAX_REQUEST)
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                          "pool_resource_create: address_space %zu is above 256 TiB", space);
-  p->vm = true;
-  p->page = page;
-  p->address_space = rmmc__align_up(space, page);
-  p->split_limit = 0.0; /* free space merges across the whole reservation */
-  return RMMC_SUCCESS;
-}
-
 /* Checks the options and resolves them into p. */
 static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   const char *bad = NULL;
-  if (o->growth_granularity < GRANULE || o->growth_granularity > ((size_t)1 << 30) ||
+  if (o->growth_granularity < POOL_GRANULE || o->growth_granularity > ((size_t)1 << 30) ||
       !rmmc__is_pow2(o->growth_granularity))
     bad = "growth_granularity must be a power of two from 256 B to 1 GiB";
-  else if (o->small_max > 0 && (o->small_chunk % GRANULE != 0 || o->small_chunk > ((size_t)1 << 30) ||
-                                rmmc__align_up(o->small_max, GRANULE) > o->small_chunk))
-    bad = "small_chunk must be a multiple of 256 up to 1 GiB and at least small_max";
+  else if (!rmmc__is_pow2(o->small_chunk) || o->small_chunk < ((size_t)64 << 10) ||
+           o->small_chunk > ((size_t)1 << 30) || rmmc__align_up(o->small_max, POOL_GRANULE) > o->small_chunk)
+    bad = "small_chunk must be a power of two from 64 KiB to 1 GiB and at least small_max";
   else if (!(o->gc_threshold >= 0.0 && o->gc_threshold <= 1.0))
     bad = "gc_threshold must be a fraction from 0 to 1";
   else if (!(o->release_slack >= 0.0 && o->release_slack <= 1e6))
@@ -1589,31 +1032,29 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
     bad = "split_limit must be 0 (off) or at least 1";
   else if (o->event_interval < 1)
     bad = "event_interval must be at least 1";
-  else if (o->min_growth > MAX_REQUEST || o->initial_size > MAX_REQUEST)
-    bad = "initial_size and min_growth must be at most 256 TiB";
+  else if (o->min_growth > POOL_MAX_REQUEST || o->initial_size > POOL_MAX_REQUEST)
+    bad = "initial_size and min_growth must be at most 128 TiB";
+  else if (o->expandable < -1 || o->expandable > 1)
+    bad = "expandable must be -1 (when the upstream can), 0 or 1";
   if (bad != NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resource_create: %s", bad);
   p->max_size = o->maximum_size == 0 || o->maximum_size == SIZE_MAX
                     ? SIZE_MAX
-                    : o->maximum_size & ~(GRANULE - 1);
+                    : o->maximum_size & ~(POOL_GRANULE - 1);
   if (o->initial_size > p->max_size)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "pool_resource_create: initial_size %zu is above maximum_size %zu",
                           o->initial_size, p->max_size);
   p->granularity = o->growth_granularity;
-  p->min_growth = rmmc__align_up(o->min_growth, p->granularity);
-  p->small_max = o->small_max > 0 ? rmmc__align_up(o->small_max, GRANULE) : 0;
-  p->small_chunk = o->small_chunk;
+  p->min_growth = o->min_growth;
+  p->small_max = o->small_max > 0 ? rmmc__align_up(o->small_max, POOL_GRANULE) : 0;
+  p->span = o->small_chunk;
+  p->cache_bytes = o->cache_size;
   p->release_before_grow = o->release_before_grow;
-  p->release_slack = o->release_slack;
+  p->slack = o->release_slack;
   p->split_limit = o->split_limit;
-  p->sync_before_grow = o->sync_before_grow;
   p->event_interval = o->event_interval;
   p->event_bytes = o->event_bytes;
   p->gc_limit = SIZE_MAX;
-  if (o->expandable) {
-    rmmc_status_t st = apply_vm_options(p, o);
-    if (st != RMMC_SUCCESS) return st;
-  }
   if (o->gc_threshold > 0.0) {
     size_t basis = p->max_size, total = 0, unused;
     rmmc_memory_kind_t kind = p->base.base.kind;
@@ -1633,37 +1074,49 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   return RMMC_SUCCESS;
 }
 
-/* Reserves the initial chunk, ready for every stream. Expandable: the
- * first reservation, with `bytes` mapped at its start. */
-static rmmc_status_t reserve_initial(pool_t *p, size_t bytes) {
-  if (p->vm) {
-    rmmc_status_t st = make_room(p);
-    size_t space = rmmc__align_up(bytes, p->page);
-    if (st == RMMC_SUCCESS)
-      st = add_reservation(p, space > p->address_space ? space : p->address_space, &p->neutral,
-                           ST_COVERED);
-    if (st == RMMC_SUCCESS && bytes > 0) st = map_pages(p, p->chunks, p->chunks->base, bytes);
-    return st;
+/* Chooses the backend and sets its options. */
+static rmmc_status_t choose_backend(pool_t *p, const rmmc_pool_options_t *o) {
+  rmmc_resource_t *up = p->base.upstream;
+  size_t up_page = rmmc_resource_vm_page_size(up);
+  if (o->expandable == 1 && up_page == 0)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "pool_resource_create: expandable needs an upstream with virtual "
+                          "memory (cuda, host, sim); %s has none",
+                          rmmc_resource_name(up));
+  if (o->expandable == 0 || up_page == 0) {
+    p->be = &rmmc__pool_chunks;
+    if (p->min_growth == 0) p->min_growth = p->granularity;
+    p->min_growth = rmmc__align_up(p->min_growth, p->granularity);
+    return RMMC_SUCCESS;
   }
-  bytes = rmmc__align_up(bytes, GRANULE);
-  void *ptr = NULL;
-  rmmc_status_t st = make_room(p);
-  if (st == RMMC_SUCCESS) st = rmmc_resource_allocate(p->base.upstream, bytes, GRANULE, NULL, &ptr);
-  if (st != RMMC_SUCCESS) return st;
-  if (p->cuda) {
-    int saved;
-    st = rmmc__device_push(p->base.base.device, &saved);
-    if (st == RMMC_SUCCESS) {
-      cudaError_t err = cudaStreamSynchronize(NULL);
-      rmmc__device_pop(saved);
-      if (err != cudaSuccess) st = cuda_failed(err, "pool: cudaStreamSynchronize");
+  size_t seg = o->page_size != 0 ? o->page_size : (size_t)32 << 20;
+  if (seg < up_page) seg = up_page;
+  if (seg % up_page != 0 || seg > ((size_t)1 << 40))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "pool_resource_create: page_size %zu must be a multiple of %s's page "
+                          "(%zu) up to 1 TiB",
+                          seg, rmmc_resource_name(up), up_page);
+  size_t space = o->address_space;
+  if (space == 0 && p->max_size != SIZE_MAX) space = p->max_size;
+  if (space == 0) {
+    size_t total = 0, unused;
+    if (p->base.base.kind != RMMC_MEMORY_HOST) {
+      rmmc_status_t st = rmmc_device_memory_info(p->base.base.device, &unused, &total);
+      if (st != RMMC_SUCCESS) return st;
+    } else {
+      total = rmmc__host_memory_total();
     }
-    if (st != RMMC_SUCCESS) {
-      (void)rmmc_resource_deallocate(p->base.upstream, ptr, bytes, GRANULE, NULL);
-      return st;
-    }
+    space = total > 0 && total <= POOL_MAX_REQUEST / 2 ? 2 * total : (size_t)64 << 30;
   }
-  add_chunk(p, (uintptr_t)ptr, bytes, &p->neutral, ST_COVERED);
+  if (space > POOL_MAX_REQUEST)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "pool_resource_create: address_space %zu is above 128 TiB", space);
+  p->be = &rmmc__pool_vm;
+  p->page = up_page;
+  p->segment = seg;
+  size_t align = p->span > up_page ? p->span : up_page;
+  p->address_space = rmmc__align_up(space, align);
+  p->min_growth = o->min_growth == ((size_t)32 << 20) ? 0 : rmmc__align_up(o->min_growth, up_page);
   return RMMC_SUCCESS;
 }
 
@@ -1682,14 +1135,25 @@ RMMC_API rmmc_status_t rmmc_pool_resource_create(rmmc_resource_t *upstream,
     memcpy(&o, options, options->size);
   }
   pool_t *p = calloc(1, sizeof *p);
-  if (p == NULL)
-    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool_resource_create: no host memory");
+  if (p == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool_resource_create: no host memory");
   rmmc__adaptor_init(&p->base, &pool_ops, upstream);
+  p->id = __atomic_add_fetch(&next_pool_id, 1, __ATOMIC_RELAXED);
   p->cuda = upstream->kind != RMMC_MEMORY_HOST;
   rmmc__ptrmap_init(&p->used);
-  rmmc__ptrmap_init(&p->streams);
+  rmmc__ptrmap_init(&p->spans);
+  rmmc__stream_set_init(&p->streams, upstream, sizeof(pool_owner_t));
   st = apply_options(p, &o);
-  if (st == RMMC_SUCCESS && (o.initial_size > 0 || p->vm)) st = reserve_initial(p, o.initial_size);
+  if (st == RMMC_SUCCESS) st = choose_backend(p, &o);
+  if (st == RMMC_SUCCESS && !pool_meta_room(&p->meta)) st = rmmc__pool_no_host_memory();
+  if (st == RMMC_SUCCESS && o.initial_size > 0) {
+    pool_block_t *b;
+    st = p->be->grow(p, NULL, NULL, rmmc__align_up(o.initial_size, POOL_GRANULE), POOL_GRANULE,
+                     false, &b);
+    if (st == RMMC_SUCCESS) {
+      b->owner = NULL; /* ready for every stream (the backend made sure) */
+      rmmc__pool_put_free(p, b);
+    }
+  }
   if (st != RMMC_SUCCESS) goto destroy;
   *out = &p->base.base;
   return RMMC_SUCCESS;
@@ -1703,20 +1167,20 @@ destroy:
 static const rmmc__spec_option_t pool_spec_options[] = {
     {"initial", RMMC__OPT_BYTES_PCT, "bytes reserved at creation (default 0)"},
     {"max", RMMC__OPT_BYTES_PCT, "most bytes reserved from the upstream (default: no limit)"},
-    {"min_growth", RMMC__OPT_BYTES, "fewest bytes one growth takes (default 32MiB)"},
-    {"granularity", RMMC__OPT_BYTES, "growth rounded up to this power of two (default 2MiB)"},
-    {"small_max", RMMC__OPT_BYTES, "requests up to this size come from slabs (default 1MiB; 0: off)"},
-    {"small_chunk", RMMC__OPT_BYTES, "bytes of one slab (default 4MiB)"},
-    {"gc_threshold", RMMC__OPT_DOUBLE, "fraction of max/device memory above which growth trims first (default 0: off)"},
-    {"release_before_grow", RMMC__OPT_BOOL, "give back wholly free chunks before growing (default true)"},
-    {"release_slack", RMMC__OPT_DOUBLE, "release_before_grow keeps reserved within (1 + this) x peak in use (default 0.05)"},
-    {"split_limit", RMMC__OPT_DOUBLE, "grow rather than split a free chunk this many times the growth (default 8; 0: off)"},
+    {"min_growth", RMMC__OPT_BYTES, "chunks: fewest bytes one growth takes (default 32MiB)"},
+    {"granularity", RMMC__OPT_BYTES, "chunks: growth rounded up to this power of two (default 2MiB)"},
+    {"small_max", RMMC__OPT_BYTES, "requests up to this size go to the stream heaps (default 1MiB; 0: off)"},
+    {"small_chunk", RMMC__OPT_BYTES, "bytes of one span lent to a stream heap (default 4MiB)"},
+    {"cache", RMMC__OPT_BYTES, "wholly free span bytes a stream heap keeps (default 16MiB)"},
+    {"gc_threshold", RMMC__OPT_DOUBLE, "fraction of max/device memory above which growth gives back first (default 0: off)"},
+    {"release_before_grow", RMMC__OPT_BOOL, "keep reserved within the budget before growing (default true)"},
+    {"release_slack", RMMC__OPT_DOUBLE, "the budget: reserved within (1 + this) x peak (default 0.02)"},
+    {"split_limit", RMMC__OPT_DOUBLE, "chunks: grow rather than split a free chunk this many times the growth (default 8; 0: off)"},
     {"event_interval", RMMC__OPT_INT, "frees per stream between event records (default 64)"},
-    {"event_bytes", RMMC__OPT_BYTES, "freed bytes per stream between event records (default 1GiB)"},
-    {"sync_before_grow", RMMC__OPT_BOOL, "synchronize the device so all streams' free blocks merge before growing (default false)"},
-    {"expandable", RMMC__OPT_BOOL, "grow in place: reserve address space, map pages as needed, unmap free pages (default false)"},
-    {"page", RMMC__OPT_BYTES, "expandable: bytes mapped at a time (default 32MiB)"},
-    {"address_space", RMMC__OPT_BYTES, "expandable: bytes of one reservation (default max, else 2x memory)"},
+    {"event_bytes", RMMC__OPT_BYTES, "freed bytes per stream between event records (default 256MiB)"},
+    {"expandable", RMMC__OPT_BOOL, "virtual memory (true) or chunks (false); default: virtual memory when the upstream has it"},
+    {"page", RMMC__OPT_BYTES, "virtual memory: most bytes one mapping covers (default 32MiB)"},
+    {"address_space", RMMC__OPT_BYTES, "virtual memory: bytes of one reservation (default max, else 2x memory)"},
     {NULL, 0, NULL},
 };
 
@@ -1730,6 +1194,7 @@ static rmmc_status_t pool_build(const rmmc__spec_args_t *args, rmmc_resource_t *
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "granularity", upstream, &o.growth_granularity);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "small_max", upstream, &o.small_max);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "small_chunk", upstream, &o.small_chunk);
+  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "cache", upstream, &o.cache_size);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "event_bytes", upstream, &o.event_bytes);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "page", upstream, &o.page_size);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "address_space", upstream, &o.address_space);
@@ -1738,8 +1203,8 @@ static rmmc_status_t pool_build(const rmmc__spec_args_t *args, rmmc_resource_t *
   rmmc__spec_bool(args, "release_before_grow", &o.release_before_grow);
   rmmc__spec_double(args, "release_slack", &o.release_slack);
   rmmc__spec_double(args, "split_limit", &o.split_limit);
-  rmmc__spec_bool(args, "sync_before_grow", &o.sync_before_grow);
-  rmmc__spec_bool(args, "expandable", &o.expandable);
+  bool expandable;
+  if (rmmc__spec_bool(args, "expandable", &expandable)) o.expandable = expandable ? 1 : 0;
   long long interval;
   if (rmmc__spec_int(args, "event_interval", &interval)) {
     if (interval < 1 || interval > (long long)UINT_MAX)
@@ -1753,7 +1218,7 @@ static rmmc_status_t pool_build(const rmmc__spec_args_t *args, rmmc_resource_t *
 
 const rmmc__spec_entry_t rmmc__pool_spec = {
     .name = "pool",
-    .help = "coalescing stream-ordered sub-allocator (best fit, O(1), gives chunks back)",
+    .help = "stream-ordered sub-allocator: per-stream heaps over one coalescing address space",
     .needs_upstream = true,
     .options = pool_spec_options,
     .build = pool_build,

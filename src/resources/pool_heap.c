@@ -1,0 +1,261 @@
+/*
+ * The pool's shared heap (internal; pool_internal.h): block structs, the
+ * free blocks of the shared heap with their owners (indexing, merging,
+ * carving), the growth budget, and the upstream calls and errors the core
+ * and the backends share. It calls neither: the core (pool.c) and the
+ * backends (pool_chunks.c, pool_vm.c) call it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool_internal.h"
+
+#define BATCH 255
+
+struct pool_batch {
+  struct pool_batch *next;
+  pool_block_t b[BATCH];
+};
+
+bool rmmc__pool_meta_refill(pool_meta_t *m) {
+  struct pool_batch *x = malloc(sizeof *x);
+  if (x == NULL) return false;
+  x->next = m->batches;
+  m->batches = x;
+  for (int i = 0; i < BATCH; i++) {
+    x->b[i].qnext = m->spare;
+    m->spare = &x->b[i];
+  }
+  m->nspare += BATCH;
+  return true;
+}
+
+void rmmc__pool_meta_fini(pool_meta_t *m) {
+  for (struct pool_batch *x = m->batches, *next; x != NULL; x = next) {
+    next = x->next;
+    free(x);
+  }
+  memset(m, 0, sizeof *m);
+}
+
+pool_block_t *rmmc__pool_new_block(pool_t *p) { return pool_meta_take(&p->meta); }
+bool rmmc__pool_room(pool_t *p) { return pool_meta_room(&p->meta); }
+void rmmc__pool_drop_block(pool_t *p, pool_block_t *b) { pool_meta_put(&p->meta, b); }
+
+rmmc_status_t rmmc__pool_no_host_memory(void) {
+  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+}
+
+pool_block_t *rmmc__pool_split(pool_t *p, pool_block_t *b, uintptr_t at) {
+  return pool_split_block(&p->meta, b, at);
+}
+
+/* ---- shared free blocks ---- */
+
+static inline rmmc__tlsf_t *index_of(pool_t *p, const pool_owner_t *o) {
+  return o != NULL ? (rmmc__tlsf_t *)&o->idx : &p->clean;
+}
+
+void rmmc__pool_link_free(pool_t *p, pool_block_t *b) {
+  b->where = W_INDEX;
+  rmmc__tlsf_insert(index_of(p, b->owner), &b->node);
+  if (b->owner != NULL) { /* the owner's list, for consolidation */
+    pool_owner_t *o = b->owner;
+    b->qprev = NULL;
+    b->qnext = o->qhead;
+    if (o->qhead != NULL) o->qhead->qprev = b;
+    o->qhead = b;
+  }
+  p->free_bytes += pool_bsize(b);
+}
+
+void rmmc__pool_unlink_free(pool_t *p, pool_block_t *b) {
+  rmmc__tlsf_remove(index_of(p, b->owner), &b->node);
+  if (b->owner != NULL) {
+    if (b->qprev != NULL) b->qprev->qnext = b->qnext;
+    else b->owner->qhead = b->qnext;
+    if (b->qnext != NULL) b->qnext->qprev = b->qprev;
+  }
+  b->where = W_OUT;
+  p->free_bytes -= pool_bsize(b);
+}
+
+bool rmmc__pool_settled(pool_t *p, pool_block_t *b, bool ask) {
+  if (b->owner == NULL) return true;
+  return ask ? rmmc__stream_slot_done(&p->streams, b->owner->slot, b->tag)
+             : rmmc__stream_slot_known_done(b->owner->slot, b->tag);
+}
+
+bool rmmc__pool_usable(pool_t *p, pool_block_t *b, const pool_owner_t *o) {
+  return b->owner == NULL || b->owner == o || rmmc__pool_settled(p, b, false);
+}
+
+pool_block_t *rmmc__pool_merge(pool_t *p, pool_block_t *b) {
+  if (b->owner != NULL && rmmc__stream_slot_known_done(b->owner->slot, b->tag)) b->owner = NULL;
+  /* Absorbing a finished block of another stream can bring a block of b's
+   * own stream next to b: each side goes on until nothing more merges. */
+  for (int side = 0; side < 2;) {
+    pool_block_t *n = side == 0 ? b->prev : b->next;
+    pool_owner_t *no = pool_shared_free(n) ? n->owner : NULL;
+    if (no != NULL && no != b->owner && rmmc__stream_slot_known_done(no->slot, n->tag)) no = NULL;
+    if (!pool_shared_free(n) || (no != NULL && b->owner != NULL && no != b->owner)) {
+      side++;
+      continue;
+    }
+    rmmc__pool_unlink_free(p, n);
+    if (b->owner == NULL) {
+      b->owner = no;
+      b->tag = n->tag;
+    } else if (no == b->owner && n->tag > b->tag) {
+      b->tag = n->tag;
+    }
+    pool_absorb(b, n, side);
+    pool_meta_put(&p->meta, n);
+  }
+  return b;
+}
+
+/* Merges b (free, unindexed) and indexes the result. */
+void rmmc__pool_put_free(pool_t *p, pool_block_t *b) {
+  rmmc__pool_link_free(p, rmmc__pool_merge(p, b));
+}
+
+/* Cuts [a, a + n) out of b (free, unindexed; a the first `align`-aligned
+ * address in it); the padding before and the rest after stay free. Needs 2
+ * spare structs. Returns the piece, unindexed. */
+pool_block_t *rmmc__pool_carve(pool_t *p, pool_block_t *b, size_t n, size_t align) {
+  uintptr_t a = rmmc__align_up(b->addr, align);
+  if (a != b->addr) {
+    pool_block_t *r = pool_split_block(&p->meta, b, a);
+    rmmc__pool_put_free(p, b);
+    b = r;
+  }
+  if (pool_bsize(b) > n) rmmc__pool_put_free(p, pool_split_block(&p->meta, b, b->addr + n));
+  return b;
+}
+
+/* Records o's event on `stream` (the stream of the current call, o's),
+ * covering its frees so far; skipped on a capturing stream. */
+void rmmc__pool_cover(pool_t *p, pool_owner_t *o, cudaStream_t stream) {
+  if (rmmc__stream_slot_try_record(&p->streams, o->slot, stream)) {
+    o->uncovered = 0;
+    o->uncovered_bytes = 0;
+  }
+}
+
+/* ---- the budget ---- */
+
+static size_t budget_for(const pool_t *p, size_t need) {
+  size_t peak = p->committed + need;
+  if (peak < p->committed_peak) peak = p->committed_peak;
+  double b = (1.0 + p->slack) * (double)peak;
+  return b >= (double)SIZE_MAX ? SIZE_MAX : (size_t)b;
+}
+
+/* Makes room for growing by `add` bytes for a request of `need`. Within
+ * the budget only (`within`): true if it fits as things are. Otherwise
+ * gives back what the budget, gc_threshold and the maximum ask (covering
+ * o's own frees first, so that they can go back once finished) and is
+ * false, with the message set, only when the maximum still refuses. */
+bool rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add, size_t need,
+                      bool within) {
+  size_t b = p->release_before_grow ? budget_for(p, need) : SIZE_MAX;
+  if (p->gc_limit < b) b = p->gc_limit;
+  size_t after = p->reserved + add;
+  if (within) return after <= b && after <= p->max_size;
+  /* Hysteresis: the budget gives memory back only while the peak grows;
+   * a steady state keeps what it has (gc_threshold and the maximum always
+   * apply). */
+  size_t goal = SIZE_MAX;
+  if (after > p->max_size) goal = p->max_size;
+  if (after > p->gc_limit && p->gc_limit < goal) goal = p->gc_limit;
+  if (after > b && b < goal && p->committed + need > p->committed_peak) goal = b;
+  if (goal != SIZE_MAX) {
+    if (o != NULL && o->uncovered > 0) rmmc__pool_cover(p, o, stream);
+    (void)p->be->trim(p, goal > add ? goal - add : 0);
+    p->debt = p->reserved + add > goal ? p->reserved + add - goal : 0;
+  }
+  if (p->reserved + add > p->max_size) {
+    char mx[32];
+    rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: its maximum of %s is reached",
+                   rmmc__format_bytes(p->max_size, mx, sizeof mx));
+    return false;
+  }
+  return true;
+}
+
+/* Memory over the budget that waited for pending work: give back what has
+ * finished since. */
+void rmmc__pool_pay_debt(pool_t *p) {
+  if (p->clock < p->debt_retry) return;
+  size_t goal = p->reserved > p->debt ? p->reserved - p->debt : 0;
+  size_t before = p->reserved;
+  (void)p->be->trim(p, goal);
+  size_t paid = before - p->reserved;
+  p->debt = paid >= p->debt ? 0 : p->debt - paid;
+  /* Nothing finished since: try again later, less and less often. */
+  p->debt_wait = paid > 0 ? 16 : p->debt_wait < 65536 ? 2 * p->debt_wait + 16 : p->debt_wait;
+  p->debt_retry = p->clock + p->debt_wait;
+}
+
+/* ---- errors and upstream calls ---- */
+
+rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const char *why) {
+  char re[32], iu[32], lf[32], mx[32];
+  size_t largest = rmmc__tlsf_largest(&p->clean);
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    size_t l = rmmc__tlsf_largest(&q->idx);
+    if (l > largest) largest = l;
+  }
+  return rmmc_set_oom_error(
+      &p->base.base, bytes, stream,
+      "pool reserved %s, handed out or lent %s, largest free block %s, maximum %s (%s)",
+      rmmc__format_bytes(p->reserved, re, sizeof re),
+      rmmc__format_bytes(p->committed, iu, sizeof iu),
+      rmmc__format_bytes(largest, lf, sizeof lf),
+      p->max_size == SIZE_MAX ? "none" : rmmc__format_bytes(p->max_size, mx, sizeof mx),
+      why != NULL ? why : "no block fits and the pool cannot grow");
+}
+
+rmmc_status_t rmmc__pool_upstream_allocate(pool_t *p, size_t bytes, cudaStream_t stream,
+                                           void **out) {
+  int mode = p->cuda ? rmmc__capture_relax() : -1;
+  rmmc_status_t st = rmmc_resource_allocate(p->base.upstream, bytes, POOL_GRANULE, stream, out);
+  rmmc__capture_restore(mode);
+  p->upstream_calls++;
+  return st;
+}
+
+rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes) {
+  int mode = p->cuda ? rmmc__capture_relax() : -1;
+  rmmc_status_t st = rmmc_resource_deallocate(p->base.upstream, ptr, bytes, POOL_GRANULE, NULL);
+  rmmc__capture_restore(mode);
+  p->upstream_calls++;
+  return st;
+}
+
+pool_region_t *rmmc__pool_add_region(pool_t *p, uintptr_t base, size_t size, int state) {
+  pool_region_t *r = calloc(1, sizeof *r);
+  if (r == NULL || !pool_meta_room(&p->meta)) {
+    free(r);
+    return NULL;
+  }
+  pool_block_t *b = pool_meta_take(&p->meta);
+  *b = (pool_block_t){.node.size = size, .addr = base, .region = r, .state = (uint8_t)state};
+  *r = (pool_region_t){.base = base, .size = size, .first = b, .next = p->regions};
+  if (p->regions != NULL) p->regions->prev = r;
+  p->regions = r;
+  p->nregions++;
+  return r;
+}
+
+void rmmc__pool_remove_region(pool_t *p, pool_region_t *r) {
+  if (r->prev != NULL) r->prev->next = r->next;
+  else p->regions = r->next;
+  if (r->next != NULL) r->next->prev = r->prev;
+  p->nregions--;
+  free(r->segs);
+  free(r);
+}
+

@@ -1,0 +1,290 @@
+/*
+ * The pool's parts (internal): the types the stream-ordering core
+ * (pool.c) shares with its two growth backends, chunks (pool_chunks.c) and
+ * virtual memory (pool_vm.c), and the few core operations the backends
+ * call. include/rmmc/pool_resource.h has the contract and the policies.
+ *
+ * Memory. The pool holds regions of address space: chunks taken from the
+ * upstream, or reservations backed page by page. Blocks tile each region
+ * in address order (prev/next). A block is free, used (handed out), a span
+ * (lent to a stream heap, which carves small blocks from it) or, in a
+ * reservation, unmapped (address space with no memory behind it).
+ *
+ * Two levels. The shared heap (one lock, `lock`) holds every region and
+ * the free blocks between large ones, indexed by TLSF. Each stream the pool
+ * has seen has a stream heap (its own lock, uncontended while one thread
+ * uses the stream) that owns spans of the shared heap and serves requests
+ * up to small_max from them with an index of its own: the common case, a
+ * small block allocated and freed on one stream, takes no shared lock.
+ * Lock order: a stream heap's lock, then the shared one; the shared lock
+ * never waits for a heap lock (it only try-locks them, to reclaim spans).
+ *
+ * Stream order (stream_events.h, "Epochs"). A free block of the shared
+ * heap carries an owner (the stream it was freed on, NULL when no stream's
+ * work is pending on it: "clean") and a tag, the owner's epoch its reuse
+ * by others waits for. Its owner's stream reuses it at once; another
+ * stream once the epoch is known finished (a host-side check, no call) or,
+ * once an event covers it, behind cudaStreamWaitEvent. Pages and chunks go
+ * back to the driver only when no work is pending on them.
+ */
+#ifndef RMMC_POOL_INTERNAL_H
+#define RMMC_POOL_INTERNAL_H
+
+#include "../internal.h"
+#include "../lock.h"
+#include "../ptrmap.h"
+#include "../stream_events.h"
+#include "../tlsf.h"
+#include "rmmc/pool_resource.h"
+
+#define POOL_GRANULE ((size_t)256)
+#define POOL_MAX_REQUEST ((size_t)1 << 47) /* larger requests cannot be met */
+
+typedef struct pool_block pool_block_t;
+typedef struct pool_region pool_region_t;
+typedef struct pool_owner pool_owner_t;
+typedef struct pool_sheap pool_sheap_t;
+typedef struct pool pool_t;
+
+enum { B_FREE = 0, B_USED, B_SPAN, B_UNMAPPED, B_FOREIGN };
+enum { W_OUT = 0, W_INDEX, W_HOT }; /* where a free block is */
+
+struct pool_block {
+  rmmc__tlsf_node_t node; /* node.size: the block's bytes */
+  uintptr_t addr;
+  pool_block_t *prev, *next;   /* physical neighbours in the region */
+  pool_block_t *qprev, *qnext; /* owner's queue (shared free), foreign or hole list */
+  pool_region_t *region;
+  pool_owner_t *owner; /* free or foreign: the stream whose work it waits for */
+  uint64_t tag;        /* ... up to this epoch of it */
+  size_t requested;    /* used: bytes asked for */
+  uint8_t state;
+  uint8_t where;
+};
+
+/* A mapped range of a reservation: one upstream vm_map call. */
+typedef struct pool_seg {
+  uintptr_t addr;
+  size_t size;
+  uint64_t freed_at; /* pool clock when it last lay wholly in free blocks (trim order) */
+} pool_seg_t;
+
+struct pool_region {
+  uintptr_t base;
+  size_t size;
+  pool_block_t *first;
+  pool_region_t *prev, *next; /* the pool's regions, or a heap's spans */
+  /* spans */
+  pool_block_t *parent; /* the shared-heap block holding it; NULL: a region */
+  pool_sheap_t *heap;
+  uint64_t tag;  /* the newest tag of a free made into it */
+  size_t nused;  /* blocks handed out of it */
+  /* reservations (vm) */
+  pool_seg_t *segs; /* sorted by address */
+  size_t nsegs, capsegs;
+};
+
+struct pool_owner {
+  rmmc__stream_slot_t *slot;
+  pool_sheap_t *heap;
+  rmmc__tlsf_t idx;              /* its free blocks in the shared heap */
+  pool_block_t *qhead, *qtail;   /* the same, oldest tag first */
+  size_t uncovered_bytes;        /* freed in the shared heap since its last record */
+  unsigned uncovered;
+  pool_owner_t *next;
+};
+
+/* Block structs come from batches, kept on free lists per lock. */
+typedef struct pool_meta {
+  pool_block_t *spare;
+  size_t nspare;
+  struct pool_batch *batches;
+} pool_meta_t;
+
+struct pool_sheap {
+  rmmc__lock_t lock;
+  pool_t *pool;
+  pool_owner_t *owner;
+  pool_block_t *hot; /* its last free, kept out of idx for an exact-size reuse */
+  rmmc__tlsf_t idx;
+  rmmc__ptrmap_t used;
+  pool_region_t *spans;
+  size_t nspans, nidle; /* spans held; of which wholly free */
+  size_t low_idle;      /* fewest wholly free spans since `tick` */
+  uint64_t tick;        /* pool clock at the last trim of idle spans */
+  pool_block_t *foreign; /* blocks of its spans freed on other streams */
+  size_t nforeign;
+  pool_meta_t meta;
+  size_t in_use, peak; /* bytes of its blocks handed out (read relaxed) */
+  uint64_t span_takes, span_returns;
+} __attribute__((aligned(64)));
+
+typedef struct pool_backend {
+  const char *name;
+  /* Under the shared lock: adds at least `need` bytes of free memory that
+   * owner o's stream may use at once, as one free block (owner o or clean,
+   * merged, not indexed) of at least `need` bytes in *out; `align` is the
+   * alignment the caller will carve at. RMMC_ERROR_OUT_OF_MEMORY when the
+   * upstream or the maximum refuses; `within`: also when the growth would
+   * take reserved past the budget (rmmc__pool_admit). o may be NULL (the
+   * initial growth: the block must be clean). */
+  rmmc_status_t (*grow)(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
+                        size_t align, bool within, pool_block_t **out);
+  /* Under the shared lock: gives back free memory no stream has pending
+   * work on (asking CUDA at most once per stream) until reserved <= goal. */
+  rmmc_status_t (*trim)(pool_t *p, size_t goal);
+  /* Everything back to the upstream (destroy; the device is idle). */
+  void (*fini)(pool_t *p);
+  void (*describe)(pool_t *p, rmmc_field_cb emit, void *ctx);
+  /* Backend invariants (pool_resource_check), under every lock. */
+  bool (*check)(pool_t *p, char *msg, size_t len);
+} pool_backend_t;
+
+extern const pool_backend_t rmmc__pool_chunks;
+extern const pool_backend_t rmmc__pool_vm;
+
+struct pool {
+  rmmc__adaptor_t base;
+  uint64_t id; /* never reused: thread caches key on it */
+  rmmc__lock_t lock;
+  bool cuda; /* device memory: streams are real */
+  const pool_backend_t *be;
+  /* options, resolved */
+  size_t max_size, min_growth, granularity, small_max, span, gc_limit, event_bytes, cache_bytes;
+  unsigned event_interval;
+  double slack, split_limit;
+  bool release_before_grow, last_resort;
+  size_t page, segment, address_space; /* vm: the upstream's page, most bytes per mapping */
+  /* the shared heap */
+  pool_region_t *regions;
+  size_t nregions;
+  rmmc__tlsf_t clean;
+  rmmc__ptrmap_t used;  /* large blocks */
+  rmmc__ptrmap_t spans; /* span base -> span */
+  pool_block_t *holes;  /* vm: unmapped blocks */
+  rmmc__stream_set_t streams;
+  pool_owner_t *owners;
+  size_t nowners;
+  pool_meta_t meta;
+  uint64_t clock; /* shared-heap slow events: the time base of idleness */
+  /* figures (shared lock) */
+  size_t reserved, reserved_peak, committed, committed_peak, span_bytes, free_bytes;
+  size_t debt; /* bytes over budget waiting for pending work to finish */
+  uint64_t debt_retry, debt_wait; /* clock of the next attempt to pay it; backoff */
+  uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
+};
+
+/* ---- the shared heap (pool_heap.c): what the core and backends call ---- */
+
+rmmc_status_t rmmc__pool_no_host_memory(void);
+/* Merges b (free, unindexed) and indexes the result. */
+void rmmc__pool_put_free(pool_t *p, pool_block_t *b);
+/* Cuts [a, a + n) out of b (free, unindexed; a the first `align`-aligned
+ * address in it); the pieces before and after stay free. Needs 2 spare
+ * structs. Returns the piece, unindexed. */
+pool_block_t *rmmc__pool_carve(pool_t *p, pool_block_t *b, size_t n, size_t align);
+/* Records o's event on `stream` (the current call's, o's own), covering its
+ * frees so far; declined on a capturing stream. */
+void rmmc__pool_cover(pool_t *p, pool_owner_t *o, cudaStream_t stream);
+/* Gives back memory over the budget whose pending work has finished. */
+void rmmc__pool_pay_debt(pool_t *p);
+
+/* A block struct from the shared heap's spare list (make_room keeps enough
+ * for one call's work). */
+pool_block_t *rmmc__pool_new_block(pool_t *p);
+/* Tops the spare list up to a call's worth; false without host memory. */
+bool rmmc__pool_room(pool_t *p);
+void rmmc__pool_drop_block(pool_t *p, pool_block_t *b);
+/* A new region [base, base + size) with one block of `state` (free: owner
+ * o, tag, merged; not indexed); linked into the pool's list. NULL without
+ * host memory. */
+pool_region_t *rmmc__pool_add_region(pool_t *p, uintptr_t base, size_t size, int state);
+void rmmc__pool_remove_region(pool_t *p, pool_region_t *r);
+/* Indexing of shared free blocks (by owner, or clean). */
+void rmmc__pool_link_free(pool_t *p, pool_block_t *b);
+void rmmc__pool_unlink_free(pool_t *p, pool_block_t *b);
+/* Makes b (free, unindexed) merge with its neighbours as the rules allow;
+ * returns the merged block, still unindexed. */
+pool_block_t *rmmc__pool_merge(pool_t *p, pool_block_t *b);
+/* Splits b at addr (b->addr < addr < end): b keeps the front; the back is a
+ * new block of the same state, owner and tag, returned. */
+pool_block_t *rmmc__pool_split(pool_t *p, pool_block_t *b, uintptr_t addr);
+/* May owner o's stream take free block b at once? Clears b's owner when
+ * its epoch is known finished. */
+bool rmmc__pool_usable(pool_t *p, pool_block_t *b, const pool_owner_t *o);
+/* Is the work before b's free known finished (asking CUDA if `ask`)? */
+bool rmmc__pool_settled(pool_t *p, pool_block_t *b, bool ask);
+/* May the pool grow by `add` bytes for a request of `need`? Within the
+ * budget only (`within`): whether it fits as things are. Otherwise gives
+ * back what the budget, gc_threshold and the maximum ask first, and refuses
+ * (message set) only when the maximum still does. */
+bool rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add, size_t need,
+                      bool within);
+/* The out-of-memory error with the pool's figures. */
+rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const char *why);
+/* Upstream calls that may run during another thread's graph capture. */
+rmmc_status_t rmmc__pool_upstream_allocate(pool_t *p, size_t bytes, cudaStream_t stream, void **out);
+rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes);
+
+static inline pool_block_t *pool_block_of(rmmc__tlsf_node_t *n) {
+  return RMMC_CONTAINER_OF(n, pool_block_t, node);
+}
+static inline size_t pool_bsize(const pool_block_t *b) { return b->node.size; }
+static inline uintptr_t pool_bend(const pool_block_t *b) { return b->addr + b->node.size; }
+
+
+/* ---- inline helpers (block structs, neighbours) ---- */
+
+#define POOL_SPARE_MIN 8
+bool rmmc__pool_meta_refill(pool_meta_t *m);
+void rmmc__pool_meta_fini(pool_meta_t *m);
+
+static inline bool pool_meta_room(pool_meta_t *m) {
+  return RMMC_LIKELY(m->nspare >= POOL_SPARE_MIN) || rmmc__pool_meta_refill(m);
+}
+
+static inline pool_block_t *pool_meta_take(pool_meta_t *m) {
+  pool_block_t *b = m->spare;
+  m->spare = b->qnext;
+  m->nspare--;
+  return b;
+}
+
+static inline void pool_meta_put(pool_meta_t *m, pool_block_t *b) {
+  b->qnext = m->spare;
+  m->spare = b;
+  m->nspare++;
+}
+
+/* Splits b at `at` (inside it): b keeps the front; the back, a new block
+ * with b's state, owner and tag, is returned (in no list). */
+static inline pool_block_t *pool_split_block(pool_meta_t *m, pool_block_t *b, uintptr_t at) {
+  pool_block_t *r = pool_meta_take(m);
+  *r = (pool_block_t){.node.size = pool_bend(b) - at, .addr = at, .prev = b, .next = b->next,
+                      .region = b->region, .owner = b->owner, .tag = b->tag, .state = b->state};
+  if (b->next != NULL) b->next->prev = r;
+  b->next = r;
+  b->node.size = at - b->addr;
+  return r;
+}
+
+/* Absorbs n, b's neighbour on `side` (0: before), into b. */
+static inline void pool_absorb(pool_block_t *b, pool_block_t *n, int side) {
+  if (side == 0) {
+    b->addr = n->addr;
+    b->prev = n->prev;
+    if (n->prev != NULL) n->prev->next = b;
+    else b->region->first = b;
+  } else {
+    b->next = n->next;
+    if (n->next != NULL) n->next->prev = b;
+  }
+  b->node.size += n->node.size;
+}
+
+
+static inline bool pool_shared_free(const pool_block_t *n) {
+  return n != NULL && n->state == B_FREE && n->where == W_INDEX;
+}
+
+#endif /* RMMC_POOL_INTERNAL_H */

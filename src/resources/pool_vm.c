@@ -1,0 +1,425 @@
+/*
+ * The pool's virtual-memory backend: a region is an address-space
+ * reservation of the upstream (rmmc_resource_vm_reserve), and memory is
+ * mapped into it as the pool grows. Unmapped address space is a block of
+ * state B_UNMAPPED (a "hole"); every other block lies on mapped memory.
+ *
+ * Growth maps exactly the shortfall, in the upstream's pages: for each hole
+ * it works out how much must be mapped for a block of `need` bytes that may
+ * also use the free memory on either side of the hole (if the requesting
+ * stream may use it at once), and maps at the hole that needs least (the
+ * lowest address on a tie). So freed memory is reused before new memory is
+ * mapped, and a growing block extends the free block beside it in place. A
+ * growth of more than `segment` bytes is mapped in several calls, each a
+ * segment that can later go back on its own.
+ *
+ * Trimming unmaps whole segments lying inside free blocks whose frees have
+ * finished, from the top of each reservation down, so the mapped memory
+ * stays at the bottom of the address space.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool_internal.h"
+
+/* ---- holes ---- */
+
+static void hole_add(pool_t *p, pool_block_t *u) {
+  u->where = W_OUT;
+  u->owner = NULL;
+  u->qprev = NULL;
+  u->qnext = p->holes;
+  if (p->holes != NULL) p->holes->qprev = u;
+  p->holes = u;
+}
+
+static void hole_remove(pool_t *p, pool_block_t *u) {
+  if (u->qprev != NULL) u->qprev->qnext = u->qnext;
+  else p->holes = u->qnext;
+  if (u->qnext != NULL) u->qnext->qprev = u->qprev;
+}
+
+/* Merges hole u with the holes beside it (u is on the hole list). */
+static pool_block_t *hole_merge(pool_t *p, pool_block_t *u) {
+  pool_block_t *n = u->prev;
+  if (n != NULL && n->state == B_UNMAPPED) {
+    hole_remove(p, n);
+    u->addr = n->addr;
+    u->prev = n->prev;
+    if (n->prev != NULL) n->prev->next = u;
+    else u->region->first = u;
+    u->node.size += n->node.size;
+    rmmc__pool_drop_block(p, n);
+  }
+  n = u->next;
+  if (n != NULL && n->state == B_UNMAPPED) {
+    hole_remove(p, n);
+    u->next = n->next;
+    if (n->next != NULL) n->next->prev = u;
+    u->node.size += n->node.size;
+    rmmc__pool_drop_block(p, n);
+  }
+  return u;
+}
+
+/* ---- segments: the mapped ranges of a reservation, sorted ---- */
+
+static size_t seg_lower_bound(const pool_region_t *r, uintptr_t addr) {
+  size_t lo = 0, hi = r->nsegs;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (r->segs[mid].addr < addr) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static bool seg_insert(pool_region_t *r, uintptr_t addr, size_t size) {
+  if (r->nsegs == r->capsegs) {
+    size_t cap = r->capsegs ? 2 * r->capsegs : 16;
+    pool_seg_t *s = realloc(r->segs, cap * sizeof *s);
+    if (s == NULL) return false;
+    r->segs = s;
+    r->capsegs = cap;
+  }
+  size_t i = seg_lower_bound(r, addr);
+  memmove(r->segs + i + 1, r->segs + i, (r->nsegs - i) * sizeof *r->segs);
+  r->segs[i] = (pool_seg_t){addr, size, 0};
+  r->nsegs++;
+  return true;
+}
+
+static void seg_remove(pool_region_t *r, size_t i) {
+  memmove(r->segs + i, r->segs + i + 1, (r->nsegs - i - 1) * sizeof *r->segs);
+  r->nsegs--;
+}
+
+static rmmc_status_t upstream_map(pool_t *p, uintptr_t a, size_t n) {
+  int mode = p->cuda ? rmmc__capture_relax() : -1;
+  rmmc_status_t st = rmmc_resource_vm_map(p->base.upstream, (void *)a, n);
+  rmmc__capture_restore(mode);
+  p->upstream_calls++;
+  return st;
+}
+
+static rmmc_status_t upstream_unmap(pool_t *p, uintptr_t a, size_t n) {
+  int mode = p->cuda ? rmmc__capture_relax() : -1;
+  rmmc_status_t st = rmmc_resource_vm_unmap(p->base.upstream, (void *)a, n);
+  rmmc__capture_restore(mode);
+  p->upstream_calls++;
+  return st;
+}
+
+/* ---- growth ---- */
+
+static inline bool usable_free(pool_t *p, pool_block_t *n, pool_owner_t *o) {
+  return n != NULL && n->state == B_FREE && n->where == W_INDEX && rmmc__pool_usable(p, n, o);
+}
+
+typedef struct place {
+  pool_block_t *u; /* the hole */
+  uintptr_t m0, m1; /* what to map */
+} place_t;
+
+/* What hole u needs mapped for a block of `need` bytes at an `align`-aligned
+ * address, using the free blocks beside it that o may use; false if the
+ * block cannot be placed there. */
+static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, size_t align,
+                     place_t *out) {
+  pool_block_t *left = usable_free(p, u->prev, o) ? u->prev : NULL;
+  pool_block_t *right = usable_free(p, u->next, o) ? u->next : NULL;
+  uintptr_t lo = left != NULL ? left->addr : u->addr;
+  uintptr_t hi = right != NULL ? pool_bend(right) : pool_bend(u);
+  uintptr_t s = rmmc__align_up(lo, align);
+  if (s < lo || s > hi || hi - s < need) return false;
+  uintptr_t m0 = s > u->addr ? s & ~(uintptr_t)(p->page - 1) : u->addr;
+  uintptr_t e = s + need < pool_bend(u) ? s + need : pool_bend(u);
+  uintptr_t m1 = rmmc__align_up(e, p->page);
+  if (m0 < u->addr) m0 = u->addr;
+  if (m1 <= m0) return false;
+  if (p->min_growth > 0 && m1 - m0 < p->min_growth)
+    m1 = m0 + p->min_growth < pool_bend(u) ? m0 + p->min_growth : pool_bend(u);
+  *out = (place_t){u, m0, m1};
+  return true;
+}
+
+/* The hole needing least mapped; NULL if none can hold the block. */
+static bool best_place(pool_t *p, pool_owner_t *o, size_t need, size_t align, place_t *best) {
+  bool found = false;
+  for (pool_block_t *u = p->holes; u != NULL; u = u->qnext) {
+    place_t c;
+    if (!place_at(p, u, o, need, align, &c)) continue;
+    size_t cost = c.m1 - c.m0, bcost = best->m1 - best->m0;
+    if (!found || cost < bcost || (cost == bcost && c.m0 < best->m0)) *best = c, found = true;
+  }
+  return found;
+}
+
+static rmmc_status_t reserve_region(pool_t *p, size_t need, size_t align) {
+  size_t a = p->span > p->page ? p->span : p->page;
+  if (align > a) a = align;
+  size_t bytes = rmmc__align_up(need + align, a);
+  if (bytes < p->address_space) bytes = p->address_space;
+  void *base = NULL;
+  rmmc_status_t st = rmmc_resource_vm_reserve(p->base.upstream, bytes, a, &base);
+  if (st != RMMC_SUCCESS) return st;
+  pool_region_t *r = rmmc__pool_add_region(p, (uintptr_t)base, bytes, B_UNMAPPED);
+  if (r == NULL) {
+    (void)rmmc_resource_vm_unreserve(p->base.upstream, base, bytes);
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  }
+  hole_add(p, r->first);
+  return RMMC_SUCCESS;
+}
+
+/* Maps [m0, m1) of hole u, in segments, and turns it into a clean free
+ * block merged with the usable free blocks beside it. */
+static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
+  pool_region_t *r = pl.u->region;
+  uintptr_t a = pl.m0;
+  if (!rmmc__pool_room(p))
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  rmmc_status_t st = RMMC_SUCCESS;
+  while (a < pl.m1) {
+    size_t n = pl.m1 - a < p->segment ? pl.m1 - a : p->segment;
+    st = upstream_map(p, a, n);
+    if (st == RMMC_SUCCESS && !seg_insert(r, a, n)) {
+      (void)upstream_unmap(p, a, n);
+      st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+    }
+    if (st != RMMC_SUCCESS) break;
+    p->page_maps++;
+    a += n;
+  }
+  if (st != RMMC_SUCCESS) { /* take back what this growth mapped */
+    rmmc__error_state_t why;
+    rmmc__error_save(&why);
+    for (uintptr_t b = pl.m0; b < a;) {
+      size_t i = seg_lower_bound(r, b);
+      size_t n = r->segs[i].size;
+      (void)upstream_unmap(p, b, n);
+      seg_remove(r, i);
+      b += n;
+    }
+    rmmc__error_restore(&why);
+    return st;
+  }
+  p->reserved += pl.m1 - pl.m0;
+  if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
+  /* Carve the mapped part out of the hole. */
+  pool_block_t *x = pl.u;
+  hole_remove(p, x);
+  if (pl.m0 > x->addr) {
+    pool_block_t *back = rmmc__pool_split(p, x, pl.m0);
+    hole_add(p, x);
+    x = back;
+  }
+  if (pl.m1 < pool_bend(x)) hole_add(p, rmmc__pool_split(p, x, pl.m1));
+  x->state = B_FREE;
+  x->owner = NULL;
+  x->tag = 0;
+  x->where = W_OUT;
+  /* Merge with the free blocks beside it that o's stream may use. */
+  for (int side = 0; side < 2; side++) {
+    pool_block_t *n = side == 0 ? x->prev : x->next;
+    if (!usable_free(p, n, o)) continue;
+    rmmc__pool_unlink_free(p, n);
+    if (n->owner != NULL && !rmmc__pool_settled(p, n, false)) {
+      x->owner = n->owner;
+      x->tag = n->tag;
+    }
+    if (side == 0) {
+      x->addr = n->addr;
+      x->prev = n->prev;
+      if (n->prev != NULL) n->prev->next = x;
+      else x->region->first = x;
+    } else {
+      x->next = n->next;
+      if (n->next != NULL) n->next->prev = x;
+    }
+    x->node.size += n->node.size;
+    rmmc__pool_drop_block(p, n);
+  }
+  *out = x;
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
+                             size_t align, bool within, pool_block_t **out) {
+  place_t pl = {0};
+  if (!best_place(p, o, need, align, &pl)) {
+    if (within && p->regions != NULL)
+      return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: its address space is full");
+    rmmc_status_t st = reserve_region(p, need, align);
+    if (st != RMMC_SUCCESS) return st;
+    if (!best_place(p, o, need, align, &pl))
+      return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room in a new reservation");
+  }
+  uint64_t shrinks = p->shrinks;
+  if (!rmmc__pool_admit(p, o, stream, pl.m1 - pl.m0, need, within))
+    return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
+                  : RMMC_ERROR_OUT_OF_MEMORY;
+  if (p->shrinks != shrinks && !best_place(p, o, need, align, &pl)) /* trimming moved things */
+    return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room after trimming");
+  return map_place(p, o, pl, out);
+}
+
+/* ---- trimming ---- */
+
+/* Unmaps segment i of r, which lies inside free block b (unindexed);
+ * returns the free block after it (unindexed, owner kept) or NULL. The
+ * pieces before it are indexed again. */
+static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block_t *b,
+                               pool_block_t **rest) {
+  uintptr_t s0 = r->segs[i].addr, s1 = s0 + r->segs[i].size;
+  if (!rmmc__pool_room(p))
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  rmmc_status_t st = upstream_unmap(p, s0, r->segs[i].size);
+  if (st != RMMC_SUCCESS) return st;
+  p->reserved -= r->segs[i].size;
+  p->shrinks++;
+  p->page_unmaps++;
+  seg_remove(r, i);
+  pool_block_t *mid = b;
+  if (s0 > b->addr) {
+    mid = rmmc__pool_split(p, b, s0);
+    rmmc__pool_link_free(p, b);
+  }
+  *rest = s1 < pool_bend(mid) ? rmmc__pool_split(p, mid, s1) : NULL;
+  mid->state = B_UNMAPPED;
+  mid->tag = 0;
+  hole_add(p, mid);
+  (void)hole_merge(p, mid);
+  return RMMC_SUCCESS;
+}
+
+/* Unmaps segments lying wholly inside free blocks whose frees have
+ * finished, from the top of each reservation down, until reserved <= goal.
+ * One pass collects them (ascending), then they go highest first: unmapping
+ * one splits only its own block, whose front piece keeps its struct, so
+ * the blocks noted for lower segments stay valid. */
+typedef struct trim_cand {
+  pool_block_t *b;
+  size_t seg;
+} trim_cand_t;
+
+static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
+  rmmc_status_t st = RMMC_SUCCESS;
+  for (pool_region_t *r = p->regions; r != NULL && p->reserved > goal && st == RMMC_SUCCESS;
+       r = r->next) {
+    if (r->nsegs == 0) continue;
+    trim_cand_t *c = malloc(r->nsegs * sizeof *c);
+    if (c == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+    size_t n = 0;
+    for (pool_block_t *b = r->first; b != NULL; b = b->next) {
+      if (b->state != B_FREE || b->where != W_INDEX) continue;
+      size_t i = seg_lower_bound(r, b->addr), j = i;
+      while (j < r->nsegs && r->segs[j].addr + r->segs[j].size <= pool_bend(b)) j++;
+      if (j == i || !rmmc__pool_settled(p, b, true)) continue;
+      for (; i < j; i++) c[n++] = (trim_cand_t){b, i};
+    }
+    for (size_t k = n; k-- > 0 && p->reserved > goal;) {
+      pool_block_t *b = c[k].b, *rest = NULL;
+      rmmc__pool_unlink_free(p, b);
+      st = unmap_seg(p, r, c[k].seg, b, &rest);
+      if (st != RMMC_SUCCESS) {
+        rmmc__pool_link_free(p, b);
+        break;
+      }
+      if (rest != NULL) rmmc__pool_link_free(p, rest);
+      /* b now ends before the segment: indexed again by unmap_seg, or it
+       * became the hole (the segment began it) and no lower one is in it. */
+    }
+    free(c);
+  }
+  return st;
+}
+
+/* ---- lifetime, figures, checks ---- */
+
+static void vm_fini(pool_t *p) {
+  while (p->regions != NULL) {
+    pool_region_t *r = p->regions;
+    for (size_t i = 0; i < r->nsegs; i++)
+      (void)rmmc_resource_vm_unmap(p->base.upstream, (void *)r->segs[i].addr, r->segs[i].size);
+    (void)rmmc_resource_vm_unreserve(p->base.upstream, (void *)r->base, r->size);
+    rmmc__pool_remove_region(p, r);
+  }
+}
+
+static void vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
+  size_t segs = 0, space = 0;
+  rmmc__lock(&p->lock);
+  for (pool_region_t *r = p->regions; r != NULL; r = r->next) segs += r->nsegs, space += r->size;
+  uint64_t maps = p->page_maps, unmaps = p->page_unmaps;
+  rmmc__unlock(&p->lock);
+  rmmc__emit_text(emit, ctx, "backend", "virtual memory");
+  rmmc__emit_bytes(emit, ctx, "page", p->page);
+  rmmc__emit_bytes(emit, ctx, "address_space", space);
+  rmmc__emit_count(emit, ctx, "mappings", segs);
+  rmmc__emit_count(emit, ctx, "page_maps", maps);
+  rmmc__emit_count(emit, ctx, "page_unmaps", unmaps);
+}
+
+/* Does the union of r's segments cover [a0, a1) exactly (covered) or not
+ * touch it at all (!covered)? */
+static bool seg_covers(const pool_region_t *r, uintptr_t a0, uintptr_t a1, bool covered) {
+  size_t i = seg_lower_bound(r, a0);
+  if (i > 0 && r->segs[i - 1].addr + r->segs[i - 1].size > a0) i--;
+  if (!covered) return i == r->nsegs || r->segs[i].addr >= a1;
+  uintptr_t at = a0;
+  for (; i < r->nsegs && at < a1; i++) {
+    if (r->segs[i].addr > at) return false;
+    at = r->segs[i].addr + r->segs[i].size;
+  }
+  return at >= a1;
+}
+
+static bool vm_check(pool_t *p, char *msg, size_t len) {
+  size_t mapped = 0, holes = 0;
+  for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
+    for (size_t i = 0; i < r->nsegs; i++) {
+      const pool_seg_t *s = &r->segs[i];
+      bool ok = s->addr >= r->base && s->addr + s->size <= r->base + r->size &&
+                s->addr % p->page == 0 && s->size % p->page == 0 &&
+                (i == 0 || r->segs[i - 1].addr + r->segs[i - 1].size <= s->addr);
+      if (!ok) {
+        snprintf(msg, len, "mapping %p + %zu is out of place", (void *)s->addr, s->size);
+        return false;
+      }
+      mapped += s->size;
+    }
+    for (pool_block_t *b = r->first; b != NULL; b = b->next) {
+      bool unmapped = b->state == B_UNMAPPED;
+      holes += unmapped;
+      if (!seg_covers(r, b->addr, pool_bend(b), !unmapped)) {
+        snprintf(msg, len, "block %p + %zu (state %d) is %s", (void *)b->addr, pool_bsize(b),
+                 b->state, unmapped ? "mapped" : "not wholly mapped");
+        return false;
+      }
+      if (unmapped && b->next != NULL && b->next->state == B_UNMAPPED) {
+        snprintf(msg, len, "holes at %p and %p should have merged", (void *)b->addr,
+                 (void *)b->next->addr);
+        return false;
+      }
+    }
+  }
+  size_t listed = 0;
+  for (pool_block_t *u = p->holes; u != NULL; u = u->qnext) listed++;
+  if (mapped != p->reserved || listed != holes) {
+    snprintf(msg, len, "reserved %zu, mappings add up to %zu; %zu holes, %zu listed", p->reserved,
+             mapped, holes, listed);
+    return false;
+  }
+  return true;
+}
+
+const pool_backend_t rmmc__pool_vm = {
+    .name = "virtual memory",
+    .grow = vm_grow,
+    .trim = vm_trim,
+    .fini = vm_fini,
+    .describe = vm_describe,
+    .check = vm_check,
+};
