@@ -298,8 +298,8 @@ def worker(args):
     try:
         barrier.wait()  # warm-up done, every stream synchronized
         warm = figures()
-        print("%s warm-up: %d requests in %.1f s" % (tag, args.warmup, time.perf_counter() - t_start),
-              flush=True)
+        print("%s warm-up: %d requests in %.1f s"
+              % (tag, args.warmup, time.perf_counter() - t_start), flush=True)
         with lock:
             phase_end[0] = total
         t0 = time.perf_counter()
@@ -676,6 +676,8 @@ def parse_args(argv=None):
         problems.append("--spec is for rmmc runs, and --modes has none")
     if args.spec and any(not s.strip() for s in args.spec):
         problems.append("--spec must not be empty")
+    if args.lib and not os.path.exists(args.lib):  # rmmc_ctypes would look elsewhere
+        problems.append("--lib %s: no such file or directory" % args.lib)
     if args.device == "cpu" and "rmmc" in args.modes and not args.worker:
         problems.append("--device cpu cannot run rmmc's plug-in (leave rmmc out of --modes)")
     if not args.spec:
