@@ -639,7 +639,8 @@ def parse_args(argv=None):
                     help="comma-separated runs among %s (default: all)" % ", ".join(MODES))
     ap.add_argument("--threads", type=int, default=8, help="serving threads, one stream each")
     ap.add_argument("--requests", type=int, default=4000, help="timed requests")
-    ap.add_argument("--warmup", type=int, default=300, help="untimed requests before them")
+    ap.add_argument("--warmup", type=int, default=300, help="untimed requests before them (the first 36 "
+                         "cover every CNN shape)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rtol", type=float, default=0.0,
                     help="relative tolerance on the checksums' float sums (default 0: "
