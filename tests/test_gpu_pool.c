@@ -47,41 +47,38 @@ static void expect_all(const void *d, size_t n, unsigned char v, const char *wha
 
 /* ---- stream order, for any sub-allocator ----
  * Each case names a stack, a request size for which the stack hands the
- * block freed on A to B (asserted: otherwise the case proves nothing), and
- * optionally a count figure of the outermost layer that shows the
- * mechanism used. Add other sub-allocators here by spec. */
+ * block freed on A to B (asserted: otherwise the case proves nothing),
+ * whether B makes a call before A's free (the pool records events only
+ * while several streams use it), and optionally a count figure of the
+ * outermost layer that shows the mechanism used. */
 typedef struct order_case {
   const char *spec;
   size_t bytes;
+  bool b_first;        /* B allocates and frees once before A's free */
   const char *counter; /* must be >= 1 afterwards; NULL: none */
 } order_case_t;
 
 static const order_case_t order_cases[] = {
-    /* Covered by A's event at the free: B waits on the event. */
-    {"pool(min_growth=2MiB, event_interval=1) > cuda", 2 * MiB, "event_waits"},
-    /* A small block from a slab, the same way. */
-    {"pool(min_growth=2MiB, event_interval=1) > cuda", 64 * KiB, "event_waits"},
-    /* Covered because of its bytes. */
-    {"pool(min_growth=2MiB, event_bytes=1MiB) > cuda", 2 * MiB, "event_waits"},
-    /* Not covered yet (lazy events): B gets it only after the pool waits
-     * for the device. */
-    {"pool(min_growth=2MiB) > cuda", 2 * MiB, "device_syncs"},
-    /* Eager merging across streams: the same, by synchronization. */
-    {"pool(min_growth=2MiB, sync_before_grow=true) > cuda", 2 * MiB, "device_syncs"},
-    /* Expandable: the same mechanisms over mapped pages. */
-    {"pool(expandable=true, event_interval=1) > cuda", 2 * MiB, "event_waits"},
-    /* A stream-ordered upstream. */
-    {"pool(min_growth=2MiB, event_interval=1) > cuda_async", 2 * MiB, "event_waits"},
+    /* Covered by A's event at the free; B (over its budget) waits on it. */
+    {"pool > cuda", 2 * MiB, true, "event_waits"},
+    {"pool(expandable=false, min_growth=2MiB) > cuda", 2 * MiB, true, "event_waits"},
+    {"pool(min_growth=2MiB) > cuda_async", 2 * MiB, true, "event_waits"},
+    /* Not covered (B was unknown when A freed it) and no room to grow: the
+     * last resort synchronizes the device. */
+    {"pool > limiting(limit=3MiB) > cuda", 2 * MiB, false, "device_syncs"},
+    {"pool(expandable=false, min_growth=2MiB) > limiting(limit=3MiB) > cuda", 2 * MiB, false,
+     "device_syncs"},
     /* fixed_size and binning over an upstream with room for one chunk (cuda
      * refuses 4 KiB alignment, so the chunk is padded by up to 4 KiB): the
      * block is not covered (no stream was short when A freed it), so B gets
      * it after the out-of-memory path synchronizes the device. */
-    {"fixed_size(block=2MiB, blocks_per_chunk=1) > limiting(limit=2052KiB) > cuda", 2 * MiB, "device_syncs"},
-    {"binning(chunk=2MiB) > limiting(limit=2052KiB) > cuda", 2 * MiB, "device_syncs"},
+    {"fixed_size(block=2MiB, blocks_per_chunk=1) > limiting(limit=2052KiB) > cuda", 2 * MiB, false,
+     "device_syncs"},
+    {"binning(chunk=2MiB) > limiting(limit=2052KiB) > cuda", 2 * MiB, false, "device_syncs"},
     /* The arena's large block: given back with A's event (cache=0), or
      * cached by A's arena and reclaimed with a device synchronization. */
-    {"arena(superblock=1MiB, chunk=1MiB, max=1MiB, cache=0) > cuda", MiB, "event_waits"},
-    {"arena(superblock=1MiB, chunk=1MiB, max=1MiB) > cuda", MiB, "device_syncs"},
+    {"arena(superblock=1MiB, chunk=1MiB, max=1MiB, cache=0) > cuda", MiB, false, "event_waits"},
+    {"arena(superblock=1MiB, chunk=1MiB, max=1MiB) > cuda", MiB, false, "device_syncs"},
 };
 
 START_TEST(test_gpu_stream_order_reuse_is_safe) {
@@ -91,6 +88,10 @@ START_TEST(test_gpu_stream_order_reuse_is_safe) {
   CUDA_OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
   CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
   void *p, *q;
+  if (c->b_first) {
+    ck_assert_int_eq(rmmc_resource_allocate(r, 256, 256, b, &q), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_deallocate(r, q, 256, 256, b), RMMC_SUCCESS);
+  }
   ck_assert_int_eq(rmmc_resource_allocate(r, c->bytes, 256, a, &p), RMMC_SUCCESS);
   CUDA_OK(gpu_slow_fill(p, c->bytes, A_VALUE, SLOW_NS, a));
   ck_assert_int_eq(rmmc_resource_deallocate(r, p, c->bytes, 256, a), RMMC_SUCCESS);
@@ -114,11 +115,134 @@ START_TEST(test_gpu_stream_order_reuse_is_safe) {
 }
 END_TEST
 
+/* A small block allocated on stream A, used by a slow kernel on stream B
+ * and freed on B (a foreign free, as record_stream makes): A's heap may
+ * hand it out again only after B's kernel, so A's write lands last. */
+START_TEST(test_gpu_foreign_free_waits_for_the_freeing_stream) {
+  rmmc_resource_t *r = stack("pool > cuda");
+  cudaStream_t a, b;
+  CUDA_OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  void *p, *q;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 64 * KiB, 256, a, &p), RMMC_SUCCESS);
+  CUDA_OK(cudaStreamSynchronize(a));
+  CUDA_OK(gpu_slow_fill(p, 64 * KiB, B_VALUE, SLOW_NS, b));
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 64 * KiB, 256, b), RMMC_SUCCESS);
+  ck_assert_uint_ge(field(r, "event_records"), 1); /* B's free is covered at once */
+  /* A's heap has no other room of that size but its span's rest; ask for
+   * the whole span's worth so that only the foreign block's span serves. */
+  bool got = false;
+  void *held[64];
+  int nheld = 0;
+  for (int i = 0; i < 64 && !got; i++) {
+    ck_assert_int_eq(rmmc_resource_allocate(r, 64 * KiB, 256, a, &q), RMMC_SUCCESS);
+    if (q == p) got = true;
+    else held[nheld++] = q;
+  }
+  ck_assert_msg(got, "stream A never got the block B freed: the case proves nothing");
+  CUDA_OK(cudaMemsetAsync(q, A_VALUE, 64 * KiB, a));
+  expect_all(q, 64 * KiB, A_VALUE, "foreign free");
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 64 * KiB, 256, a), RMMC_SUCCESS);
+  for (int i = 0; i < nheld; i++)
+    ck_assert_int_eq(rmmc_resource_deallocate(r, held[i], 64 * KiB, 256, a), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  CUDA_OK(cudaStreamDestroy(a));
+  CUDA_OK(cudaStreamDestroy(b));
+  rmmc_resource_release(r);
+  CUDA_OK(cudaGetLastError());
+}
+END_TEST
+
+/* Threads on their own streams, each round: allocate (small and large),
+ * a slow kernel writes the thread's value, free on its stream; then
+ * allocate again (possibly memory another thread freed a moment ago),
+ * write a second value and read it back: a block handed out before the
+ * previous owner's kernel ended would show that kernel's value. */
+enum { XT_THREADS = 4, XT_ROUNDS = 24 };
+#define XT_SLOW_NS ((uint64_t)4 * 1000 * 1000)
+
+typedef struct xt_arg {
+  rmmc_resource_t *r;
+  int index;
+  pthread_barrier_t *round;
+  int bad;
+  char err[200];
+} xt_arg_t;
+
+static void *xt_worker(void *arg) {
+  xt_arg_t *t = arg;
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    snprintf(t->err, sizeof t->err, "cudaStreamCreate failed");
+    t->bad = 1;
+  }
+  unsigned char *h = malloc(4 * MiB);
+  for (int round = 0; round < XT_ROUNDS && t->bad == 0; round++) {
+    size_t n = (round + t->index) % 2 ? 3 * MiB + 4096u * (unsigned)t->index : 96 * KiB;
+    void *p, *q;
+    uint8_t first = (uint8_t)(0x10 + t->index), second = (uint8_t)(0x80 + t->index);
+    if (rmmc_resource_allocate(t->r, n, 256, s, &p) != RMMC_SUCCESS ||
+        gpu_slow_fill(p, n, first, XT_SLOW_NS, s) != cudaSuccess ||
+        rmmc_resource_deallocate(t->r, p, n, 256, s) != RMMC_SUCCESS) {
+      snprintf(t->err, sizeof t->err, "round %d: %s", round, rmmc_last_error_message());
+      t->bad = 1;
+      break;
+    }
+    pthread_barrier_wait(t->round); /* every thread has a slow kernel on a freed block */
+    if (rmmc_resource_allocate(t->r, n, 256, s, &q) != RMMC_SUCCESS ||
+        cudaMemsetAsync(q, second, n, s) != cudaSuccess) {
+      snprintf(t->err, sizeof t->err, "round %d: %s", round, rmmc_last_error_message());
+      t->bad = 1;
+      break;
+    }
+    /* Wait for everything: a late kernel of another thread has written by now. */
+    pthread_barrier_wait(t->round);
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(h, q, n, cudaMemcpyDeviceToHost) != cudaSuccess) {
+      snprintf(t->err, sizeof t->err, "round %d: CUDA failed", round);
+      t->bad = 1;
+      break;
+    }
+    for (size_t i = 0; i < n; i++)
+      if (h[i] != second) {
+        snprintf(t->err, sizeof t->err, "round %d: byte %zu of %zu is 0x%02x, not 0x%02x", round, i,
+                 n, h[i], second);
+        t->bad = 1;
+        break;
+      }
+    pthread_barrier_wait(t->round);
+    (void)rmmc_resource_deallocate(t->r, q, n, 256, s);
+  }
+  free(h);
+  (void)cudaStreamSynchronize(s);
+  (void)cudaStreamDestroy(s);
+  return NULL;
+}
+
+START_TEST(test_gpu_cross_stream_reuse_with_threads) {
+  rmmc_resource_t *r = stack("pool > limiting(limit=40MiB) > cuda");
+  pthread_barrier_t round;
+  pthread_barrier_init(&round, NULL, XT_THREADS);
+  pthread_t th[XT_THREADS];
+  xt_arg_t a[XT_THREADS];
+  for (int i = 0; i < XT_THREADS; i++) {
+    a[i] = (xt_arg_t){.r = r, .index = i, .round = &round};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, xt_worker, &a[i]), 0);
+  }
+  for (int i = 0; i < XT_THREADS; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < XT_THREADS; i++) ck_assert_msg(a[i].bad == 0, "thread %d: %s", i, a[i].err);
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "in_use"), 0);
+  pthread_barrier_destroy(&round);
+  rmmc_resource_release(r);
+  CUDA_OK(cudaGetLastError());
+}
+END_TEST
+
 /* ---- a stream destroyed after a free ---- */
 
 static const char *const destroyed_specs[] = {
-    "pool(min_growth=2MiB, event_interval=1) > cuda", /* the event outlives the stream */
-    "pool(min_growth=2MiB) > cuda",                   /* not covered: synchronization */
+    "pool > cuda",                      /* covered at the free: the event outlives the stream */
+    "pool > limiting(limit=3MiB) > cuda", /* not covered: the last resort synchronizes */
 };
 
 START_TEST(test_gpu_free_on_stream_then_destroy_it) {
@@ -126,13 +250,17 @@ START_TEST(test_gpu_free_on_stream_then_destroy_it) {
   rmmc_resource_t *r = stack(spec);
   cudaStream_t a, b;
   CUDA_OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-  void *p, *q;
-  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, a, &p), RMMC_SUCCESS);
-  CUDA_OK(gpu_slow_fill(p, 2 * MiB, A_VALUE, SLOW_NS, a));
-  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 2 * MiB, 256, a), RMMC_SUCCESS);
   /* b exists before a goes, so it cannot reuse a's handle: the pool keys
    * streams by handle (see pool_resource.h on handle reuse). */
   CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  void *p, *q;
+  if (_i == 0) { /* b known to the pool first: a's free is covered */
+    ck_assert_int_eq(rmmc_resource_allocate(r, 256, 256, b, &q), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_deallocate(r, q, 256, 256, b), RMMC_SUCCESS);
+  }
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, a, &p), RMMC_SUCCESS);
+  CUDA_OK(gpu_slow_fill(p, 2 * MiB, A_VALUE, SLOW_NS, a));
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 2 * MiB, 256, a), RMMC_SUCCESS);
   CUDA_OK(cudaStreamDestroy(a)); /* returns at once; the kernel still runs */
   ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, b, &q), RMMC_SUCCESS);
   ck_assert_msg(q == p, "%s: got %p, not the freed block %p", spec, q, p);
@@ -178,6 +306,11 @@ static void *ptds_worker(void *arg) {
 START_TEST(test_gpu_per_thread_default_streams_are_distinct) {
   const char *spec = destroyed_specs[_i];
   ptds_t t = {.r = stack(spec), .err = cudaSuccess};
+  if (_i == 0) { /* this thread's stream known first: the worker's free is covered */
+    void *x;
+    ck_assert_int_eq(rmmc_resource_allocate(t.r, 256, 256, cudaStreamPerThread, &x), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_deallocate(t.r, x, 256, 256, cudaStreamPerThread), RMMC_SUCCESS);
+  }
   pthread_barrier_init(&t.freed, NULL, 2);
   pthread_barrier_init(&t.done, NULL, 2);
   pthread_t th;
@@ -225,7 +358,7 @@ START_TEST(test_gpu_pool_over_cuda) {
   rmmc_resource_release(cuda); /* the pool holds it */
   ck_assert_int_eq(rmmc_resource_memory_kind(pool), RMMC_MEMORY_DEVICE);
   ck_assert_uint_eq(field(pool, "reserved"), 256 * MiB);
-  ck_assert_uint_eq(field(pool, "chunks"), 1);
+  ck_assert_uint_eq(field(pool, "regions"), 1);
   size_t free1;
   ck_assert_int_eq(rmmc_device_memory_info(-1, &free1, &total), RMMC_SUCCESS);
   ck_assert_uint_le(free1 + 256 * MiB, free0 + 8 * MiB);
@@ -257,7 +390,7 @@ START_TEST(test_gpu_pool_over_cuda) {
   /* release_cached gives the device its memory back. */
   ck_assert_int_eq(rmmc_resource_release_cached(pool), RMMC_SUCCESS);
   ck_assert_uint_eq(field(pool, "reserved"), 0);
-  ck_assert_uint_eq(field(pool, "chunks"), 0);
+  ck_assert_uint_eq(field(pool, "mappings"), 0);
   size_t free2;
   ck_assert_int_eq(rmmc_device_memory_info(-1, &free2, &total), RMMC_SUCCESS);
   ck_assert_uint_ge(free2 + 32 * MiB, free0); /* slack: lazily loaded kernels, events */
@@ -398,7 +531,7 @@ START_TEST(test_gpu_pool_expandable) {
     ck_assert_uint_le(field(pool, "reserved"), peak * 105 / 100 + 8 * MiB);
   }
   ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
-  ck_assert_uint_eq(field(pool, "chunks"), 1);
+  ck_assert_uint_eq(field(pool, "regions"), 1);
   ck_assert_uint_gt(field(pool, "page_unmaps"), 0);
   ck_assert_int_eq(rmmc_device_memory_info(-1, &free1, &total), RMMC_SUCCESS);
   ck_assert_uint_le(free1 + field(pool, "reserved"), free0 + 16 * MiB);
@@ -437,6 +570,8 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, test_gpu_stream_order_reuse_is_safe, 0,
                       (int)(sizeof order_cases / sizeof order_cases[0]));
+  tcase_add_test(tc, test_gpu_foreign_free_waits_for_the_freeing_stream);
+  tcase_add_test(tc, test_gpu_cross_stream_reuse_with_threads);
   tcase_add_loop_test(tc, test_gpu_free_on_stream_then_destroy_it, 0,
                       (int)(sizeof destroyed_specs / sizeof destroyed_specs[0]));
   tcase_add_loop_test(tc, test_gpu_per_thread_default_streams_are_distinct, 0,
