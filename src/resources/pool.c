@@ -224,16 +224,17 @@ static inline bool heap_free(const pool_block_t *n) {
   return n != NULL && n->state == B_FREE && n->where != W_OUT;
 }
 
-/* Merges b (free, in no index) with its free neighbours in the span. */
+/* Merges b (free, in no index) with its free neighbours in the span. The
+ * hot block is kept unmerged, so absorbing it can bring another free block
+ * next to b: each side goes on until no free block is left beside b. */
 static inline pool_block_t *heap_merge(pool_sheap_t *h, pool_block_t *b) {
-  pool_block_t *n = b->prev;
-  if (heap_free(n)) {
+  pool_block_t *n;
+  while (heap_free(n = b->prev)) {
     heap_unlink(h, n);
     pool_absorb(b, n, 0);
     pool_meta_put(&h->meta, n);
   }
-  n = b->next;
-  if (heap_free(n)) {
+  while (heap_free(n = b->next)) {
     heap_unlink(h, n);
     pool_absorb(b, n, 1);
     pool_meta_put(&h->meta, n);
@@ -679,9 +680,49 @@ static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_sheap_t *h, void *p
 
 /* ---- the resource's slots ---- */
 
+/* Expensive checks (debug_checks=2): every invariant after every call. */
+#if RMMC_DEBUG_CHECKS >= 2
+static void lock_all(pool_t *p);
+static void unlock_all(pool_t *p);
+static bool check_locked(pool_t *p, char *msg, size_t len);
+static rmmc_status_t expensive_check(pool_t *p, rmmc_status_t st, const char *where) {
+  char msg[512];
+  rmmc__error_state_t saved;
+  rmmc__error_save(&saved);
+  lock_all(p);
+  bool ok = check_locked(p, msg, sizeof msg);
+  unlock_all(p);
+  if (!ok) {
+    fprintf(stderr, "rmmc: pool invariant broken after %s: %s\n", where, msg);
+    abort();
+  }
+  rmmc__error_restore(&saved);
+  return st;
+}
+#define POOL_EXPENSIVE(p, st, where) expensive_check(p, st, where)
+#else
+#define POOL_EXPENSIVE(p, st, where) (st)
+#endif
+
+static rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
+                                      cudaStream_t stream, void **out);
+static rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t bytes, cudaStream_t stream);
+
 static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                    cudaStream_t stream, void **out) {
   pool_t *p = (pool_t *)r;
+  return POOL_EXPENSIVE(p, pool_allocate_in(p, bytes, alignment, stream, out), "allocate");
+}
+
+static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                     size_t alignment, cudaStream_t stream) {
+  (void)alignment;
+  pool_t *p = (pool_t *)r;
+  return POOL_EXPENSIVE(p, pool_deallocate_in(p, ptr, bytes, stream), "deallocate");
+}
+
+static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
+                                             cudaStream_t stream, void **out) {
   pool_sheap_t *h;
   rmmc_status_t st = heap_of(p, stream, &h);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
@@ -691,10 +732,8 @@ static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alig
   return large_allocate(p, h, stream, n, alignment, bytes, out);
 }
 
-static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
-                                     size_t alignment, cudaStream_t stream) {
-  (void)alignment;
-  pool_t *p = (pool_t *)r;
+static inline rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t bytes,
+                                               cudaStream_t stream) {
   pool_sheap_t *h;
   rmmc_status_t st = heap_of(p, stream, &h);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
@@ -751,6 +790,7 @@ static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
   st = p->be->trim(p, 0);
   p->debt = 0;
   rmmc__unlock(&p->lock);
+  st = POOL_EXPENSIVE(p, st, "release_cached");
   return st == RMMC_SUCCESS ? rmmc_resource_release_cached(p->base.upstream) : st;
 }
 
