@@ -750,21 +750,26 @@ static inline rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t byte
   return free_slow(p, h, ptr, bytes, stream);
 }
 
-/* Locks every stream heap, then the shared heap (describe, check). */
+/* Locks every stream heap, then the shared heap (describe, check): heap
+ * locks come first, so the list of heaps is read, locked, and read again
+ * under the shared lock until no heap was added meanwhile. */
 static void lock_all(pool_t *p) {
-  rmmc__lock(&p->lock);
-  pool_owner_t *owners = p->owners;
-  rmmc__unlock(&p->lock);
-  for (pool_owner_t *q = owners; q != NULL; q = q->next) rmmc__lock(&q->heap->lock);
-  rmmc__lock(&p->lock);
+  for (;;) {
+    rmmc__lock(&p->lock);
+    pool_owner_t *owners = p->owners;
+    rmmc__unlock(&p->lock);
+    for (pool_owner_t *q = owners; q != NULL; q = q->next) rmmc__lock(&q->heap->lock);
+    rmmc__lock(&p->lock);
+    if (p->owners == owners) return;
+    rmmc__unlock(&p->lock);
+    for (pool_owner_t *q = owners; q != NULL; q = q->next) rmmc__unlock(&q->heap->lock);
+  }
 }
 
 static void unlock_all(pool_t *p) {
-  pool_owner_t *owners = p->owners;
+  pool_owner_t *owners = p->owners; /* the heaps lock_all locked: none added since */
   rmmc__unlock(&p->lock);
-  /* Owners added since lock_all are at the head: skip to the ones locked. */
-  for (pool_owner_t *q = owners; q != NULL; q = q->next)
-    if (q->heap->lock.state != 0) rmmc__unlock(&q->heap->lock);
+  for (pool_owner_t *q = owners; q != NULL; q = q->next) rmmc__unlock(&q->heap->lock);
 }
 
 static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
