@@ -41,7 +41,7 @@ static rmmc_status_t parse_error(const parser_t *p, size_t col, size_t len, cons
     ;
 
 static rmmc_status_t parse_error(const parser_t *p, size_t col, size_t len, const char *fmt, ...) {
-  char what[256], caret[160];
+  char what[512], caret[160];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
@@ -221,8 +221,8 @@ static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
       list_options(l->entry, names, sizeof names);
       const char *near = rmmc__suggest_option(l->entry, p->spec + kcol, klen);
       if (near != NULL)
-        return parse_error(p, kcol, klen, "%s has no option '%.*s'; did you mean '%s'?",
-                           l->entry->name, (int)klen, p->spec + kcol, near);
+        return parse_error(p, kcol, klen, "%s has no option '%.*s'; did you mean '%s'? (it takes: %s)",
+                           l->entry->name, (int)klen, p->spec + kcol, near, names);
       return parse_error(p, kcol, klen, "%s has no option '%.*s' (it takes: %s)", l->entry->name,
                          (int)klen, p->spec + kcol, names);
     }
