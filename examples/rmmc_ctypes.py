@@ -13,6 +13,7 @@ GPU needed: the self-test sets a host resource in the registry):
 """
 
 import ctypes
+import glob
 import os
 import sys
 
@@ -53,11 +54,15 @@ class Bytes(int):
 
 
 def find_library(path=None):
-    """The path of librmmc.so: `path`, $RMMC_LIB, or a build directory."""
+    """The path of librmmc.so: `path`, $RMMC_LIB, a build directory, or,
+    installed as <prefix>/share/rmmc/rmmc_ctypes.py, <prefix>'s libdir."""
     candidates = [path, os.environ.get("RMMC_LIB")]
     root = os.path.dirname(HERE)
     for build in ("build", "build-release", "builddir", "build-asan"):
         candidates.append(os.path.join(root, build, "librmmc.so"))
+    prefix = os.path.dirname(root)
+    for pattern in ("lib*/librmmc.so", "lib*/*/librmmc.so"):
+        candidates.extend(sorted(glob.glob(os.path.join(prefix, pattern))))
     for c in candidates:
         if c and os.path.isdir(c):
             c = os.path.join(c, "librmmc.so")

@@ -1,11 +1,13 @@
 /*
  * The process default: what the registry builds for a device on first use.
  *
- * The environment (RMMC_ALLOC_CONF, RMMC_NO_CACHING; see defaults.h) is
- * read once and turned into one spec by rmmc_default_config_resolve(), a
- * pure function the tests call directly. A problem never stops the
- * process: it is printed once on stderr, kept for
- * rmmc_default_config_status(), and the plain cuda resource is used.
+ * The environment (RMMC_ALLOC_CONF, RMMC_NO_CACHING,
+ * RMMC_ALLOC_CONF_FALLBACK; see defaults.h) is read once and turned into
+ * one spec by rmmc_default_config_resolve(), a pure function the tests call
+ * directly; rmmc_set_default_spec() replaces it from code. A problem is
+ * printed once on stderr and kept for rmmc_default_config_status(). By
+ * default it then fails every lookup that would build a default (strict);
+ * with RMMC_ALLOC_CONF_FALLBACK=1 the plain cuda resource is used instead.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "config.h"
 #include "internal.h"
 #include "rmmc/cuda_resource.h"
 #include "rmmc/defaults.h"
@@ -23,9 +26,11 @@
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
-static char config_spec[SPEC_MAX];        /* written once, in read_environment */
+static char config_spec[SPEC_MAX];        /* under config_lock after read_environment */
 static rmmc_status_t config_status;       /* the first problem; under config_lock */
 static char config_message[MESSAGE_MAX];  /* complete before config_status is set */
+static bool config_fallback;              /* RMMC_ALLOC_CONF_FALLBACK: written once */
+static bool config_no_caching;            /* RMMC_NO_CACHING: written once */
 
 static bool is_blank(const char *s) {
   while (isspace((unsigned char)*s)) s++;
@@ -44,6 +49,18 @@ static int parse_switch(const char *v) {
   return -1;
 }
 
+/* rmmc_stack_validate() with PyTorch's syntax recognised: the parser's
+ * message, then what the rmmc spelling is. `what` names the value. */
+static rmmc_status_t validate_with_hint(const char *what, const char *spec) {
+  rmmc_status_t st = rmmc_stack_validate(spec);
+  if (st == RMMC_SUCCESS) return st;
+  char why[MESSAGE_MAX - 64], hint[640];
+  snprintf(why, sizeof why, "%s", rmmc_last_error_message());
+  if (rmmc__torch_conf_hint(spec, hint, sizeof hint))
+    return rmmc_set_error(st, "%s is not a valid stack spec: %s\n  (%s)", what, why, hint);
+  return rmmc_set_error(st, "%s is not a valid stack spec: %s", what, why);
+}
+
 RMMC_API rmmc_status_t rmmc_default_config_resolve(const char *alloc_conf, const char *no_caching,
                                                    char *spec, size_t len) {
   if (spec == NULL || len < sizeof RMMC_DEFAULT_SPEC)
@@ -57,12 +74,8 @@ RMMC_API rmmc_status_t rmmc_default_config_resolve(const char *alloc_conf, const
                           "or 0 to leave it on",
                           no_caching);
   if (off_switch == 1 || alloc_conf == NULL || is_blank(alloc_conf)) return RMMC_SUCCESS;
-  rmmc_status_t st = rmmc_stack_validate(alloc_conf);
-  if (st != RMMC_SUCCESS) {
-    char why[MESSAGE_MAX - 64];
-    snprintf(why, sizeof why, "%s", rmmc_last_error_message());
-    return rmmc_set_error(st, "RMMC_ALLOC_CONF is not a valid stack spec: %s", why);
-  }
+  rmmc_status_t st = validate_with_hint("RMMC_ALLOC_CONF", alloc_conf);
+  if (st != RMMC_SUCCESS) return st;
   if (strlen(alloc_conf) >= len)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "default_config_resolve: RMMC_ALLOC_CONF needs %zu bytes, the buffer "
@@ -83,12 +96,30 @@ static void record_problem(rmmc_status_t st, const char *message) {
 }
 
 static void read_environment(void) {
-  rmmc_status_t st = rmmc_default_config_resolve(getenv("RMMC_ALLOC_CONF"),
-                                                 getenv("RMMC_NO_CACHING"), config_spec,
-                                                 sizeof config_spec);
+  const char *fallback = getenv("RMMC_ALLOC_CONF_FALLBACK");
+  int on = fallback == NULL ? 0 : parse_switch(fallback);
+  config_fallback = on == 1;
+  const char *no_caching = getenv("RMMC_NO_CACHING");
+  config_no_caching = no_caching != NULL && parse_switch(no_caching) == 1;
+  char spec[SPEC_MAX];
+  rmmc_status_t st = on < 0 ? rmmc_set_error(RMMC_ERROR_PARSE,
+                                             "RMMC_ALLOC_CONF_FALLBACK=\"%s\" is not a switch: "
+                                             "write 1 to fall back to cuda on a bad "
+                                             "RMMC_ALLOC_CONF, or 0",
+                                             fallback)
+                            : rmmc_default_config_resolve(getenv("RMMC_ALLOC_CONF"), no_caching,
+                                                          spec, sizeof spec);
+  pthread_mutex_lock(&config_lock);
+  snprintf(config_spec, sizeof config_spec, "%s", st == RMMC_SUCCESS ? spec : RMMC_DEFAULT_SPEC);
+  pthread_mutex_unlock(&config_lock);
   if (st == RMMC_SUCCESS) return;
   const char *why = rmmc_last_error_message();
-  fprintf(stderr, "rmmc: %s\nrmmc: every device uses the plain cuda resource instead\n", why);
+  fprintf(stderr, "rmmc: %s\n%s\n", why,
+          config_fallback ? "rmmc: every device uses the plain cuda resource instead "
+                            "(RMMC_ALLOC_CONF_FALLBACK=1)"
+                          : "rmmc: allocations through the registry fail with this error until "
+                            "it is fixed (RMMC_ALLOC_CONF_FALLBACK=1 uses the plain cuda resource "
+                            "instead)");
   record_problem(st, why);
 }
 
@@ -97,18 +128,58 @@ RMMC_API rmmc_status_t rmmc_default_config_status(const char **spec, const char 
   pthread_mutex_lock(&config_lock);
   rmmc_status_t st = config_status;
   pthread_mutex_unlock(&config_lock);
+  /* config_spec changes only through rmmc_set_default_spec(), which
+   * documents that strings returned before are then stale. */
   if (spec != NULL) *spec = config_spec;
   if (message != NULL) *message = st == RMMC_SUCCESS ? "" : config_message;
   return st;
 }
 
-rmmc_status_t rmmc__create_default_resource(int device, rmmc_resource_t **out) {
+rmmc_status_t rmmc__default_config_check(void) {
   pthread_once(&env_once, read_environment);
-  rmmc_status_t st = rmmc_stack_create(config_spec, device, out);
-  if (st == RMMC_SUCCESS || strcmp(config_spec, RMMC_DEFAULT_SPEC) == 0) return st;
+  if (config_fallback) return RMMC_SUCCESS;
+  pthread_mutex_lock(&config_lock);
+  rmmc_status_t st = config_status;
+  char message[MESSAGE_MAX];
+  if (st != RMMC_SUCCESS) snprintf(message, sizeof message, "%s", config_message);
+  pthread_mutex_unlock(&config_lock);
+  return st == RMMC_SUCCESS ? st : rmmc_set_error(st, "%s", message);
+}
+
+RMMC_API rmmc_status_t rmmc_set_default_spec(const char *spec) {
+  if (spec == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "set_default_spec: spec is NULL");
+  pthread_once(&env_once, read_environment);
+  rmmc_status_t st = validate_with_hint("set_default_spec", spec);
+  if (st != RMMC_SUCCESS) return st;
+  if (strlen(spec) >= SPEC_MAX)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "set_default_spec: longer than %d characters",
+                          SPEC_MAX - 1);
+  pthread_mutex_lock(&config_lock);
+  snprintf(config_spec, sizeof config_spec, "%s", config_no_caching ? RMMC_DEFAULT_SPEC : spec);
+  config_status = RMMC_SUCCESS; /* the program, not the environment, is in charge now */
+  config_message[0] = '\0';
+  pthread_mutex_unlock(&config_lock);
+  return RMMC_SUCCESS;
+}
+
+rmmc_status_t rmmc__create_default_resource(int device, rmmc_resource_t **out) {
+  rmmc_status_t st = rmmc__default_config_check();
+  if (st != RMMC_SUCCESS) return st;
+  char spec[SPEC_MAX];
+  pthread_mutex_lock(&config_lock);
+  snprintf(spec, sizeof spec, "%s", config_spec);
+  pthread_mutex_unlock(&config_lock);
+  st = rmmc_stack_create(spec, device, out);
+  if (st == RMMC_SUCCESS || strcmp(spec, RMMC_DEFAULT_SPEC) == 0) return st;
   char why[MESSAGE_MAX];
-  snprintf(why, sizeof why, "RMMC_ALLOC_CONF could not be built for device %d: %s", device,
-           rmmc_last_error_message());
+  snprintf(why, sizeof why, "the default stack \"%.256s\" could not be built for device %d: %s", spec,
+           device, rmmc_last_error_message());
+  if (!config_fallback) {
+    /* Strict: this lookup fails, and the next one tries again. */
+    return rmmc_set_error(st, "%s (RMMC_ALLOC_CONF_FALLBACK=1 uses the plain cuda resource "
+                              "instead)",
+                          why);
+  }
   fprintf(stderr, "rmmc: %s\nrmmc: device %d uses the plain cuda resource instead\n", why, device);
   record_problem(st, why);
   return rmmc_cuda_resource_create(device, out);

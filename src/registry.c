@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "config.h"
 #include "internal.h"
 #include "rmmc/registry.h"
 
@@ -40,12 +41,13 @@ RMMC_API rmmc_status_t rmmc_get_device_resource(int device, rmmc_resource_t **ou
   pthread_mutex_lock(&registry_lock);
   r = slots[device];
   if (r == NULL) {
-    if (!rmmc__cuda_available()) {
+    st = rmmc__default_config_check(); /* a broken RMMC_ALLOC_CONF fails first, GPU or not */
+    if (st == RMMC_SUCCESS && !rmmc__cuda_available()) {
       st = rmmc_set_error(RMMC_ERROR_NO_DEVICE,
                           "no CUDA device is available, so device %d has no default resource: "
                           "set one (a host resource, say) with rmmc_set_device_resource()",
                           device);
-    } else {
+    } else if (st == RMMC_SUCCESS) {
       st = rmmc__create_default_resource(device, &r);
       if (st == RMMC_SUCCESS) __atomic_store_n(&slots[device], r, __ATOMIC_RELEASE);
     }

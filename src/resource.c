@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "release_check.h"
 
 RMMC_API void rmmc_resource_init(rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
                                  rmmc_memory_kind_t kind, int device) {
@@ -140,7 +141,11 @@ RMMC_API rmmc_resource_t *rmmc_resource_retain(rmmc_resource_t *r) {
 
 RMMC_API void rmmc_resource_release(rmmc_resource_t *r) {
   if (r == NULL) return;
-  if (__atomic_sub_fetch(&r->refcount, 1, __ATOMIC_ACQ_REL) == 0) r->ops->destroy(r);
+  if (__atomic_sub_fetch(&r->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+    bool checked = rmmc__release_check_begin(r); /* RMMC_CHECK_RELEASE=1: live blocks? */
+    r->ops->destroy(r);
+    rmmc__release_check_end(checked);
+  }
 }
 
 RMMC_API long rmmc_resource_refcount(const rmmc_resource_t *r) {

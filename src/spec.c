@@ -15,6 +15,7 @@
 #include "rmmc/registry.h"
 #include "rmmc/spec.h"
 #include "spec.h"
+#include "suggest.h"
 
 #define MAX_LAYERS 16
 
@@ -39,7 +40,7 @@ static rmmc_status_t parse_error(const parser_t *p, size_t col, size_t len, cons
     ;
 
 static rmmc_status_t parse_error(const parser_t *p, size_t col, size_t len, const char *fmt, ...) {
-  char what[256], caret[160];
+  char what[512], caret[160];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
@@ -95,7 +96,8 @@ RMMC_API rmmc_status_t rmmc_parse_size(const char *text, size_t *out) {
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "parse_size: NULL argument");
   if (rmmc__parse_bytes(text, strlen(text), out) != RMMC_SUCCESS)
     return rmmc_set_error(RMMC_ERROR_PARSE,
-                          "'%s' is not a size (write 1024, 64KiB, 256MiB, 1.5GiB)", text);
+                          "'%s' is not a size (write 1024, 64KiB, 256MiB, 1.5GiB)%s", text,
+                          rmmc__size_unit_hint(text, strlen(text)));
   return RMMC_SUCCESS;
 }
 
@@ -124,6 +126,7 @@ static rmmc_status_t parse_value(parser_t *p, const rmmc__spec_option_t *o, size
   switch (o->type) {
   case RMMC__OPT_BYTES_PCT:
     if (len > 1 && buf[len - 1] == '%') {
+      while (len > 1 && isspace((unsigned char)buf[len - 2])) buf[--len - 1] = '%', buf[len] = '\0';
       double pct = strtod(buf, &end);
       if (end != buf + len - 1 || !(pct > 0.0 && pct <= 100.0))
         return parse_error(p, col, len, "'%s' wants a percentage in (0, 100]", o->name);
@@ -135,7 +138,8 @@ static rmmc_status_t parse_value(parser_t *p, const rmmc__spec_option_t *o, size
   case RMMC__OPT_BYTES: {
     size_t bytes;
     if (rmmc__parse_bytes(buf, len, &bytes) != RMMC_SUCCESS)
-      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
+      return parse_error(p, col, len, "'%s' is not %s%s", buf, type_hint(o->type),
+                         rmmc__size_unit_hint(buf, len));
     v->number = (double)bytes;
     return RMMC_SUCCESS;
   }
@@ -184,6 +188,10 @@ static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
     if (o == NULL) {
       char names[256];
       list_options(l->entry, names, sizeof names);
+      const char *near = rmmc__suggest_option(l->entry, p->spec + kcol, klen);
+      if (near != NULL)
+        return parse_error(p, kcol, klen, "%s has no option '%.*s'; did you mean '%s'? (it takes: %s)",
+                           l->entry->name, (int)klen, p->spec + kcol, near, names);
       return parse_error(p, kcol, klen, "%s has no option '%.*s' (it takes: %s)", l->entry->name,
                          (int)klen, p->spec + kcol, names);
     }
@@ -205,6 +213,14 @@ static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
       p->pos = (size_t)(close - p->spec) + 1;
     } else {
       vlen = read_word(p);
+      /* A size may keep a space before its unit: initial=64 MiB, max=80 %. */
+      size_t q = p->pos;
+      while (isspace((unsigned char)p->spec[q])) q++;
+      if ((o->type == RMMC__OPT_BYTES || o->type == RMMC__OPT_BYTES_PCT) && vlen > 0 && q > p->pos &&
+          (isalpha((unsigned char)p->spec[q]) || p->spec[q] == '%')) {
+        p->pos = q;
+        vlen = p->pos - vcol + read_word(p);
+      }
     }
     if (vlen == 0) return parse_error(p, vcol, 1, "expected a value for '%s'", o->name);
     rmmc_status_t st = parse_value(p, o, vcol, vlen, &l->args.values[l->args.count]);
@@ -234,8 +250,14 @@ static rmmc_status_t parse(parser_t *p) {
       return parse_error(p, col, 1, "expected a resource name, found '%c'", p->spec[col]);
     }
     const rmmc__spec_entry_t *e = find_entry(p->spec + col, len);
-    if (e == NULL)
-      return parse_error(p, col, len, "unknown resource '%.*s'", (int)len, p->spec + col);
+    if (e == NULL) {
+      const char *near = rmmc__suggest_resource(p->spec + col, len);
+      if (near != NULL)
+        return parse_error(p, col, len, "unknown resource '%.*s'; did you mean '%s'?", (int)len,
+                           p->spec + col, near);
+      return parse_error(p, col, len, "unknown resource '%.*s' (rmmc-bench --list names them all)",
+                         (int)len, p->spec + col);
+    }
     if (p->nlayers == MAX_LAYERS) return parse_error(p, col, len, "too many layers");
     layer_t *l = &p->layers[p->nlayers++];
     memset(l, 0, sizeof *l);

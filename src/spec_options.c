@@ -26,14 +26,17 @@ rmmc_status_t rmmc__parse_bytes(const char *text, size_t len, size_t *out) {
   char *end;
   double v = strtod(buf, &end);
   if (end == buf || !(v >= 0) || !isdigit((unsigned char)buf[0])) return RMMC_ERROR_PARSE;
+  while (*end == ' ' || *end == '\t') end++; /* "64 MiB" */
+  /* Binary units only: KB, MB, GB, TB mean 1000^n to some and 1024^n to
+   * others, so they are refused (rmmc__size_unit_hint says what to write). */
   static const struct {
     const char *suffix;
     double mult;
   } units[] = {{"", 1},          {"B", 1},
-               {"K", 1024.0},    {"KB", 1024.0},    {"KiB", 1024.0},
-               {"M", 1048576.0}, {"MB", 1048576.0}, {"MiB", 1048576.0},
-               {"G", 1073741824.0}, {"GB", 1073741824.0}, {"GiB", 1073741824.0},
-               {"T", 1099511627776.0}, {"TB", 1099511627776.0}, {"TiB", 1099511627776.0}};
+               {"K", 1024.0},    {"KiB", 1024.0},
+               {"M", 1048576.0}, {"MiB", 1048576.0},
+               {"G", 1073741824.0}, {"GiB", 1073741824.0},
+               {"T", 1099511627776.0}, {"TiB", 1099511627776.0}};
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
     if (strcmp(end, units[i].suffix) == 0) {
       double bytes = v * units[i].mult;

@@ -69,6 +69,7 @@ enum exit_code {
 #define INJECT_EVERY 1000 /* --inject-corruption: thread 0's 1st, 1001st, ... */
 #define DENSE_WORDS 512   /* sparse CPU fill: 4 KiB at each end checked whole */
 #define SPARSE_STRIDE 512 /* and one word per 4 KiB between them */
+#define PROGRESS_STEP 1024 /* a worker publishes its op count this often */
 
 static const char *const gpu_default_stacks[] = {
     "statistics > pool > cuda",
@@ -129,7 +130,10 @@ static const char usage_text[] =
     "                     allocation after its fill: the run must then fail\n"
     "  --json FILE        also write the results as one JSON object\n"
     "  --quiet            no progress lines on stderr\n"
+    "  --progress S       while a stack runs, a progress line on stderr every S\n"
+    "                     seconds (default 2)\n"
     "  -h, --help         this text\n"
+    "  --version          print the version and exit\n"
     "\n"
     "Exit status: 0 every stack passed; 1 a stack failed (corruption, leak, a\n"
     "status other than a clean out of memory, a misaligned pointer, a CUDA error);\n"
@@ -148,6 +152,7 @@ typedef struct options {
   const char *json_path;
   run_mode_t mode;
   bool sparse, inject, quiet;
+  double progress_s; /* seconds between progress lines */
 } options_t;
 
 /* One live block. `s` indexes the owning thread's streams. */
@@ -181,6 +186,7 @@ typedef struct worker {
   int index;
   uint64_t rng;
   uint64_t target; /* ops to make before the final frees */
+  uint64_t progress; /* c.ops, published (atomically) every PROGRESS_STEP ops for the main thread */
   cudaStream_t *streams;
   cudaEvent_t *events; /* one per stream (CUDA streams only) */
   unsigned long long *d_errors; /* this thread's device counter */
@@ -211,6 +217,8 @@ typedef struct run {
   mail_t mail[MAILBOX_CAP];
   int nmail;
   worker_t *workers; /* threads + 1: the last is the main thread's drain */
+  int finished;      /* workers that have returned (atomic) */
+  int index, count;  /* this stack's place in the run, for progress lines */
 } run_t;
 
 typedef struct layer_figures {
@@ -507,6 +515,7 @@ static void *worker_main(void *arg) {
   int L = run->o->live;
   if (run->cuda) cuda_ok(w, cudaSetDevice(run->device), "cudaSetDevice");
   while (w->c.ops < w->target && !stopped(run)) {
+    if (w->c.ops % PROGRESS_STEP == 0) __atomic_store_n(&w->progress, w->c.ops, __ATOMIC_RELAXED);
     uint64_t r = next(w);
     if (w->nlive < L && r % 32 == 0 && mailbox_take(w)) continue;
     if (w->nlive == 0 || (w->nlive < L && ((r >> 8) & 1))) do_alloc(w);
@@ -516,7 +525,29 @@ static void *worker_main(void *arg) {
     entry_t e = w->live[--w->nlive];
     check_and_free(w, &e, e.s);
   }
+  __atomic_store_n(&w->progress, w->c.ops, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&run->finished, 1, __ATOMIC_RELEASE);
   return NULL;
+}
+
+/* Until the `started` workers have returned, prints on stderr every
+ * --progress seconds how far the stack is (a stack can take tens of
+ * seconds on a GPU, which would otherwise look like a hang). */
+static void report_progress(run_t *run, int started, double t0) {
+  const options_t *o = run->o;
+  double next_report = t0 + o->progress_s;
+  while (__atomic_load_n(&run->finished, __ATOMIC_ACQUIRE) < started) {
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    double t = now_s();
+    if (o->quiet || t < next_report) continue;
+    next_report = t + o->progress_s;
+    uint64_t done = 0;
+    for (int i = 0; i < started; i++) done += __atomic_load_n(&run->workers[i].progress, __ATOMIC_RELAXED);
+    fprintf(stderr, "rmmc-stress: [%d/%d] %.0f%% (%llu of %llu ops), %.1f s\n", run->index + 1,
+            run->count, o->ops ? 100.0 * (double)done / (double)o->ops : 100.0,
+            (unsigned long long)done, (unsigned long long)o->ops, t - t0);
+  }
 }
 
 /* ---- one stack ---- */
@@ -655,6 +686,7 @@ static void run_threads(run_t *run, result_t *res) {
       break;
     }
   }
+  report_progress(run, started, t0);
   for (int i = 0; i < started; i++) pthread_join(tids[i], NULL);
   /* What is left in the mailbox: freed by this thread on thread 0's
    * stream 0, after waiting for the giver's event. */
@@ -730,7 +762,8 @@ static void run_stack(const options_t *o, int index, const char *spec, bool gpu,
     goto free_arrays;
   }
   *run = (run_t){.o = o, .r = r, .cuda = gpu, .kernels = kernels, .streams = streams,
-                 .events = events, .keys = keys, .workers = workers};
+                 .events = events, .keys = keys, .workers = workers, .index = index,
+                 .count = o->nspecs};
   run->device = rmmc_resource_device(r) >= 0 ? rmmc_resource_device(r) : 0;
   pthread_mutex_init(&run->mail_lock, NULL);
   if (gpu) {
@@ -864,7 +897,7 @@ static void print_row(int width, const result_t *r) {
 
 enum {
   OPT_STACK = 256, OPT_THREADS, OPT_STREAMS, OPT_OPS, OPT_LIVE, OPT_MAX_BYTES, OPT_LARGE_BYTES,
-  OPT_SEED, OPT_FILL, OPT_HOST, OPT_GPU, OPT_INJECT, OPT_JSON, OPT_QUIET,
+  OPT_SEED, OPT_FILL, OPT_HOST, OPT_GPU, OPT_INJECT, OPT_JSON, OPT_QUIET, OPT_VERSION, OPT_PROGRESS,
 };
 
 static const struct option long_options[] = {
@@ -882,7 +915,9 @@ static const struct option long_options[] = {
     {"inject-corruption", no_argument, NULL, OPT_INJECT},
     {"json", required_argument, NULL, OPT_JSON},
     {"quiet", no_argument, NULL, OPT_QUIET},
+    {"progress", required_argument, NULL, OPT_PROGRESS},
     {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
 
@@ -891,7 +926,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
   unsigned long long v;
   *o = (options_t){.threads = 16, .streams = 4, .live = 64, .ops = 1000000,
                    .max_bytes = (size_t)4 << 20, .large_bytes = (size_t)64 << 20, .seed = 1,
-                   .mode = MODE_AUTO, .sparse = true};
+                   .mode = MODE_AUTO, .sparse = true, .progress_s = 2.0};
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
@@ -944,9 +979,17 @@ static int parse_options(int argc, char **argv, options_t *o) {
     case OPT_INJECT: o->inject = true; break;
     case OPT_JSON: o->json_path = optarg; break;
     case OPT_QUIET: o->quiet = true; break;
+    case OPT_PROGRESS: {
+      char *end;
+      errno = 0;
+      o->progress_s = strtod(optarg, &end);
+      if (end == optarg || *end != '\0' || errno != 0 || !(o->progress_s >= 0.01 && o->progress_s <= 3600))
+        return cli_usage_error("--progress wants seconds from 0.01 to 3600, not '%s'", optarg);
+      break;
+    }
     case 'h': fputs(usage_text, stdout); return EXIT_OK;
-    case ':': return cli_usage_error("%s needs a value", argv[optind - 1]);
-    default: return cli_usage_error("unknown option '%s'", argv[optind - 1]);
+    case OPT_VERSION: return cli_print_version();
+    default: return cli_bad_option(c, argv);
     }
   }
   if (optind < argc) return cli_usage_error("unexpected argument '%s' (stacks go after --stack)", argv[optind]);

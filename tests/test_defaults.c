@@ -4,7 +4,9 @@
  * good, blank and broken values, the resolved spec built as a host stack,
  * and, in a fresh process per test (Check's fork mode), the environment
  * read once with a broken value reported once on stderr and through
- * rmmc_default_config_status(). Host suite.
+ * rmmc_default_config_status(), strict lookups (the parse status from the
+ * registry and the plug-ins) unless RMMC_ALLOC_CONF_FALLBACK=1, PyTorch's
+ * syntax recognised, and rmmc_set_default_spec(). Host suite.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -173,6 +175,160 @@ START_TEST(test_defaults_environment_bad_switch) {
 }
 END_TEST
 
+/* Strict by default: a broken RMMC_ALLOC_CONF makes every lookup that would
+ * build a default return the parse status, GPU or not, and the plug-ins
+ * hand out nothing and say why. */
+START_TEST(test_defaults_strict_lookups_fail_with_the_parse_status) {
+  if (!forked()) return;
+  setenv("RMMC_ALLOC_CONF", "pool > hots", 1);
+  unsetenv("RMMC_NO_CACHING");
+  unsetenv("RMMC_ALLOC_CONF_FALLBACK");
+  int fd = capture_stderr();
+  void *p = (void *)1;
+  ck_assert_int_eq(rmmc_allocate(1024, NULL, &p), RMMC_ERROR_PARSE);
+  ck_assert_ptr_null(p);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "RMMC_ALLOC_CONF is not a valid stack spec"));
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "unknown resource 'hots'"));
+  rmmc_clear_last_error();
+  rmmc_resource_t *r = (rmmc_resource_t *)1;
+  ck_assert_int_eq(rmmc_get_device_resource(0, &r), RMMC_ERROR_PARSE); /* again, not once */
+  ck_assert_ptr_null(r);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "RMMC_ALLOC_CONF is not a valid stack spec"));
+  rmmc_plugin_reset_stats();
+  ck_assert_ptr_null(rmmc_torch_alloc(4096, 0, NULL));
+  char why[2048];
+  rmmc_plugin_last_error(why, sizeof why);
+  ck_assert_ptr_nonnull(strstr(why, "RMMC_ALLOC_CONF is not a valid stack spec"));
+  rmmc_plugin_stats_t st = RMMC_PLUGIN_STATS_INIT;
+  ck_assert_int_eq(rmmc_plugin_get_stats(0, &st), RMMC_SUCCESS);
+  ck_assert_uint_eq(st.allocation_failures, 1);
+  const char *out = read_all(fd);
+  ck_assert_int_eq(count_of(out, "rmmc: RMMC_ALLOC_CONF is not a valid stack spec"), 1);
+  ck_assert_int_eq(count_of(out, "allocations through the registry fail with this error"), 1);
+  /* A resource set explicitly is used: the configuration only concerns defaults. */
+  rmmc_resource_t *host;
+  ck_assert_int_eq(rmmc_host_resource_create(&host), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_set_device_resource(0, host, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(host);
+  ck_assert_int_eq(rmmc_get_device_resource(0, &r), RMMC_SUCCESS);
+  ck_assert_ptr_eq(r, host);
+  rmmc_registry_clear();
+  close(fd);
+}
+END_TEST
+
+/* RMMC_ALLOC_CONF_FALLBACK=1: the old behaviour, the plain cuda resource
+ * (NO_DEVICE without a GPU), said once on stderr. */
+START_TEST(test_defaults_fallback_is_an_explicit_opt_in) {
+  if (!forked()) return;
+  setenv("RMMC_ALLOC_CONF", "pool > hots", 1);
+  setenv("RMMC_ALLOC_CONF_FALLBACK", "1", 1);
+  unsetenv("RMMC_NO_CACHING");
+  int fd = capture_stderr();
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = rmmc_get_device_resource(0, &r);
+  if (rmmc_device_count() == 0) {
+    ck_assert_int_eq(st, RMMC_ERROR_NO_DEVICE);
+  } else {
+    ck_assert_int_eq(st, RMMC_SUCCESS);
+    ck_assert_str_eq(rmmc_resource_name(r), "cuda");
+  }
+  const char *spec;
+  ck_assert_int_eq(rmmc_default_config_status(&spec, NULL), RMMC_ERROR_PARSE);
+  ck_assert_str_eq(spec, "cuda");
+  ck_assert_int_eq(count_of(read_all(fd), "every device uses the plain cuda resource instead "
+                                          "(RMMC_ALLOC_CONF_FALLBACK=1)"),
+                   1);
+  close(fd);
+}
+END_TEST
+
+START_TEST(test_defaults_fallback_switch_must_parse) {
+  if (!forked()) return;
+  setenv("RMMC_ALLOC_CONF", "host", 1);
+  setenv("RMMC_ALLOC_CONF_FALLBACK", "perhaps", 1);
+  int fd = capture_stderr();
+  const char *spec, *message;
+  ck_assert_int_eq(rmmc_default_config_status(&spec, &message), RMMC_ERROR_PARSE);
+  ck_assert_ptr_nonnull(strstr(message, "RMMC_ALLOC_CONF_FALLBACK=\"perhaps\" is not a switch"));
+  void *p;
+  ck_assert_int_eq(rmmc_allocate(64, NULL, &p), RMMC_ERROR_PARSE); /* strict, since not opted in */
+  close(fd);
+}
+END_TEST
+
+/* PyTorch's syntax is recognised, and the message gives the rmmc spelling,
+ * which must itself parse; every option a note names must exist. */
+START_TEST(test_defaults_pytorch_syntax_names_the_rmmc_spelling) {
+  expect_fallback("expandable_segments:True", NULL,
+                  "RMMC_ALLOC_CONF='pool(expandable=true) > cuda'");
+  expect_fallback("expandable_segments:True", NULL, "PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax");
+  expect_fallback("backend:cudaMallocAsync, max_split_size_mb:128,frobnicate:1", NULL,
+                  "RMMC_ALLOC_CONF='cuda_async'");
+  expect_fallback("backend:cudaMallocAsync,max_split_size_mb:128,frobnicate:1", NULL,
+                  "max_split_size_mb has no rmmc option: the pool's split_limit");
+  expect_fallback("backend:cudaMallocAsync,max_split_size_mb:128,frobnicate:1", NULL,
+                  "'frobnicate' is not a PyTorch option rmmc knows");
+  expect_fallback("garbage_collection_threshold:0.6", NULL, "RMMC_ALLOC_CONF='pool > cuda'");
+  expect_fallback("garbage_collection_threshold:0.6", NULL, "(release_slack)");
+  expect_fallback("roundup_power2_divisions:4", NULL, "binning > pool > cuda");
+  /* Not PyTorch's syntax: no hint. */
+  char buf[64];
+  ck_assert_int_eq(rmmc_default_config_resolve("pool > hots", NULL, buf, sizeof buf), RMMC_ERROR_PARSE);
+  ck_assert_ptr_null(strstr(rmmc_last_error_message(), "PyTorch"));
+  ck_assert_int_eq(rmmc_default_config_resolve("pool:3 > cuda", NULL, buf, sizeof buf), RMMC_ERROR_PARSE);
+  ck_assert_ptr_null(strstr(rmmc_last_error_message(), "PyTorch"));
+  const char *named[] = {"pool(expandable=true) > cuda", "cuda_async", "pool > cuda",
+                         "pool(split_limit=8) > cuda", "pool(release_slack=0.05) > cuda",
+                         "binning > pool > cuda"};
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+    ck_assert_msg(rmmc_stack_validate(named[i]) == RMMC_SUCCESS, "%s: %s", named[i],
+                  rmmc_last_error_message());
+}
+END_TEST
+
+/* rmmc_set_default_spec(): replaces the environment's spec (a broken one
+ * too), refuses what does not parse, and RMMC_NO_CACHING still wins. */
+START_TEST(test_defaults_set_default_spec_replaces_the_environment) {
+  if (!forked()) return;
+  setenv("RMMC_ALLOC_CONF", "pool > hots", 1);
+  unsetenv("RMMC_NO_CACHING");
+  unsetenv("RMMC_ALLOC_CONF_FALLBACK");
+  int fd = capture_stderr();
+  const char *spec, *message;
+  ck_assert_int_eq(rmmc_set_default_spec(NULL), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_set_default_spec("expandable_segments:True"), RMMC_ERROR_PARSE);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "set_default_spec is not a valid stack spec"));
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "'pool(expandable=true) > cuda'"));
+  ck_assert_int_eq(rmmc_default_config_status(&spec, NULL), RMMC_ERROR_PARSE); /* unchanged */
+  ck_assert_int_eq(rmmc_set_default_spec("statistics > pool > cuda"), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_default_config_status(&spec, &message), RMMC_SUCCESS);
+  ck_assert_str_eq(spec, "statistics > pool > cuda");
+  ck_assert_str_eq(message, "");
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = rmmc_get_device_resource(0, &r);
+  if (rmmc_device_count() == 0) {
+    ck_assert_int_eq(st, RMMC_ERROR_NO_DEVICE); /* no longer the parse error */
+  } else {
+    ck_assert_int_eq(st, RMMC_SUCCESS);
+    ck_assert_str_eq(rmmc_resource_name(r), "statistics");
+    rmmc_registry_clear();
+  }
+  close(fd);
+}
+END_TEST
+
+START_TEST(test_defaults_set_default_spec_yields_to_no_caching) {
+  if (!forked()) return;
+  unsetenv("RMMC_ALLOC_CONF");
+  setenv("RMMC_NO_CACHING", "1", 1);
+  const char *spec;
+  ck_assert_int_eq(rmmc_set_default_spec("pool > cuda"), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_default_config_status(&spec, NULL), RMMC_SUCCESS);
+  ck_assert_str_eq(spec, "cuda");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("defaults");
   TCase *tc = tcase_create("host");
@@ -183,6 +339,12 @@ int main(void) {
   tcase_add_test(tc, test_defaults_environment_good_spec_is_quiet);
   tcase_add_test(tc, test_defaults_environment_no_caching_wins);
   tcase_add_test(tc, test_defaults_environment_bad_switch);
+  tcase_add_test(tc, test_defaults_strict_lookups_fail_with_the_parse_status);
+  tcase_add_test(tc, test_defaults_fallback_is_an_explicit_opt_in);
+  tcase_add_test(tc, test_defaults_fallback_switch_must_parse);
+  tcase_add_test(tc, test_defaults_pytorch_syntax_names_the_rmmc_spelling);
+  tcase_add_test(tc, test_defaults_set_default_spec_replaces_the_environment);
+  tcase_add_test(tc, test_defaults_set_default_spec_yields_to_no_caching);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

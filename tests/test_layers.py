@@ -26,10 +26,10 @@ import sys
 LAYERS = [
     ("leaves", ["src/status.c", "src/ptrmap.c"]),
     ("device helpers", ["src/device.c"]),
-    ("dispatch and option values", ["src/resource.c", "src/spec_options.c"]),
+    ("dispatch and option values", ["src/resource.c", "src/release_check.c", "src/spec_options.c"]),
     ("shared by sub-allocators", ["src/stream_events.c"]),
     ("resources and adaptors", ["src/resources/*", "src/adaptors/*"]),
-    ("spec parser and table", ["src/spec.c", "src/spec_table.c"]),
+    ("spec parser and table", ["src/spec.c", "src/spec_table.c", "src/suggest.c"]),
     ("process default", ["src/defaults.c"]),
     ("registry", ["src/registry.c"]),
     ("report, plug-ins, containers", ["src/report.c", "src/plugins.c", "src/containers/*"]),

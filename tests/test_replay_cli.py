@@ -86,15 +86,15 @@ with tempfile.TemporaryDirectory() as tmp:
     check(recs[1]["upstream"] == "sim" and recs[1]["simulated"] is True, str(recs[1]))
     check(recs[1].get("upstream_reported_peak_bytes") == 4096, str(recs[1]))
 
-    # The SVG parses as XML and holds exactly one path per line: live, then
-    # one reserved line per stack, in order.
+    # The SVG parses as XML and holds exactly one path per line: one reserved
+    # line per stack, in order, then live, drawn last so it stays visible.
     root = ET.parse(s).getroot()
     check(root.tag == SVG + "svg", root.tag)
     paths = list(root.iter(SVG + "path"))
     check(len(paths) == 3, "%d paths" % len(paths))
-    check([p.get("data-series") for p in paths] == ["live", "reserved", "reserved"],
+    check([p.get("data-series") for p in paths] == ["reserved", "reserved", "live"],
           str([p.attrib for p in paths]))
-    check([p.get("data-stack") for p in paths[1:]] == ["host", "sim"], str(paths))
+    check([p.get("data-stack") for p in paths[:2]] == ["host", "sim"], str(paths))
     for p in paths:
         d = p.get("d", "")
         check(d.startswith("M") and d.count("L") == 6, "path d: " + d)  # 6 events + the end

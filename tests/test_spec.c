@@ -69,12 +69,12 @@ START_TEST(test_parse_size) {
   size_t v;
   struct { const char *t; size_t v; } ok[] = {
       {"0", 0}, {"1024", 1024}, {"1B", 1}, {"64KiB", 65536}, {"64K", 65536},
-      {"256MiB", 256u << 20}, {"1.5GiB", (size_t)3 << 29}, {"2TiB", (size_t)2 << 40}, {"1GB", 1u << 30}};
+      {"256MiB", 256u << 20}, {"1.5GiB", (size_t)3 << 29}, {"2TiB", (size_t)2 << 40}, {"1 GiB", 1u << 30}};
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
     ck_assert_int_eq(rmmc_parse_size(ok[i].t, &v), RMMC_SUCCESS);
     ck_assert_uint_eq(v, ok[i].v);
   }
-  const char *bad[] = {"", "abc", "-1", "1.5", "12XB", "1 GiB", "99999999999TiB", "0.1B"};
+  const char *bad[] = {"", "abc", "-1", "1.5", "12XB", "1GB", "99999999999TiB", "0.1B"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     ck_assert_msg(rmmc_parse_size(bad[i], &v) == RMMC_ERROR_PARSE, "'%s' parsed", bad[i]);
   ck_assert_int_eq(rmmc_parse_size(NULL, &v), RMMC_ERROR_INVALID_ARGUMENT);

@@ -1,6 +1,7 @@
 /*
  * Helpers the command-line programs share (rmmc-bench, rmmc-replay and
- * rmmc-stress): usage errors that name the program, whole numbers and
+ * rmmc-stress): usage errors that name the program, unknown options and
+ * --version said the same way by each, whole numbers and
  * sizes checked with their flag in the message, JSON strings, and sizes
  * written in their largest exact unit. Header-only; every function is
  * static, so a program pays for what it calls. The program sets
@@ -11,10 +12,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rmmc/rmmc.h"
 
@@ -39,6 +42,43 @@ static int cli_usage_error(const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, "\n(%s --help lists the options)\n", cli_program);
   return CLI_EXIT_USAGE;
+}
+
+/* The message for what getopt_long returned '?' or ':' for (opterr = 0
+ * and an optstring starting with ':'): the option as the user wrote it,
+ * from optopt for a short option and from argv for a long one. Every
+ * tool's unknown or incomplete option reads the same way. */
+static int cli_bad_option(int c, char **argv)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((unused))
+#endif
+    ;
+
+static int cli_bad_option(int c, char **argv) {
+  char what[64];
+  const char *arg = argv[optind - 1];
+  if (strncmp(arg, "--", 2) == 0)
+    snprintf(what, sizeof what, "%.*s", (int)strcspn(arg, "="), arg);
+  else
+    snprintf(what, sizeof what, "-%c", optopt);
+  if (c == ':') return cli_usage_error("%s needs a value", what);
+  return cli_usage_error("unknown option '%s'", what);
+}
+
+/* "PROG 0.2.0" on stdout: the library's version at run time, and the
+ * headers' where they differ (a program run against another librmmc than
+ * it was built with). Returns 0, the exit status of --version. */
+static int cli_print_version(void)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((unused))
+#endif
+    ;
+
+static int cli_print_version(void) {
+  printf("%s %s", cli_program, rmmc_version_string());
+  if (rmmc_version() != RMMC_VERSION) printf(" (built with rmmc %s headers)", RMMC_VERSION_STRING);
+  printf("\n");
+  return 0;
 }
 
 /* A whole number from lo to hi for `flag`; false after a usage error. */

@@ -22,6 +22,9 @@
 #include "replay_engine.h"
 #include "spec.h" /* rmmc__stack_create_hooked (src/spec.h) */
 
+_Static_assert(REPLAY_MESSAGE_MAX >= RMMC__MESSAGE_MAX,
+               "first_failure must hold rmmc's longest message whole");
+
 /* ---- the meter: counts bytes outstanding through it ---- */
 
 /* Memory taken from the base (allocations and mapped pages) and the time
@@ -182,7 +185,7 @@ typedef struct worker {
   pthread_cond_t cv;
   bool sleeping; /* under mu */
   uint64_t ns, calls, failures, free_errors, skipped_frees;
-  char first_failure[256];
+  char first_failure[REPLAY_MESSAGE_MAX];
   size_t first_failure_event;
 } worker_t;
 

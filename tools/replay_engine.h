@@ -161,6 +161,11 @@ typedef struct replay_options {
 
 #define REPLAY_OPTIONS_INIT {sizeof(replay_options_t), -1, 0, true, NULL, false}
 
+/* The longest message rmmc keeps (its thread-local error message, whose
+ * out-of-memory form lists every layer's figures): first_failure holds it
+ * whole (replay_engine.c checks the two agree). */
+#define REPLAY_MESSAGE_MAX 1024
+
 typedef struct replay_result {
   char *stack;               /* the spec, or the resource's name */
   char base[32];             /* the base (innermost) layer's name */
@@ -188,7 +193,7 @@ typedef struct replay_result {
   bool warm;                 /* timed on a stack that had replayed the log once already */
   uint64_t *reserved_series; /* nbuckets points (as replay_log_live_series) */
   size_t nbuckets;
-  char first_failure[384];   /* the first refused allocation: event and message */
+  char first_failure[REPLAY_MESSAGE_MAX + 32]; /* the first refused allocation: event and message */
   char error[512];           /* why the stack could not be replayed ("" if it was) */
 } replay_result_t;
 

@@ -290,12 +290,8 @@ rmmc_status_t replay_write_svg(FILE *f, const replay_log_t *log, const replay_re
           "bytes</text>\n",
           (PLOT_Y0 + PLOT_Y1) / 2, (PLOT_Y0 + PLOT_Y1) / 2);
 
-  /* The series: live first (shared), then one reserved line per stack. */
-  fputs("<path class=\"series\" data-series=\"live\" fill=\"none\" stroke=\"#000\" "
-        "stroke-width=\"3\" stroke-opacity=\"0.45\"",
-        f);
-  series_path(f, &a, live, nb, log->nevents);
-  fputs("/>\n", f);
+  /* The series: one reserved line per stack, then live (shared) on top: a
+   * stack that reserves what is live (the base alone) would hide it. */
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     if (!drawable(&results[i], nb)) continue;
@@ -306,6 +302,11 @@ rmmc_status_t replay_write_svg(FILE *f, const replay_log_t *log, const replay_re
     series_path(f, &a, results[i].reserved_series, nb, log->nevents);
     fputs("/>\n", f);
   }
+  fputs("<path class=\"series\" data-series=\"live\" fill=\"none\" stroke=\"#000\" "
+        "stroke-width=\"3\" stroke-opacity=\"0.45\"",
+        f);
+  series_path(f, &a, live, nb, log->nevents);
+  fputs("/>\n", f);
 
   /* Legend. */
   fputs("<g class=\"legend\">\n", f);

@@ -89,6 +89,7 @@ static const char *const usage_text[] = {
     "                    stack, case and thread count\n"
     "  --quiet           no progress lines on stderr\n"
     "  -h, --help        this text\n"
+    "  --version         print the version and exit\n"
     "\n"
     ,
     "What is timed\n"
@@ -253,7 +254,7 @@ static bool parse_patterns(const char *text, options_t *o) {
 
 enum {
   OPT_STACK = 256, OPT_BASELINE, OPT_PATTERN, OPT_SIZE, OPT_MIN, OPT_MAX, OPT_LIVE, OPT_OPS,
-  OPT_REPEAT, OPT_SEED, OPT_THREADS, OPT_BUDGET, OPT_JSON, OPT_SKIP_INVALID, OPT_LIST, OPT_QUIET,
+  OPT_REPEAT, OPT_SEED, OPT_THREADS, OPT_BUDGET, OPT_JSON, OPT_SKIP_INVALID, OPT_LIST, OPT_QUIET, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -274,6 +275,7 @@ static const struct option long_options[] = {
     {"list", no_argument, NULL, OPT_LIST},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
 
@@ -360,8 +362,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
     case 'h':
       for (const char *const *t = usage_text; *t != NULL; t++) fputs(*t, stdout);
       return EXIT_OK;
-    case ':': return cli_usage_error("%s needs a value", argv[optind - 1]);
-    default: return cli_usage_error("unknown option '%s'", argv[optind - 1]);
+    case OPT_VERSION: return cli_print_version();
+    default: return cli_bad_option(c, argv);
     }
   }
   if (optind < argc) return cli_usage_error("unexpected argument '%s' (stacks go after --stack)", argv[optind]);

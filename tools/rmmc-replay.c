@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "replay_engine.h"
 
 #define MAX_STACKS 64
@@ -60,10 +61,12 @@ static void usage(FILE *f) {
       "  --list           list the resources and options stack specs accept\n"
       "  -q, --quiet      print only errors\n"
       "  -h, --help       this text\n"
+      "  --version        print the version and exit\n"
       "\n"
       "Default stacks: the base alone (ratio 1: a plain upstream takes exactly what is\n"
       "asked), then pool, pool(expandable=true) and arena over it. Exit status: 0, 1 if a\n"
-      "stack could not be built or replayed, 2 for bad usage or a bad log.\n",
+      "stack could not be built or replayed, 2 for bad usage, a bad log or an output\n"
+      "file that cannot be written (--json and --svg are opened before the replay).\n",
       f);
 }
 
@@ -133,13 +136,18 @@ static void describe_log(const replay_log_t *log) {
 typedef rmmc_status_t (*report_fn)(FILE *f, const replay_log_t *log,
                                    const replay_result_t *results, size_t n);
 
-static bool write_report(const char *path, report_fn write, const replay_log_t *log,
-                         const replay_result_t *results, size_t n) {
+/* Opens an output file before the replay, so a path that cannot be written
+ * fails at once rather than after minutes of replaying. NULL after saying
+ * why. */
+static FILE *open_output(const char *flag, const char *path) {
   FILE *f = fopen(path, "w");
-  if (f == NULL) {
-    fprintf(stderr, "rmmc-replay: cannot write %s: %s\n", path, strerror(errno));
-    return false;
-  }
+  if (f == NULL) fprintf(stderr, "rmmc-replay: %s: cannot write %s: %s\n", flag, path, strerror(errno));
+  return f;
+}
+
+/* Writes a report into f (from open_output) and closes it. */
+static bool write_report(FILE *f, const char *path, report_fn write, const replay_log_t *log,
+                         const replay_result_t *results, size_t n) {
   bool ok = write(f, log, results, n) == RMMC_SUCCESS;
   ok = fclose(f) == 0 && ok;
   if (!ok) fprintf(stderr, "rmmc-replay: writing %s failed\n", path);
@@ -194,6 +202,7 @@ int main(int argc, char **argv) {
       {"repeat", required_argument, NULL, 'r'},
       {"status", no_argument, NULL, 'S'},
       {"warm", no_argument, NULL, 'W'},
+      {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
   };
   const char *stacks[MAX_STACKS];
@@ -202,13 +211,12 @@ int main(int argc, char **argv) {
   bool lenient = false, single = false, quiet = false, status_report = false, warm = false;
   int device = -1, c;
   long repeat = 1;
-  while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
+  cli_program = "rmmc-replay";
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
     switch (c) {
     case 's':
-      if (nstacks == MAX_STACKS) {
-        fprintf(stderr, "rmmc-replay: at most %d stacks\n", MAX_STACKS);
-        return 2;
-      }
+      if (nstacks == MAX_STACKS) return cli_usage_error("at most %d --stack options", MAX_STACKS);
       stacks[nstacks++] = optarg;
       break;
     case 'u': upstream = optarg; break;
@@ -219,10 +227,8 @@ int main(int argc, char **argv) {
     case 'd': {
       char *end;
       long d = strtol(optarg, &end, 10);
-      if (*optarg == '\0' || *end != '\0' || d < 0 || d >= RMMC_REGISTRY_MAX_DEVICES) {
-        fprintf(stderr, "rmmc-replay: --device wants a device number, not '%s'\n", optarg);
-        return 2;
-      }
+      if (*optarg == '\0' || *end != '\0' || d < 0 || d >= RMMC_REGISTRY_MAX_DEVICES)
+        return cli_usage_error("--device wants a device number, not '%s'", optarg);
       device = (int)d;
       break;
     }
@@ -241,29 +247,27 @@ int main(int argc, char **argv) {
     case 'r': {
       char *end;
       repeat = strtol(optarg, &end, 10);
-      if (*optarg == '\0' || *end != '\0' || repeat < 1 || repeat > 1000) {
-        fprintf(stderr, "rmmc-replay: --repeat wants a count from 1 to 1000, not '%s'\n", optarg);
-        return 2;
-      }
+      if (*optarg == '\0' || *end != '\0' || repeat < 1 || repeat > 1000)
+        return cli_usage_error("--repeat wants a count from 1 to 1000, not '%s'", optarg);
       break;
     }
     case 'h': usage(stdout); return 0;
-    default: usage(stderr); return 2;
+    case 'V': return cli_print_version();
+    default: return cli_bad_option(c, argv);
     }
   }
-  if (optind != argc - 1) {
-    fprintf(stderr, optind == argc ? "rmmc-replay: no log given\n" : "rmmc-replay: one log only\n");
-    usage(stderr);
-    return 2;
-  }
+  if (optind == argc) return cli_usage_error("no log given");
+  if (optind < argc - 1) return cli_usage_error("one log only ('%s' is a second)", argv[optind + 1]);
   const char *path = argv[optind];
   for (int i = 0; i < nstacks; i++)
-    if (rmmc_stack_validate(stacks[i]) != RMMC_SUCCESS) {
-      fprintf(stderr, "rmmc-replay: --stack: %s\n", rmmc_last_error_message());
-      return 2;
-    }
-  if (upstream != NULL && rmmc_stack_validate(upstream) != RMMC_SUCCESS) {
-    fprintf(stderr, "rmmc-replay: --upstream: %s\n", rmmc_last_error_message());
+    if (rmmc_stack_validate(stacks[i]) != RMMC_SUCCESS)
+      return cli_usage_error("--stack: %s", rmmc_last_error_message());
+  if (upstream != NULL && rmmc_stack_validate(upstream) != RMMC_SUCCESS)
+    return cli_usage_error("--upstream: %s", rmmc_last_error_message());
+  FILE *json_file = NULL, *svg_file = NULL;
+  if (json_path != NULL && (json_file = open_output("--json", json_path)) == NULL) return 2;
+  if (svg_path != NULL && (svg_file = open_output("--svg", svg_path)) == NULL) {
+    if (json_file != NULL) fclose(json_file);
     return 2;
   }
 
@@ -276,6 +280,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rmmc-replay: %s\n", rmmc_last_error_message());
     if (st == RMMC_ERROR_PARSE && !lenient && strstr(rmmc_last_error_message(), "header") == NULL)
       fprintf(stderr, "rmmc-replay: --lenient skips bad lines and counts them\n");
+    if (json_file != NULL) fclose(json_file);
+    if (svg_file != NULL) fclose(svg_file);
     return 2;
   }
   if (!quiet) describe_log(log);
@@ -297,6 +303,8 @@ int main(int argc, char **argv) {
   if (results == NULL) {
     fprintf(stderr, "rmmc-replay: no host memory\n");
     replay_log_free(log);
+    if (json_file != NULL) fclose(json_file);
+    if (svg_file != NULL) fclose(svg_file);
     return 2;
   }
   replay_options_t opts = REPLAY_OPTIONS_INIT;
@@ -320,9 +328,11 @@ int main(int argc, char **argv) {
   }
   if (!quiet) replay_write_table(stdout, log, results, (size_t)nstacks);
 
-  if (json_path != NULL && !write_report(json_path, replay_write_json, log, results, (size_t)nstacks))
+  if (json_file != NULL &&
+      !write_report(json_file, json_path, replay_write_json, log, results, (size_t)nstacks))
     status = 2;
-  if (svg_path != NULL && !write_report(svg_path, replay_write_svg, log, results, (size_t)nstacks))
+  if (svg_file != NULL &&
+      !write_report(svg_file, svg_path, replay_write_svg, log, results, (size_t)nstacks))
     status = 2;
   for (int i = 0; i < nstacks; i++) replay_result_fini(&results[i]);
   free(results);

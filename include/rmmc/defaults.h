@@ -15,14 +15,27 @@
  *                     PYTORCH_NO_CUDA_MEMORY_CACHING). 0, false, no, off or
  *                     blank leave RMMC_ALLOC_CONF in charge.
  *
- * The environment is read once, at the first default built or the first
- * rmmc_default_config_status() call, whichever comes first. A value that
- * does not parse never stops the process: it is reported once on stderr
- * (the one place rmmc prints without being asked: the environment asked)
- * and through rmmc_default_config_status(), and the plain cuda resource is
- * used instead. A spec that parses but cannot be built for a device (an
- * initial pool larger than the device, say) is reported the same way and
- * that device gets the plain cuda resource.
+ *   RMMC_ALLOC_CONF_FALLBACK
+ *                     1 (or true, yes, on): a bad RMMC_ALLOC_CONF falls back
+ *                     to the plain cuda resource, as before 0.2. Unset, 0,
+ *                     false, no, off or blank: strict (below).
+ *
+ * The environment is read once, at the first default built, the first
+ * rmmc_default_config_status() or rmmc_set_default_spec() call, whichever
+ * comes first. A value that does not parse is reported once on stderr (the
+ * one place rmmc prints without being asked: the environment asked) and
+ * through rmmc_default_config_status(), and then, strictly, every registry
+ * lookup that would build a default (rmmc_allocate(), the plug-ins, buffers
+ * on a device with no resource set) fails with that status and message, GPU
+ * or not, so a typo cannot silently cost a cudaMalloc per allocation. The
+ * PyTorch plug-in's allocations then return NULL (torch raises) and the
+ * Python package raises at rmmc.torch.use() / rmmc.cupy.use(). A value in
+ * PyTorch's syntax (`expandable_segments:True`) is recognised and the
+ * message says what the rmmc spelling is (`pool(expandable=true) > cuda`).
+ * A spec that parses but cannot be built for a device (an initial pool
+ * larger than the device, say) fails that lookup the same way, and the
+ * next lookup tries again. With RMMC_ALLOC_CONF_FALLBACK=1 both problems
+ * give the device the plain cuda resource instead, reported once.
  */
 #ifndef RMMC_DEFAULTS_H
 #define RMMC_DEFAULTS_H
@@ -51,14 +64,27 @@ RMMC_EXPORT rmmc_status_t rmmc_default_config_resolve(const char *alloc_conf,
                                                       const char *no_caching, char *spec,
                                                       size_t len);
 
+/* Sets the spec every device's default is built from on its first use,
+ * replacing the environment's (RMMC_ALLOC_CONF) from code; devices that
+ * already have a resource keep it (rmmc_set_device_resource() replaces
+ * those). RMMC_NO_CACHING=1 still wins: the default stays cuda. A broken
+ * RMMC_ALLOC_CONF no longer matters once this succeeds
+ * (rmmc_default_config_status() then says RMMC_SUCCESS). RMMC_ERROR_PARSE
+ * for a spec that does not parse (nothing changes; PyTorch's syntax is
+ * recognised as above); RMMC_ERROR_INVALID_ARGUMENT for NULL. Thread-safe;
+ * strings rmmc_default_config_status() returned before are stale after it.
+ * Builds nothing and never calls CUDA. */
+RMMC_EXPORT rmmc_status_t rmmc_set_default_spec(const char *spec);
+
 /* Reads the environment if that has not happened yet and says how the
  * process default was configured: RMMC_SUCCESS when the environment parsed
  * and every default built so far is what it asked for; otherwise the
- * status of the first problem (RMMC_ERROR_PARSE for a value that does not
- * parse, or the status a layer returned when the spec was built for a
- * device) after which the plain cuda resource is used. *spec (if spec is
- * not NULL) receives the spec the environment chose (RMMC_DEFAULT_SPEC
- * after a parse error) and *message (if not NULL) "" or the text reported
+ * status of the first problem: RMMC_ERROR_PARSE for a value that does not
+ * parse (lookups fail with it, or use the plain cuda resource under
+ * RMMC_ALLOC_CONF_FALLBACK=1), or, under the fallback only, the status a
+ * layer returned when the spec was built for a device. *spec (if spec is
+ * not NULL) receives the spec the environment or rmmc_set_default_spec()
+ * chose (RMMC_DEFAULT_SPEC after a parse error) and *message (if not NULL) "" or the text reported
  * on stderr; both strings live as long as the process. Thread-safe; never
  * calls CUDA. */
 RMMC_EXPORT rmmc_status_t rmmc_default_config_status(const char **spec, const char **message);

@@ -119,7 +119,11 @@ RMMC_EXPORT rmmc_status_t rmmc_resource_deallocate_sync(rmmc_resource_t *r,
 RMMC_EXPORT rmmc_resource_t *rmmc_resource_retain(rmmc_resource_t *r);
 
 /* Drops one reference; the last one destroys the resource, which releases
- * its upstream in turn. NULL is a no-op. */
+ * its upstream in turn. NULL is a no-op. Blocks still allocated through a
+ * destroyed resource are freed with it (a later use of them is a use after
+ * free); with RMMC_CHECK_RELEASE=1 in the environment the last release of a
+ * layer that reports live blocks ("outstanding" or "in_use") says so on
+ * stderr, once per stack. */
 RMMC_EXPORT void rmmc_resource_release(rmmc_resource_t *r);
 
 /* The number of references held now (for tests and reports). */

@@ -6,11 +6,15 @@
  *
  * A spec is layers separated by '>'; a layer is a resource name with an
  * optional parenthesized list of key=value options. Sizes take B, KiB, MiB,
- * GiB, TiB (and K, M, G, T) and fractions (1.5GiB); options that accept a
- * percentage (max=80%) resolve it against the free memory of the device the
- * stack serves, or of the host for host-memory stacks. The innermost layer
- * must be a base resource (cuda, managed, pinned, cuda_async, host); every
- * other layer wraps the one to its right. Whitespace is ignored.
+ * GiB, TiB (and K, M, G, T, the same binary units) and fractions (1.5GiB),
+ * with or without a space before the unit (64 MiB); KB, MB, GB and TB are
+ * refused, since they mean powers of 1000 to some and of 1024 to others.
+ * Options that accept a percentage (max=80%) resolve it against the free
+ * memory of the device the stack serves, or of the host for host-memory
+ * stacks. The innermost layer must be a base resource (cuda, managed,
+ * pinned, cuda_async, host); every other layer wraps the one to its right.
+ * Whitespace between words is ignored. A misspelled resource or option
+ * name is answered with the closest one ("did you mean 'host'?").
  *
  * The same form is used by rmmc-bench, rmmc-replay and RMMC_ALLOC_CONF.
  */
@@ -39,8 +43,8 @@ RMMC_EXPORT rmmc_status_t rmmc_stack_create(const char *spec, int device,
  * the order of layers). RMMC_SUCCESS or RMMC_ERROR_PARSE as above. */
 RMMC_EXPORT rmmc_status_t rmmc_stack_validate(const char *spec);
 
-/* Parses a byte size as specs write them ("256MiB", "1.5GiB", "4096").
- * RMMC_ERROR_PARSE for anything else. */
+/* Parses a byte size as specs write them ("256MiB", "1.5 GiB", "4096").
+ * RMMC_ERROR_PARSE for anything else, decimal units (1GB) included. */
 RMMC_EXPORT rmmc_status_t rmmc_parse_size(const char *text, size_t *out);
 
 /* Writes a one-line-per-resource list of the names and options specs accept

@@ -1,0 +1,397 @@
+# SPDX-License-Identifier: Apache-2.0
+"""rmmc: composable GPU memory resources (RMM-style) for Python.
+
+A stack of memory resources is written as a spec, outermost first:
+``"statistics > pool(initial=1GiB) > cuda"``. Each GPU has a current
+resource in rmmc's registry; the PyTorch and CuPy plug-ins and
+``rmmc_allocate()`` allocate through it.
+
+    import rmmc, rmmc.torch
+    rmmc.torch.use("pool > cuda")          # before PyTorch touches CUDA
+
+    import rmmc, rmmc.cupy
+    rmmc.cupy.use("pool(expandable=true) > cuda")
+
+    r = rmmc.Resource("statistics > pool > host")   # no GPU needed
+    p = r.allocate(1 << 20)
+    r.deallocate(p, 1 << 20)
+    r.figures()                            # {'in_use': 0, 'peak': 1048576, ...}
+
+    with rmmc.statistics() as s:           # counts what the registry hands out
+        ...
+    s.peak_bytes
+
+Errors are exceptions carrying rmmc's status and message (RmmcError and
+its subclasses; out of memory is OutOfMemoryError, a MemoryError). The
+library is librmmc.so inside this package ($RMMC_LIB overrides it).
+"""
+import contextlib
+import ctypes
+import warnings
+
+from ._lib import (FIELD_BYTES, FIELD_CB, FIELD_TEXT, STATUS_NAMES, InvalidArgumentError,
+                   NoDeviceError, OutOfMemoryError, ParseError, PluginStats, RmmcError,
+                   Statistics as _StatisticsStruct, UnknownPointerError, check, error_for,
+                   last_error, lib, library_path, read_text)
+
+__all__ = [
+    "RmmcError", "OutOfMemoryError", "ParseError", "InvalidArgumentError", "NoDeviceError",
+    "UnknownPointerError", "Resource", "Bytes", "version", "set_default", "get_default",
+    "memory_status", "stack_figures", "statistics", "validate", "parse_size", "stack_help",
+    "config_status", "device_count", "plugin_stats", "plugin_last_error", "release_cached",
+    "library_path",
+]
+
+DEFAULT_ALIGNMENT = 256
+
+
+def __getattr__(name):
+    if name == "__version__":
+        return version()
+    raise AttributeError("module 'rmmc' has no attribute %r" % name)
+
+
+def version():
+    """The version of the loaded librmmc ("0.2.0")."""
+    return lib().rmmc_version_string().decode()
+
+
+def device_count():
+    """CUDA devices visible (0 without a GPU or driver)."""
+    return lib().rmmc_device_count()
+
+
+def _device(device):
+    """A device id: `device`, or the current device (0 without a GPU)."""
+    if device is not None:
+        if not isinstance(device, int) or device < 0:
+            raise InvalidArgumentError(-1, "device must be a device number >= 0, not %r" % (device,))
+        return device
+    d = ctypes.c_int()
+    check(lib().rmmc_get_current_device(ctypes.byref(d)), "get_current_device")
+    return d.value
+
+
+def _encode(spec):
+    if not isinstance(spec, str):
+        raise TypeError("a stack spec is a str, not %s" % type(spec).__name__)
+    return spec.encode()
+
+
+class Bytes(int):
+    """A figure that counts bytes (the others count things)."""
+
+
+def _describe(handle):
+    out = {}
+
+    def emit(_ctx, field):
+        f = field.contents
+        key = f.key.decode()
+        if f.kind == FIELD_TEXT:
+            out[key] = f.text.decode() if f.text else ""
+        else:
+            out[key] = Bytes(f.value) if f.kind == FIELD_BYTES else int(f.value)
+    lib().rmmc_resource_describe(handle, FIELD_CB(emit), None)
+    return out
+
+
+def _layers(handle):
+    layers = []
+    p = handle
+    while p:
+        layers.append((lib().rmmc_resource_name(p).decode(), _describe(p)))
+        p = lib().rmmc_resource_upstream(p)
+    return layers
+
+
+class Resource:
+    """A stack of memory resources built from a spec, holding one reference.
+
+    ``Resource("pool(initial=64MiB) > cuda", device=0)``. allocate() and
+    deallocate() are stream-ordered (``stream`` is a cudaStream_t as an int,
+    0 for the legacy default stream) and return/take the address as an int.
+    close() (or leaving a ``with`` block) drops the reference; closing with
+    blocks still allocated through this object warns (ResourceWarning), since
+    freeing the stack frees them under whoever still uses them.
+    """
+
+    def __init__(self, spec, device=None):
+        handle = ctypes.c_void_p()
+        check(lib().rmmc_stack_create(_encode(spec), -1 if device is None else device,
+                                      ctypes.byref(handle)), "Resource(%r)" % spec)
+        self._handle = handle.value
+        self.spec = spec
+        self._live = {}
+
+    @classmethod
+    def _adopt(cls, handle, spec):
+        """Wraps `handle`, taking a new reference."""
+        self = cls.__new__(cls)
+        self._handle = lib().rmmc_resource_retain(handle)
+        self.spec = spec
+        self._live = {}
+        return self
+
+    def _h(self):
+        if self._handle is None:
+            raise InvalidArgumentError(-1, "this rmmc.Resource is closed")
+        return self._handle
+
+    @property
+    def handle(self):
+        """The rmmc_resource_t * as an int (borrowed: valid while this is open)."""
+        return self._h()
+
+    @property
+    def name(self):
+        """The outermost layer's name ("pool")."""
+        return lib().rmmc_resource_name(self._h()).decode()
+
+    @property
+    def memory_kind(self):
+        """"device", "host", "pinned" or "managed"."""
+        return lib().rmmc_memory_kind_name(lib().rmmc_resource_memory_kind(self._h())).decode()
+
+    @property
+    def device(self):
+        """The device the stack serves, or -1 (host memory)."""
+        return lib().rmmc_resource_device(self._h())
+
+    def allocate(self, nbytes, stream=0, alignment=DEFAULT_ALIGNMENT):
+        """Allocates `nbytes` ready for use on `stream`; returns the address
+        (0 for 0 bytes). OutOfMemoryError when the stack cannot."""
+        p = ctypes.c_void_p()
+        check(lib().rmmc_resource_allocate(self._h(), nbytes, alignment, stream or None,
+                                           ctypes.byref(p)),
+              "allocate(%d)" % nbytes)
+        if p.value:
+            self._live[p.value] = nbytes
+        return p.value or 0
+
+    def deallocate(self, ptr, nbytes, stream=0, alignment=DEFAULT_ALIGNMENT):
+        """Returns a block allocate() gave, with its size; reusable on
+        `stream` at once. 0 is a no-op."""
+        check(lib().rmmc_resource_deallocate(self._h(), ptr or None, nbytes, alignment,
+                                             stream or None),
+              "deallocate(0x%x, %d)" % (ptr or 0, nbytes))
+        self._live.pop(ptr, None)
+
+    def figures(self):
+        """The outermost layer's figures: {"in_use": Bytes, "peak": ..., ...}."""
+        return _describe(self._h())
+
+    def layers(self):
+        """[(name, figures)] for every layer, outermost first."""
+        return _layers(self._h())
+
+    def status(self):
+        """The status report of the whole stack, as text."""
+        return read_text(lib().rmmc_resource_status_string, self._h())
+
+    def release_cached(self):
+        """Gives memory cached by the stack's layers back to their upstreams."""
+        check(lib().rmmc_resource_release_cached(self._h()), "release_cached")
+
+    def close(self):
+        """Drops this object's reference (idempotent)."""
+        if self._handle is None:
+            return
+        if self._live:
+            warnings.warn("rmmc.Resource(%r) closed with %d block(s) (%d bytes) still allocated "
+                          "through it" % (self.spec, len(self._live), sum(self._live.values())),
+                          ResourceWarning, stacklevel=2)
+        lib().rmmc_resource_release(self._handle)
+        self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self):
+        state = "closed" if self._handle is None else "%s memory, device %d" % (
+            self.memory_kind, self.device)
+        return "rmmc.Resource(%r) [%s]" % (self.spec, state)
+
+
+def validate(spec):
+    """Raises ParseError (with rmmc's caret message) if `spec` does not parse."""
+    check(lib().rmmc_stack_validate(_encode(spec)), "validate")
+
+
+def parse_size(text):
+    """A size as specs write it ("256MiB", "1.5 GiB") in bytes."""
+    out = ctypes.c_size_t()
+    check(lib().rmmc_parse_size(_encode(text), ctypes.byref(out)), "parse_size")
+    return out.value
+
+
+def stack_help():
+    """Every resource a spec may name, with its options, one per line."""
+    n = lib().rmmc_stack_help(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib().rmmc_stack_help(buf, n + 1)
+    return buf.value.decode()
+
+
+def config_status():
+    """(status name, spec, message) of the process default: what
+    RMMC_ALLOC_CONF or set_default() chose, and the first problem."""
+    spec, msg = ctypes.c_char_p(), ctypes.c_char_p()
+    st = lib().rmmc_default_config_status(ctypes.byref(spec), ctypes.byref(msg))
+    return STATUS_NAMES.get(st, str(st)), spec.value.decode(), msg.value.decode()
+
+
+def set_default(spec, device=None):
+    """Makes `spec` (a str, or a Resource) the process default.
+
+    device=None and a str: every device's default from now on, built on the
+    device's first use (replaces RMMC_ALLOC_CONF; devices that already have
+    a resource keep it). device=N, or a Resource: installed for that device
+    now (a Resource for its own device, or the current one for host memory).
+    Returns the Resource installed, or None. Raises ParseError for a spec
+    that does not parse (PyTorch's syntax is recognised and the rmmc
+    spelling named).
+    """
+    if isinstance(spec, Resource):
+        r = spec
+        dev = r.device if r.device >= 0 and device is None else _device(device)
+    elif device is None:
+        check(lib().rmmc_set_default_spec(_encode(spec)), "set_default(%r)" % spec)
+        return None
+    else:
+        dev = _device(device)
+        r = Resource(spec, dev)
+    check(lib().rmmc_set_device_resource(dev, r._h(), None), "set_default")
+    return r
+
+
+def get_default(device=None):
+    """The device's current resource (built from the default spec on first
+    use) as a Resource holding its own reference."""
+    handle = ctypes.c_void_p()
+    dev = _device(device)
+    check(lib().rmmc_get_device_resource(dev, ctypes.byref(handle)), "get_default(%d)" % dev)
+    return Resource._adopt(handle.value, "<device %d>" % dev)
+
+
+def stack_figures(device=None):
+    """[(layer name, figures)] of the device's current stack, outermost first."""
+    with get_default(device) as r:
+        return r.layers()
+
+
+def memory_status(device=None):
+    """The device's memory status report (free/total memory, every layer's
+    figures) as text, like torch.cuda.memory_summary()."""
+    return read_text(lib().rmmc_memory_status_string, -1 if device is None else _device(device))
+
+
+def plugin_stats(device=-1):
+    """The PyTorch/CuPy plug-ins' figures for a device (-1: all) as a dict."""
+    s = PluginStats()
+    s.size = ctypes.sizeof(PluginStats)
+    check(lib().rmmc_plugin_get_stats(device, ctypes.byref(s)), "plugin_stats")
+    return {name: getattr(s, name) for name, _ in PluginStats._fields_ if name != "size"}
+
+
+def plugin_last_error():
+    """The message of the last plug-in failure on any thread ("" if none)."""
+    n = lib().rmmc_plugin_last_error(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib().rmmc_plugin_last_error(buf, n + 1)
+    return buf.value.decode(errors="replace")
+
+
+def release_cached(device=None):
+    """Gives the cached memory of the device's current stack back."""
+    with get_default(device) as r:
+        r.release_cached()
+
+
+_STAT_FIELDS = [name for name, _ in _StatisticsStruct._fields_ if name != "size"]
+
+
+class StatisticsScope:
+    """What a ``with rmmc.statistics()`` block counted. Inside the block
+    get() reads the figures so far; after it, the attributes hold the
+    block's final figures (current_bytes, peak_bytes, total_bytes,
+    current_count, peak_count, total_count, deallocations)."""
+
+    def __init__(self, handle, device):
+        self._handle = handle
+        self.device = device
+        for name in _STAT_FIELDS:
+            setattr(self, name, None)
+
+    def get(self):
+        if self._handle is None:
+            return {name: getattr(self, name) for name in _STAT_FIELDS}
+        s = _StatisticsStruct()
+        s.size = ctypes.sizeof(s)
+        check(lib().rmmc_statistics_adaptor_get(self._handle, ctypes.byref(s)), "statistics")
+        return {name: getattr(s, name) for name in _STAT_FIELDS}
+
+    def _finish(self, s):
+        for name in _STAT_FIELDS:
+            setattr(self, name, getattr(s, name))
+        self._handle = None
+
+    def __repr__(self):
+        return "rmmc.StatisticsScope(%s)" % ", ".join(
+            "%s=%s" % (k, v) for k, v in self.get().items())
+
+
+@contextlib.contextmanager
+def statistics(device=None):
+    """Counts what the device's current resource hands out inside the block
+    (RMM's rmm.statistics.statistics()): pushes a scope on the stack's
+    statistics layer, wrapping the current resource in one for the block if
+    it has none (and putting the old one back after). Scopes nest. Yields a
+    StatisticsScope. Raises RmmcError if the registry's resource was
+    changed inside the block."""
+    dev = _device(device)
+    current = ctypes.c_void_p()
+    check(lib().rmmc_get_device_resource(dev, ctypes.byref(current)), "statistics")
+    previous = None
+    if lib().rmmc_resource_name(current).decode() == "statistics":
+        stats = lib().rmmc_resource_retain(current.value)
+    else:
+        wrapped = ctypes.c_void_p()
+        check(lib().rmmc_statistics_adaptor_create(current, ctypes.byref(wrapped)), "statistics")
+        stats = wrapped.value
+        old = ctypes.c_void_p()
+        st = lib().rmmc_set_device_resource(dev, stats, ctypes.byref(old))
+        if st != 0:
+            e = error_for(st, last_error(), "statistics")
+            lib().rmmc_resource_release(stats)
+            raise e
+        previous = old.value
+    try:
+        check(lib().rmmc_statistics_adaptor_push(stats), "statistics")
+        scope = StatisticsScope(stats, dev)
+        try:
+            yield scope
+        finally:
+            s = _StatisticsStruct()
+            s.size = ctypes.sizeof(s)
+            check(lib().rmmc_statistics_adaptor_pop(stats, ctypes.byref(s)), "statistics")
+            scope._finish(s)
+            now = ctypes.c_void_p()
+            check(lib().rmmc_get_device_resource(dev, ctypes.byref(now)), "statistics")
+            if now.value != stats:
+                raise RmmcError(-10, "the registry's resource for device %d was changed inside "
+                                "the statistics block" % dev, "statistics")
+    finally:
+        if previous is not None:
+            lib().rmmc_set_device_resource(dev, previous, None)
+            lib().rmmc_resource_release(previous)
+        lib().rmmc_resource_release(stats)

@@ -1,0 +1,199 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Loading librmmc with ctypes, its C signatures, and status -> exception.
+
+The package ships librmmc.so beside this file (pip install . builds it);
+$RMMC_LIB names another one (a development build) instead.
+"""
+import ctypes
+import os
+import threading
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+# rmmc_status_t (include/rmmc/status.h): values are stable.
+STATUS_NAMES = {
+    0: "SUCCESS", -1: "ERROR_INVALID_ARGUMENT", -2: "ERROR_OUT_OF_MEMORY", -3: "ERROR_CUDA",
+    -4: "ERROR_UNKNOWN_POINTER", -5: "ERROR_NOT_SUPPORTED", -6: "ERROR_NO_DEVICE",
+    -7: "ERROR_INCOMPATIBLE", -8: "ERROR_PARSE", -9: "ERROR_IO", -10: "ERROR_IN_USE",
+    -11: "ERROR_INTERNAL",
+}
+
+FIELD_BYTES, FIELD_COUNT, FIELD_TEXT = 1, 2, 3
+
+
+class RmmcError(RuntimeError):
+    """An rmmc call failed. `status` is the rmmc_status_t (an int),
+    `status_name` its name ("ERROR_PARSE"), `message` rmmc's sentence."""
+
+    def __init__(self, status, message, what=None):
+        self.status = status
+        self.status_name = STATUS_NAMES.get(status, "UNKNOWN_STATUS")
+        self.message = message
+        text = "%s: %s" % (self.status_name, message)
+        super().__init__("%s: %s" % (what, text) if what else text)
+
+
+class OutOfMemoryError(RmmcError, MemoryError):
+    """RMMC_ERROR_OUT_OF_MEMORY: also a MemoryError."""
+
+
+class ParseError(RmmcError, ValueError):
+    """RMMC_ERROR_PARSE: a stack spec or setting that does not parse."""
+
+
+class InvalidArgumentError(RmmcError, ValueError):
+    """RMMC_ERROR_INVALID_ARGUMENT."""
+
+
+class NoDeviceError(RmmcError):
+    """RMMC_ERROR_NO_DEVICE: no GPU, or none set for the device."""
+
+
+class UnknownPointerError(RmmcError, ValueError):
+    """RMMC_ERROR_UNKNOWN_POINTER: freeing what the resource did not hand out."""
+
+
+_CLASSES = {-1: InvalidArgumentError, -2: OutOfMemoryError, -4: UnknownPointerError,
+            -6: NoDeviceError, -8: ParseError}
+
+
+def error_for(status, message, what=None):
+    """The exception for a failed status."""
+    return _CLASSES.get(status, RmmcError)(status, message, what)
+
+
+class Field(ctypes.Structure):
+    _fields_ = [("key", ctypes.c_char_p), ("kind", ctypes.c_int),
+                ("value", ctypes.c_uint64), ("text", ctypes.c_char_p)]
+
+
+FIELD_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(Field))
+
+
+class Statistics(ctypes.Structure):
+    """rmmc_statistics_t (include/rmmc/statistics_adaptor.h)."""
+    _fields_ = [("size", ctypes.c_size_t), ("current_bytes", ctypes.c_int64),
+                ("peak_bytes", ctypes.c_int64), ("total_bytes", ctypes.c_uint64),
+                ("current_count", ctypes.c_int64), ("peak_count", ctypes.c_int64),
+                ("total_count", ctypes.c_uint64), ("deallocations", ctypes.c_uint64)]
+
+
+class PluginStats(ctypes.Structure):
+    """rmmc_plugin_stats_t (include/rmmc/plugins.h)."""
+    _fields_ = [("size", ctypes.c_size_t)] + [(name, ctypes.c_uint64) for name in (
+        "allocations", "allocation_failures", "deallocations", "deallocation_failures",
+        "unknown_frees", "recorded_streams", "live_blocks", "bytes_in_use", "peak_bytes",
+        "limit")]
+
+
+def library_path():
+    """The librmmc.so this package uses: $RMMC_LIB, else the one shipped in it."""
+    env = os.environ.get("RMMC_LIB")
+    if env:
+        path = os.path.join(env, "librmmc.so") if os.path.isdir(env) else env
+        if not os.path.exists(path):
+            raise OSError("RMMC_LIB=%s: no such library" % env)
+        return os.path.abspath(path)
+    path = os.path.join(_HERE, "librmmc.so")
+    if not os.path.exists(path):
+        raise OSError("librmmc.so is not in the rmmc package (%s): install the package with "
+                      "`pip install .` from rmmc's checkout, or set RMMC_LIB" % _HERE)
+    return path
+
+
+_vp, _sz, _i, _st = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int
+_SIGNATURES = {
+    "rmmc_version": (_i, []),
+    "rmmc_version_string": (ctypes.c_char_p, []),
+    "rmmc_status_name": (ctypes.c_char_p, [_st]),
+    "rmmc_last_error_message": (ctypes.c_char_p, []),
+    "rmmc_clear_last_error": (None, []),
+    "rmmc_device_count": (_i, []),
+    "rmmc_get_current_device": (_st, [ctypes.POINTER(_i)]),
+    "rmmc_stack_create": (_st, [ctypes.c_char_p, _i, ctypes.POINTER(_vp)]),
+    "rmmc_stack_validate": (_st, [ctypes.c_char_p]),
+    "rmmc_stack_help": (_sz, [ctypes.c_char_p, _sz]),
+    "rmmc_parse_size": (_st, [ctypes.c_char_p, ctypes.POINTER(_sz)]),
+    "rmmc_set_default_spec": (_st, [ctypes.c_char_p]),
+    "rmmc_default_config_status": (_st, [ctypes.POINTER(ctypes.c_char_p),
+                                         ctypes.POINTER(ctypes.c_char_p)]),
+    "rmmc_get_device_resource": (_st, [_i, ctypes.POINTER(_vp)]),
+    "rmmc_set_device_resource": (_st, [_i, _vp, ctypes.POINTER(_vp)]),
+    "rmmc_registry_clear": (None, []),
+    "rmmc_resource_allocate": (_st, [_vp, _sz, _sz, _vp, ctypes.POINTER(_vp)]),
+    "rmmc_resource_deallocate": (_st, [_vp, _vp, _sz, _sz, _vp]),
+    "rmmc_resource_retain": (_vp, [_vp]),
+    "rmmc_resource_release": (None, [_vp]),
+    "rmmc_resource_release_cached": (_st, [_vp]),
+    "rmmc_resource_name": (ctypes.c_char_p, [_vp]),
+    "rmmc_resource_memory_kind": (_i, [_vp]),
+    "rmmc_memory_kind_name": (ctypes.c_char_p, [_i]),
+    "rmmc_resource_device": (_i, [_vp]),
+    "rmmc_resource_upstream": (_vp, [_vp]),
+    "rmmc_resource_describe": (None, [_vp, FIELD_CB, _vp]),
+    "rmmc_memory_status_string": (_st, [_i, ctypes.c_char_p, _sz, ctypes.POINTER(_sz)]),
+    "rmmc_resource_status_string": (_st, [_vp, ctypes.c_char_p, _sz, ctypes.POINTER(_sz)]),
+    "rmmc_statistics_adaptor_create": (_st, [_vp, ctypes.POINTER(_vp)]),
+    "rmmc_statistics_adaptor_get": (_st, [_vp, ctypes.POINTER(Statistics)]),
+    "rmmc_statistics_adaptor_push": (_st, [_vp]),
+    "rmmc_statistics_adaptor_pop": (_st, [_vp, ctypes.POINTER(Statistics)]),
+    "rmmc_statistics_adaptor_get_depth": (_i, [_vp]),
+    "rmmc_plugin_get_stats": (_st, [_i, ctypes.POINTER(PluginStats)]),
+    "rmmc_plugin_set_limit": (_st, [_i, _sz]),
+    "rmmc_plugin_release_cached": (_st, []),
+    "rmmc_plugin_last_error": (_sz, [ctypes.c_char_p, _sz]),
+    "rmmc_plugin_reset_stats": (None, []),
+    "rmmc_torch_alloc": (_vp, [_sz, _i, _vp]),
+    "rmmc_torch_free": (None, [_vp, _sz, _i, _vp]),
+    "rmmc_cupy_malloc": (_vp, [_vp, _sz, _i]),
+    "rmmc_cupy_free": (None, [_vp, _vp, _i]),
+    "rmmc_torch_init": (None, [_i]),
+    "rmmc_torch_empty_cache": (None, []),
+    "rmmc_torch_set_memory_fraction": (None, [ctypes.c_double, _i]),
+    "rmmc_torch_record_stream": (None, [_vp, _vp]),
+}
+
+_lock = threading.Lock()
+_loaded = None
+
+
+def lib():
+    """The loaded library (loaded on first use), with its signatures set."""
+    global _loaded
+    with _lock:
+        if _loaded is None:
+            path = library_path()
+            handle = ctypes.CDLL(path)
+            for name, (res, args) in _SIGNATURES.items():
+                fn = getattr(handle, name)
+                fn.restype = res
+                fn.argtypes = args
+            handle.path = path
+            _loaded = handle
+        return _loaded
+
+
+def last_error():
+    """This thread's last rmmc message."""
+    return lib().rmmc_last_error_message().decode(errors="replace")
+
+
+def check(status, what=None):
+    """Raises the exception for a failed status, with this thread's message."""
+    if status != 0:
+        raise error_for(status, last_error(), what)
+
+
+def address(name):
+    """The address of an exported function (what PyTorch's and CuPy's
+    allocator hooks take)."""
+    return ctypes.cast(getattr(lib(), name), ctypes.c_void_p).value
+
+
+def read_text(fn, *args):
+    """Calls one of the (..., buf, len, needed) string functions."""
+    needed = ctypes.c_size_t()
+    check(fn(*args, None, 0, ctypes.byref(needed)))
+    buf = ctypes.create_string_buffer(needed.value + 1)
+    check(fn(*args, buf, needed.value + 1, ctypes.byref(needed)))
+    return buf.value.decode(errors="replace")

@@ -1,0 +1,56 @@
+# SPDX-License-Identifier: Apache-2.0
+"""PyTorch through rmmc: two lines.
+
+    import rmmc.torch
+    rmmc.torch.use("pool(expandable=true) > cuda")   # before any CUDA use
+
+use() installs rmmc's plug-in as PyTorch's CUDA allocator
+(torch.cuda.memory.CUDAPluggableAllocator) with every hook rmmc offers:
+init, empty_cache, set_per_process_memory_fraction and record_stream.
+PyTorch cannot swap an allocator it has started, so use() raises if CUDA is
+already initialized in PyTorch. torch.cuda.OutOfMemoryError then carries
+rmmc's figures through stats() and last_error().
+"""
+from ._lib import address, lib
+from ._plugin import prepare
+from . import plugin_last_error, plugin_stats
+
+_HOOKS = (("set_init_fn", "rmmc_torch_init"),
+          ("set_reset_fn", "rmmc_torch_empty_cache"),
+          ("set_memory_fraction_fn", "rmmc_torch_set_memory_fraction"),
+          ("set_record_stream_fn", "rmmc_torch_record_stream"))
+
+
+def use(spec=None, device=None, fraction=None):
+    """Makes rmmc PyTorch's CUDA allocator. `spec` (optional) becomes the
+    default stack (rmmc.set_default(spec, device)); without one,
+    RMMC_ALLOC_CONF or a default set earlier is used, and a broken
+    RMMC_ALLOC_CONF raises ParseError here. `fraction` caps the bytes
+    PyTorch may hold through rmmc per device
+    (torch.cuda.set_per_process_memory_fraction). Returns the allocator.
+    Raises RuntimeError if PyTorch has initialized CUDA already."""
+    import torch
+    if torch.cuda.is_initialized():
+        raise RuntimeError("rmmc.torch.use() must run before PyTorch initializes CUDA (it did "
+                           "already: call use() first thing, before any tensor goes to the GPU)")
+    prepare(spec, device)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib().path, "rmmc_torch_alloc",
+                                                      "rmmc_torch_free")
+    hooks = alloc.allocator()
+    for setter, fn in _HOOKS:
+        if hasattr(hooks, setter):  # older PyTorch versions lack some
+            getattr(hooks, setter)(address(fn))
+    torch.cuda.memory.change_current_allocator(alloc)
+    if fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(fraction)
+    return alloc
+
+
+def stats(device=-1):
+    """The plug-in's figures: allocations, bytes_in_use, peak_bytes, ..."""
+    return plugin_stats(device)
+
+
+def last_error():
+    """Why the last allocation through the plug-in failed ("" if none)."""
+    return plugin_last_error()

@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: Apache-2.0
+"""PyTorch through rmmc.torch.use(): a training step with its results
+checked, the hooks (empty_cache, memory fraction, record_stream), out of
+memory as torch.OutOfMemoryError with rmmc's message, and use() refusing to
+run after PyTorch initialized CUDA. Each case runs in a fresh interpreter
+(an allocator can be swapped only before CUDA starts). Skipped without
+PyTorch or a GPU (scripts/gpu-python runs them on the GPU machine)."""
+from conftest import run_python, skip_unless
+
+try:
+    import torch
+except ImportError:
+    torch = None
+skip_unless(torch is not None, "PyTorch is not installed")
+skip_unless(torch.cuda.is_available(), "no CUDA device for PyTorch")
+
+TRAIN = r'''
+import torch, rmmc, rmmc.torch
+rmmc.torch.use("statistics > pool > cuda")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                            torch.nn.Flatten(), torch.nn.Linear(16 * 32 * 32, 10)).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x = torch.randn(64, 3, 32, 32, device="cuda")
+y = torch.randint(0, 10, (64,), device="cuda")
+losses = []
+for step in range(30):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+torch.cuda.synchronize()
+# The first step's loss as the CPU computes it from the same weights and data.
+torch.manual_seed(0)
+ref = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                          torch.nn.Flatten(), torch.nn.Linear(16 * 32 * 32, 10))
+first = torch.nn.functional.cross_entropy(ref(x.cpu()), y.cpu()).item()
+s = rmmc.torch.stats(0)
+layers = rmmc.stack_figures(0)
+print("losses", losses[0], losses[-1], "cpu", first)
+assert all(l == l for l in losses), losses                # finite
+assert abs(losses[0] - first) < 1e-2 * max(1.0, abs(first)), (losses[0], first)  # TF32 convs
+assert losses[-1] < 0.5 * losses[0], losses               # it learned
+assert s["allocations"] > 0 and s["peak_bytes"] > 0 and s["allocation_failures"] == 0, s
+assert [n for n, _ in layers] == ["statistics", "pool", "cuda"], layers
+assert layers[0][1]["in_use"] == s["bytes_in_use"] > 0, (layers, s)
+# empty_cache goes to rmmc; record_stream on another stream.
+side = torch.cuda.Stream()
+t = torch.empty(1 << 20, device="cuda")
+with torch.cuda.stream(side):
+    t.mul_(2)
+t.record_stream(side)
+del t, model, opt, x, y
+torch.cuda.synchronize()
+before = rmmc.stack_figures(0)[1][1]["reserved"]
+torch.cuda.empty_cache()
+after = rmmc.stack_figures(0)[1][1]["reserved"]
+assert rmmc.torch.stats(0)["recorded_streams"] >= 1
+assert after <= before and rmmc.torch.stats(0)["deallocation_failures"] == 0, (before, after)
+print("empty_cache: pool reserved", before, "->", after)
+print("ok")
+'''
+
+
+def test_training_step_through_rmmc():
+    r = run_python(TRAIN)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_out_of_memory_is_torchs_with_rmmcs_message():
+    r = run_python(r'''
+import torch, rmmc, rmmc.torch
+rmmc.torch.use("limiting(limit=64MiB) > pool > cuda")
+a = torch.empty(16 << 20, dtype=torch.uint8, device="cuda")
+try:
+    torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+    print("no error")
+except torch.OutOfMemoryError:
+    print("oom:", rmmc.torch.last_error().splitlines()[0])
+''')
+    assert r.returncode == 0, r.stderr
+    assert "oom: out of memory: limiting resource could not allocate" in r.stdout, r.stdout
+
+
+def test_use_after_cuda_init_raises():
+    r = run_python(r'''
+import torch, rmmc.torch
+torch.zeros(1, device="cuda")
+try:
+    rmmc.torch.use("pool > cuda")
+    print("no error")
+except RuntimeError as e:
+    print("refused:", e)
+''')
+    assert "refused: rmmc.torch.use() must run before PyTorch initializes CUDA" in r.stdout, \
+        r.stdout + r.stderr
+
+
+def test_broken_alloc_conf_raises_at_use():
+    r = run_python(r'''
+import rmmc, rmmc.torch
+try:
+    rmmc.torch.use()
+    print("no error")
+except rmmc.ParseError as e:
+    print("ParseError:", e.message.splitlines()[0])
+''', {"RMMC_ALLOC_CONF": "expandable_segments:True", "RMMC_ALLOC_CONF_FALLBACK": None})
+    assert "ParseError: RMMC_ALLOC_CONF is not a valid stack spec" in r.stdout, r.stdout + r.stderr
