@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "release_check.h"
 
 RMMC_API void rmmc_resource_init(rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
                                  rmmc_memory_kind_t kind, int device) {
@@ -139,12 +138,68 @@ RMMC_API rmmc_resource_t *rmmc_resource_retain(rmmc_resource_t *r) {
   return r;
 }
 
+/* ---- RMMC_CHECK_RELEASE ---- */
+
+/* RMMC_CHECK_RELEASE=1: say on stderr when the last reference to a
+ * resource that still has blocks out is released.
+ *
+ * Releasing a stack frees what it holds, the blocks handed out included,
+ * under whoever still uses them: a use-after-free the program did not ask
+ * for, and the usual cause a leak checker shows nothing. rmmc never prints
+ * unless asked (the library's rule), so the check is off unless the
+ * environment asks, read once. In a cascade (releasing a stack destroys
+ * each layer), the outermost layer with live blocks is reported, not the
+ * layers under it (their figures count the same blocks again); a layer
+ * that reports neither "outstanding" nor "in_use" (cuda, host) is never
+ * reported.
+ */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static bool enabled;
+static _Thread_local int depth;    /* releases in progress on this thread (a cascade) */
+static _Thread_local int reported; /* the depth whose layer was reported, or 0 */
+
+static void read_env(void) {
+  const char *v = getenv("RMMC_CHECK_RELEASE");
+  enabled = v != NULL && (strcmp(v, "1") == 0 || strcmp(v, "true") == 0 ||
+                          strcmp(v, "yes") == 0 || strcmp(v, "on") == 0);
+}
+
+static bool release_check_begin(rmmc_resource_t *r) {
+  pthread_once(&env_once, read_env);
+  if (!enabled) return false;
+  depth++;
+  if (reported != 0) return true; /* an outer layer said it for these blocks */
+  uint64_t count = 0, bytes = 0;
+  bool has_count = rmmc_resource_get_field(r, "outstanding", &count);
+  bool has_bytes = rmmc_resource_get_field(r, "in_use", &bytes);
+  if ((has_count && count > 0) || (has_bytes && bytes > 0)) {
+    char b[32], what[96] = "";
+    if (has_count) snprintf(what, sizeof what, "%llu block%s", (unsigned long long)count, count == 1 ? "" : "s");
+    if (has_bytes)
+      snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", has_count ? ", " : "",
+               rmmc__format_bytes(bytes, b, sizeof b));
+    fprintf(stderr,
+            "rmmc: releasing the last reference to a %s resource with %s still allocated through "
+            "it: they are freed with it (RMMC_CHECK_RELEASE)\n",
+            rmmc_resource_name(r), what);
+    reported = depth;
+  }
+  return true;
+}
+
+static void release_check_end(bool begun) {
+  if (!begun) return;
+  if (reported == depth) reported = 0;
+  depth--;
+}
+
+
 RMMC_API void rmmc_resource_release(rmmc_resource_t *r) {
   if (r == NULL) return;
   if (__atomic_sub_fetch(&r->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
-    bool checked = rmmc__release_check_begin(r); /* RMMC_CHECK_RELEASE=1: live blocks? */
+    bool checked = release_check_begin(r); /* RMMC_CHECK_RELEASE=1: live blocks? */
     r->ops->destroy(r);
-    rmmc__release_check_end(checked);
+    release_check_end(checked);
   }
 }
 

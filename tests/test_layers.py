@@ -24,13 +24,13 @@ import sys
 # docs/design.md, "Layers". Patterns are paths under the source root; a
 # trailing '*' matches any file of that folder.
 LAYERS = [
-    ("leaves", ["src/status.c", "src/ptrmap.c"]),
+    ("leaves", ["src/status.c", "src/ptrmap.c", "src/version.c"]),
     ("device helpers", ["src/device.c"]),
-    ("dispatch and option values", ["src/resource.c", "src/release_check.c", "src/spec_options.c"]),
+    ("dispatch and option values", ["src/resource.c", "src/spec_options.c"]),
     ("shared by sub-allocators", ["src/stream_events.c"]),
     ("resources and adaptors", ["src/resources/*", "src/adaptors/*"]),
     ("spec parser and table", ["src/spec.c", "src/spec_table.c", "src/suggest.c"]),
-    ("process default", ["src/defaults.c"]),
+    ("process default", ["src/defaults.c", "src/torch_conf.c"]),
     ("registry", ["src/registry.c"]),
     ("report, plug-ins, containers", ["src/report.c", "src/plugins.c", "src/containers/*"]),
 ]
