@@ -141,28 +141,39 @@ static inline void note_free(pool_t *p, pool_owner_t *o, size_t bytes, cudaStrea
     rmmc__pool_cover(p, o, stream);
 }
 
-/* Relabels clean every shared free block whose epoch is finished (asking
- * CUDA once per stream that has pending blocks when `ask`) and merges
- * them: before the pool grows, memory other streams freed coalesces. */
+/* Relabels clean q's shared free blocks whose epoch is known finished and
+ * merges them. A free is tagged past the epoch finished at the time, so
+ * while q's finished epoch stays where the last pass saw it there is
+ * nothing to do. */
+static void consolidate_owner(pool_t *p, pool_owner_t *q) {
+  uint64_t done = __atomic_load_n(&q->slot->epoch_done, __ATOMIC_ACQUIRE);
+  if (q->qhead == NULL || done == q->seen_done) return;
+  q->seen_done = done;
+  pool_block_t *settled = NULL;
+  for (pool_block_t *b = q->qhead, *next; b != NULL; b = next) {
+    next = b->qnext;
+    if (b->tag > done) continue;
+    rmmc__pool_unlink_free(p, b);
+    b->owner = NULL;
+    b->qnext = settled;
+    settled = b;
+  }
+  for (pool_block_t *b = settled, *next; b != NULL; b = next) {
+    next = b->qnext;
+    rmmc__pool_put_free(p, b);
+  }
+}
+
+/* Every stream's finished frees coalesce (asking CUDA once per stream with
+ * recorded, unfinished frees when `ask`): before the pool grows. */
 static void consolidate(pool_t *p, bool ask) {
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
     if (q->qhead == NULL) continue;
-    rmmc__stream_slot_t *s = q->slot;
-    if (ask) (void)rmmc__stream_slot_done(&p->streams, s, __atomic_load_n(&s->epoch_recorded, __ATOMIC_ACQUIRE));
-    uint64_t done = __atomic_load_n(&s->epoch_done, __ATOMIC_ACQUIRE);
-    pool_block_t *settled = NULL;
-    for (pool_block_t *b = q->qhead, *next; b != NULL; b = next) {
-      next = b->qnext;
-      if (b->tag > done) continue;
-      rmmc__pool_unlink_free(p, b);
-      b->owner = NULL;
-      b->qnext = settled;
-      settled = b;
+    if (ask) {
+      rmmc__stream_slot_t *s = q->slot;
+      (void)rmmc__stream_slot_done(&p->streams, s, __atomic_load_n(&s->epoch_recorded, __ATOMIC_ACQUIRE));
     }
-    for (pool_block_t *b = settled, *next; b != NULL; b = next) {
-      next = b->qnext;
-      rmmc__pool_put_free(p, b);
-    }
+    consolidate_owner(p, q);
   }
 }
 
@@ -188,20 +199,34 @@ static inline pool_block_t *find_usable(pool_t *p, pool_owner_t *o, size_t need)
   return RMMC_UNLIKELY(too_big_to_split(p, b, need)) ? NULL : b;
 }
 
-/* The best fit among other streams' blocks that an event covers (o's
- * stream may take it after waiting on that event); *from is its owner.
+/* Other streams' blocks that would serve a request of `need` bytes. A
+ * stream whose fitting block an event covers is asked (one query) whether
+ * that work has finished: then its finished frees coalesce and *settled is
+ * set (search again). Otherwise the best such block is returned (o's
+ * stream may take it after waiting on that event), *from its owner.
  * Streams whose fitting block no event covers yet are asked to record. */
-static pool_block_t *find_covered(pool_t *p, pool_owner_t *o, size_t need, pool_owner_t **from) {
-  pool_block_t *best = NULL;
+static pool_block_t *find_covered(pool_t *p, pool_owner_t *o, size_t need, pool_owner_t **from,
+                                  bool *settled) {
+  *settled = false;
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) { /* finished: coalesce */
+    if (q == o) continue;
+    rmmc__tlsf_node_t *x = rmmc__tlsf_find(&q->idx, need);
+    if (x == NULL) continue;
+    uint64_t tag = pool_block_of(x)->tag;
+    if (!rmmc__stream_slot_covered(q->slot, tag)) {
+      __atomic_store_n(&q->slot->want, 1, __ATOMIC_RELAXED);
+    } else if (rmmc__stream_slot_done(&p->streams, q->slot, tag)) {
+      consolidate_owner(p, q);
+      *settled = true;
+    }
+  }
+  pool_block_t *best = NULL; /* then the best still pending behind an event */
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
     if (q == o) continue;
     rmmc__tlsf_node_t *x = rmmc__tlsf_find(&q->idx, need);
     if (x == NULL) continue;
     pool_block_t *b = pool_block_of(x);
-    if (!rmmc__stream_slot_covered(q->slot, b->tag)) {
-      __atomic_store_n(&q->slot->want, 1, __ATOMIC_RELAXED);
-      continue;
-    }
+    if (!rmmc__stream_slot_covered(q->slot, b->tag)) continue;
     if (best == NULL || pool_bsize(b) < pool_bsize(best)) best = b, *from = q;
   }
   return best;
@@ -321,18 +346,25 @@ static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_
   if (p->debt > 0) rmmc__pool_pay_debt(p);
   bool capturing = p->cuda && rmmc__stream_is_capturing(stream);
   pool_block_t *b;
-  /* Other streams' frees whose work has finished. */
-  consolidate(p, true);
+  /* Other streams' frees known finished, then those that fit, asked. */
+  consolidate(p, false);
   if ((b = find_usable(p, o, fit)) != NULL) goto take;
+  pool_owner_t *q = NULL;
+  bool settled;
+  pool_block_t *covered = find_covered(p, o, fit, &q, &settled);
+  if (settled && (b = find_usable(p, o, fit)) != NULL) goto take;
   /* Growth that keeps within the budget. */
   rmmc_status_t st = p->be->grow(p, o, stream, need, align, true, &b);
   if (st == RMMC_SUCCESS) goto grown;
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
   /* Another stream's memory behind a GPU-side wait. */
-  pool_owner_t *q = NULL;
-  if (!capturing && (b = find_covered(p, o, fit, &q)) != NULL &&
-      rmmc__stream_slot_wait(&p->streams, q->slot, stream) == RMMC_SUCCESS)
+  if (!capturing && covered != NULL &&
+      rmmc__stream_slot_wait(&p->streams, q->slot, stream) == RMMC_SUCCESS) {
+    b = covered;
     goto take;
+  }
+  consolidate(p, true);
+  if ((b = find_usable(p, o, fit)) != NULL) goto take;
   /* Stream heaps' idle spans, then growth past the budget's trimming. */
   if (reclaim_spans(p, self) > 0 && (b = find_usable(p, o, fit)) != NULL) goto take;
   if (rmmc__pool_admit(p, o, stream, 0, need, false) && (b = find_usable(p, o, fit)) != NULL)
@@ -1216,7 +1248,7 @@ static const rmmc__spec_option_t pool_spec_options[] = {
     {"granularity", RMMC__OPT_BYTES, "chunks: growth rounded up to this power of two (default 2MiB)"},
     {"small_max", RMMC__OPT_BYTES, "requests up to this size go to the stream heaps (default 1MiB; 0: off)"},
     {"small_chunk", RMMC__OPT_BYTES, "bytes of one span lent to a stream heap (default 4MiB)"},
-    {"cache", RMMC__OPT_BYTES, "wholly free span bytes a stream heap keeps (default 16MiB)"},
+    {"cache", RMMC__OPT_BYTES, "wholly free span bytes a stream heap keeps (default 4MiB)"},
     {"gc_threshold", RMMC__OPT_DOUBLE, "fraction of max/device memory above which growth gives back first (default 0: off)"},
     {"release_before_grow", RMMC__OPT_BOOL, "keep reserved within the budget before growing (default true)"},
     {"release_slack", RMMC__OPT_DOUBLE, "the budget: reserved within (1 + this) x peak (default 0.02)"},
