@@ -130,7 +130,10 @@ class Rmmc:
         for setter, fn in (("set_init_fn", "rmmc_torch_init"),
                            ("set_reset_fn", "rmmc_torch_empty_cache"),
                            ("set_memory_fraction_fn", "rmmc_torch_set_memory_fraction"),
-                           ("set_record_stream_fn", "rmmc_torch_record_stream")):
+                           ("set_record_stream_fn", "rmmc_torch_record_stream"),
+                           ("set_begin_allocate_to_pool", "rmmc_torch_begin_allocate_to_pool"),
+                           ("set_end_allocate_to_pool_fn", "rmmc_torch_end_allocate_to_pool"),
+                           ("set_release_pool", "rmmc_torch_release_pool")):
             if hasattr(hooks, setter):  # older PyTorch versions lack some
                 getattr(hooks, setter)(self.address(fn))
         torch.cuda.memory.change_current_allocator(alloc)

@@ -20,6 +20,7 @@
 #include "internal.h"
 #include "rmmc/defaults.h"
 #include "rmmc/plugins.h"
+#include "rmmc/pool_resource.h"
 #include "rmmc/registry.h"
 #include "rmmc/stream.h"
 
@@ -294,6 +295,42 @@ RMMC_API void rmmc_torch_set_memory_fraction(double fraction, int device) {
     st = rmmc_device_memory_info(device, &free_b, &total_b);
   if (st == RMMC_SUCCESS) st = rmmc_plugin_set_limit(device, (size_t)((double)total_b * fraction));
   if (st != RMMC_SUCCESS) note_failure();
+}
+
+/* CUDA graph pools (set_begin_allocate_to_pool and friends). PyTorch calls
+ * them through a C++ std::function of signature (int, MempoolId_t,
+ * std::function<bool(cudaStream_t)>): on the x86-64 and AArch64 C++ ABIs a
+ * MempoolId_t (a pair of two 64-bit integers, trivially copyable) travels
+ * by value as two integer arguments and the std::function (not trivially
+ * copyable) by reference, so these C functions receive them as written.
+ * The filter is not called (C cannot): PyTorch's filter selects the
+ * streams of the capture the calling thread begins next, which is what
+ * routing by capture does. Failures are recorded (rmmc_plugin_last_error). */
+static void graph_hook(int device, rmmc_status_t (*fn)(rmmc_resource_t *, uint64_t, uint64_t),
+                       uint64_t id0, uint64_t id1, const char *who) {
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = device_ok(device, who) ? rmmc_get_device_resource(device, &r) : RMMC_ERROR_INVALID_ARGUMENT;
+  if (st == RMMC_SUCCESS) st = fn(r, id0, id1);
+  if (st != RMMC_SUCCESS) note_failure();
+}
+
+RMMC_API void rmmc_torch_begin_allocate_to_pool(int device, uint64_t id0, uint64_t id1,
+                                                const void *filter) {
+  (void)filter;
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = device_ok(device, "rmmc_torch_begin_allocate_to_pool")
+                         ? rmmc_get_device_resource(device, &r)
+                         : RMMC_ERROR_INVALID_ARGUMENT;
+  if (st == RMMC_SUCCESS) st = rmmc_pool_graph_begin(r, id0, id1, false, NULL);
+  if (st != RMMC_SUCCESS) note_failure();
+}
+
+RMMC_API void rmmc_torch_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1) {
+  graph_hook(device, rmmc_pool_graph_end, id0, id1, "rmmc_torch_end_allocate_to_pool");
+}
+
+RMMC_API void rmmc_torch_release_pool(int device, uint64_t id0, uint64_t id1) {
+  graph_hook(device, rmmc_pool_graph_release, id0, id1, "rmmc_torch_release_pool");
 }
 
 RMMC_API void rmmc_torch_record_stream(void *ptr, cudaStream_t stream) {

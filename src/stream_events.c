@@ -156,8 +156,7 @@ rmmc_status_t rmmc__stream_slot_record(rmmc__stream_set_t *s, rmmc__stream_slot_
 bool rmmc__stream_slot_done(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, uint64_t tag) {
   if (rmmc__stream_slot_known_done(slot, tag)) return true;
   uint64_t rec = __atomic_load_n(&slot->epoch_recorded, __ATOMIC_ACQUIRE);
-  if (rec < tag || s->host || __atomic_load_n(&rmmc__captures_underway, __ATOMIC_RELAXED) > 0)
-    return false;
+  if (rec < tag || s->host) return false;
   int saved;
   if (rmmc__device_push(s->device, &saved) != RMMC_SUCCESS) return false;
   int mode = rmmc__capture_relax();

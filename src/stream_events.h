@@ -34,10 +34,12 @@
  * follow the device policy with every record completing immediately).
  *
  * Graph capture. Nothing here is ever issued on a stream that is being
- * captured: record and wait check the stream first and decline, and a
- * query (which CUDA forbids while any stream captures in global mode)
- * runs under a relaxed capture-mode guard, and not at all while a capture
- * that rmmc knows of is underway (rmmc__captures_underway).
+ * captured: record and wait check the stream first and decline; a query
+ * (which CUDA forbids while any thread captures in global mode) runs under
+ * a relaxed capture-mode guard, as PyTorch does for cudaMalloc, so it
+ * neither fails nor invalidates another thread's capture; and the device
+ * is not synchronized while a capture rmmc knows of is underway
+ * (rmmc__captures_underway: graph pools routed by capture).
  *
  * Locking: get() takes the set's own lock (innermost: it calls nothing
  * that locks). record/wait/sync take no lock. count/at read the slot array
@@ -159,14 +161,14 @@ static inline bool rmmc__stream_slot_known_done(const rmmc__stream_slot_t *slot,
   return __atomic_load_n(&slot->epoch_done, __ATOMIC_ACQUIRE) >= tag;
 }
 /* As known_done, asking CUDA (one cudaEventQuery, under a relaxed capture
- * mode, none while a known capture is underway) when the tag is covered but
- * not yet known finished. Never fails: an error reads as not finished. */
+ * mode) when the tag is covered but not yet known finished. Never fails: an
+ * error reads as not finished. */
 bool rmmc__stream_slot_done(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, uint64_t tag);
 
 /* ---- graph capture ---- */
 
-/* Captures that rmmc knows to be underway in this process (begun through
- * rmmc's graph API or seen on a stream passed to a pool). */
+/* Captures that rmmc knows to be underway in this process (graph pools
+ * routed by the capture a thread begins). */
 extern int rmmc__captures_underway;
 /* Is `stream` being captured? (cudaStreamGetCaptureInfo, ~75 ns; false for
  * host memory resources, which never call CUDA.) An error reads as true,

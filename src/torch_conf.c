@@ -24,14 +24,15 @@ typedef struct torch_key {
 } torch_key_t;
 
 static const torch_key_t torch_keys[] = {
-    {"expandable_segments", "expandable_segments:True is pool(expandable=true) > cuda"},
+    {"expandable_segments",
+     "expandable_segments:True is what pool > cuda does by default (virtual memory over one "
+     "address space; expandable=false takes chunks instead)"},
     {"backend", "backend:cudaMallocAsync is cuda_async, backend:native is pool > cuda"},
     {"max_split_size_mb",
      "max_split_size_mb has no rmmc option: the pool's split_limit keeps large free chunks "
      "whole instead"},
     {"garbage_collection_threshold",
-     "garbage_collection_threshold has no rmmc option: the pool gives free chunks back "
-     "before it grows (release_slack)"},
+     "garbage_collection_threshold is the pool's gc_threshold (a fraction)"},
     {"roundup_power2_divisions",
      "roundup_power2_divisions has no rmmc option: binning > pool > cuda serves small sizes "
      "from size classes"},
@@ -85,7 +86,8 @@ bool rmmc__torch_conf_hint(const char *conf, char *buf, size_t len) {
     if (item_is(k, klen, "backend") && value_is(v, vlen, "cudaMallocAsync")) async = true;
   }
   if (items == 0) return false;
-  const char *spec = async ? "cuda_async" : expandable ? "pool(expandable=true) > cuda" : "pool > cuda";
+  (void)expandable; /* the pool's default */
+  const char *spec = async ? "cuda_async" : "pool > cuda";
   size_t n = (size_t)snprintf(buf, len,
                               "this is PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax (key:value); "
                               "RMMC_ALLOC_CONF takes a stack spec. The rmmc spelling: "

@@ -260,8 +260,8 @@ END_TEST
 /* PyTorch's syntax is recognised, and the message gives the rmmc spelling,
  * which must itself parse; every option a note names must exist. */
 START_TEST(test_defaults_pytorch_syntax_names_the_rmmc_spelling) {
-  expect_fallback("expandable_segments:True", NULL,
-                  "RMMC_ALLOC_CONF='pool(expandable=true) > cuda'");
+  expect_fallback("expandable_segments:True", NULL, "RMMC_ALLOC_CONF='pool > cuda'");
+  expect_fallback("expandable_segments:True", NULL, "what pool > cuda does by default");
   expect_fallback("expandable_segments:True", NULL, "PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax");
   expect_fallback("backend:cudaMallocAsync, max_split_size_mb:128,frobnicate:1", NULL,
                   "RMMC_ALLOC_CONF='cuda_async'");
@@ -270,7 +270,7 @@ START_TEST(test_defaults_pytorch_syntax_names_the_rmmc_spelling) {
   expect_fallback("backend:cudaMallocAsync,max_split_size_mb:128,frobnicate:1", NULL,
                   "'frobnicate' is not a PyTorch option rmmc knows");
   expect_fallback("garbage_collection_threshold:0.6", NULL, "RMMC_ALLOC_CONF='pool > cuda'");
-  expect_fallback("garbage_collection_threshold:0.6", NULL, "(release_slack)");
+  expect_fallback("garbage_collection_threshold:0.6", NULL, "the pool's gc_threshold");
   expect_fallback("roundup_power2_divisions:4", NULL, "binning > pool > cuda");
   /* Not PyTorch's syntax: no hint. */
   char buf[64];
@@ -278,7 +278,8 @@ START_TEST(test_defaults_pytorch_syntax_names_the_rmmc_spelling) {
   ck_assert_ptr_null(strstr(rmmc_last_error_message(), "PyTorch"));
   ck_assert_int_eq(rmmc_default_config_resolve("pool:3 > cuda", NULL, buf, sizeof buf), RMMC_ERROR_PARSE);
   ck_assert_ptr_null(strstr(rmmc_last_error_message(), "PyTorch"));
-  const char *named[] = {"pool(expandable=true) > cuda", "cuda_async", "pool > cuda",
+  const char *named[] = {"pool(expandable=false) > cuda", "cuda_async", "pool > cuda",
+                         "pool(gc_threshold=0.6) > cuda",
                          "pool(split_limit=8) > cuda", "pool(release_slack=0.05) > cuda",
                          "binning > pool > cuda"};
   for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
@@ -299,7 +300,7 @@ START_TEST(test_defaults_set_default_spec_replaces_the_environment) {
   ck_assert_int_eq(rmmc_set_default_spec(NULL), RMMC_ERROR_INVALID_ARGUMENT);
   ck_assert_int_eq(rmmc_set_default_spec("expandable_segments:True"), RMMC_ERROR_PARSE);
   ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "set_default_spec is not a valid stack spec"));
-  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "'pool(expandable=true) > cuda'"));
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "'pool > cuda'"));
   ck_assert_int_eq(rmmc_default_config_status(&spec, NULL), RMMC_ERROR_PARSE); /* unchanged */
   ck_assert_int_eq(rmmc_set_default_spec("statistics > pool > cuda"), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_default_config_status(&spec, &message), RMMC_SUCCESS);

@@ -12,6 +12,9 @@
  *   a.allocator().set_reset_fn(addr("rmmc_torch_empty_cache"))
  *   a.allocator().set_memory_fraction_fn(addr("rmmc_torch_set_memory_fraction"))
  *   a.allocator().set_record_stream_fn(addr("rmmc_torch_record_stream"))
+ *   a.allocator().set_begin_allocate_to_pool(addr("rmmc_torch_begin_allocate_to_pool"))
+ *   a.allocator().set_end_allocate_to_pool_fn(addr("rmmc_torch_end_allocate_to_pool"))
+ *   a.allocator().set_release_pool(addr("rmmc_torch_release_pool"))
  *   torch.cuda.memory.change_current_allocator(a)   # before any CUDA use
  *
  * CuPy (cupy.cuda.memory.CFunctionAllocator):
@@ -37,11 +40,7 @@
  *
  * Hooks of PyTorch's CUDAPluggableAllocator that are not provided:
  * set_base_alloc_fn (rmmc's sub-allocators carve blocks out of larger
- * allocations, and the CUDA runtime gives no base address to report),
- * set_begin_allocate_to_pool / set_end_allocate_to_pool_fn /
- * set_release_pool (CUDA graph private pools: their begin hook takes a
- * C++ std::function, which C cannot receive, and rmmc has no per-graph
- * pools to map them onto).
+ * allocations, and the CUDA runtime gives no base address to report).
  */
 #ifndef RMMC_PLUGINS_H
 #define RMMC_PLUGINS_H
@@ -104,6 +103,20 @@ RMMC_EXPORT void rmmc_torch_set_memory_fraction(double fraction, int device);
  * the free waits for the whole device (cudaDeviceSynchronize). An unknown
  * pointer is reported and ignored. Thread-safe. */
 RMMC_EXPORT void rmmc_torch_record_stream(void *ptr, cudaStream_t stream);
+
+/* set_begin_allocate_to_pool / set_end_allocate_to_pool_fn /
+ * set_release_pool (torch.cuda.graph, CUDAGraph.capture_begin/end/reset,
+ * make_graphed_callables): the device's registry stack routes the capture
+ * the calling thread begins next to the graph pool (id0, id1), a PyTorch
+ * MempoolId_t (rmmc_pool_graph_begin/_end/_release, pool_resource.h: a
+ * stack with no pool layer records a failure and allocates as usual).
+ * PyTorch passes its MempoolId_t by value and a C++ filter by reference,
+ * which these signatures receive on the x86-64 and AArch64 ABIs; the
+ * filter is not called: routing by capture selects the same streams. */
+RMMC_EXPORT void rmmc_torch_begin_allocate_to_pool(int device, uint64_t id0, uint64_t id1,
+                                                   const void *filter);
+RMMC_EXPORT void rmmc_torch_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1);
+RMMC_EXPORT void rmmc_torch_release_pool(int device, uint64_t id0, uint64_t id1);
 
 /* ---- CuPy ---- */
 

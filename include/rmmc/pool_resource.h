@@ -73,6 +73,7 @@
  * (reserved - in_use), "peak" (most bytes ever handed out as large blocks
  * or lent to stream heaps as spans), "reserved_peak", "largest_free",
  * "limit" (absent without one), "regions" (chunks or reservations),
+ * "graph_pools" and "graph_bytes" (CUDA graph private pools: below),
  * "spans" (lent to stream heaps), "cached" (free bytes inside stream
  * heaps), "streams", "event_records", "event_waits", "event_queries",
  * "device_syncs", "grows" (upstream allocations or mappings), "shrinks"
@@ -208,6 +209,50 @@ typedef struct rmmc_pool_figures {
  * or has a bad size. */
 RMMC_EXPORT rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
                                                      rmmc_pool_figures_t *figures);
+
+/* ---- CUDA graphs: private pools ----
+ *
+ * Memory handed out while a stream is captured into a CUDA graph is used
+ * by every replay of the graph, so no work outside the graph may get it
+ * while the graph lives. Between rmmc_pool_graph_begin() and
+ * rmmc_pool_graph_end(), allocations of the routed calls go to the graph
+ * pool `(id0, id1)` (PyTorch's MempoolId_t; any two numbers you choose):
+ * they take the graph pool's free blocks first, then memory no stream has
+ * work pending on (a capture must never wait on other streams), then new
+ * memory; the graph pool's blocks go back to it when freed, on any stream,
+ * inside the capture (reused by later allocations of the capture, in
+ * stream order) or after it (a graph's outputs), and never serve anything
+ * else. Begin the same id again for another capture to share the pool
+ * between graphs (torch.cuda.graph(pool=...), make_graphed_callables).
+ * rmmc_pool_graph_release() ends the pool: its free blocks return to the
+ * shared heap once the device is idle (the call synchronizes it, unless a
+ * routed capture is underway: then later), and blocks still out return
+ * as ordinary frees.
+ *
+ * Routing: by_stream true routes every call on `stream` (any memory; the
+ * stream need not be capturing: a host-memory pool can be tested this
+ * way). by_stream false routes the capture the calling thread begins next
+ * (stream ignored): the first allocation on a stream being captured, from
+ * this thread, binds the pool to that capture's id, and every allocation
+ * on a stream of that capture (forked side streams too, from any thread)
+ * goes to it. While any pool is routed, every allocation of the pool asks
+ * CUDA for the stream's capture status (~75 ns); otherwise routing costs
+ * one load. Without routing, a capture through the pool still works (the
+ * pool records, waits and synchronizes nothing on a capturing stream and
+ * grows under a relaxed capture mode), but memory freed inside the capture
+ * may be reused outside it.
+ *
+ * `stack` may be the pool or any stack with a pool layer below (the first
+ * is used). RMMC_ERROR_INVALID_ARGUMENT: no pool layer, a pool already
+ * being routed to (begin), not routed (end), unknown (release);
+ * RMMC_ERROR_NOT_SUPPORTED: routing by capture over host memory. Thread-
+ * safe. */
+RMMC_EXPORT rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id0,
+                                                uint64_t id1, bool by_stream,
+                                                cudaStream_t stream);
+RMMC_EXPORT rmmc_status_t rmmc_pool_graph_end(rmmc_resource_t *stack, uint64_t id0, uint64_t id1);
+RMMC_EXPORT rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64_t id0,
+                                                  uint64_t id1);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,7 @@ resource in rmmc's registry; the PyTorch and CuPy plug-ins and
     rmmc.torch.use("pool > cuda")          # before PyTorch touches CUDA
 
     import rmmc, rmmc.cupy
-    rmmc.cupy.use("pool(expandable=true) > cuda")
+    rmmc.cupy.use("pool > cuda")
 
     r = rmmc.Resource("statistics > pool > host")   # no GPU needed
     p = r.allocate(1 << 20)

@@ -2,11 +2,12 @@
 """PyTorch through rmmc: two lines.
 
     import rmmc.torch
-    rmmc.torch.use("pool(expandable=true) > cuda")   # before any CUDA use
+    rmmc.torch.use("pool > cuda")   # before any CUDA use
 
 use() installs rmmc's plug-in as PyTorch's CUDA allocator
 (torch.cuda.memory.CUDAPluggableAllocator) with every hook rmmc offers:
-init, empty_cache, set_per_process_memory_fraction and record_stream.
+init, empty_cache, set_per_process_memory_fraction, record_stream and the
+CUDA graph pool hooks (torch.cuda.graph captures into a private pool).
 PyTorch cannot swap an allocator it has started, so use() raises if CUDA is
 already initialized in PyTorch. torch.cuda.OutOfMemoryError then carries
 rmmc's figures through stats() and last_error().
@@ -18,7 +19,11 @@ from . import plugin_last_error, plugin_stats
 _HOOKS = (("set_init_fn", "rmmc_torch_init"),
           ("set_reset_fn", "rmmc_torch_empty_cache"),
           ("set_memory_fraction_fn", "rmmc_torch_set_memory_fraction"),
-          ("set_record_stream_fn", "rmmc_torch_record_stream"))
+          ("set_record_stream_fn", "rmmc_torch_record_stream"),
+          # CUDA graphs: torch.cuda.graph's private pools
+          ("set_begin_allocate_to_pool", "rmmc_torch_begin_allocate_to_pool"),
+          ("set_end_allocate_to_pool_fn", "rmmc_torch_end_allocate_to_pool"),
+          ("set_release_pool", "rmmc_torch_release_pool"))
 
 
 def use(spec=None, device=None, fraction=None):

@@ -333,6 +333,8 @@ static size_t reclaim_spans(pool_t *p, pool_sheap_t *skip) {
 
 /* ---- growth: the shared heap's slow path ---- */
 
+static void graph_drain(pool_t *p);
+
 /* Under the shared lock, no block of at least `need` bytes usable by o's
  * stream being free: the escalation of the header comment, cheapest first.
  * On success *out is a free block of at least need bytes, unindexed, that
@@ -376,7 +378,10 @@ static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_
   char why[256];
   snprintf(why, sizeof why, "%s", rmmc_last_error_message());
   p->last_resort = true;
-  if (!capturing && rmmc__stream_set_sync(&p->streams) == RMMC_SUCCESS) consolidate(p, false);
+  if (!capturing && rmmc__stream_set_sync(&p->streams) == RMMC_SUCCESS) {
+    consolidate(p, false);
+    graph_drain(p);
+  }
   (void)reclaim_spans(p, self);
   consolidate(p, false);
   if ((b = find_usable(p, o, fit)) != NULL) goto take_last;
@@ -398,6 +403,237 @@ grown_last:
 grown:
   p->grows++;
   *out = b;
+  return RMMC_SUCCESS;
+}
+
+/* ---- graph pools ----
+ *
+ * A graph pool is a pool_owner_t without a stream: allocations routed to
+ * it (by stream, or by the CUDA capture the calling thread begins next)
+ * take its free blocks first, then clean memory (no stream's work pending:
+ * nothing may make a capture wait), then growth; its blocks go back to it
+ * when freed, whoever frees them, and merge only with each other, so no
+ * work outside the graph ever gets memory a replay of it may write. A
+ * released pool's free blocks return to the shared heap after a device
+ * synchronization (refused while a capture rmmc knows of is underway: then
+ * at the next release, release_cached or last resort); blocks still out
+ * return as ordinary frees. */
+
+static pool_owner_t *graph_find(pool_t *p, uint64_t id0, uint64_t id1) {
+  for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
+    if (!g->released && g->gid[0] == id0 && g->gid[1] == id1) return g;
+  return NULL;
+}
+
+/* Frees a released graph pool's struct once nothing of it is left. */
+static void graph_forget(pool_t *p, pool_owner_t *g) {
+  if (!g->released || g->used_bytes > 0 || g->idx.count > 0) return;
+  for (pool_owner_t **l = &p->graphs; *l != NULL; l = &(*l)->next)
+    if (*l == g) {
+      *l = g->next;
+      break;
+    }
+  free(g);
+}
+
+/* Released graph pools give their free blocks back (the device is idle:
+ * the caller synchronized it). */
+static void graph_drain(pool_t *p) {
+  for (pool_owner_t *g = p->graphs, *next; g != NULL; g = next) {
+    next = g->next;
+    if (!g->released) continue;
+    while (g->qhead != NULL) {
+      pool_block_t *b = g->qhead;
+      rmmc__pool_unlink_free(p, b);
+      b->owner = NULL;
+      rmmc__pool_put_free(p, b);
+    }
+    graph_forget(p, g);
+  }
+}
+
+/* The graph pool a call on `stream` is routed to, or NULL. */
+static POOL_NOINLINE pool_owner_t *graph_route(pool_t *p, cudaStream_t stream) {
+  const void *key = rmmc__stream_key_fast(stream);
+  unsigned long long cid = 0;
+  bool capturing = false;
+  if (p->cuda && __atomic_load_n(&p->graphs_by_capture, __ATOMIC_RELAXED) > 0) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamGetCaptureInfo(stream, &cs, &cid, NULL, NULL, NULL, NULL) != cudaSuccess)
+      (void)cudaGetLastError();
+    else capturing = cs == cudaStreamCaptureStatusActive;
+  }
+  pool_owner_t *found = NULL;
+  rmmc__lock(&p->lock);
+  for (pool_owner_t *g = p->graphs; g != NULL && found == NULL; g = g->next)
+    if (g->begun > 0 && ((g->route_key != NULL && g->route_key == key) ||
+                         (capturing && g->capture == cid)))
+      found = g;
+  if (found == NULL && capturing) { /* the first allocation of a capture this thread began */
+    uint64_t tid = rmmc__thread_id();
+    for (pool_owner_t *g = p->graphs; g != NULL && found == NULL; g = g->next)
+      if (g->begun > 0 && g->route_key == NULL && g->capture == 0 && g->pending_thread == tid) {
+        g->capture = cid;
+        found = g;
+      }
+  }
+  rmmc__unlock(&p->lock);
+  return found;
+}
+
+static POOL_NOINLINE rmmc_status_t graph_allocate(pool_t *p, pool_owner_t *g, cudaStream_t stream,
+                                                  size_t n, size_t align, size_t bytes,
+                                                  void **out) {
+  size_t need = n + (align - POOL_GRANULE);
+  if (need > POOL_MAX_REQUEST) return rmmc__pool_oom(p, bytes, stream, "larger than any pool can hold");
+  rmmc_status_t st = RMMC_SUCCESS;
+  rmmc__lock(&p->lock);
+  if (!pool_meta_room(&p->meta)) {
+    st = rmmc__pool_no_host_memory();
+    goto unlock;
+  }
+  rmmc__tlsf_node_t *x = rmmc__tlsf_find(&g->idx, need);
+  if (x == NULL) x = rmmc__tlsf_find(&p->clean, need);
+  if (x == NULL) { /* other streams' finished frees */
+    consolidate(p, true);
+    x = rmmc__tlsf_find(&p->clean, need);
+  }
+  pool_block_t *b;
+  if (x != NULL) {
+    b = pool_block_of(x);
+    rmmc__pool_unlink_free(p, b);
+  } else if ((st = p->be->grow(p, NULL, stream, n, align, false, &b)) != RMMC_SUCCESS) {
+    if (st == RMMC_ERROR_OUT_OF_MEMORY) st = rmmc__pool_oom(p, bytes, stream, rmmc_last_error_message());
+    goto unlock;
+  } else {
+    p->grows++;
+  }
+  b = rmmc__pool_carve(p, b, n, align);
+  if (!rmmc__ptrmap_insert(&p->used, (void *)b->addr, b, bytes)) {
+    rmmc__pool_put_free(p, b);
+    st = rmmc__pool_no_host_memory();
+    goto unlock;
+  }
+  b->state = B_USED;
+  b->owner = g;
+  b->requested = bytes;
+  g->used_bytes += pool_bsize(b);
+  p->committed += pool_bsize(b);
+  if (p->committed > p->committed_peak) p->committed_peak = p->committed;
+  *out = (void *)b->addr;
+unlock:
+  rmmc__unlock(&p->lock);
+  return st;
+}
+
+/* The pool layer of a stack (r itself, or the first pool below it). */
+static pool_t *pool_in(rmmc_resource_t *r) {
+  for (; r != NULL; r = rmmc_resource_upstream(r))
+    if (r->ops == &pool_ops) return (pool_t *)r;
+  return NULL;
+}
+
+RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id0, uint64_t id1,
+                                             bool by_stream, cudaStream_t stream) {
+  pool_t *p = pool_in(stack);
+  if (p == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_begin: %s has no pool layer",
+                          stack == NULL ? "NULL" : rmmc_resource_name(stack));
+  if (!by_stream && !p->cuda)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "pool_graph_begin: routing by capture needs device memory; route a "
+                          "host pool by stream");
+  rmmc_status_t st = RMMC_SUCCESS;
+  rmmc__lock(&p->lock);
+  pool_owner_t *g = graph_find(p, id0, id1);
+  if (g == NULL) {
+    g = calloc(1, sizeof *g);
+    if (g == NULL) {
+      st = rmmc__pool_no_host_memory();
+      goto unlock;
+    }
+    g->gid[0] = id0;
+    g->gid[1] = id1;
+    g->next = p->graphs;
+    p->graphs = g;
+  } else if (g->begun > 0) {
+    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                        "pool_graph_begin: graph pool (%llu, %llu) is already being routed to",
+                        (unsigned long long)id0, (unsigned long long)id1);
+    goto unlock;
+  }
+  g->begun = 1;
+  g->capture = 0;
+  g->route_key = by_stream ? rmmc__stream_key(stream) : NULL;
+  g->pending_thread = by_stream ? 0 : rmmc__thread_id();
+  if (!by_stream) {
+    p->graphs_by_capture++;
+    __atomic_add_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
+  }
+  __atomic_add_fetch(&p->graphs_routing, 1, __ATOMIC_RELAXED);
+unlock:
+  rmmc__unlock(&p->lock);
+  return st;
+}
+
+RMMC_API rmmc_status_t rmmc_pool_graph_end(rmmc_resource_t *stack, uint64_t id0, uint64_t id1) {
+  pool_t *p = pool_in(stack);
+  if (p == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_end: %s has no pool layer",
+                          stack == NULL ? "NULL" : rmmc_resource_name(stack));
+  rmmc_status_t st = RMMC_SUCCESS;
+  rmmc__lock(&p->lock);
+  pool_owner_t *g = graph_find(p, id0, id1);
+  if (g == NULL || g->begun == 0) {
+    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                        "pool_graph_end: graph pool (%llu, %llu) is not being routed to",
+                        (unsigned long long)id0, (unsigned long long)id1);
+  } else {
+    if (g->route_key == NULL) {
+      p->graphs_by_capture--;
+      __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
+    }
+    g->begun = 0;
+    g->route_key = NULL;
+    g->capture = 0;
+    g->pending_thread = 0;
+    __atomic_sub_fetch(&p->graphs_routing, 1, __ATOMIC_RELAXED);
+  }
+  rmmc__unlock(&p->lock);
+  return st;
+}
+
+RMMC_API rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64_t id0, uint64_t id1) {
+  pool_t *p = pool_in(stack);
+  if (p == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_release: %s has no pool layer",
+                          stack == NULL ? "NULL" : rmmc_resource_name(stack));
+  rmmc__lock(&p->lock);
+  pool_owner_t *g = graph_find(p, id0, id1);
+  if (g == NULL) {
+    rmmc__unlock(&p->lock);
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "pool_graph_release: no graph pool (%llu, %llu)",
+                          (unsigned long long)id0, (unsigned long long)id1);
+  }
+  if (g->begun > 0) {
+    if (g->route_key == NULL) {
+      p->graphs_by_capture--;
+      __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
+    }
+    g->begun = 0;
+    __atomic_sub_fetch(&p->graphs_routing, 1, __ATOMIC_RELAXED);
+  }
+  g->released = true;
+  graph_forget(p, g);
+  rmmc__unlock(&p->lock);
+  /* Replays may still run: the free blocks go back once the device is
+   * idle (an explicit call, so it may synchronize). */
+  if (rmmc__stream_set_sync(&p->streams) == RMMC_SUCCESS) {
+    rmmc__lock(&p->lock);
+    graph_drain(p);
+    rmmc__unlock(&p->lock);
+  }
   return RMMC_SUCCESS;
 }
 
@@ -447,6 +683,16 @@ static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t
   size_t size = pool_bsize(b);
   p->committed -= size;
   b->state = B_FREE;
+  pool_owner_t *g = b->owner; /* a graph pool's block goes back to it */
+  if (RMMC_UNLIKELY(g != NULL)) {
+    g->used_bytes -= size;
+    if (!g->released) {
+      b->tag = 0;
+      rmmc__pool_put_free(p, b);
+      return RMMC_SUCCESS;
+    }
+    graph_forget(p, g); /* released: the block is the freeing stream's, as any */
+  }
   b->owner = o;
   b->tag = rmmc__stream_slot_tag(o->slot);
   rmmc__pool_put_free(p, b);
@@ -759,6 +1005,10 @@ static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t ali
   rmmc_status_t st = heap_of(p, stream, &h);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
   size_t n = rmmc__align_up(bytes, POOL_GRANULE);
+  if (RMMC_UNLIKELY(__atomic_load_n(&p->graphs_routing, __ATOMIC_RELAXED) > 0)) {
+    pool_owner_t *g = graph_route(p, stream);
+    if (g != NULL) return graph_allocate(p, g, stream, n, alignment, bytes, out);
+  }
   if (RMMC_LIKELY(n <= p->small_max && n + (alignment - POOL_GRANULE) <= p->span))
     return small_allocate(p, h, stream, n, alignment, bytes, out);
   return large_allocate(p, h, stream, n, alignment, bytes, out);
@@ -823,6 +1073,7 @@ static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
     rmmc__unlock(&x->lock);
   }
   rmmc__lock(&p->lock);
+  if (st == RMMC_SUCCESS) graph_drain(p);
   consolidate(p, true);
   st = p->be->trim(p, 0);
   p->debt = 0;
@@ -858,7 +1109,9 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   totals_t t = {0};
   add_totals(p, &t);
   size_t reserved = p->reserved, reserved_peak = p->reserved_peak, peak = p->committed_peak;
-  size_t regions = p->nregions;
+  size_t regions = p->nregions, graphs = 0, graph_bytes = 0;
+  for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
+    graphs++, graph_bytes += g->used_bytes + g->idx.bytes;
   uint64_t grows = p->grows, shrinks = p->shrinks;
   unlock_all(p);
   rmmc__emit_bytes(emit, ctx, "reserved", reserved);
@@ -871,6 +1124,8 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_bytes(emit, ctx, "cached", t.cached);
   rmmc__emit_bytes(emit, ctx, "pending", t.pending);
   rmmc__emit_count(emit, ctx, "regions", regions);
+  rmmc__emit_count(emit, ctx, "graph_pools", graphs);
+  rmmc__emit_bytes(emit, ctx, "graph_bytes", graph_bytes);
   rmmc__emit_count(emit, ctx, "spans", t.spans);
   rmmc__emit_count(emit, ctx, "grows", grows);
   rmmc__emit_count(emit, ctx, "shrinks", shrinks);
@@ -993,7 +1248,10 @@ static bool check_locked(pool_t *p, char *msg, size_t len) {
       if (b->state == B_FREE) {
         CHECK(b->where == W_INDEX, "free block %p is in no index", (void *)b->addr);
         CHECK(prev == NULL || prev->state != B_FREE ||
-                  (prev->owner != NULL && b->owner != NULL && prev->owner != b->owner),
+                  (prev->owner != b->owner &&
+                   ((prev->owner != NULL && b->owner != NULL) ||
+                    (prev->owner != NULL && prev->owner->slot == NULL) ||
+                    (b->owner != NULL && b->owner->slot == NULL))),
               "free blocks at %p (owner %p tag %llu) and %p (owner %p tag %llu) should have merged",
               (void *)prev->addr, (void *)prev->owner, (unsigned long long)prev->tag,
               (void *)b->addr, (void *)b->owner, (unsigned long long)b->tag);
@@ -1029,6 +1287,15 @@ static bool check_locked(pool_t *p, char *msg, size_t len) {
     indexed += q->idx.count;
     indexed_bytes += q->idx.bytes;
     if (!check_heap(p, q->heap, msg, len)) return false;
+  }
+  for (pool_owner_t *g = p->graphs; g != NULL; g = g->next) {
+    CHECK(g->slot == NULL && rmmc__tlsf_valid(&g->idx), "a graph pool's index is inconsistent");
+    size_t listed = 0;
+    for (pool_block_t *b = g->qhead; b != NULL; b = b->qnext, listed++)
+      CHECK(b->owner == g && b->where == W_INDEX, "a graph pool's list holds a stranger");
+    CHECK(listed == g->idx.count, "a graph pool's list and index differ");
+    indexed += g->idx.count;
+    indexed_bytes += g->idx.bytes;
   }
   CHECK(indexed == nfree && indexed_bytes == free_bytes && free_bytes == p->free_bytes,
         "indices hold %zu blocks (%zu bytes), the regions %zu free (%zu bytes)", indexed,
@@ -1072,6 +1339,10 @@ static void pool_destroy(rmmc_resource_t *r) {
     rmmc__pool_meta_fini(&x->meta);
     rmmc__ptrmap_fini(&x->used);
     free(x);
+  }
+  for (pool_owner_t *g = p->graphs, *next; g != NULL; g = next) {
+    next = g->next;
+    free(g);
   }
   rmmc__pool_meta_fini(&p->meta);
   rmmc__ptrmap_fini(&p->used);

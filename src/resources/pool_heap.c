@@ -83,6 +83,7 @@ void rmmc__pool_unlink_free(pool_t *p, pool_block_t *b) {
 
 bool rmmc__pool_settled(pool_t *p, pool_block_t *b, bool ask) {
   if (b->owner == NULL) return true;
+  if (b->owner->slot == NULL) return false; /* a graph pool's, until released */
   return ask ? rmmc__stream_slot_done(&p->streams, b->owner->slot, b->tag)
              : rmmc__stream_slot_known_done(b->owner->slot, b->tag);
 }
@@ -92,14 +93,17 @@ bool rmmc__pool_usable(pool_t *p, pool_block_t *b, const pool_owner_t *o) {
 }
 
 pool_block_t *rmmc__pool_merge(pool_t *p, pool_block_t *b) {
-  if (b->owner != NULL && rmmc__stream_slot_known_done(b->owner->slot, b->tag)) b->owner = NULL;
+  if (b->owner != NULL && pool_owner_done(b->owner, b->tag)) b->owner = NULL;
   /* Absorbing a finished block of another stream can bring a block of b's
-   * own stream next to b: each side goes on until nothing more merges. */
+   * own stream next to b: each side goes on until nothing more merges. A
+   * graph pool's blocks merge only with each other. */
   for (int side = 0; side < 2;) {
     pool_block_t *n = side == 0 ? b->prev : b->next;
     pool_owner_t *no = pool_shared_free(n) ? n->owner : NULL;
-    if (no != NULL && no != b->owner && rmmc__stream_slot_known_done(no->slot, n->tag)) no = NULL;
-    if (!pool_shared_free(n) || (no != NULL && b->owner != NULL && no != b->owner)) {
+    if (no != NULL && no != b->owner && pool_owner_done(no, n->tag)) no = NULL;
+    bool apart = no != b->owner && ((no != NULL && (b->owner != NULL || no->slot == NULL)) ||
+                                    (b->owner != NULL && b->owner->slot == NULL));
+    if (!pool_shared_free(n) || apart) {
       side++;
       continue;
     }
@@ -116,7 +120,6 @@ pool_block_t *rmmc__pool_merge(pool_t *p, pool_block_t *b) {
   return b;
 }
 
-/* Merges b (free, unindexed) and indexes the result. */
 void rmmc__pool_put_free(pool_t *p, pool_block_t *b) {
   rmmc__pool_link_free(p, rmmc__pool_merge(p, b));
 }

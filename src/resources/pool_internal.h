@@ -84,16 +84,32 @@ struct pool_region {
   size_t nsegs, capsegs;
 };
 
+/* A stream, or a graph pool, as an owner of free blocks in the shared
+ * heap. A graph pool (slot NULL) owns every block allocated while
+ * allocations were routed to it: they never merge with other memory and go
+ * back to the shared heap only when the pool is released. */
 struct pool_owner {
-  rmmc__stream_slot_t *slot;
+  rmmc__stream_slot_t *slot;     /* NULL: a graph pool */
   pool_sheap_t *heap;
   rmmc__tlsf_t idx;              /* its free blocks in the shared heap */
-  pool_block_t *qhead, *qtail;   /* the same, oldest tag first */
+  pool_block_t *qhead;           /* the same, listed */
   uint64_t seen_done;            /* its finished epoch at the last consolidation */
   size_t uncovered_bytes;        /* freed in the shared heap since its last record */
   unsigned uncovered;
   pool_owner_t *next;
+  /* graph pools */
+  uint64_t gid[2];               /* the caller's id (PyTorch: a MempoolId_t) */
+  int begun;                     /* routing: begins - ends */
+  bool released;
+  const void *route_key;         /* routed by stream (key), or by capture */
+  unsigned long long capture;    /* the CUDA capture id bound, 0: none */
+  uint64_t pending_thread;       /* the thread whose next capture binds */
+  size_t used_bytes;             /* its blocks handed out */
 };
+
+static inline bool pool_owner_done(const pool_owner_t *o, uint64_t tag) {
+  return o->slot != NULL && rmmc__stream_slot_known_done(o->slot, tag);
+}
 
 /* Block structs come from batches, kept on free lists per lock. */
 typedef struct pool_meta {
@@ -146,17 +162,25 @@ extern const pool_backend_t rmmc__pool_vm;
 
 struct pool {
   rmmc__adaptor_t base;
+  /* Read on every call, written only at creation (or by graph begin/end):
+   * kept apart from the shared heap's lock and figures, which other
+   * threads write. */
   uint64_t id; /* never reused: thread caches key on it */
-  rmmc__lock_t lock;
-  bool cuda; /* device memory: streams are real */
+  bool cuda;   /* device memory: streams are real */
+  size_t small_max, span;
+  int graphs_routing; /* atomic: graph pools being routed to */
   const pool_backend_t *be;
   /* options, resolved */
-  size_t max_size, min_growth, granularity, small_max, span, gc_limit, event_bytes, cache_bytes;
+  size_t max_size, min_growth, granularity, gc_limit, event_bytes, cache_bytes;
   unsigned event_interval;
   double slack, split_limit;
-  bool release_before_grow, last_resort;
+  bool release_before_grow;
   size_t page, segment, address_space; /* vm: the upstream's page, most bytes per mapping */
   /* the shared heap */
+  rmmc__lock_t lock __attribute__((aligned(64)));
+  bool last_resort;
+  pool_owner_t *graphs; /* graph pools, listed */
+  int graphs_by_capture; /* routed by capture id (shared lock) */
   pool_region_t *regions;
   size_t nregions;
   rmmc__tlsf_t clean;
