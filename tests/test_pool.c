@@ -702,6 +702,78 @@ START_TEST(test_pool_stream_heaps_stay_within_cache_bound) {
 }
 END_TEST
 
+/* Threads that each use a new stream key for every few blocks, while
+ * other threads check and describe the pool. */
+typedef struct newcomer {
+  rmmc_resource_t *pool;
+  int index, failures;
+  volatile int *stop;
+  char first[256];
+} newcomer_t;
+
+static void *newcomer_main(void *arg) {
+  newcomer_t *u = arg;
+  for (int i = 0; i < 4000; i++) {
+    cudaStream_t s = STREAM(0x10000 * (u->index + 1) + i);
+    void *p[4];
+    for (int k = 0; k < 4; k++) {
+      if (rmmc_resource_allocate(u->pool, 1000 + (size_t)k * 300, 256, s, &p[k]) != RMMC_SUCCESS) {
+        u->failures++;
+        return NULL;
+      }
+      pool_fill(p[k], 1000 + (size_t)k * 300, (unsigned)(i + k));
+    }
+    for (int k = 0; k < 4; k++) {
+      if (!pool_filled(p[k], 1000 + (size_t)k * 300, (unsigned)(i + k))) u->failures++;
+      if (rmmc_resource_deallocate(u->pool, p[k], 1000 + (size_t)k * 300, 256, s) != RMMC_SUCCESS)
+        u->failures++;
+    }
+  }
+  return NULL;
+}
+
+static void *checker_main(void *arg) {
+  newcomer_t *u = arg;
+  while (!*u->stop) {
+    if (rmmc_pool_resource_check(u->pool) != RMMC_SUCCESS && u->failures++ == 0)
+      snprintf(u->first, sizeof u->first, "%s", rmmc_last_error_message());
+    rmmc_pool_figures_t g = RMMC_POOL_FIGURES_INIT;
+    if (rmmc_pool_resource_figures(u->pool, &g) != RMMC_SUCCESS || g.in_use > g.reserved)
+      u->failures++;
+  }
+  return NULL;
+}
+
+START_TEST(test_pool_check_while_streams_appear) {
+  /* rmmc_pool_resource_check (and describe, figures) take every lock: a
+   * stream heap made while one of them runs must be locked too, or left
+   * out, and never unlocked by it. Four threads make a new stream heap every
+   * four blocks while a fifth checks the pool in a loop: every check
+   * passes, every block keeps its data. */
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.small_chunk = 64 * KiB;
+  o.small_max = 16 * KiB;
+  o.cache_size = 0;
+  o.min_growth = 1 * MiB;
+  fixture_t f = make_fixture(&o);
+  volatile int stop = 0;
+  newcomer_t u[5];
+  pthread_t th[5];
+  for (int i = 0; i < 5; i++) {
+    u[i] = (newcomer_t){f.pool, i, 0, &stop, ""};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, i < 4 ? newcomer_main : checker_main, &u[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+  stop = 1;
+  ck_assert_int_eq(pthread_join(th[4], NULL), 0);
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(u[i].failures, 0);
+  ck_assert_msg(u[4].failures == 0, "%d concurrent checks failed; the first: %s", u[4].failures,
+                u[4].first);
+  ck_assert_uint_eq(field(f.pool, "streams"), 4 * 4000);
+  drop_fixture(&f);
+}
+END_TEST
+
 /* ---- stream order in host mode ---- */
 
 START_TEST(test_pool_freeing_stream_reuses_at_once) {
@@ -1645,6 +1717,7 @@ int main(void) {
   tcase_add_test(tc, test_pool_exited_thread_gives_back_its_spans);
   tcase_add_test(tc, test_pool_idle_stream_spans_serve_others_before_growth);
   tcase_add_test(tc, test_pool_stream_heaps_stay_within_cache_bound);
+  tcase_add_test(tc, test_pool_check_while_streams_appear);
   tcase_add_test(tc, test_pool_freeing_stream_reuses_at_once);
   tcase_add_test(tc, test_pool_other_stream_reuses_once_covered);
   tcase_add_test(tc, test_pool_uncovered_free_waits_for_a_record);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "conformance.h"
+#include "faulty.h"
 #include "pool_util.h"
 #include "rmmc/rmmc.h"
 #include "spy.h"
@@ -667,6 +668,44 @@ START_TEST(test_pool_vm_map_failure_retried) {
 }
 END_TEST
 
+START_TEST(test_pool_vm_failed_rollback_keeps_its_mapping) {
+  /* pool > vmspy > faulty > spy. A growth of 3 mappings whose third is
+   * refused takes back the two it made; the first of those unmappings is
+   * refused too, so that range stays mapped. The pool must keep counting
+   * it (reserved = mapped) and never map it again: the request then
+   * succeeds (the refusals were one-off), no call to the vmspy is
+   * malformed, and everything goes back in the end. */
+  rmmc_resource_t *spy = new_spy(), *fy, *vm, *pool;
+  ck_assert_int_eq(faulty_create(spy, &fy), RMMC_SUCCESS);
+  ck_assert_int_eq(vmspy_create(fy, 4 * KiB, &vm), RMMC_SUCCESS);
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.expandable = 1;
+  o.page_size = PAGE;
+  o.small_max = 0;
+  ck_assert_int_eq(rmmc_pool_resource_create(vm, &o, &pool), RMMC_SUCCESS);
+  spy_fail_nth(spy_of(spy), 3);
+  faulty_fail_deallocate(faulty_of(fy), RMMC_ERROR_CUDA, 1);
+  void *p = (void *)1;
+  rmmc_status_t st = rmmc_resource_allocate(pool, 3 * PAGE, 256, NULL, &p);
+  ck_assert_msg(vmspy_counts(vm).errors == 0, "status %d (%s): the pool mapped a mapped range",
+                st, rmmc_last_error_message());
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  ck_assert_uint_eq(faulty_counts(faulty_of(fy)).deallocate_injected, 1);
+  CHECK_POOL(pool);
+  ck_assert_uint_eq(field(pool, "reserved"), vmspy_counts(vm).mapped_bytes);
+  pool_fill(p, 3 * PAGE, 1);
+  ck_assert(pool_filled(p, 3 * PAGE, 1));
+  free_ok(pool, p, 3 * PAGE, NULL);
+  ck_assert_int_eq(rmmc_resource_release_cached(pool), RMMC_SUCCESS);
+  ck_assert_uint_eq(vmspy_counts(vm).mapped_bytes, 0);
+  rmmc_resource_release(pool);
+  ck_assert_uint_eq(vmspy_counts(vm).errors, 0);
+  rmmc_resource_release(vm);
+  rmmc_resource_release(fy);
+  finish(NULL, spy);
+}
+END_TEST
+
 START_TEST(test_pool_vm_last_resort_unmaps_free_pages) {
   /* The upstream holds only 32 pages; free pages elsewhere go back (even
    * with release_before_grow off) so that a request fits. */
@@ -990,6 +1029,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_vm_maximum_holds_when_trimming_moves_the_placement);
   tcase_add_test(tc, test_pool_vm_map_failure_is_clean);
   tcase_add_test(tc, test_pool_vm_map_failure_retried);
+  tcase_add_test(tc, test_pool_vm_failed_rollback_keeps_its_mapping);
   tcase_add_test(tc, test_pool_vm_last_resort_unmaps_free_pages);
   tcase_add_test(tc, test_pool_vm_maximum_bounds_mapped_bytes);
   tcase_add_test(tc, test_pool_vm_more_reservations);
