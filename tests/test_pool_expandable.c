@@ -856,6 +856,66 @@ START_TEST(test_pool_vm_destroy_returns_everything_with_live_blocks) {
 }
 END_TEST
 
+START_TEST(test_pool_vm_bad_frees_lose_nothing) {
+  /* Pointers the pool never handed out (inside the reservation too: mapped
+   * free memory, unmapped address space, inside blocks and spans), wrong
+   * sizes and double frees, small and large, on the block's stream and
+   * others: RMMC_ERROR_UNKNOWN_POINTER with a message, nothing changed, no
+   * malformed call to the vmspy, and everything goes back in the end. */
+  fix_t f;
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  fix_open(&f, &o);
+  void *s1 = alloc_ok(f.pool, 3000, STREAM(1)), *l1 = alloc_ok(f.pool, 5 * MiB, STREAM(1));
+  void *l2 = alloc_ok(f.pool, 2 * MiB, STREAM(2));
+  pool_fill(s1, 3000, 1);
+  pool_fill(l1, 5 * MiB, 2);
+  pool_fill(l2, 2 * MiB, 3);
+  void *gone = alloc_ok(f.pool, 3 * MiB, STREAM(2));
+  free_ok(f.pool, gone, 3 * MiB, STREAM(2));
+  rmmc_pool_figures_t before = pool_figures(f.pool);
+  char *space_end = (char *)l1 + 64 * MiB; /* unmapped address space of the reservation */
+  struct bad {
+    void *p;
+    size_t n;
+    cudaStream_t s;
+    const char *text;
+  } bad[] = {
+      {gone, 3 * MiB, STREAM(2), "not allocated by this pool"},       /* mapped, free */
+      {space_end, 4096, STREAM(1), "not allocated by this pool"},     /* not mapped */
+      {(char *)s1 + 4096, 256, STREAM(1), "not allocated by this pool"}, /* in a span */
+      {(char *)s1 + 256, 256, STREAM(3), "not allocated by this pool"},
+      {(char *)l1 + 1 * MiB, 2 * MiB, STREAM(1), "not allocated by this pool"},
+      {s1, 2999, STREAM(1), "allocated with 3000 bytes, not 2999"},
+      {s1, 3000, STREAM(1), NULL}, /* the right free, then the same again */
+      {s1, 3000, STREAM(1), "or was freed already"},
+      {s1, 3000, STREAM(2), "or was freed already"},
+      {l1, 5 * MiB + 256, STREAM(2), "allocated with 5242880 bytes, not 5243136"},
+      {l2, 2 * MiB, STREAM(1), NULL}, /* freed on another stream, then again */
+      {l2, 2 * MiB, STREAM(2), "or was freed already"},
+      {l2, 2 * MiB, STREAM(1), "or was freed already"},
+  };
+  size_t in_use = before.in_use;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    if (bad[i].text == NULL) {
+      free_ok(f.pool, bad[i].p, bad[i].n, bad[i].s);
+      in_use -= (bad[i].n + 255) / 256 * 256;
+    } else {
+      ck_assert_int_eq(rmmc_resource_deallocate(f.pool, bad[i].p, bad[i].n, 256, bad[i].s),
+                       RMMC_ERROR_UNKNOWN_POINTER);
+      ck_assert_msg(strstr(rmmc_last_error_message(), bad[i].text) != NULL,
+                    "%zu: '%s' lacks '%s'", i, rmmc_last_error_message(), bad[i].text);
+    }
+    CHECK_POOL(f.pool);
+    ck_assert_uint_eq(pool_figures(f.pool).in_use, in_use);
+  }
+  ck_assert(pool_filled(l1, 5 * MiB, 2));
+  ck_assert_uint_eq(vmspy_counts(f.vm).errors, 0);
+  free_ok(f.pool, l1, 5 * MiB, STREAM(1));
+  ck_assert_uint_eq(pool_figures(f.pool).in_use, 0);
+  fix_close(&f);
+}
+END_TEST
+
 /* ---- options ---- */
 
 START_TEST(test_pool_vm_bad_options) {
@@ -1035,6 +1095,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_vm_more_reservations);
   tcase_add_test(tc, test_pool_vm_describes_its_figures);
   tcase_add_test(tc, test_pool_vm_destroy_returns_everything_with_live_blocks);
+  tcase_add_test(tc, test_pool_vm_bad_frees_lose_nothing);
   tcase_add_test(tc, test_pool_vm_bad_options);
   tcase_add_test(tc, test_vm_calls_check_arguments);
   tcase_add_test(tc, test_host_vm);
