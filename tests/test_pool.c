@@ -855,6 +855,32 @@ START_TEST(test_pool_uncovered_free_waits_for_a_record) {
 }
 END_TEST
 
+START_TEST(test_pool_event_bytes_covers_large_frees) {
+  /* event_interval=1000, event_bytes=4MiB: with two streams in use, frees
+   * are covered once 4 MiB of them wait, whatever their count; until then
+   * another stream may not take them. */
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.event_interval = 1000;
+  o.event_bytes = 4 * MiB;
+  o.initial_size = 16 * MiB; /* one chunk: a1 and a2 are neighbours */
+  fixture_t f = make_fixture(&o);
+  void *b0 = alloc_ok(f.pool, 2 * MiB, STREAM(0xB));
+  void *a1 = alloc_ok(f.pool, 2 * MiB, STREAM(0xA)), *a2 = alloc_ok(f.pool, 3 * MiB, STREAM(0xA));
+  uint64_t records = field(f.pool, "event_records");
+  free_ok(f.pool, a1, 2 * MiB, STREAM(0xA));
+  ck_assert_uint_eq(field(f.pool, "event_records"), records);
+  free_ok(f.pool, a2, 3 * MiB, STREAM(0xA)); /* 5 MiB wait: covered */
+  ck_assert_uint_eq(field(f.pool, "event_records"), records + 1);
+  uint64_t grows = field(f.pool, "grows");
+  void *b = alloc_ok(f.pool, 5 * MiB, STREAM(0xB));
+  ck_assert_ptr_eq(b, a1); /* a1 and a2 merged, then reused */
+  ck_assert_uint_eq(field(f.pool, "grows"), grows);
+  free_ok(f.pool, b, 5 * MiB, STREAM(0xB));
+  free_ok(f.pool, b0, 2 * MiB, STREAM(0xB));
+  drop_fixture(&f);
+}
+END_TEST
+
 START_TEST(test_pool_describes_every_figure) {
   rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
   o.initial_size = 16 * MiB;
@@ -1721,6 +1747,7 @@ int main(void) {
   tcase_add_test(tc, test_pool_freeing_stream_reuses_at_once);
   tcase_add_test(tc, test_pool_other_stream_reuses_once_covered);
   tcase_add_test(tc, test_pool_uncovered_free_waits_for_a_record);
+  tcase_add_test(tc, test_pool_event_bytes_covers_large_frees);
   tcase_add_test(tc, test_pool_describes_every_figure);
   tcase_add_test(tc, test_pool_figures_reject_bad_arguments);
   tcase_add_test(tc, test_pool_phases_repeat_without_upstream_calls);
