@@ -236,8 +236,8 @@ END_TEST
 START_TEST(test_pool_many_live_blocks) {
   /* Enough live blocks to grow the pointer maps many times. */
   fixture_t f = make_fixture(NULL);
-  enum { N = 20000 };
-  void **p = malloc(N * sizeof *p);
+  const int N = pool_steps(20000);
+  void **p = malloc((size_t)N * sizeof *p);
   for (int i = 0; i < N; i++) {
     p[i] = alloc_ok(f.pool, 256 + (size_t)(i % 7) * 256, STREAM(1 + i % 2));
     *(int *)p[i] = i;
@@ -669,6 +669,31 @@ START_TEST(test_pool_idle_stream_spans_serve_others_before_growth) {
 }
 END_TEST
 
+START_TEST(test_pool_foreign_frees_keep_the_cache_bound) {
+  /* Stream 1 fills 10 spans with 40 blocks; stream 2 frees them all
+   * (foreign frees). When stream 1 next allocates it takes them back: its
+   * heap then keeps at most cache= bytes of wholly free spans (16 MiB,
+   * four spans) besides the span it allocates from, and the rest goes back
+   * to the shared heap. */
+  fixture_t f = make_fixture(NULL);
+  void *b[40];
+  for (int i = 0; i < 40; i++) b[i] = alloc_ok(f.pool, 1 * MiB, STREAM(1));
+  ck_assert_uint_eq(field(f.pool, "spans"), 10);
+  for (int i = 0; i < 40; i++) free_ok(f.pool, b[i], 1 * MiB, STREAM(2));
+  void *x = alloc_ok(f.pool, 4096, STREAM(1));
+  void *y = alloc_ok(f.pool, 4096, STREAM(1));
+  free_ok(f.pool, y, 4096, STREAM(1));
+  CHECK_POOL(f.pool);
+  pool_stream_line_t l;
+  ck_assert(pool_stream_line(f.pool, STREAM(1), &l));
+  ck_assert_msg(l.cached <= 16.0 * MiB + 4.0 * MiB && field(f.pool, "spans") <= 5,
+                "stream 1 caches %.0f bytes in %llu spans (cache=16MiB, 4 MiB spans)", l.cached,
+                (unsigned long long)field(f.pool, "spans"));
+  free_ok(f.pool, x, 4096, STREAM(1));
+  drop_fixture(&f);
+}
+END_TEST
+
 /* 64 threads on their own stream keys. */
 typedef struct cache_user {
   rmmc_resource_t *pool;
@@ -685,7 +710,7 @@ static void *cache_user_main(void *arg) {
   void *b[CACHE_LIVE] = {0};
   size_t n[CACHE_LIVE] = {0};
   unsigned seed = 7u + (unsigned)u->index * 977u;
-  for (int step = 0; step < 3000; step++) {
+  for (int step = 0; step < pool_steps(3000); step++) {
     seed = seed * 1103515245u + 12345u;
     int k = (int)((seed >> 8) % CACHE_LIVE);
     if (b[k] == NULL) {
@@ -765,7 +790,7 @@ typedef struct newcomer {
 
 static void *newcomer_main(void *arg) {
   newcomer_t *u = arg;
-  for (int i = 0; i < 4000; i++) {
+  for (int i = 0; i < pool_steps(4000); i++) {
     cudaStream_t s = STREAM(0x10000 * (u->index + 1) + i);
     void *p[4];
     for (int k = 0; k < 4; k++) {
@@ -821,7 +846,7 @@ START_TEST(test_pool_check_while_streams_appear) {
   for (int i = 0; i < 4; i++) ck_assert_int_eq(u[i].failures, 0);
   ck_assert_msg(u[4].failures == 0, "%d concurrent checks failed; the first: %s", u[4].failures,
                 u[4].first);
-  ck_assert_uint_eq(field(f.pool, "streams"), 4 * 4000);
+  ck_assert_uint_eq(field(f.pool, "streams"), 4 * (uint64_t)pool_steps(4000));
   drop_fixture(&f);
 }
 END_TEST
@@ -1795,6 +1820,7 @@ int main(void) {
   tcase_add_test(tc, test_pool_exited_thread_gives_back_its_spans);
   tcase_add_test(tc, test_pool_blocks_freed_by_other_streams_serve_under_pressure);
   tcase_add_test(tc, test_pool_idle_stream_spans_serve_others_before_growth);
+  tcase_add_test(tc, test_pool_foreign_frees_keep_the_cache_bound);
   tcase_add_test(tc, test_pool_stream_heaps_stay_within_cache_bound);
   tcase_add_test(tc, test_pool_check_while_streams_appear);
   tcase_add_test(tc, test_pool_freeing_stream_reuses_at_once);

@@ -10,6 +10,12 @@
 
 #include "test_util.h"
 
+int pool_steps(int n) {
+  const char *q = getenv("RMMC_TEST_QUICK");
+  if (q == NULL || *q == '\0' || strcmp(q, "0") == 0) return n;
+  return n / 5 > 0 ? n / 5 : 1;
+}
+
 void pool_fill(void *p, size_t n, unsigned seed) {
   unsigned char *b = p;
   for (size_t i = 0; i + 1 < n; i += 97) b[i] = (unsigned char)(seed + i);
@@ -178,9 +184,9 @@ pool_run_result_t pool_random_run(rmmc_resource_t *pool, const pool_run_t *c) {
   live_t *live = calloc((size_t)c->max_live, sizeof *live);
   ck_assert_ptr_nonnull(live);
   unsigned seed = c->seed;
-  int n = 0;
+  int n = 0, steps = pool_steps(c->steps);
   size_t live_bytes = 0;
-  for (int step = 0; step < c->steps; step++) {
+  for (int step = 0; step < steps; step++) {
     unsigned r = next_rand(&seed);
     if (n == 0 || (n < c->max_live && r % 5 < 3)) {
       size_t bytes = pick_size(&seed, c), align = pick_align(&seed, c);
@@ -325,8 +331,8 @@ static void *worker_main(void *arg) {
   const pool_run_t *c = sh->c;
   live_t *live = calloc((size_t)c->max_live, sizeof *live);
   unsigned seed = c->seed * 2654435761u + (unsigned)w->index * 40503u + 1u;
-  int n = 0;
-  for (int step = 0; step < c->steps && live != NULL; step++) {
+  int n = 0, steps = pool_steps(c->steps);
+  for (int step = 0; step < steps && live != NULL; step++) {
     unsigned r = next_rand(&seed);
     if (n == 0 || (n < c->max_live && r % 5 < 3)) {
       size_t bytes = pick_size(&seed, c), align = pick_align(&seed, c);
@@ -381,7 +387,7 @@ static void *worker_main(void *arg) {
     }
   }
   if (live == NULL) mt_fail(sh, "no host memory", 0);
-  for (int i = 0; i < n; i++) free_block(sh, &live[i], live[i].stream, c->steps);
+  for (int i = 0; i < n; i++) free_block(sh, &live[i], live[i].stream, steps);
   free(live);
   return NULL;
 }

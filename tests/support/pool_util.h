@@ -32,6 +32,10 @@
     ck_assert_msg(check_st_ == RMMC_SUCCESS, "%s", rmmc_last_error_message()); \
   } while (0)
 
+/* n, or n / 5 (at least 1) when RMMC_TEST_QUICK is set (the valgrind
+ * pass, 20-50x slower): for step and iteration counts. */
+int pool_steps(int n);
+
 /* Writes a pattern tagged `seed` over n bytes (sampled: every 97th byte and
  * the last); filled() reads it back. */
 void pool_fill(void *p, size_t n, unsigned seed);
@@ -63,7 +67,8 @@ int pool_stream_lines(rmmc_resource_t *pool);
  * describe and of rmmc_pool_resource_figures agreeing; now and then, no two
  * live blocks overlapping and every live block's data intact (`real`).
  * Out of memory is allowed only with `oom_ok`, and leaves every live block
- * and every invariant intact. Frees everything at the end. */
+ * and every invariant intact. Frees everything at the end. `steps` goes
+ * through pool_steps(). */
 typedef struct pool_run {
   unsigned seed;
   int steps, max_live, nstreams;
