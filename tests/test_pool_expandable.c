@@ -314,6 +314,34 @@ START_TEST(test_pool_vm_threads_keep_invariants) {
 }
 END_TEST
 
+START_TEST(test_pool_vm_large_alignments) {
+  /* Alignments from 32 B to 64 MiB, past the span and the reservation's
+   * own alignment, small and large requests: aligned, data kept, and the
+   * pool whole. */
+  fix_t f;
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.address_space = 32 * MiB;
+  fix_open(&f, &o);
+  void *p[22];
+  for (int i = 0; i < 22; i++) {
+    size_t align = (size_t)1 << (i + 5), bytes = i % 2 ? 1000 + (size_t)i * 777 : 3 * MiB + 1;
+    ck_assert_int_eq(rmmc_resource_allocate(f.pool, bytes, align, STREAM(i % 3), &p[i]),
+                     RMMC_SUCCESS);
+    ck_assert_uint_eq((uintptr_t)p[i] % (align < 256 ? 256 : align), 0);
+    pool_fill(p[i], bytes, (unsigned)i);
+    CHECK_POOL(f.pool);
+  }
+  for (int i = 0; i < 22; i++) {
+    size_t align = (size_t)1 << (i + 5), bytes = i % 2 ? 1000 + (size_t)i * 777 : 3 * MiB + 1;
+    ck_assert(pool_filled(p[i], bytes, (unsigned)i));
+    ck_assert_int_eq(rmmc_resource_deallocate(f.pool, p[i], bytes, align, STREAM(i % 3)),
+                     RMMC_SUCCESS);
+    CHECK_POOL(f.pool);
+  }
+  fix_close(&f);
+}
+END_TEST
+
 /* ---- growth and giving back ---- */
 
 START_TEST(test_pool_vm_grows_in_place_within_budget) {
@@ -1080,6 +1108,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_vm_random_run_over_host_and_sim);
   tcase_add_test(tc, test_pool_vm_random_run_with_maximum_keeps_invariants);
   tcase_add_test(tc, test_pool_vm_threads_keep_invariants);
+  tcase_add_test(tc, test_pool_vm_large_alignments);
   tcase_add_test(tc, test_pool_vm_grows_in_place_within_budget);
   tcase_add_test(tc, test_pool_vm_release_cached_keeps_live_pages);
   tcase_add_test(tc, test_pool_vm_phases_repeat_without_mappings);
