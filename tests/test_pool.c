@@ -701,7 +701,7 @@ typedef struct cache_user {
   double worst_cached, worst_bound;
 } cache_user_t;
 
-enum { CACHE_THREADS = 64, CACHE_LIVE = 12 };
+enum { CACHE_THREADS = 64, CACHE_LIVE = 32 };
 #define CACHE_SPAN (64 * KiB)
 #define CACHE_BYTES (2 * CACHE_SPAN)
 
