@@ -43,6 +43,7 @@
 #include "faulty.h"
 #include "rmmc/rmmc.h"
 #include "spy.h"
+#include "vmspy.h"
 #include "test_main.h"
 #include "test_util.h"
 
@@ -67,6 +68,24 @@ static rmmc_status_t b_pool(rmmc_resource_t *up, rmmc_resource_t **out) {
 }
 static rmmc_status_t b_pool_default(rmmc_resource_t *up, rmmc_resource_t **out) {
   return rmmc_pool_resource_create(up, NULL, out);
+}
+/* Virtual memory checked by a vmspy whose mappings come from the layer
+ * below (faulty): a failed allocate is a refused mapping, a failed
+ * deallocate a refused unmapping. */
+static rmmc_status_t b_vmspy(rmmc_resource_t *up, rmmc_resource_t **out) {
+  return vmspy_create(up, 4 * KiB, out);
+}
+/* The pool's virtual-memory backend: small mappings, small spans, no cache,
+ * several reservations, so it maps, unmaps and reserves often. */
+static rmmc_status_t b_pool_vm(rmmc_resource_t *up, rmmc_resource_t **out) {
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.expandable = 1;
+  o.page_size = 64 * KiB;
+  o.address_space = 8 * MiB;
+  o.small_max = 16 * KiB;
+  o.small_chunk = 128 * KiB;
+  o.cache_size = 128 * KiB;
+  return rmmc_pool_resource_create(up, &o, out);
 }
 static rmmc_status_t b_fixed_size(rmmc_resource_t *up, rmmc_resource_t **out) {
   rmmc_fixed_size_options_t o = RMMC_FIXED_SIZE_OPTIONS_INIT;
@@ -172,6 +191,9 @@ static const scenario_t scenarios[] = {
     {"aligned>thread_safe>fixed_size", {b_fixed_size_8k, b_thread_safe, b_aligned}, BASE_SPY, 4 * KiB,
      4 * KiB, 4 * KiB},
     {"tracking>aligned>pool", {b_pool, b_aligned, b_tracking}, BASE_SPY, 2 * MiB, 64 * KiB, 8 * KiB},
+    {"pool (virtual memory)", {b_vmspy, b_pool_vm}, BASE_SPY, 3 * MiB, 64 * KiB, 4 * KiB},
+    {"statistics>pool (virtual memory)", {b_vmspy, b_pool_vm, b_statistics}, BASE_SPY, 12 * MiB,
+     64 * KiB, 8 * KiB},
     {"pool (sim)", {b_pool_default}, BASE_SIM, 768 * MiB, 1 * MiB, 64 * KiB},
     {"arena (sim)", {b_arena_default}, BASE_SIM, 256 * MiB, 1 * MiB, 64 * KiB},
     {"statistics>binning>pool (sim)", {b_pool_default, b_binning, b_statistics}, BASE_SIM,
@@ -390,6 +412,20 @@ static bool check_stack(run_t *r, bool exact, bool deep, size_t nlive, size_t by
       size_t used = rmmc_limiting_adaptor_get_used(l);
       if (!EXPECT(r, used == rounded, "limiting: %zu used; caller: %zu", used, rounded)) return false;
     }
+    if (!strcmp(name, "pool") && !strcmp(rmmc_resource_name(rmmc_resource_upstream(l)), "vmspy")) {
+      /* Virtual memory: what the pool counts is what the vmspy has mapped,
+       * which is what the spy holds for it; no call was malformed. */
+      rmmc_resource_t *vm = rmmc_resource_upstream(l);
+      vmspy_counts_t v = vmspy_counts(vm);
+      uint64_t reserved = field(l, "reserved");
+      uint64_t held = spy_counts(spy_of(r->s->base)).outstanding_bytes;
+      if (!EXPECT(r, v.errors == 0, "the vmspy refused %llu malformed calls",
+                  (unsigned long long)v.errors) ||
+          !EXPECT(r, reserved == v.mapped_bytes && (!exact || held == v.mapped_bytes),
+                  "pool reserves %llu bytes, the vmspy maps %zu, the spy holds %llu",
+                  (unsigned long long)reserved, v.mapped_bytes, (unsigned long long)held))
+        return false;
+    }
     if (is_suballocator(name)) {
       suballocator = true;
       if (rmmc_resource_upstream(l) == r->s->faulty && r->sc->base != BASE_SIM) {
@@ -403,6 +439,7 @@ static bool check_stack(run_t *r, bool exact, bool deep, size_t nlive, size_t by
       }
     }
     if (strcmp(name, "statistics") && strcmp(name, "tracking") && strcmp(name, "limiting") &&
+        strcmp(name, "vmspy") &&
         strcmp(name, "logging") && strcmp(name, "failure_callback") && strcmp(name, "thread_safe") &&
         strcmp(name, "prefetch"))
       pass_through = false;
@@ -585,9 +622,11 @@ END_TEST
 /* A failed upstream deallocate inside a sub-allocator's release_cached: the
  * chunk stays cached and is given back by the next release_cached, once. */
 START_TEST(test_fault_injection_release_keeps_chunk) {
-  static const builder_t subs[] = {b_pool, b_fixed_size, b_binning, b_arena};
+  static const builder_t subs[] = {b_pool, b_fixed_size, b_binning, b_arena, b_vmspy};
   scenario_t sc = {"release", {subs[_i]}, BASE_SPY, 4 * KiB, 256, 4 * KiB};
-  sc.name = _i == 0 ? "pool" : _i == 1 ? "fixed_size" : _i == 2 ? "binning" : "arena";
+  sc.name = _i == 0 ? "pool" : _i == 1 ? "fixed_size" : _i == 2 ? "binning" : _i == 3 ? "arena"
+                                                                             : "pool (virtual memory)";
+  if (_i == 4) sc.layers[1] = b_pool_vm;
   stack_t_ s;
   stack_build(&sc, &s);
   spy_t *spy = spy_of(s.base);
@@ -636,6 +675,8 @@ static const scenario_t mt_scenarios[] = {
     {"mt logging>failure_callback>aligned>fixed_size", {b_fixed_size_8k, b_aligned, b_failure_callback, b_logging},
      BASE_SPY, 4 * KiB, 4 * KiB, 4 * KiB},
     {"mt thread_safe>pool", {b_pool, b_thread_safe}, BASE_SPY, 3 * MiB, 64 * KiB, 4 * KiB},
+    {"mt pool", {b_pool}, BASE_SPY, 3 * MiB, 64 * KiB, 4 * KiB},
+    {"mt pool (virtual memory)", {b_vmspy, b_pool_vm}, BASE_SPY, 3 * MiB, 64 * KiB, 4 * KiB},
 };
 
 START_TEST(test_fault_injection_threads) {
@@ -688,7 +729,7 @@ int main(void) {
   TCase *tc = tcase_create("every_nth");
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, test_fault_injection_every_nth, 0, NSCENARIOS);
-  tcase_add_loop_test(tc, test_fault_injection_release_keeps_chunk, 0, 4);
+  tcase_add_loop_test(tc, test_fault_injection_release_keeps_chunk, 0, 5);
   tcase_add_loop_test(tc, test_fault_injection_threads, 0,
                       (int)(sizeof mt_scenarios / sizeof mt_scenarios[0]));
   suite_add_tcase(s, tc);

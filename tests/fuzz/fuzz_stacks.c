@@ -35,14 +35,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* The stacks, outermost first; each is completed with " > limiting(limit=L) > host".
  * strict: the outermost layer knows every block and its exact size
- * (pool, tracking), so wrong frees must be refused there. */
+ * (pool, tracking), so wrong frees must be refused there. Over host (through
+ * limiting) a pool uses virtual memory unless expandable=false asks for
+ * chunks: both backends are here, with small spans, no span cache and
+ * uncovered frees (event_interval) in some. */
 static const struct {
   const char *spec;
   int strict;
 } stacks[] = {
     {"pool(initial=256KiB, max=16MiB)", 1},
-    {"pool(initial=0, max=8MiB, min_growth=64KiB)", 1},
-    {"pool(initial=1MiB, max=32MiB, release_before_grow=true)", 1},
+    {"pool(expandable=false, initial=0, max=8MiB, min_growth=64KiB, granularity=64KiB)", 1},
+    {"pool(expandable=false, initial=1MiB, max=32MiB, small_max=16KiB, small_chunk=64KiB, cache=0, "
+     "split_limit=1)", 1},
     {"fixed_size(block=4KiB, blocks_per_chunk=16)", 0},
     {"binning(min=256B, max=64KiB, chunk=256KiB)", 0},
     {"arena(superblock=256KiB, chunk=1MiB, max=32MiB)", 0},
@@ -52,10 +56,12 @@ static const struct {
     {"aligned(alignment=4KiB, threshold=64KiB) > pool(initial=256KiB, max=16MiB)", 0},
     {"failure_callback(retries=2) > pool(initial=256KiB, max=16MiB)", 0},
     {"thread_safe > pool(initial=256KiB, max=16MiB)", 0},
-    {"tracking > binning(min=256B, max=64KiB, chunk=256KiB) > pool(initial=256KiB)", 1},
+    {"tracking > binning(min=256B, max=64KiB, chunk=256KiB) > pool(expandable=false, initial=256KiB)",
+     1},
     {"tracking > fixed_size(block=4KiB, blocks_per_chunk=16)", 1},
     {"tracking > arena(superblock=256KiB, chunk=1MiB)", 1},
-    {"statistics > failure_callback > binning(min=256B, max=16KiB) > pool(initial=0)", 0},
+    {"statistics > failure_callback > binning(min=256B, max=16KiB) > pool(initial=0, event_interval=64)",
+     0},
     {"pool(expandable=true, page=64KiB, address_space=16MiB)", 1},
     {"pool(expandable=true, page=16KiB, release_slack=0, small_max=16KiB, small_chunk=64KiB)", 1},
     {"tracking > pool(expandable=true, page=1MiB, max=8MiB)", 1},

@@ -8,7 +8,7 @@ b: stream<<4 | alignment power-8), 3-4 free (a: index, b&1: other stream),
 import os
 import random
 
-NSTACKS = 16
+NSTACKS = 19
 here = os.path.dirname(os.path.abspath(__file__))
 out = os.path.join(here, 'corpus')
 os.makedirs(out, exist_ok=True)

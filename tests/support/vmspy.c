@@ -144,13 +144,22 @@ static rmmc_status_t vmspy_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
   while (i < s->nmaps && !(s->maps[i].addr == a && s->maps[i].bytes == bytes)) i++;
   if (i == s->nmaps) return refuse(s, "unmap of no mapped range", ptr, bytes);
   void *token = s->maps[i].token;
+  pthread_mutex_unlock(&s->lock);
+  /* The upstream first: if it refuses (fault injection), the range stays
+   * mapped, as a driver's failed unmap leaves it, and nothing leaks. */
+  rmmc_status_t st = rmmc_resource_deallocate(s->upstream, token, bytes, 256, NULL);
+  if (st != RMMC_SUCCESS) return st;
+  pthread_mutex_lock(&s->lock);
+  for (i = 0; i < s->nmaps && !(s->maps[i].addr == a && s->maps[i].token == token); i++) {
+  }
+  if (i == s->nmaps) return refuse(s, "the same range unmapped twice at once", ptr, bytes);
   s->maps[i] = s->maps[--s->nmaps];
   s->c.unmaps++;
   s->c.mapped_bytes -= bytes;
   madvise(ptr, bytes, MADV_DONTNEED);
   mprotect(ptr, bytes, PROT_NONE);
   pthread_mutex_unlock(&s->lock);
-  return rmmc_resource_deallocate(s->upstream, token, bytes, 256, NULL);
+  return RMMC_SUCCESS;
 }
 
 static rmmc_resource_t *vmspy_upstream(const rmmc_resource_t *r) {

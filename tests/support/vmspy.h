@@ -7,7 +7,8 @@
  * still mapped is refused (RMMC_ERROR_INVALID_ARGUMENT) and counted as an
  * error. Each mapped range is paired with an allocation of the same size
  * from the upstream, so the upstream spy's capacity, fail_nth/fail_every
- * and leak checks cover mapped memory too. Thread-safe.
+ * and leak checks cover mapped memory too; an unmap whose upstream free
+ * fails (a faulty upstream) leaves the range mapped. Thread-safe.
  */
 #ifndef RMMC_TEST_VMSPY_H
 #define RMMC_TEST_VMSPY_H
