@@ -103,6 +103,19 @@ static inline rmmc__tlsf_node_t *rmmc__tlsf_find(const rmmc__tlsf_t *x, size_t n
   return x->heads[fl][__builtin_ctz(slm)];
 }
 
+/* As rmmc__tlsf_find, and where that finds none, a node of need's own bin
+ * that fits after all (the search looks only at each bin's head): for slow
+ * paths, which must not grow while a fitting block is free. */
+static inline rmmc__tlsf_node_t *rmmc__tlsf_find_fit(const rmmc__tlsf_t *x, size_t need) {
+  rmmc__tlsf_node_t *n = rmmc__tlsf_find(x, need);
+  if (n != NULL || x->count == 0) return n;
+  unsigned fl, sl;
+  rmmc__tlsf_bin(need, &fl, &sl);
+  for (n = x->heads[fl][sl]; n != NULL; n = n->next)
+    if (n->size >= need) return n;
+  return NULL;
+}
+
 /* Some node of a non-empty index (the head of its lowest non-empty bin). */
 static inline rmmc__tlsf_node_t *rmmc__tlsf_any(const rmmc__tlsf_t *x) {
   unsigned fl = (unsigned)__builtin_ctzll(x->fl_map);

@@ -185,18 +185,32 @@ static inline bool too_big_to_split(const pool_t *p, const pool_block_t *b, size
   if (p->split_limit == 0.0 || p->last_resort || b->prev != NULL || b->next != NULL ||
       p->be != &rmmc__pool_chunks)
     return false;
-  size_t g = need < p->min_growth ? p->min_growth : need;
+  size_t g = rmmc__align_up(need, p->granularity); /* what chunks_grow would take */
+  if (g < p->min_growth) g = p->min_growth;
   return (double)pool_bsize(b) > p->split_limit * (double)g;
 }
 
 /* The best fit that o's stream may take at once: clean or its own. */
-static inline pool_block_t *find_usable(pool_t *p, pool_owner_t *o, size_t need) {
+static inline pool_block_t *find_usable_raw(pool_t *p, pool_owner_t *o, size_t need) {
   rmmc__tlsf_node_t *x = rmmc__tlsf_find(&p->clean, need);
   rmmc__tlsf_node_t *y = rmmc__tlsf_find(&o->idx, need);
+  if (RMMC_UNLIKELY(x == NULL && y == NULL)) { /* a fit behind a bin's head */
+    x = rmmc__tlsf_find_fit(&p->clean, need);
+    y = rmmc__tlsf_find_fit(&o->idx, need);
+  }
   if (y != NULL && (x == NULL || y->size <= x->size)) x = y;
   if (x == NULL) return NULL;
   pool_block_t *b = pool_block_of(x);
   return RMMC_UNLIKELY(too_big_to_split(p, b, need)) ? NULL : b;
+}
+
+/* ... that holds n bytes at an `align`-aligned address: a block of n bytes
+ * first (it may happen to be aligned), else one that surely is. */
+static inline pool_block_t *find_usable(pool_t *p, pool_owner_t *o, size_t n, size_t align) {
+  pool_block_t *b = find_usable_raw(p, o, n);
+  if (align <= POOL_GRANULE || b == NULL) return b;
+  if (rmmc__align_up(b->addr, align) + n <= pool_bend(b)) return b;
+  return find_usable_raw(p, o, n + align - POOL_GRANULE);
 }
 
 /* Other streams' blocks that would serve a request of `need` bytes. A
@@ -297,6 +311,14 @@ static void span_give_back(pool_t *p, pool_sheap_t *x, pool_region_t *sp, cudaSt
   b->state = B_FREE;
   b->owner = sp->tag != 0 ? x->owner : NULL;
   b->tag = sp->tag;
+  /* Host memory: streams are keys with no work behind them, so covering
+   * another stream's frees costs nothing (device memory waits for x's next
+   * call, which the want flag asks for, or a synchronization). */
+  if (!in_call && !p->cuda && b->owner != NULL &&
+      !rmmc__stream_slot_known_done(x->owner->slot, b->tag))
+    (void)rmmc__stream_slot_try_record(&p->streams, x->owner->slot, NULL);
+  else if (!in_call && b->owner != NULL)
+    __atomic_store_n(&x->owner->slot->want, 1, __ATOMIC_RELAXED);
   p->committed -= sp->size;
   p->span_bytes -= sp->size;
   rmmc__pool_put_free(p, b);
@@ -319,16 +341,25 @@ static size_t heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cudaStr
 
 /* Under the shared lock: every other heap that is not busy gives back its
  * wholly free spans (try-locks only, so it never waits on a heap). */
+static size_t retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bool can_wait);
+
 static size_t reclaim_spans(pool_t *p, pool_sheap_t *skip) {
   size_t n = 0;
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
     pool_sheap_t *x = q->heap;
-    if (x == NULL || x == skip || x->nidle == 0) continue;
+    if (x == NULL || x == skip || (x->nidle == 0 && x->nforeign == 0)) continue;
     if (!rmmc__lock_try(&x->lock)) continue;
+    if (x->nforeign > 0) (void)retire_foreign(p, x, NULL, false); /* finished ones */
     n += heap_release_idle(p, x, 0, NULL, false);
     rmmc__unlock(&x->lock);
   }
   return n;
+}
+
+/* A new highest figure of bytes handed out or lent (the budget's basis). */
+static inline void new_peak(pool_t *p) {
+  p->committed_peak = p->committed;
+  p->peak_clock = p->clock;
 }
 
 /* ---- growth: the shared heap's slow path ---- */
@@ -345,16 +376,22 @@ static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_
   size_t fit = need + (align > POOL_GRANULE ? align - POOL_GRANULE : 0);
   if (fit > POOL_MAX_REQUEST) return rmmc__pool_oom(p, bytes, stream, "larger than any pool can hold");
   p->clock++;
-  if (p->debt > 0) rmmc__pool_pay_debt(p);
   bool capturing = p->cuda && rmmc__stream_is_capturing(stream);
   pool_block_t *b;
   /* Other streams' frees known finished, then those that fit, asked. */
   consolidate(p, false);
-  if ((b = find_usable(p, o, fit)) != NULL) goto take;
+  if ((b = find_usable(p, o, need, align)) != NULL) goto take;
   pool_owner_t *q = NULL;
   bool settled;
   pool_block_t *covered = find_covered(p, o, fit, &q, &settled);
-  if (settled && (b = find_usable(p, o, fit)) != NULL) goto take;
+  if (settled && (b = find_usable(p, o, need, align)) != NULL) goto take;
+  /* Idle spans of other stream heaps come back before the pool grows. */
+  if (reclaim_spans(p, self) > 0) {
+    consolidate(p, false);
+    if ((b = find_usable(p, o, need, align)) != NULL) goto take;
+    covered = find_covered(p, o, fit, &q, &settled);
+    if (settled && (b = find_usable(p, o, need, align)) != NULL) goto take;
+  }
   /* Growth that keeps within the budget. */
   rmmc_status_t st = p->be->grow(p, o, stream, need, align, true, &b);
   if (st == RMMC_SUCCESS) goto grown;
@@ -366,10 +403,9 @@ static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_
     goto take;
   }
   consolidate(p, true);
-  if ((b = find_usable(p, o, fit)) != NULL) goto take;
-  /* Stream heaps' idle spans, then growth past the budget's trimming. */
-  if (reclaim_spans(p, self) > 0 && (b = find_usable(p, o, fit)) != NULL) goto take;
-  if (rmmc__pool_admit(p, o, stream, 0, need, false) && (b = find_usable(p, o, fit)) != NULL)
+  if ((b = find_usable(p, o, need, align)) != NULL) goto take;
+  /* Growth past the budget's trimming. */
+  if (rmmc__pool_admit(p, o, stream, 0, need, false) && (b = find_usable(p, o, need, align)) != NULL)
     goto take;
   st = p->be->grow(p, o, stream, need, align, false, &b);
   if (st == RMMC_SUCCESS) goto grown;
@@ -384,7 +420,8 @@ static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_
   }
   (void)reclaim_spans(p, self);
   consolidate(p, false);
-  if ((b = find_usable(p, o, fit)) != NULL) goto take_last;
+  if ((b = find_usable(p, o, need, align)) != NULL) goto take_last;
+  p->trim_min_age = 0;
   (void)p->be->trim(p, 0);
   (void)rmmc_resource_release_cached(p->base.upstream);
   st = p->be->grow(p, o, stream, need, align, false, &b);
@@ -519,7 +556,7 @@ static POOL_NOINLINE rmmc_status_t graph_allocate(pool_t *p, pool_owner_t *g, cu
   b->requested = bytes;
   g->used_bytes += pool_bsize(b);
   p->committed += pool_bsize(b);
-  if (p->committed > p->committed_peak) p->committed_peak = p->committed;
+  if (p->committed > p->committed_peak) new_peak(p);
   *out = (void *)b->addr;
 unlock:
   rmmc__unlock(&p->lock);
@@ -650,7 +687,7 @@ static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_sheap_t *h, cu
     st = rmmc__pool_no_host_memory();
     goto unlock;
   }
-  pool_block_t *b = need <= POOL_MAX_REQUEST ? find_usable(p, o, need) : NULL;
+  pool_block_t *b = need <= POOL_MAX_REQUEST ? find_usable(p, o, n, align) : NULL;
   if (RMMC_LIKELY(b != NULL)) rmmc__pool_unlink_free(p, b);
   else if ((st = shared_slow(p, o, NULL, stream, n, align, bytes, &b)) != RMMC_SUCCESS)
     goto unlock;
@@ -664,7 +701,7 @@ static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_sheap_t *h, cu
   b->owner = NULL;
   b->requested = bytes;
   p->committed += pool_bsize(b);
-  if (p->committed > p->committed_peak) p->committed_peak = p->committed;
+  if (p->committed > p->committed_peak) new_peak(p);
   *out = (void *)b->addr;
 unlock:
   rmmc__unlock(&p->lock);
@@ -695,12 +732,9 @@ static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t
   }
   b->owner = o;
   b->tag = rmmc__stream_slot_tag(o->slot);
+  p->clock++;
   rmmc__pool_put_free(p, b);
   note_free(p, o, size, stream);
-  if (RMMC_UNLIKELY(p->debt > 0)) {
-    p->clock++;
-    rmmc__pool_pay_debt(p);
-  }
   return RMMC_SUCCESS;
 }
 
@@ -721,7 +755,7 @@ static rmmc_status_t span_take(pool_t *p, pool_sheap_t *h, cudaStream_t stream) 
     st = rmmc__pool_no_host_memory();
     goto fail;
   }
-  pool_block_t *b = find_usable(p, o, 2 * p->span - POOL_GRANULE);
+  pool_block_t *b = find_usable(p, o, p->span, p->span);
   if (b != NULL) rmmc__pool_unlink_free(p, b);
   else if ((st = shared_slow(p, o, h, stream, p->span, p->span, p->span, &b)) != RMMC_SUCCESS)
     goto fail;
@@ -737,7 +771,7 @@ static rmmc_status_t span_take(pool_t *p, pool_sheap_t *h, cudaStream_t stream) 
   p->committed += p->span;
   p->span_bytes += p->span;
   p->spans_lent++;
-  if (p->committed > p->committed_peak) p->committed_peak = p->committed;
+  if (p->committed > p->committed_peak) new_peak(p);
   rmmc__unlock(&p->lock);
   pool_block_t *f = pool_meta_take(&h->meta);
   *f = (pool_block_t){.node.size = p->span, .addr = b->addr, .region = sp, .state = B_FREE};
@@ -800,6 +834,8 @@ static inline pool_block_t *heap_search(pool_sheap_t *h, size_t need) {
   return b;
 }
 
+static void heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
+
 /* A small allocation past the hot block (h's lock held): the index, then
  * foreign frees, then a new span. */
 static POOL_NOINLINE rmmc_status_t small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
@@ -813,8 +849,10 @@ static POOL_NOINLINE rmmc_status_t small_general(pool_t *p, pool_sheap_t *h, cud
   }
   pool_block_t *b = heap_search(h, need);
   if (b == NULL && h->nforeign > 0 &&
-      retire_foreign(p, h, stream, !p->cuda || !rmmc__stream_is_capturing(stream)) > 0)
+      retire_foreign(p, h, stream, !p->cuda || !rmmc__stream_is_capturing(stream)) > 0) {
+    if (h->nidle * p->span > p->cache_bytes) heap_trim(p, h, stream);
     b = heap_search(h, need);
+  }
   if (b == NULL) {
     rmmc_status_t st = span_take(p, h, stream);
     if (st != RMMC_SUCCESS) return st;
@@ -1075,8 +1113,8 @@ static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
   rmmc__lock(&p->lock);
   if (st == RMMC_SUCCESS) graph_drain(p);
   consolidate(p, true);
+  p->trim_min_age = 0;
   st = p->be->trim(p, 0);
-  p->debt = 0;
   rmmc__unlock(&p->lock);
   st = POOL_EXPENSIVE(p, st, "release_cached");
   return st == RMMC_SUCCESS ? rmmc_resource_release_cached(p->base.upstream) : st;
@@ -1399,6 +1437,7 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   p->cache_bytes = o->cache_size;
   p->release_before_grow = o->release_before_grow;
   p->slack = o->release_slack;
+  p->band = 3.0;
   p->split_limit = o->split_limit;
   p->event_interval = o->event_interval;
   p->event_bytes = o->event_bytes;
@@ -1495,8 +1534,11 @@ RMMC_API rmmc_status_t rmmc_pool_resource_create(rmmc_resource_t *upstream,
   if (st == RMMC_SUCCESS && !pool_meta_room(&p->meta)) st = rmmc__pool_no_host_memory();
   if (st == RMMC_SUCCESS && o.initial_size > 0) {
     pool_block_t *b;
+    size_t min_growth = p->min_growth; /* the initial size is what is asked for */
+    p->min_growth = 0;
     st = p->be->grow(p, NULL, NULL, rmmc__align_up(o.initial_size, POOL_GRANULE), POOL_GRANULE,
                      false, &b);
+    p->min_growth = min_growth;
     if (st == RMMC_SUCCESS) {
       b->owner = NULL; /* ready for every stream (the backend made sure) */
       rmmc__pool_put_free(p, b);

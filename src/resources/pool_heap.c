@@ -114,6 +114,7 @@ pool_block_t *rmmc__pool_merge(pool_t *p, pool_block_t *b) {
     } else if (no == b->owner && n->tag > b->tag) {
       b->tag = n->tag;
     }
+    if (n->freed > b->freed) b->freed = n->freed;
     pool_absorb(b, n, side);
     pool_meta_put(&p->meta, n);
   }
@@ -121,6 +122,7 @@ pool_block_t *rmmc__pool_merge(pool_t *p, pool_block_t *b) {
 }
 
 void rmmc__pool_put_free(pool_t *p, pool_block_t *b) {
+  b->freed = p->clock; /* merging keeps the latest: see rmmc__pool_merge */
   rmmc__pool_link_free(p, rmmc__pool_merge(p, b));
 }
 
@@ -167,17 +169,29 @@ bool rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t ad
   if (p->gc_limit < b) b = p->gc_limit;
   size_t after = p->reserved + add;
   if (within) return after <= b && after <= p->max_size;
-  /* Hysteresis: the budget gives memory back only while the peak grows;
-   * a steady state keeps what it has (gc_threshold and the maximum always
-   * apply). */
   size_t goal = SIZE_MAX;
   if (after > p->max_size) goal = p->max_size;
   if (after > p->gc_limit && p->gc_limit < goal) goal = p->gc_limit;
-  if (after > b && b < goal && p->committed + need > p->committed_peak) goal = b;
+  if (after > b && b < goal) goal = b;
+  /* Hysteresis: while the peak rises (a cold start) any free memory may go
+   * back; in a steady state only memory idle for longer than it has been
+   * since the peak last rose, so what a repeating workload uses once per
+   * round stays (the maximum and gc_threshold are not steady: under them
+   * anything goes). */
+  p->trim_min_age = 0;
+  if (goal == b && p->committed + need <= p->committed_peak) {
+    /* Hysteresis band: in a steady state (the peak does not rise) growth
+     * may go past the budget, up to band x slack more, before anything goes
+     * back (and then back down to the budget), so a round that needs a
+     * little more than the last does not give back and take again. */
+    double hi = (1.0 + p->band * p->slack) *
+                (double)(p->committed_peak > p->committed + need ? p->committed_peak
+                                                                 : p->committed + need);
+    if ((double)after <= hi) goal = SIZE_MAX;
+  }
   if (goal != SIZE_MAX) {
     if (o != NULL && o->uncovered > 0) rmmc__pool_cover(p, o, stream);
     (void)p->be->trim(p, goal > add ? goal - add : 0);
-    p->debt = p->reserved + add > goal ? p->reserved + add - goal : 0;
   }
   if (p->reserved + add > p->max_size) {
     char mx[32];
@@ -188,19 +202,6 @@ bool rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t ad
   return true;
 }
 
-/* Memory over the budget that waited for pending work: give back what has
- * finished since. */
-void rmmc__pool_pay_debt(pool_t *p) {
-  if (p->clock < p->debt_retry) return;
-  size_t goal = p->reserved > p->debt ? p->reserved - p->debt : 0;
-  size_t before = p->reserved;
-  (void)p->be->trim(p, goal);
-  size_t paid = before - p->reserved;
-  p->debt = paid >= p->debt ? 0 : p->debt - paid;
-  /* Nothing finished since: try again later, less and less often. */
-  p->debt_wait = paid > 0 ? 16 : p->debt_wait < 65536 ? 2 * p->debt_wait + 16 : p->debt_wait;
-  p->debt_retry = p->clock + p->debt_wait;
-}
 
 /* ---- errors and upstream calls ---- */
 

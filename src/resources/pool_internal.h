@@ -58,6 +58,7 @@ struct pool_block {
   pool_owner_t *owner; /* free or foreign: the stream whose work it waits for */
   uint64_t tag;        /* ... up to this epoch of it */
   size_t requested;    /* used: bytes asked for */
+  uint64_t freed;      /* shared free blocks: the pool's clock when last freed into */
   uint8_t state;
   uint8_t where;
 };
@@ -191,11 +192,13 @@ struct pool {
   pool_owner_t *owners;
   size_t nowners;
   pool_meta_t meta;
-  uint64_t clock; /* shared-heap slow events: the time base of idleness */
+  uint64_t clock; /* shared-heap frees and slow paths: the time base of idleness */
+  uint64_t peak_clock;    /* the clock when committed_peak last rose */
+  uint64_t trim_min_age;  /* trimming leaves blocks freed more recently than this */
+  double band;            /* steady-state hysteresis: growth may pass the budget by band x slack */
   /* figures (shared lock) */
   size_t reserved, reserved_peak, committed, committed_peak, span_bytes, free_bytes;
-  size_t debt; /* bytes over budget waiting for pending work to finish */
-  uint64_t debt_retry, debt_wait; /* clock of the next attempt to pay it; backoff */
+  uintptr_t trim_keep_lo, trim_keep_hi; /* vm: a range trimming leaves alone (growth in flight) */
   uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
 };
 
@@ -211,8 +214,7 @@ pool_block_t *rmmc__pool_carve(pool_t *p, pool_block_t *b, size_t n, size_t alig
 /* Records o's event on `stream` (the current call's, o's own), covering its
  * frees so far; declined on a capturing stream. */
 void rmmc__pool_cover(pool_t *p, pool_owner_t *o, cudaStream_t stream);
-/* Gives back memory over the budget whose pending work has finished. */
-void rmmc__pool_pay_debt(pool_t *p);
+
 
 /* A block struct from the shared heap's spare list (make_room keeps enough
  * for one call's work). */

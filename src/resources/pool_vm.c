@@ -133,11 +133,23 @@ static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, s
   uintptr_t hi = right != NULL ? pool_bend(right) : pool_bend(u);
   uintptr_t s = rmmc__align_up(lo, align);
   if (s < lo || s > hi || hi - s < need) return false;
+  /* From the left: the block starts as low as it can. */
   uintptr_t m0 = s > u->addr ? s & ~(uintptr_t)(p->page - 1) : u->addr;
   uintptr_t e = s + need < pool_bend(u) ? s + need : pool_bend(u);
   uintptr_t m1 = rmmc__align_up(e, p->page);
   if (m0 < u->addr) m0 = u->addr;
-  if (m1 <= m0) return false;
+  /* From the right: the block ends where the free block after the hole
+   * does, so only the hole's top needs memory (cheaper when that block is
+   * the larger neighbour). */
+  if (right != NULL) {
+    uintptr_t rs = (pool_bend(right) - need) & ~(uintptr_t)(align - 1);
+    if (rs >= lo) {
+      uintptr_t r0 = rs > u->addr ? rs & ~(uintptr_t)(p->page - 1) : u->addr;
+      if (r0 < u->addr) r0 = u->addr;
+      if (m1 <= m0 || pool_bend(u) - r0 < m1 - m0) m0 = r0, m1 = pool_bend(u);
+    }
+  }
+  if (m1 <= m0) return false; /* it fits beside the hole: no growth places it */
   if (p->min_growth > 0 && m1 - m0 < p->min_growth)
     m1 = m0 + p->min_growth < pool_bend(u) ? m0 + p->min_growth : pool_bend(u);
   *out = (place_t){u, m0, m1};
@@ -173,6 +185,8 @@ static rmmc_status_t reserve_region(pool_t *p, size_t need, size_t align) {
   return RMMC_SUCCESS;
 }
 
+static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out);
+
 /* Maps [m0, m1) of hole u, in segments, and turns it into a clean free
  * block merged with the usable free blocks beside it. */
 static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
@@ -192,19 +206,35 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
     p->page_maps++;
     a += n;
   }
-  if (st != RMMC_SUCCESS) { /* take back what this growth mapped */
+  if (st != RMMC_SUCCESS) {
+    /* Take back what this growth mapped, highest first (the hole's struct
+     * keeps the part below each cut). A piece the upstream refuses to unmap
+     * stays mapped, as free memory: counting it keeps reserved honest, and
+     * no later growth maps it again. */
     rmmc__error_state_t why;
     rmmc__error_save(&why);
-    for (uintptr_t b = pl.m0; b < a;) {
-      size_t i = seg_lower_bound(r, b);
-      size_t n = r->segs[i].size;
-      (void)upstream_unmap(p, b, n);
-      seg_remove(r, i);
-      b += n;
+    size_t i = seg_lower_bound(r, pl.m0), j = i;
+    while (j < r->nsegs && r->segs[j].addr < a) j++;
+    while (j-- > i) {
+      uintptr_t k0 = r->segs[j].addr;
+      size_t n = r->segs[j].size;
+      if (upstream_unmap(p, k0, n) == RMMC_SUCCESS) {
+        seg_remove(r, j);
+        continue;
+      }
+      pool_block_t *x;
+      if (rmmc__pool_room(p) && carve_mapped(p, o, (place_t){pl.u, k0, k0 + n}, &x) == RMMC_SUCCESS)
+        rmmc__pool_put_free(p, x);
     }
     rmmc__error_restore(&why);
     return st;
   }
+  return carve_mapped(p, o, pl, out);
+}
+
+/* Accounts [m0, m1) of hole u as mapped and turns it into a clean free
+ * block merged with the usable free blocks beside it. */
+static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
   p->reserved += pl.m1 - pl.m0;
   if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
   /* Carve the mapped part out of the hole. */
@@ -257,11 +287,24 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
       return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room in a new reservation");
   }
   uint64_t shrinks = p->shrinks;
-  if (!rmmc__pool_admit(p, o, stream, pl.m1 - pl.m0, need, within))
+  /* Trimming leaves the hole and the free blocks beside it alone: unmapping
+   * what this growth would map back is churn. */
+  p->trim_keep_lo = pl.u->prev != NULL ? pl.u->prev->addr : pl.u->addr;
+  p->trim_keep_hi = pl.u->next != NULL ? pool_bend(pl.u->next) : pool_bend(pl.u);
+  bool ok = rmmc__pool_admit(p, o, stream, pl.m1 - pl.m0, need, within);
+  p->trim_keep_lo = p->trim_keep_hi = 0;
+  if (!ok)
     return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
                   : RMMC_ERROR_OUT_OF_MEMORY;
-  if (p->shrinks != shrinks && !best_place(p, o, need, align, &pl)) /* trimming moved things */
-    return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room after trimming");
+  if (p->shrinks != shrinks) { /* trimming moved things: place again, admit again */
+    if (!best_place(p, o, need, align, &pl))
+      return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room after trimming");
+    if (p->reserved + (pl.m1 - pl.m0) > p->max_size) {
+      char mx[32];
+      return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: its maximum of %s is reached",
+                            rmmc__format_bytes(p->max_size, mx, sizeof mx));
+    }
+  }
   return map_place(p, o, pl, out);
 }
 
@@ -295,14 +338,22 @@ static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block
 }
 
 /* Unmaps segments lying wholly inside free blocks whose frees have
- * finished, from the top of each reservation down, until reserved <= goal.
- * One pass collects them (ascending), then they go highest first: unmapping
- * one splits only its own block, whose front piece keeps its struct, so
- * the blocks noted for lower segments stay valid. */
+ * finished until reserved <= goal, those of the blocks freed longest ago
+ * first (memory a steady state still uses was freed recently). One pass
+ * collects them; a block whose segment goes is cut there, its front piece
+ * keeping the struct, so a lower segment of the same block is found again
+ * through the front (the candidates of one block go highest first). */
 typedef struct trim_cand {
   pool_block_t *b;
-  size_t seg;
+  uintptr_t seg; /* the segment's address */
+  uint64_t freed;
 } trim_cand_t;
+
+static int older_first(const void *x, const void *y) {
+  const trim_cand_t *a = x, *b = y;
+  if (a->freed != b->freed) return a->freed < b->freed ? -1 : 1;
+  return a->seg > b->seg ? -1 : a->seg < b->seg; /* within a block: highest first */
+}
 
 static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
   rmmc_status_t st = RMMC_SUCCESS;
@@ -314,15 +365,19 @@ static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
     size_t n = 0;
     for (pool_block_t *b = r->first; b != NULL; b = b->next) {
       if (b->state != B_FREE || b->where != W_INDEX) continue;
+      if (b->addr < p->trim_keep_hi && pool_bend(b) > p->trim_keep_lo) continue;
+      if (p->clock - b->freed < p->trim_min_age) continue; /* in use in this round */
       size_t i = seg_lower_bound(r, b->addr), j = i;
       while (j < r->nsegs && r->segs[j].addr + r->segs[j].size <= pool_bend(b)) j++;
       if (j == i || !rmmc__pool_settled(p, b, true)) continue;
-      for (; i < j; i++) c[n++] = (trim_cand_t){b, i};
+      for (; i < j; i++) c[n++] = (trim_cand_t){b, r->segs[i].addr, b->freed};
     }
-    for (size_t k = n; k-- > 0 && p->reserved > goal;) {
+    qsort(c, n, sizeof *c, older_first);
+    for (size_t k = 0; k < n && p->reserved > goal; k++) {
       pool_block_t *b = c[k].b, *rest = NULL;
+      size_t i = seg_lower_bound(r, c[k].seg);
       rmmc__pool_unlink_free(p, b);
-      st = unmap_seg(p, r, c[k].seg, b, &rest);
+      st = unmap_seg(p, r, i, b, &rest);
       if (st != RMMC_SUCCESS) {
         rmmc__pool_link_free(p, b);
         break;
