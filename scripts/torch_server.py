@@ -74,7 +74,7 @@ CUBLAS_WORKSPACE = ":4096:8"  # the same fixed cuBLAS workspace in every process
 # keys count calls to the layer below (chunks, pages).
 RESERVED_KEYS = ("reserved", "peak_reserved", "reserved_peak")
 SYNC_KEY = "device_syncs"
-UPSTREAM_KEYS = ("chunk_allocations", "chunk_releases", "page_maps", "page_unmaps")
+UPSTREAM_KEYS = ("grows", "shrinks")
 # PyTorch's figures for the same (torch.cuda.memory_stats()).
 TORCH_SYNC_KEY = "num_sync_all_streams"
 TORCH_UPSTREAM_KEYS = ("num_device_alloc", "num_device_free")

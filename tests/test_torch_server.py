@@ -91,7 +91,7 @@ check(c["mismatches"] == 2, "compare: missing requests count as mismatches")
 def stack(syncs, chunks, reserved, peak):
     return [{"layer": "statistics", "figures": {"in_use": 10, "peak": peak, "allocations": 5}},
             {"layer": "pool", "figures": {"reserved": reserved, "reserved_peak": reserved,
-                                          "device_syncs": syncs, "chunk_allocations": chunks,
+                                          "device_syncs": syncs, "grows": chunks,
                                           "free_on_stream": "stream=default free=0 fresh=0"}},
             {"layer": "cuda", "figures": {}}]
 

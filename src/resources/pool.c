@@ -1477,8 +1477,8 @@ static rmmc_status_t choose_backend(pool_t *p, const rmmc_pool_options_t *o) {
     return RMMC_SUCCESS;
   }
   size_t seg = o->page_size != 0 ? o->page_size : (size_t)32 << 20;
-  if (seg < up_page) seg = up_page;
-  if (seg % up_page != 0 || seg > ((size_t)1 << 40))
+  if (o->page_size == ((size_t)32 << 20) && seg < up_page) seg = up_page; /* the default only */
+  if (seg < up_page || seg % up_page != 0 || seg > ((size_t)1 << 40))
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "pool_resource_create: page_size %zu must be a multiple of %s's page "
                           "(%zu) up to 1 TiB",
@@ -1566,7 +1566,7 @@ static const rmmc__spec_option_t pool_spec_options[] = {
     {"release_before_grow", RMMC__OPT_BOOL, "keep reserved within the budget before growing (default true)"},
     {"release_slack", RMMC__OPT_DOUBLE, "the budget: reserved within (1 + this) x peak (default 0.02)"},
     {"split_limit", RMMC__OPT_DOUBLE, "chunks: grow rather than split a free chunk this many times the growth (default 8; 0: off)"},
-    {"event_interval", RMMC__OPT_INT, "frees per stream between event records (default 64)"},
+    {"event_interval", RMMC__OPT_INT, "frees per stream between event records, while several streams use the pool (default 1)"},
     {"event_bytes", RMMC__OPT_BYTES, "freed bytes per stream between event records (default 256MiB)"},
     {"expandable", RMMC__OPT_BOOL, "virtual memory (true) or chunks (false); default: virtual memory when the upstream has it"},
     {"page", RMMC__OPT_BYTES, "virtual memory: most bytes one mapping covers (default 32MiB)"},
