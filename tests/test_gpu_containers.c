@@ -399,10 +399,20 @@ END_TEST
 
 /* The child: builds the current device's default, checks its name and the
  * configuration status (a status name, or FAILURE for any but SUCCESS),
- * allocates through it. Exit 0 when all agree. */
+ * allocates through it. Exit 0 when all agree. want_name "-": the lookup
+ * must fail (strict configuration) with want_status, and so must an
+ * allocation through the default. */
 static int alloc_conf_child(const char *want_name, const char *want_status) {
   rmmc_resource_t *r;
   rmmc_status_t st = rmmc_get_current_device_resource(&r);
+  if (strcmp(want_name, "-") == 0) {
+    void *p = NULL;
+    rmmc_status_t ast = rmmc_allocate(1 << 20, NULL, &p);
+    fprintf(stderr, "get: %s\n", rmmc_last_error_message());
+    bool status_ok = strcmp(want_status, "FAILURE") == 0 ? st != RMMC_SUCCESS
+                                                         : strcmp(rmmc_status_name(st), want_status) == 0;
+    return status_ok && ast == st && p == NULL ? 0 : 1;
+  }
   if (st != RMMC_SUCCESS) {
     printf("get: %s\n", rmmc_last_error_message());
     return 1;
@@ -419,26 +429,24 @@ static int alloc_conf_child(const char *want_name, const char *want_status) {
   return strcmp(rmmc_resource_name(r), want_name) == 0 && status_ok ? 0 : 1;
 }
 
-/* Runs the child with the two variables (NULL: unset) and returns its
- * stderr; *code gets its exit status. */
-static char *run_child(const char *conf, const char *no_caching, const char *want_name,
+/* Runs the child with RMMC_ALLOC_CONF=conf and one more variable, extra
+ * ("NAME=value"; NULL: none), and returns its stderr; *code gets its exit
+ * status. */
+static char *run_child(const char *conf, const char *extra, const char *want_name,
                        const char *want_status, int *code) {
   static char err[16384];
   size_t n = 0, nenv = 0;
   while (environ[n] != NULL) n++;
   char **env = calloc(n + 3, sizeof *env);
   for (size_t i = 0; i < n; i++)
-    if (strncmp(environ[i], "RMMC_ALLOC_CONF=", 16) != 0 && strncmp(environ[i], "RMMC_NO_CACHING=", 16) != 0)
+    if (strncmp(environ[i], "RMMC_ALLOC_CONF", 15) != 0 && strncmp(environ[i], "RMMC_NO_CACHING=", 16) != 0)
       env[nenv++] = environ[i];
-  char a[512], b[128];
+  char a[512];
   if (conf != NULL) {
     snprintf(a, sizeof a, "RMMC_ALLOC_CONF=%s", conf);
     env[nenv++] = a;
   }
-  if (no_caching != NULL) {
-    snprintf(b, sizeof b, "RMMC_NO_CACHING=%s", no_caching);
-    env[nenv++] = b;
-  }
+  if (extra != NULL) env[nenv++] = (char *)extra;
   int pipefd[2];
   ck_assert_int_eq(pipe(pipefd), 0);
   posix_spawn_file_actions_t fa;
@@ -474,15 +482,24 @@ START_TEST(test_gpu_alloc_conf_end_to_end) {
   char *err = run_child("cuda_async(initial=16MiB)", NULL, "cuda_async", "SUCCESS", &code);
   ck_assert_msg(code == 0, "good spec: exit %d, stderr: %s", code, err);
   ck_assert_int_eq(count_of(err, "rmmc:"), 0);
-  err = run_child("cuda_asink(initial=16MiB)", NULL, "cuda", "ERROR_PARSE", &code);
+  /* a typo is refused loudly: every lookup fails with the parse status */
+  err = run_child("cuda_asink(initial=16MiB)", NULL, "-", "ERROR_PARSE", &code);
   ck_assert_msg(code == 0, "bad spec: exit %d, stderr: %s", code, err);
+  ck_assert_int_ge(count_of(err, "RMMC_ALLOC_CONF is not a valid stack spec"), 1);
   ck_assert_int_eq(count_of(err, "rmmc: RMMC_ALLOC_CONF is not a valid stack spec"), 1);
   ck_assert_ptr_nonnull(strstr(err, "unknown resource 'cuda_asink'"));
-  err = run_child("cuda_async", "1", "cuda", "SUCCESS", &code);
+  /* ... unless the process opted into the fallback */
+  err = run_child("cuda_asink(initial=16MiB)", "RMMC_ALLOC_CONF_FALLBACK=1", "cuda", "ERROR_PARSE", &code);
+  ck_assert_msg(code == 0, "bad spec with fallback: exit %d, stderr: %s", code, err);
+  ck_assert_int_eq(count_of(err, "rmmc: RMMC_ALLOC_CONF is not a valid stack spec"), 1);
+  err = run_child("cuda_async", "RMMC_NO_CACHING=1", "cuda", "SUCCESS", &code);
   ck_assert_msg(code == 0, "no caching: exit %d, stderr: %s", code, err);
-  err = run_child("cuda_async(initial=100TiB)", NULL, "cuda", "FAILURE", &code);
+  err = run_child("cuda_async(initial=100TiB)", "RMMC_ALLOC_CONF_FALLBACK=1", "cuda", "FAILURE", &code);
   ck_assert_msg(code == 0, "unbuildable spec: exit %d, stderr: %s", code, err);
   ck_assert_int_eq(count_of(err, "could not be built for device 0"), 1);
+  err = run_child("cuda_async(initial=100TiB)", NULL, "-", "FAILURE", &code);
+  ck_assert_msg(code == 0, "unbuildable spec, strict: exit %d, stderr: %s", code, err);
+  ck_assert_ptr_nonnull(strstr(err, "RMMC_ALLOC_CONF_FALLBACK=1 uses the plain cuda resource"));
   err = run_child(NULL, NULL, "cuda", "SUCCESS", &code);
   ck_assert_msg(code == 0, "unset: exit %d, stderr: %s", code, err);
 }
