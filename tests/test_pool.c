@@ -622,6 +622,44 @@ START_TEST(test_pool_split_limit_yields_before_oom) {
 }
 END_TEST
 
+START_TEST(test_pool_split_limit_never_refuses_its_new_chunk) {
+  /* Issue 11, F1: with split_limit=1 a request above min_growth that is not
+   * a multiple of the growth granularity (39 MiB: the pool grows 40 MiB)
+   * was refused: the new chunk was more than 1 x the request. The chunk a
+   * pool grows for a request must serve it, with one upstream call. */
+  static const size_t sizes[] = {39 * MiB, 33 * MiB + 1, 63 * MiB + 256, 100 * MiB + 5};
+  static const double limits[] = {1.0, 1.01, 1.2};
+  for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+      rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+      o.split_limit = limits[l];
+      fixture_t f = make_fixture(&o);
+      void *p = NULL;
+      rmmc_status_t st = rmmc_resource_allocate(f.pool, sizes[i], 256, NULL, &p);
+      ck_assert_msg(st == RMMC_SUCCESS, "split_limit=%g, %zu bytes: %s", limits[l], sizes[i],
+                    rmmc_last_error_message());
+      ck_assert_uint_eq(field(f.pool, "chunk_allocations"), 1);
+      ck_assert_uint_eq(spy_counts(spy_of(f.spy)).allocate_calls, 1);
+      ck_assert_uint_eq(spy_counts(spy_of(f.spy)).outstanding_bytes,
+                        (sizes[i] + 2 * MiB - 1) / (2 * MiB) * (2 * MiB));
+      fill(p, sizes[i], 5);
+      ck_assert(filled(p, sizes[i], 5));
+      ck_assert_int_eq(rmmc_resource_deallocate(f.pool, p, sizes[i], 256, NULL), RMMC_SUCCESS);
+      CHECK_POOL(f.pool);
+      drop_fixture(&f);
+    }
+  }
+  /* The issue's own case, through a spec. */
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create("pool(split_limit=1) > host", -1, &r), RMMC_SUCCESS);
+  void *p = NULL;
+  ck_assert_msg(rmmc_resource_allocate(r, 39 * MiB, 256, NULL, &p) == RMMC_SUCCESS, "%s",
+                rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 39 * MiB, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 START_TEST(test_pool_gc_threshold_trims) {
   /* gc_threshold 0.5 of a 64 MiB maximum: growth beyond 32 MiB reserved
    * first gives back wholly free chunks. */
@@ -1034,6 +1072,7 @@ int main(void) {
   tcase_add_test(tc, test_pool_release_slack_budget);
   tcase_add_test(tc, test_pool_split_limit);
   tcase_add_test(tc, test_pool_split_limit_yields_before_oom);
+  tcase_add_test(tc, test_pool_split_limit_never_refuses_its_new_chunk);
   tcase_add_test(tc, test_pool_gc_threshold_trims);
   tcase_add_test(tc, test_pool_reuse_prefers_the_freeing_stream);
   tcase_add_test(tc, test_pool_describe_figures);

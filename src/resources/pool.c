@@ -581,11 +581,14 @@ static size_t reclaim_slabs(pool_t *p) {
  * times the growth a request of `need` bytes would make? Then the pool
  * grows instead of splitting it (a smaller, maybe long-lived, block would
  * pin it), and release_before_grow can give it back. Off on the last resort
- * before out of memory. */
+ * before out of memory. The growth is counted as grow() makes it, rounded
+ * to the granularity: a chunk grown for this very request is never too big
+ * for it (split_limit >= 1; issue 11, F1). */
 static inline bool too_big_to_split(const pool_t *p, const block_t *b, size_t need) {
   if (b->phys_prev != NULL || b->phys_next != NULL || p->split_limit == 0.0 || p->last_resort)
     return false;
-  size_t g = need < p->min_growth ? p->min_growth : need;
+  size_t want = rmmc__align_up(need, p->granularity);
+  size_t g = want < p->min_growth ? p->min_growth : want;
   return (double)b->size > p->split_limit * (double)g;
 }
 
