@@ -7,6 +7,7 @@
  * message quotes the spec with a caret under the offending word.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,6 +31,10 @@ typedef struct parser {
   size_t pos;
   int nlayers;
   layer_t layers[MAX_LAYERS];
+  /* The values' texts, each NUL-terminated: together no longer than the
+   * spec plus one NUL per value. */
+  size_t ntext;
+  char text[RMMC__SPEC_MAX_LENGTH + MAX_LAYERS * RMMC__SPEC_MAX_ARGS];
 } parser_t;
 
 /* Records a parse error at [col, col+len) with the spec and a caret line. */
@@ -91,40 +96,69 @@ static void list_options(const rmmc__spec_entry_t *e, char *buf, size_t len) {
   if (n == 0) snprintf(buf, len, "none");
 }
 
-rmmc_status_t rmmc__parse_bytes(const char *text, size_t len, size_t *out) {
+static const struct {
+  const char *suffix;
+  unsigned shift; /* the unit is 2^shift bytes */
+} units[] = {{"", 0},   {"B", 0},   {"K", 10},  {"KB", 10},  {"KiB", 10},
+             {"M", 20}, {"MB", 20}, {"MiB", 20}, {"G", 30}, {"GB", 30},
+             {"GiB", 30}, {"T", 40}, {"TB", 40}, {"TiB", 40}};
+
+static bool unit_of(const char *suffix, unsigned *shift) {
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (strcmp(suffix, units[i].suffix) == 0) {
+      *shift = units[i].shift;
+      return true;
+    }
+  return false;
+}
+
+/* Whole numbers of bytes are exact (strtoull: 18446744073709551615 is the
+ * largest size); fractions and exponents ("1.5GiB", "1e6") go through
+ * strtod and must come to a whole number of bytes. */
+rmmc_status_t rmmc__parse_bytes(const char *text, size_t len, size_t *out, bool *too_large) {
   char buf[64];
-  if (len == 0 || len >= sizeof buf) return RMMC_ERROR_PARSE;
+  if (too_large != NULL) *too_large = false;
+  if (len == 0 || !isdigit((unsigned char)text[0])) return RMMC_ERROR_PARSE;
+  if (len >= sizeof buf) { /* no size is written this long: digits only make it too large */
+    size_t i = 0;
+    while (i < len && isdigit((unsigned char)text[i])) i++;
+    if (too_large != NULL) *too_large = i > 20;
+    return RMMC_ERROR_PARSE;
+  }
   memcpy(buf, text, len);
   buf[len] = '\0';
   char *end;
-  double v = strtod(buf, &end);
-  if (end == buf || !(v >= 0) || !isdigit((unsigned char)buf[0])) return RMMC_ERROR_PARSE;
-  static const struct {
-    const char *suffix;
-    double mult;
-  } units[] = {{"", 1},          {"B", 1},
-               {"K", 1024.0},    {"KB", 1024.0},    {"KiB", 1024.0},
-               {"M", 1048576.0}, {"MB", 1048576.0}, {"MiB", 1048576.0},
-               {"G", 1073741824.0}, {"GB", 1073741824.0}, {"GiB", 1073741824.0},
-               {"T", 1099511627776.0}, {"TB", 1099511627776.0}, {"TiB", 1099511627776.0}};
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcmp(end, units[i].suffix) == 0) {
-      double bytes = v * units[i].mult;
-      if (bytes >= 18446744073709551615.0 || bytes != floor(bytes)) return RMMC_ERROR_PARSE;
-      *out = (size_t)bytes;
-      return RMMC_SUCCESS;
-    }
+  unsigned shift;
+  errno = 0;
+  unsigned long long whole = strtoull(buf, &end, 10);
+  if (unit_of(end, &shift)) {
+    bool fits = errno != ERANGE && whole <= (unsigned long long)(SIZE_MAX >> shift);
+    if (too_large != NULL) *too_large = !fits;
+    if (!fits) return RMMC_ERROR_PARSE;
+    *out = (size_t)whole << shift;
+    return RMMC_SUCCESS;
   }
-  return RMMC_ERROR_PARSE;
+  double v = strtod(buf, &end);
+  if (end == buf || !(v >= 0) || !unit_of(end, &shift)) return RMMC_ERROR_PARSE;
+  double bytes = ldexp(v, (int)shift);
+  if (bytes >= 18446744073709551616.0) {
+    if (too_large != NULL) *too_large = true;
+    return RMMC_ERROR_PARSE;
+  }
+  if (bytes != floor(bytes)) return RMMC_ERROR_PARSE;
+  *out = (size_t)bytes;
+  return RMMC_SUCCESS;
 }
 
 RMMC_API rmmc_status_t rmmc_parse_size(const char *text, size_t *out) {
   if (text == NULL || out == NULL)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "parse_size: NULL argument");
-  if (rmmc__parse_bytes(text, strlen(text), out) != RMMC_SUCCESS)
-    return rmmc_set_error(RMMC_ERROR_PARSE,
-                          "'%s' is not a size (write 1024, 64KiB, 256MiB, 1.5GiB)", text);
-  return RMMC_SUCCESS;
+  bool too_large;
+  if (rmmc__parse_bytes(text, strlen(text), out, &too_large) == RMMC_SUCCESS) return RMMC_SUCCESS;
+  if (too_large)
+    return rmmc_set_error(RMMC_ERROR_PARSE, "'%s' is out of range: sizes are below 16 EiB", text);
+  return rmmc_set_error(RMMC_ERROR_PARSE,
+                        "'%s' is not a size (write 1024, 64KiB, 256MiB, 1.5GiB)", text);
 }
 
 static const char *type_hint(rmmc__opt_type_t t) {
@@ -139,21 +173,26 @@ static const char *type_hint(rmmc__opt_type_t t) {
   return "a value";
 }
 
-/* Converts the value text at [col, col+len) for option o into v. */
-static rmmc_status_t parse_value(parser_t *p, const rmmc__spec_option_t *o, size_t col,
-                                 size_t len, rmmc__spec_value_t *v) {
-  const char *t = p->spec + col;
-  char buf[RMMC__SPEC_MAX_TEXT];
-  if (len >= sizeof buf) return parse_error(p, col, len, "value too long for '%s'", o->name);
-  memcpy(buf, t, len);
-  buf[len] = '\0';
+/* The error for a value of option o that is of the right form but out of
+ * range: quotes the value as written. */
+static rmmc_status_t out_of_range(const parser_t *p, const rmmc__spec_option_t *o, size_t col,
+                                  size_t len, const char *range) {
+  return parse_error(p, col, len, "%s=%.*s is out of range (%s)", o->name, (int)len,
+                     p->spec + col, range);
+}
+
+/* Converts the value text at [col, col+len) for option o into v; t is a
+ * NUL-terminated copy of it that v keeps. */
+static rmmc_status_t parse_value(const parser_t *p, const rmmc__spec_option_t *o, size_t col,
+                                 size_t len, const char *t, rmmc__spec_value_t *v) {
   v->option = o;
+  v->text = t;
   char *end;
   switch (o->type) {
   case RMMC__OPT_BYTES_PCT:
-    if (len > 1 && buf[len - 1] == '%') {
-      double pct = strtod(buf, &end);
-      if (end != buf + len - 1 || !(pct > 0.0 && pct <= 100.0))
+    if (len > 1 && t[len - 1] == '%') {
+      double pct = strtod(t, &end);
+      if (end != t + len - 1 || !(pct > 0.0 && pct <= 100.0))
         return parse_error(p, col, len, "'%s' wants a percentage in (0, 100]", o->name);
       v->is_percent = true;
       v->number = pct;
@@ -161,39 +200,49 @@ static rmmc_status_t parse_value(parser_t *p, const rmmc__spec_option_t *o, size
     }
     /* fall through */
   case RMMC__OPT_BYTES: {
-    size_t bytes;
-    if (rmmc__parse_bytes(buf, len, &bytes) != RMMC_SUCCESS)
-      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
-    v->number = (double)bytes;
-    return RMMC_SUCCESS;
+    bool too_large;
+    if (rmmc__parse_bytes(t, len, &v->bytes, &too_large) == RMMC_SUCCESS) return RMMC_SUCCESS;
+    if (too_large) return out_of_range(p, o, col, len, "sizes are below 16 EiB");
+    return parse_error(p, col, len, "'%s' is not %s", t, type_hint(o->type));
   }
-  case RMMC__OPT_INT: {
-    long long x = strtoll(buf, &end, 10);
-    if (end == buf || *end != '\0')
-      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
-    v->number = (double)x;
+  case RMMC__OPT_INT:
+    errno = 0;
+    v->integer = strtoll(t, &end, 10);
+    if (end == t || *end != '\0')
+      return parse_error(p, col, len, "'%s' is not %s", t, type_hint(o->type));
+    if (errno == ERANGE) return out_of_range(p, o, col, len, "integers are 64-bit");
     return RMMC_SUCCESS;
-  }
   case RMMC__OPT_DOUBLE: {
-    double x = strtod(buf, &end);
-    if (end == buf || *end != '\0')
-      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
+    errno = 0;
+    double x = strtod(t, &end);
+    if (end == t || *end != '\0' || isnan(x))
+      return parse_error(p, col, len, "'%s' is not %s", t, type_hint(o->type));
+    if (errno == ERANGE || isinf(x)) return out_of_range(p, o, col, len, "not a finite number");
     v->number = x;
     return RMMC_SUCCESS;
   }
   case RMMC__OPT_BOOL:
-    if (!strcmp(buf, "true") || !strcmp(buf, "on") || !strcmp(buf, "yes") || !strcmp(buf, "1"))
+    if (!strcmp(t, "true") || !strcmp(t, "on") || !strcmp(t, "yes") || !strcmp(t, "1"))
       v->boolean = true;
-    else if (!strcmp(buf, "false") || !strcmp(buf, "off") || !strcmp(buf, "no") || !strcmp(buf, "0"))
+    else if (!strcmp(t, "false") || !strcmp(t, "off") || !strcmp(t, "no") || !strcmp(t, "0"))
       v->boolean = false;
     else
-      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
+      return parse_error(p, col, len, "'%s' is not %s", t, type_hint(o->type));
     return RMMC_SUCCESS;
   case RMMC__OPT_STRING:
-    memcpy(v->text, buf, len + 1);
     return RMMC_SUCCESS;
   }
   return parse_error(p, col, len, "option '%s' has an unknown type", o->name);
+}
+
+/* A NUL-terminated copy of [col, col+len) of the spec, kept in the parser
+ * (parse_spec bounds the spec, so it always fits). */
+static const char *keep_text(parser_t *p, size_t col, size_t len) {
+  char *t = p->text + p->ntext;
+  memcpy(t, p->spec + col, len);
+  t[len] = '\0';
+  p->ntext += len + 1;
+  return t;
 }
 
 static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
@@ -235,7 +284,8 @@ static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
       vlen = read_word(p);
     }
     if (vlen == 0) return parse_error(p, vcol, 1, "expected a value for '%s'", o->name);
-    rmmc_status_t st = parse_value(p, o, vcol, vlen, &l->args.values[l->args.count]);
+    rmmc_status_t st = parse_value(p, o, vcol, vlen, keep_text(p, vcol, vlen),
+                                   &l->args.values[l->args.count]);
     if (st != RMMC_SUCCESS) return st;
     l->args.count++;
     skip_space(p);
@@ -295,8 +345,9 @@ static rmmc_status_t parse(parser_t *p) {
 static rmmc_status_t parse_spec(parser_t *p, const char *spec) {
   memset(p, 0, sizeof *p);
   p->spec = spec;
-  if (strlen(spec) > 4096)
-    return rmmc_set_error(RMMC_ERROR_PARSE, "stack spec: longer than 4096 characters");
+  if (strlen(spec) > RMMC__SPEC_MAX_LENGTH)
+    return rmmc_set_error(RMMC_ERROR_PARSE, "stack spec: longer than %d characters",
+                          RMMC__SPEC_MAX_LENGTH);
   return parse(p);
 }
 
@@ -378,8 +429,19 @@ const rmmc__spec_value_t *rmmc__spec_find(const rmmc__spec_args_t *args, const c
 
 bool rmmc__spec_int(const rmmc__spec_args_t *args, const char *name, long long *out) {
   const rmmc__spec_value_t *v = rmmc__spec_find(args, name);
-  if (v != NULL) *out = (long long)v->number;
+  if (v != NULL) *out = v->integer;
   return v != NULL;
+}
+
+rmmc_status_t rmmc__spec_int_in(const rmmc__spec_args_t *args, const char *name, long long lo,
+                                long long hi, long long *out) {
+  const rmmc__spec_value_t *v = rmmc__spec_find(args, name);
+  if (v == NULL) return RMMC_SUCCESS;
+  if (v->integer < lo || v->integer > hi)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: %s=%s is out of range (%lld to %lld)",
+                          args->layer, name, v->text, lo, hi);
+  *out = v->integer;
+  return RMMC_SUCCESS;
 }
 
 bool rmmc__spec_double(const rmmc__spec_args_t *args, const char *name, double *out) {
@@ -404,7 +466,7 @@ rmmc_status_t rmmc__spec_bytes(const rmmc__spec_args_t *args, const char *name,
   const rmmc__spec_value_t *v = rmmc__spec_find(args, name);
   if (v == NULL) return RMMC_SUCCESS;
   if (!v->is_percent) {
-    *out = (size_t)v->number;
+    *out = v->bytes;
     return RMMC_SUCCESS;
   }
   if (upstream != NULL && upstream->kind == RMMC_MEMORY_DEVICE)

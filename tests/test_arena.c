@@ -651,7 +651,8 @@ START_TEST(test_arena_spec) {
   rmmc_resource_release(r);
   expect_spec_error("arena(superblock=3MiB) > host", RMMC_ERROR_INVALID_ARGUMENT, "superblock size 3145728");
   expect_spec_error("arena(superblock=4XB) > host", RMMC_ERROR_PARSE, "column 18");
-  expect_spec_error("arena(keep=-1) > host", RMMC_ERROR_PARSE, "keep=-1");
+  expect_spec_error("arena(keep=-1) > host", RMMC_ERROR_INVALID_ARGUMENT,
+                    "keep=-1 is out of range (0 to 9223372036854775807)");
   expect_spec_error("arena(keep=two) > host", RMMC_ERROR_PARSE, "'two' is not an integer");
   expect_spec_error("arena(chunk=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "chunk size 0");
   expect_spec_error("arena(max=1MiB) > host", RMMC_ERROR_INVALID_ARGUMENT, "below one superblock");

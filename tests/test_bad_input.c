@@ -1153,7 +1153,19 @@ static const struct bad_spec {
     {"limiting > host", RMMC_ERROR_INVALID_ARGUMENT, "limit", false},
     {"logging > host", RMMC_ERROR_INVALID_ARGUMENT, "path", false},
     {"tracking(depth=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "depth", false},
-    {"fixed_size(block=0) > host", RMMC_ERROR_PARSE, "block", true},
+    {"fixed_size(block=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "block", true},
+    /* Issue 11, F5: numbers quoted as written, said to be out of range. */
+    {"tracking(backtrace=true, depth=99999999999999999999) > host", RMMC_ERROR_PARSE,
+     "depth=99999999999999999999 is out of range", false},
+    {"fixed_size(blocks_per_chunk=18446744073709551615) > host", RMMC_ERROR_PARSE,
+     "blocks_per_chunk=18446744073709551615 is out of range", false},
+    {"failure_callback(retries=99999999999) > host", RMMC_ERROR_INVALID_ARGUMENT,
+     "retries=99999999999 is out of range", false},
+    {"arena(keep=-1) > host", RMMC_ERROR_INVALID_ARGUMENT, "keep=-1 is out of range", false},
+    {"pool(max=18446744073709551616) > host", RMMC_ERROR_PARSE,
+     "max=18446744073709551616 is out of range", false},
+    {"pool(release_slack=1e400) > host", RMMC_ERROR_PARSE, "release_slack=1e400 is out of range",
+     false},
 };
 
 /* Every malformed spec: the status, a message, *out NULL, and (for parse

@@ -475,9 +475,16 @@ START_TEST(test_fixed_size_spec) {
   expect_spec_error("fixed_size(block=12XB) > host", RMMC_ERROR_PARSE, "column 18");
   expect_spec_error("fixed_size(blocks_per_chunk=many) > host", RMMC_ERROR_PARSE, "'many' is not an integer");
   expect_spec_error("fixed_size(blocks=4) > host", RMMC_ERROR_PARSE, "it takes: block, blocks_per_chunk");
-  expect_spec_error("fixed_size(block=0) > host", RMMC_ERROR_PARSE, "block=0");
-  expect_spec_error("fixed_size(blocks_per_chunk=0) > host", RMMC_ERROR_PARSE, "blocks_per_chunk=0");
-  expect_spec_error("fixed_size(blocks_per_chunk=-3) > host", RMMC_ERROR_PARSE, "blocks_per_chunk=-3");
+  expect_spec_error("fixed_size(block=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "block size (0)");
+  expect_spec_error("fixed_size(blocks_per_chunk=0) > host", RMMC_ERROR_INVALID_ARGUMENT,
+                    "blocks_per_chunk=0 is out of range (1 to 9223372036854775807)");
+  expect_spec_error("fixed_size(blocks_per_chunk=-3) > host", RMMC_ERROR_INVALID_ARGUMENT,
+                    "blocks_per_chunk=-3 is out of range");
+  /* Issue 11, F5: the value as written, not a wrapped one. */
+  expect_spec_error("fixed_size(blocks_per_chunk=18446744073709551615) > host", RMMC_ERROR_PARSE,
+                    "blocks_per_chunk=18446744073709551615 is out of range (integers are 64-bit)");
+  expect_spec_error("fixed_size(block=18446744073709551616) > host", RMMC_ERROR_PARSE,
+                    "block=18446744073709551616 is out of range (sizes are below 16 EiB)");
   expect_spec_error("fixed_size", RMMC_ERROR_PARSE, "fixed_size needs an upstream");
 }
 END_TEST

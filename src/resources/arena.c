@@ -31,6 +31,7 @@
  * only finds the record marked dead. Arena structs are freed only with the
  * resource; a dead thread's arena is reused once it holds nothing.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1286,13 +1287,10 @@ static rmmc_status_t arena_build(const rmmc__spec_args_t *args, rmmc_resource_t 
                                  int device, rmmc_resource_t **out) {
   (void)device;
   rmmc_arena_options_t o = RMMC_ARENA_OPTIONS_INIT;
-  long long keep;
-  if (rmmc__spec_int(args, "keep", &keep)) {
-    if (keep < 0)
-      return rmmc_set_error(RMMC_ERROR_PARSE, "arena: keep=%lld: must be 0 or more", keep);
-    o.keep_superblocks = (size_t)keep;
-  }
-  rmmc_status_t st = rmmc__spec_bytes(args, "superblock", upstream, &o.superblock_size);
+  long long keep = (long long)o.keep_superblocks;
+  rmmc_status_t st = rmmc__spec_int_in(args, "keep", 0, LLONG_MAX, &keep);
+  o.keep_superblocks = (size_t)keep;
+  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "superblock", upstream, &o.superblock_size);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "chunk", upstream, &o.chunk_size);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "max", upstream, &o.max_size);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "cache", upstream, &o.large_cache_size);

@@ -322,11 +322,11 @@ static rmmc_status_t binning_build(const rmmc__spec_args_t *args, rmmc_resource_
       if (n == RMMC_BINNING_MAX_BINS)
         return rmmc_set_error(RMMC_ERROR_PARSE, "binning: bins=%s: more than %d bins", list,
                               RMMC_BINNING_MAX_BINS);
-      if (rmmc__parse_bytes(p, len, &sizes[n]) != RMMC_SUCCESS || sizes[n] == 0)
-        return rmmc_set_error(RMMC_ERROR_PARSE,
-                              "binning: bins=%s: '%.*s' is not a bin size (write "
-                              "bins=256B:4KiB:64KiB)",
-                              list, (int)len, p);
+      bool too_large;
+      if (rmmc__parse_bytes(p, len, &sizes[n], &too_large) != RMMC_SUCCESS || sizes[n] == 0)
+        return rmmc_set_error(RMMC_ERROR_PARSE, "binning: bins=%s: '%.*s' %s", list, (int)len, p,
+                              too_large ? "is out of range (sizes are below 16 EiB)"
+                                        : "is not a bin size (write bins=256B:4KiB:64KiB)");
       n++;
       if (end == NULL) break;
       p = end + 1;

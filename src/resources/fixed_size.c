@@ -23,6 +23,7 @@
  * One mutex guards everything; the upstream is called with it held (chunk
  * growth is rare and this keeps two threads from growing at once).
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -533,18 +534,11 @@ static rmmc_status_t fs_build(const rmmc__spec_args_t *args, rmmc_resource_t *up
                               rmmc_resource_t **out) {
   (void)device;
   rmmc_fixed_size_options_t o = RMMC_FIXED_SIZE_OPTIONS_INIT;
-  long long n;
+  long long n = (long long)o.blocks_per_chunk;
   rmmc_status_t st = rmmc__spec_bytes(args, "block", upstream, &o.block_size);
-  if (st != RMMC_SUCCESS) return st;
-  if (o.block_size == 0)
-    return rmmc_set_error(RMMC_ERROR_PARSE, "fixed_size: block=0: a block needs at least 1 byte");
-  if (rmmc__spec_int(args, "blocks_per_chunk", &n)) {
-    if (n < 1)
-      return rmmc_set_error(RMMC_ERROR_PARSE,
-                            "fixed_size: blocks_per_chunk=%lld: a chunk needs at least 1 block", n);
-    o.blocks_per_chunk = (size_t)n;
-  }
-  return rmmc_fixed_size_resource_create(upstream, &o, out);
+  if (st == RMMC_SUCCESS) st = rmmc__spec_int_in(args, "blocks_per_chunk", 1, LLONG_MAX, &n);
+  o.blocks_per_chunk = (size_t)n;
+  return st == RMMC_SUCCESS ? rmmc_fixed_size_resource_create(upstream, &o, out) : st;
 }
 
 const rmmc__spec_entry_t rmmc__fixed_size_spec = {
