@@ -224,6 +224,13 @@ typedef struct rmmc__error_state {
 } rmmc__error_state_t;
 void rmmc__error_save(rmmc__error_state_t *state);
 void rmmc__error_restore(const rmmc__error_state_t *state);
+/* The error state as it was when the outermost allocate of this thread
+ * began (status.c keeps it at the first failure inside the call): puts it
+ * back and returns true, or returns false when nothing inside the call
+ * wrote one. Either way it is then forgotten. */
+bool rmmc__error_restore_call_start(void);
+/* Forgets it (the call ends with a failure of its own). */
+void rmmc__error_forget_call_start(void);
 
 /* Appends to this thread's error message. */
 void rmmc__append_error(const char *fmt, ...)

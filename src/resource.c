@@ -3,9 +3,9 @@
  *
  * The wrappers validate arguments once (NULL resource or out-pointer, 0
  * bytes, alignment, size overflow), normalize the alignment to at least 256,
- * and add what every resource shares: the stack figures in an out-of-memory
- * message at the outermost call, the forwarding of release_cached through
- * adaptors, reference counting.
+ * and add what every resource shares: the out-of-memory rule and the stack
+ * figures in an out-of-memory message at the outermost call, the forwarding
+ * of release_cached through adaptors, reference counting.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +66,70 @@ static void append_stack_figures(rmmc_resource_t *r) {
   }
 }
 
+typedef struct cache_figures {
+  uint64_t value[3]; /* cached, reserved, in_use */
+  bool has[3];
+} cache_figures_t;
+
+static void cache_cb(void *ctx, const rmmc_field_t *f) {
+  static const char *const keys[3] = {"cached", "reserved", "in_use"};
+  cache_figures_t *c = ctx;
+  for (int k = 0; k < 3; k++)
+    if (!c->has[k] && f->kind == RMMC_FIELD_BYTES && strcmp(f->key, keys[k]) == 0) {
+      c->value[k] = f->value;
+      c->has[k] = true;
+    }
+}
+
+/* Does some layer of the stack under r (r included) cache memory? A layer
+ * says so with the figure "cached", or else with "reserved" above
+ * "in_use" (resource.h); one that reports neither caches nothing. */
+static bool stack_caches(rmmc_resource_t *r) {
+  for (int depth = 0; r != NULL && depth < 64; depth++, r = rmmc_resource_upstream(r)) {
+    cache_figures_t c;
+    memset(&c, 0, sizeof c);
+    rmmc_resource_describe(r, cache_cb, &c);
+    if (c.has[0] ? c.value[0] > 0 : c.has[1] && c.has[2] && c.value[1] > c.value[2]) return true;
+  }
+  return false;
+}
+
+/* The out-of-memory rule (docs/design.md): a stack reports out of memory
+ * only when nothing in it caches memory. The outermost call (depth 0, no
+ * lock of any layer held) has just failed with out of memory: if some
+ * layer caches, the whole stack gives back what it caches (each layer's
+ * release_cached gives back its own free memory, then forwards, so memory
+ * a layer hands back to a caching upstream goes further down too) and the
+ * request is retried once, even if the release failed part way (what it
+ * gave back may be enough). A retry that succeeds leaves the thread's error
+ * state as it was before the call; one that fails reports its own, fresher
+ * figures. */
+RMMC_COLD static rmmc_status_t allocate_after_release(rmmc_resource_t *r, size_t bytes,
+                                                      size_t alignment, cudaStream_t stream,
+                                                      void **out) {
+  rmmc_status_t st = RMMC_ERROR_OUT_OF_MEMORY;
+  if (stack_caches(r)) {
+    rmmc__call_depth++; /* the release and the retry belong to the call */
+    rmmc_status_t rst = rmmc_resource_release_cached(r);
+    char why[200];
+    if (rst != RMMC_SUCCESS) snprintf(why, sizeof why, "%s", rmmc_last_error_message());
+    st = r->ops->allocate(r, bytes, alignment, stream, out);
+    rmmc__call_depth--;
+    if (st == RMMC_SUCCESS) {
+      (void)rmmc__error_restore_call_start();
+      return st;
+    }
+    *out = NULL;
+    if (st == RMMC_ERROR_OUT_OF_MEMORY)
+      rmmc__append_error("; the stack gave back its cached memory and the request was retried");
+    if (rst != RMMC_SUCCESS)
+      rmmc__append_error(" (giving it back failed: %s)", why);
+  }
+  rmmc__error_forget_call_start();
+  if (st == RMMC_ERROR_OUT_OF_MEMORY) append_stack_figures(r);
+  return st;
+}
+
 RMMC_API rmmc_status_t rmmc_resource_allocate(rmmc_resource_t *r, size_t bytes,
                                               size_t alignment, cudaStream_t stream,
                                               void **out) {
@@ -88,7 +152,10 @@ RMMC_API rmmc_status_t rmmc_resource_allocate(rmmc_resource_t *r, size_t bytes,
   rmmc__call_depth--;
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) {
     *out = NULL;
-    if (st == RMMC_ERROR_OUT_OF_MEMORY && rmmc__call_depth == 0) append_stack_figures(r);
+    if (rmmc__call_depth == 0) {
+      if (st == RMMC_ERROR_OUT_OF_MEMORY) return allocate_after_release(r, bytes, alignment, stream, out);
+      rmmc__error_forget_call_start();
+    }
   }
   return st;
 }

@@ -46,7 +46,8 @@
  * upstream. Thread-safe: one mutex per resource.
  *
  * describe: block_size, blocks_per_chunk, reserved (bytes taken from the
- * upstream), in_use (blocks handed out x block size), peak, chunks, blocks,
+ * upstream), in_use (blocks handed out x block size), cached (free blocks x
+ * block size), peak, chunks, blocks,
  * free_blocks, largest_free, streams, event_records, event_waits,
  * device_syncs, stream_syncs.
  */

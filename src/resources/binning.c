@@ -113,7 +113,7 @@ static const char *const summed_keys[] = {"event_records", "event_waits", "devic
 #define NSUMMED (sizeof summed_keys / sizeof summed_keys[0])
 
 typedef struct bin_figures {
-  uint64_t reserved, in_use, chunks, free_blocks;
+  uint64_t reserved, in_use, cached, chunks, free_blocks;
   uint64_t summed[NSUMMED];
 } bin_figures_t;
 
@@ -121,6 +121,7 @@ static void collect_cb(void *ctx, const rmmc_field_t *f) {
   bin_figures_t *g = ctx;
   if (strcmp(f->key, "reserved") == 0) g->reserved = f->value;
   else if (strcmp(f->key, "in_use") == 0) g->in_use = f->value;
+  else if (strcmp(f->key, "cached") == 0) g->cached = f->value;
   else if (strcmp(f->key, "chunks") == 0) g->chunks = f->value;
   else if (strcmp(f->key, "free_blocks") == 0) g->free_blocks = f->value;
   for (size_t k = 0; k < NSUMMED; k++)
@@ -129,7 +130,7 @@ static void collect_cb(void *ctx, const rmmc_field_t *f) {
 
 static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   binning_t *b = (binning_t *)r;
-  uint64_t reserved = 0, in_use = 0, up_in_use = rmmc__atomic_load_u64(&b->up_in_use);
+  uint64_t reserved = 0, in_use = 0, cached = 0, up_in_use = rmmc__atomic_load_u64(&b->up_in_use);
   uint64_t summed[NSUMMED] = {0};
   char key[64];
   rmmc__emit_count(emit, ctx, "bins", b->n);
@@ -139,6 +140,7 @@ static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) 
     rmmc_resource_describe(b->bin[i], collect_cb, &g);
     reserved += g.reserved;
     in_use += g.in_use;
+    cached += g.cached;
     for (size_t k = 0; k < NSUMMED; k++) summed[k] += g.summed[k];
     snprintf(key, sizeof key, "bin_%zu_reserved", b->size[i]);
     rmmc__emit_bytes(emit, ctx, key, g.reserved);
@@ -151,6 +153,7 @@ static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) 
   }
   rmmc__emit_bytes(emit, ctx, "reserved", reserved);
   rmmc__emit_bytes(emit, ctx, "in_use", in_use + up_in_use);
+  rmmc__emit_bytes(emit, ctx, "cached", cached); /* its bins' (reserved counts only theirs) */
   rmmc__emit_bytes(emit, ctx, "upstream_in_use", up_in_use);
   rmmc__emit_count(emit, ctx, "upstream_allocations", rmmc__atomic_load_u64(&b->up_count));
   for (size_t k = 0; k < NSUMMED; k++) rmmc__emit_count(emit, ctx, summed_keys[k], summed[k]);

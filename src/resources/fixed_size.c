@@ -437,6 +437,7 @@ static void fs_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "blocks_per_chunk", fs->per_chunk);
   rmmc__emit_bytes(emit, ctx, "reserved", reserved);
   rmmc__emit_bytes(emit, ctx, "in_use", in_use);
+  rmmc__emit_bytes(emit, ctx, "cached", nfree * fs->block); /* reserved counts chunk padding too */
   rmmc__emit_bytes(emit, ctx, "peak", peak);
   rmmc__emit_count(emit, ctx, "chunks", nchunks);
   rmmc__emit_count(emit, ctx, "blocks", nchunks * fs->per_chunk);

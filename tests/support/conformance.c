@@ -266,6 +266,57 @@ START_TEST(test_conformance_upstream_failure) {
 }
 END_TEST
 
+/* The out-of-memory rule (resource.h, docs/design.md): a stack reports out
+ * of memory only when nothing in it caches memory. Fill the resource until
+ * an upstream capped at 48 MiB more than it holds refuses, free everything,
+ * then ask for a size it has not cached: the memory it caches must come
+ * back for it (issue 11: arena and binning kept theirs), and the success
+ * leaves the thread's last error alone. */
+START_TEST(test_conformance_oom_gives_back_cached_memory) {
+  fixture_t f;
+  setup(&f, _i);
+  spy_t *s = spy_of(f.spy);
+  const size_t cap = spy_counts(s).outstanding_bytes + ((size_t)48 << 20);
+  spy_set_capacity(s, cap);
+  enum { MAX_BLOCKS = 2048 };
+  static const size_t sizes[] = {(size_t)3 << 19, (size_t)1 << 20, (size_t)192 << 10};
+  void **p = calloc(MAX_BLOCKS, sizeof *p);
+  size_t *n = calloc(MAX_BLOCKS, sizeof *n);
+  ck_assert(p != NULL && n != NULL);
+  int got = 0;
+  for (; got < MAX_BLOCKS; got++) {
+    n[got] = sizes[got % 3] < max_request(&f) ? sizes[got % 3] : max_request(&f);
+    rmmc_status_t st = rmmc_resource_allocate(f.r, n[got], 256, NULL, &p[got]);
+    if (st != RMMC_SUCCESS) {
+      ck_assert_msg(st == RMMC_ERROR_OUT_OF_MEMORY, "%s: %s", f.c->name, rmmc_last_error_message());
+      break;
+    }
+    fill(p[got], n[got], (unsigned)got);
+  }
+  ck_assert_msg(got > 0, "%s: nothing allocated under the cap: %s", f.c->name,
+                rmmc_last_error_message());
+  for (int i = 0; i < got; i++) {
+    ck_assert(check_fill(p[i], n[i], (unsigned)i));
+    ck_assert_int_eq(rmmc_resource_deallocate(f.r, p[i], n[i], 256, NULL), RMMC_SUCCESS);
+  }
+  size_t big = max_request(&f) < ((size_t)8 << 20) ? max_request(&f) : (size_t)8 << 20;
+  void *q = NULL;
+  rmmc_clear_last_error();
+  rmmc_status_t st = rmmc_resource_allocate(f.r, big, 256, NULL, &q);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s: %zu bytes with nothing live: %s", f.c->name, big,
+                rmmc_last_error_message());
+  ck_assert_msg(rmmc_last_error_message()[0] == '\0', "%s: a success left '%s'", f.c->name,
+                rmmc_last_error_message());
+  fill(q, big, 77);
+  ck_assert(check_fill(q, big, 77));
+  ck_assert_int_eq(rmmc_resource_deallocate(f.r, q, big, 256, NULL), RMMC_SUCCESS);
+  spy_set_capacity(s, SIZE_MAX);
+  free(p);
+  free(n);
+  teardown(&f);
+}
+END_TEST
+
 START_TEST(test_conformance_ownership) {
   fixture_t f;
   setup(&f, _i);
@@ -295,5 +346,6 @@ void conformance_add(Suite *s, const conformance_case_t *cases, int ncases) {
   tcase_add_loop_test(tc, test_conformance_threads, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_upstream_failure, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_ownership, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_oom_gives_back_cached_memory, 0, ncases);
   suite_add_tcase(s, tc);
 }
