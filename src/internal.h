@@ -146,18 +146,22 @@ void rmmc__adaptor_destroy(rmmc_resource_t *r);
 
 /* Copies a caller's options struct (whose first member is `size_t size`)
  * over the defaults in *dst (`dst_size` bytes): NULL keeps the defaults; a
- * size below sizeof(size_t) (options not set with the _INIT macro) is
- * RMMC_ERROR_INVALID_ARGUMENT naming `what`; a size above dst_size (a newer
- * header's struct) copies what this library knows. */
+ * size from sizeof(size_t) to dst_size (this struct or an older, shorter
+ * one) copies that much. Anything else is RMMC_ERROR_INVALID_ARGUMENT
+ * naming `what`: below, options not set with the _INIT macro; above, a
+ * newer header's options (or garbage), refused rather than misread, since
+ * this library cannot honour fields it does not know. Every create that
+ * takes options checks them here, with one rule and one message. */
 static inline rmmc_status_t rmmc__copy_options(const char *what, void *dst, size_t dst_size,
                                                const void *src) {
   if (src == NULL) return RMMC_SUCCESS;
   size_t size = *(const size_t *)src;
-  if (size < sizeof(size_t))
+  if (size < sizeof(size_t) || size > dst_size)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                          "%s: options size is %zu: initialize the options with their _INIT macro",
-                          what, size);
-  memcpy(dst, src, size < dst_size ? size : dst_size);
+                          "%s: options size is %zu; this library knows sizes from %zu to %zu: "
+                          "initialize the options with their _INIT macro",
+                          what, size, sizeof(size_t), dst_size);
+  memcpy(dst, src, size);
   *(size_t *)dst = dst_size;
   return RMMC_SUCCESS;
 }

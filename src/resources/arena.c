@@ -1203,12 +1203,8 @@ RMMC_API rmmc_status_t rmmc_arena_resource_create(rmmc_resource_t *upstream,
   rmmc_status_t st = rmmc__check_create(what, upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_arena_options_t o = RMMC_ARENA_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size < sizeof(size_t))
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                            "%s: options.size is not set (start from RMMC_ARENA_OPTIONS_INIT)", what);
-    memcpy(&o, options, options->size < sizeof o ? options->size : sizeof o);
-  }
+  st = rmmc__copy_options(what, &o, sizeof o, options);
+  if (st != RMMC_SUCCESS) return st;
   if (!rmmc__is_pow2(o.superblock_size) || o.superblock_size < MIN_SUPERBLOCK ||
       o.superblock_size > MAX_SUPERBLOCK)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,

@@ -223,13 +223,8 @@ RMMC_API rmmc_status_t rmmc_binning_resource_create(rmmc_resource_t *upstream,
   rmmc_status_t st = rmmc__check_create("binning_resource_create", upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_binning_options_t o = RMMC_BINNING_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size < sizeof(size_t))
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                            "binning_resource_create: options.size is not set (start from "
-                            "RMMC_BINNING_OPTIONS_INIT)");
-    memcpy(&o, options, options->size < sizeof o ? options->size : sizeof o);
-  }
+  st = rmmc__copy_options("binning_resource_create", &o, sizeof o, options);
+  if (st != RMMC_SUCCESS) return st;
   if (o.chunk_size == 0)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "binning_resource_create: chunk_size is 0");
   size_t sizes[RMMC_BINNING_MAX_BINS], n = 0;

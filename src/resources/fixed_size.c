@@ -480,13 +480,8 @@ RMMC_API rmmc_status_t rmmc_fixed_size_resource_create(rmmc_resource_t *upstream
   rmmc_status_t st = rmmc__check_create("fixed_size_resource_create", upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_fixed_size_options_t o = RMMC_FIXED_SIZE_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size < sizeof(size_t))
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                            "fixed_size_resource_create: options.size is not set (start from "
-                            "RMMC_FIXED_SIZE_OPTIONS_INIT)");
-    memcpy(&o, options, options->size < sizeof o ? options->size : sizeof o);
-  }
+  st = rmmc__copy_options("fixed_size_resource_create", &o, sizeof o, options);
+  if (st != RMMC_SUCCESS) return st;
   size_t block;
   if (o.block_size == 0 || o.blocks_per_chunk == 0)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,

@@ -1676,14 +1676,8 @@ RMMC_API rmmc_status_t rmmc_pool_resource_create(rmmc_resource_t *upstream,
   rmmc_status_t st = rmmc__check_create("pool_resource_create", upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size < sizeof(size_t) || options->size > sizeof o)
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                            "pool_resource_create: options->size is %zu; this library knows "
-                            "sizes up to %zu (use RMMC_POOL_OPTIONS_INIT)",
-                            options->size, sizeof o);
-    memcpy(&o, options, options->size);
-  }
+  st = rmmc__copy_options("pool_resource_create", &o, sizeof o, options);
+  if (st != RMMC_SUCCESS) return st;
   pool_t *p = calloc(1, sizeof *p);
   if (p == NULL)
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool_resource_create: no host memory");

@@ -402,14 +402,8 @@ RMMC_API rmmc_status_t rmmc_sim_resource_create(const rmmc_sim_options_t *option
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "sim_resource_create: out is NULL");
   *out = NULL;
   rmmc_sim_options_t opts = RMMC_SIM_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size < offsetof(rmmc_sim_options_t, capacity))
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                            "sim_resource_create: options.size %zu is too small (set it with "
-                            "RMMC_SIM_OPTIONS_INIT)",
-                            options->size);
-    memcpy(&opts, options, options->size < sizeof opts ? options->size : sizeof opts);
-  }
+  rmmc_status_t st = rmmc__copy_options("sim_resource_create", &opts, sizeof opts, options);
+  if (st != RMMC_SUCCESS) return st;
   if (opts.alignment == 0) opts.alignment = RMMC_DEFAULT_ALIGNMENT;
   if (!rmmc__is_pow2(opts.alignment) || opts.alignment < RMMC_DEFAULT_ALIGNMENT)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
