@@ -669,6 +669,36 @@ START_TEST(test_arena_spec) {
 }
 END_TEST
 
+/* Issue 11: a new stream handle per call made an arena per handle, each
+ * caching a superblock (125 GiB reserved for 64 MiB live after 64k
+ * handles). A thread keeps 64 arenas; older ones are detached and their
+ * memory reused, and the global arena synchronizes rather than grow when
+ * half of it is stranded: what 64 arenas cache (here two superblocks and a
+ * large block each) is the bound, however many handles come. Over sim:
+ * nothing is touched. */
+START_TEST(test_arena_new_stream_per_call_stays_bounded) {
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create("arena(chunk=16MiB) > sim", -1, &r), RMMC_SUCCESS);
+  static const size_t sizes[] = {8 * KiB, MiB, 3 * MiB}; /* small, small, large */
+  uint64_t reserved_at_600 = 0;
+  for (int k = 0; k < 3000; k++) {
+    if (k == 600) reserved_at_600 = field(r, "reserved");
+    cudaStream_t s = (cudaStream_t)(uintptr_t)(0x10000 + 16 * (uintptr_t)k);
+    size_t n = sizes[k % 3];
+    void *p;
+    ck_assert_msg(rmmc_resource_allocate(r, n, 256, s, &p) == RMMC_SUCCESS, "%s",
+                  rmmc_last_error_message());
+    ck_assert_int_eq(rmmc_resource_deallocate(r, p, n, 256, s), RMMC_SUCCESS);
+  }
+  ck_assert_uint_le(field(r, "reserved"), reserved_at_600 + 16 * MiB);
+  ck_assert_uint_le(field(r, "reserved"), 64 * (2 * 4 + 3) * MiB + 32 * MiB);
+  ck_assert_uint_le(field(r, "arenas"), 64);
+  ck_assert_uint_ge(field(r, "device_syncs"), 1);
+  ck_assert_uint_eq(field(r, "in_use"), 0);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 int main(void) {
   static const conformance_case_t cases[] = {
       {"arena default", make_default, 0},
@@ -693,6 +723,7 @@ int main(void) {
   tcase_add_test(tc, test_arena_create_checks_arguments);
   tcase_add_test(tc, test_arena_spec);
   tcase_add_test(tc, test_arena_one_block_of_room_crosses_streams);
+  tcase_add_test(tc, test_arena_new_stream_per_call_stays_bounded);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

@@ -489,6 +489,30 @@ START_TEST(test_fixed_size_spec) {
 }
 END_TEST
 
+/* Issue 11: a new stream handle per call took a new chunk per handle (no
+ * stream ever covered its frees for the next). Past four chunks with half
+ * their blocks free on other streams, a synchronization serves instead.
+ * binning's bins are fixed_size: the same bound. Over sim. */
+START_TEST(test_fixed_size_new_stream_per_call_stays_bounded) {
+  static const char *const specs[] = {"fixed_size(block=64KiB) > sim", "binning > sim"};
+  static const uint64_t bound[] = {5 * 8 * (uint64_t)1 << 20, 5 * 2 * (uint64_t)1 << 20};
+  for (int i = 0; i < 2; i++) {
+    rmmc_resource_t *r;
+    ck_assert_int_eq(rmmc_stack_create(specs[i], -1, &r), RMMC_SUCCESS);
+    for (int k = 0; k < 2000; k++) {
+      cudaStream_t s = (cudaStream_t)(uintptr_t)(0x10000 + 16 * (uintptr_t)k);
+      void *p;
+      ck_assert_int_eq(rmmc_resource_allocate(r, 65536, 256, s, &p), RMMC_SUCCESS);
+      ck_assert_int_eq(rmmc_resource_deallocate(r, p, 65536, 256, s), RMMC_SUCCESS);
+    }
+    ck_assert_msg(field(r, "reserved") <= bound[i], "%s: %llu bytes reserved", specs[i],
+                  (unsigned long long)field(r, "reserved"));
+    ck_assert_uint_ge(field(r, "device_syncs"), 1);
+    rmmc_resource_release(r);
+  }
+}
+END_TEST
+
 int main(void) {
   static const conformance_case_t cases[] = {
       {"fixed_size 1MiB", make_1mib, (size_t)1 << 20},
@@ -513,6 +537,7 @@ int main(void) {
   tcase_add_test(tc, test_fixed_size_create_checks_arguments);
   tcase_add_test(tc, test_fixed_size_spec);
   tcase_add_test(tc, test_fixed_size_over_a_full_limiting_adaptor);
+  tcase_add_test(tc, test_fixed_size_new_stream_per_call_stays_bounded);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

@@ -97,6 +97,7 @@ typedef struct lblk {
 } lblk_t;
 
 #define LARGE_CLASSES 64 /* cached large classes: up to 2^16 x the largest small one */
+#define ARENAS_PER_THREAD 64 /* arenas (streams) a thread keeps attached */
 
 typedef struct arena {
   rmmc__lock_t lock;
@@ -374,11 +375,32 @@ static rmmc_status_t g_grow(arena_res_t *res, size_t size, size_t align, cudaStr
   return RMMC_SUCCESS;
 }
 
-/* Carves, growing once if nothing fits. */
+/* Bytes of free ranges no stream but their own (or, mixed, none) may use
+ * before a device synchronization. */
+static size_t g_stranded(const arena_res_t *res) {
+  size_t n = 0;
+  for (size_t i = 0; i < res->nfree; i++)
+    if (res->free[i].tag == TAG_SAME || res->free[i].tag == TAG_MIXED) n += res->free[i].size;
+  return n;
+}
+
+/* Carves, growing once if nothing fits. Before growing past twice what
+ * is not stranded (half the reserved bytes free but usable only after a
+ * synchronization: streams that free and never come back, such as a new
+ * stream handle per call), the device is synchronized and every range
+ * becomes clean instead (issue 11; the pool's release_slack budget does
+ * the same). */
 static rmmc_status_t g_take(arena_res_t *res, size_t size, size_t align, rmmc__stream_slot_t *slot,
                             cudaStream_t stream, char **out, achunk_t **chunk) {
   rmmc_status_t st = g_carve(res, size, align, slot, stream, out, chunk);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  if (res->reserved > 0 && 2 * g_stranded(res) >= res->reserved) {
+    st = rmmc__stream_set_sync(&res->streams);
+    if (st != RMMC_SUCCESS) return st;
+    g_all_clean(res);
+    st = g_carve(res, size, align, slot, stream, out, chunk);
+    if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  }
   st = g_grow(res, size, align, stream);
   if (st != RMMC_SUCCESS) return st;
   st = g_carve(res, size, align, slot, stream, out, chunk);
@@ -797,6 +819,15 @@ static rmmc_status_t arena_lookup(arena_res_t *res, cudaStream_t stream, bool cr
       entry->next = tl_head;
       tl_head = entry;
       (void)pthread_setspecific(tl_key, tl_head);
+    }
+    if (entry->n == ARENAS_PER_THREAD) {
+      /* A thread that keeps naming new streams (a new handle per call)
+       * would hold an arena, and the superblocks it caches, per stream
+       * (125 GiB reserved for 64 MiB live after 64k handles): its oldest
+       * arena is detached as at thread exit, giving back what it caches. */
+      detach(res, entry->v[0].arena);
+      memmove(entry->v, entry->v + 1, (entry->n - 1) * sizeof *entry->v);
+      entry->n--;
     }
     if (entry->n == entry->cap) {
       size_t cap = entry->cap ? entry->cap * 2 : 4;

@@ -285,12 +285,30 @@ static rmmc_status_t grow(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStrea
   return RMMC_SUCCESS;
 }
 
-/* Fills the empty list of `slot`: another stream's reusable list, else a
- * new chunk, else (upstream out of memory) a device synchronization after
- * which every stream's free blocks may be taken. */
+/* Would a new chunk take the reserved blocks past twice those in use,
+ * with the free half on other streams' lists (not covered: a stream frees
+ * and never comes back, such as a new stream handle per call)? Then a
+ * synchronization serves better than growth (issue 11; the pool's
+ * release_slack budget does the same). Small sets never pay: the rule
+ * waits for SYNC_MIN_CHUNKS chunks. */
+#define SYNC_MIN_CHUNKS 4
+static bool growth_over_budget(const fixed_size_t *fs) {
+  return fs->nchunks >= SYNC_MIN_CHUNKS && 2 * fs->free_blocks >= fs->nchunks * fs->per_chunk;
+}
+
+/* Fills the empty list of `slot`: another stream's reusable list, else
+ * (past the budget above) every stream's after a device synchronization,
+ * else a new chunk, else (upstream out of memory) the synchronization
+ * after all. */
 static rmmc_status_t refill(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStream_t stream) {
   rmmc_status_t st;
   if (steal(fs, slot, stream, &st)) return st;
+  if (growth_over_budget(fs)) {
+    st = rmmc__stream_set_sync(&fs->streams);
+    if (st != RMMC_SUCCESS) return st;
+    mark_all_clean(fs);
+    if (steal(fs, slot, stream, &st)) return st;
+  }
   /* From now on other streams cover their frees so this one can reuse them. */
   set_starving(fs, list_of(slot), true);
   /* A failure overcome below (an alignment refused, out of memory) must not
