@@ -205,8 +205,8 @@ START_TEST(test_arena_out_of_memory_reclaims_superblocks_and_retries) {
   ck_assert_ptr_null(big);
   ck_assert_uint_eq(spy_counts(s).release_calls, 1);
   ck_assert_msg(strstr(rmmc_last_error_message(), "arena could not take"), "%s", rmmc_last_error_message());
-  ck_assert_msg(strstr(rmmc_last_error_message(), "the stack gave back its cached memory and the "
-                                                  "request was retried"),
+  ck_assert_msg(strstr(rmmc_last_error_message(), "arena gave back its cached memory (and its "
+                                                  "upstream's) and the request was retried"),
                 "%s", rmmc_last_error_message());
   ck_assert_msg(strstr(rmmc_last_error_message(), "stack: arena (reserved 256.00 KiB"), "%s", rmmc_last_error_message());
   ck_assert_int_eq(rmmc_resource_deallocate(r, q, 5000, 256, S2), RMMC_SUCCESS);

@@ -10,8 +10,10 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conformance.h"
 #include "faulty.h"
@@ -238,7 +240,7 @@ START_TEST(test_out_of_memory_retries_once_and_says_so) {
   ck_assert_uint_eq(spy_counts(s).release_calls, before + 1);
   const char *m = rmmc_last_error_message();
   static const char note_text[] =
-      "the stack gave back its cached memory and the request was retried";
+      "pool gave back its cached memory (and its upstream's) and the request was retried";
   const char *note = strstr(m, note_text);
   ck_assert_msg(note != NULL, "%s", m);
   ck_assert_msg(strstr(m, "; stack: pool") != NULL && strstr(strstr(m, "; stack:") + 1, "; stack:") == NULL,
@@ -274,6 +276,82 @@ START_TEST(test_out_of_memory_release_failure_is_reported) {
   ck_assert_msg(strstr(rmmc_last_error_message(),
                        "(giving it back failed: faulty: injected ERROR_CUDA)") != NULL,
                 "%s", rmmc_last_error_message());
+  spy_set_capacity(s, SIZE_MAX);
+  finish(r, spy);
+}
+END_TEST
+
+static bool count_and_decline(size_t bytes, void *user) {
+  (void)bytes;
+  ++*(int *)user;
+  return false;
+}
+
+START_TEST(test_out_of_memory_adaptors_above_see_one_call) {
+  /* logging > failure_callback(user) > statistics > binning > spy: the
+   * rule is applied where the call enters binning, so the adaptors above
+   * see one call and its outcome: one log line, no callback, one count. */
+  char path[] = "/tmp/rmmc_oom_log_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  rmmc_resource_t *spy = new_spy(), *bin = NULL, *stats = NULL, *fcb = NULL, *r = NULL;
+  spy_t *s = spy_of(spy);
+  int asked = 0;
+  ck_assert_int_eq(rmmc_binning_resource_create(spy, NULL, &bin), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_statistics_adaptor_create(bin, &stats), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_failure_callback_adaptor_create(stats, count_and_decline, &asked, &fcb),
+                   RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_logging_adaptor_create(fcb, path, NULL, &r), RMMC_SUCCESS);
+  rmmc_resource_release(bin);
+  rmmc_resource_release(stats);
+  rmmc_resource_release(fcb);
+  spy_set_capacity(s, 16 * MiB);
+  fill_and_free(r, 4, 4 * MiB); /* binning caches 16 MiB: the spy is full */
+  served(r, "logging > failure_callback > statistics > binning > spy", 8 * MiB);
+  ck_assert_int_eq(asked, 0);
+  ck_assert_uint_eq(spy_counts(s).release_calls, 1);
+  ck_assert_uint_eq(field(stats, "allocations"), 5);
+  rmmc_resource_release(r); /* flushes the log */
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[256];
+  int lines = 0, failures = 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    lines++;
+    failures += strstr(line, "allocate failure") != NULL;
+  }
+  fclose(f);
+  unlink(path);
+  ck_assert_int_eq(lines, 1 + 5 + 5); /* header, 5 allocations, 5 frees */
+  ck_assert_int_eq(failures, 0);
+  spy_set_capacity(s, SIZE_MAX);
+  ck_assert_uint_eq(spy_counts(s).outstanding, 0);
+  rmmc_resource_release(spy);
+}
+END_TEST
+
+START_TEST(test_out_of_memory_layers_own_fallbacks_release_nothing) {
+  /* A caching layer's own attempts do not trigger the rule below it: the
+   * arena asks binning for a whole 256 MiB chunk first (past the largest
+   * bin: binning's upstream, capped at 64 MiB, refuses), then for the 4 MiB
+   * the request needs. The 2 MiB bin chunk binning caches must survive
+   * that speculative refusal; only the arena's caller may ask it back. */
+  rmmc_resource_t *spy = new_spy(), *bin = NULL, *r = NULL;
+  spy_t *s = spy_of(spy);
+  spy_set_capacity(s, 64 * MiB);
+  ck_assert_int_eq(rmmc_binning_resource_create(spy, NULL, &bin), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_arena_resource_create(bin, NULL, &r), RMMC_SUCCESS);
+  void *p;
+  ck_assert_int_eq(rmmc_resource_allocate(bin, 2 * MiB, 256, NULL, &p), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(bin, p, 2 * MiB, 256, NULL), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(bin, "cached"), 2 * MiB);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 3 * MiB, 256, NULL, &p), RMMC_SUCCESS);
+  ck_assert_uint_ge(spy_counts(s).allocate_failures, 1); /* the 256 MiB attempt */
+  ck_assert_uint_eq(spy_counts(s).release_calls, 0);
+  ck_assert_uint_eq(field(bin, "cached"), 2 * MiB);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 3 * MiB, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(bin);
   spy_set_capacity(s, SIZE_MAX);
   finish(r, spy);
 }
@@ -354,6 +432,8 @@ int main(void) {
   tcase_add_test(tc, test_out_of_memory_retries_once_and_says_so);
   tcase_add_test(tc, test_out_of_memory_release_failure_is_reported);
   tcase_add_test(tc, test_out_of_memory_storm_of_threads);
+  tcase_add_test(tc, test_out_of_memory_adaptors_above_see_one_call);
+  tcase_add_test(tc, test_out_of_memory_layers_own_fallbacks_release_nothing);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

@@ -33,11 +33,12 @@
  * destroying a resource frees what it cached, not what callers still hold.
  *
  * Out of memory. A stack reports RMMC_ERROR_OUT_OF_MEMORY only when nothing
- * in it caches memory: when an allocation fails for memory while some layer
- * caches (its figure "cached", or "reserved" above "in_use"), the whole
- * stack gives back what it caches (rmmc_resource_release_cached() on the
- * resource called) and the request is retried once, before the failure is
- * reported. A retry that succeeds leaves the thread's last error as it was.
+ * in it caches memory: when the outermost layer that caches (its figure
+ * "cached", or "reserved" above "in_use") fails for memory, its stack gives
+ * back what it caches (rmmc_resource_release_cached() on it) and the
+ * request is retried once, before the failure goes up to the layers above,
+ * which see one call. A retry that succeeds leaves the thread's last error
+ * as it was.
  *
  * Thread safety. Every built-in resource may be called from many threads at
  * once. Retain and release are atomic.

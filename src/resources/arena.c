@@ -310,13 +310,13 @@ static rmmc_status_t up_allocate(arena_res_t *res, size_t bytes, void **raw, siz
   *raw_bytes = bytes;
   *raw_align = res->sb_size;
   if (!res->pad) {
-    st = rmmc_resource_allocate(up, bytes, res->sb_size, NULL, raw);
+    st = rmmc__upstream_allocate(up, bytes, res->sb_size, NULL, raw);
     if (st == RMMC_ERROR_NOT_SUPPORTED) res->pad = true;
   }
   if (res->pad) {
     *raw_bytes = bytes + res->sb_size - RMMC_DEFAULT_ALIGNMENT;
     *raw_align = RMMC_DEFAULT_ALIGNMENT;
-    st = rmmc_resource_allocate(up, *raw_bytes, *raw_align, NULL, raw);
+    st = rmmc__upstream_allocate(up, *raw_bytes, *raw_align, NULL, raw);
   }
   return st;
 }

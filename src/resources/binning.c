@@ -47,8 +47,8 @@ static rmmc_status_t binning_allocate(rmmc_resource_t *r, size_t bytes, size_t a
                                       cudaStream_t stream, void **out) {
   binning_t *b = (binning_t *)r;
   size_t i = route(b, bytes, alignment);
-  if (RMMC_LIKELY(i < b->n)) return rmmc_resource_allocate(b->bin[i], bytes, alignment, stream, out);
-  rmmc_status_t st = rmmc_resource_allocate(b->base.upstream, bytes, alignment, stream, out);
+  if (RMMC_LIKELY(i < b->n)) return rmmc__upstream_allocate(b->bin[i], bytes, alignment, stream, out);
+  rmmc_status_t st = rmmc__upstream_allocate(b->base.upstream, bytes, alignment, stream, out);
   if (st != RMMC_SUCCESS) return st;
   pthread_mutex_lock(&b->up_lock);
   bool kept = rmmc__ptrmap_insert(&b->up_blocks, *out, NULL, bytes);

@@ -240,13 +240,13 @@ static rmmc_status_t grow(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStrea
   size_t bytes = fs->span, align = fs->align;
   rmmc_status_t st = RMMC_ERROR_NOT_SUPPORTED;
   if (!fs->pad) {
-    st = rmmc_resource_allocate(up, bytes, align, stream, &raw);
+    st = rmmc__upstream_allocate(up, bytes, align, stream, &raw);
     if (st == RMMC_ERROR_NOT_SUPPORTED && align > RMMC_DEFAULT_ALIGNMENT) fs->pad = true;
   }
   if (fs->pad) {
     bytes = fs->span + fs->align - RMMC_DEFAULT_ALIGNMENT;
     align = RMMC_DEFAULT_ALIGNMENT;
-    st = rmmc_resource_allocate(up, bytes, align, stream, &raw);
+    st = rmmc__upstream_allocate(up, bytes, align, stream, &raw);
   }
   if (st != RMMC_SUCCESS) {
     char b1[32], b2[32];
