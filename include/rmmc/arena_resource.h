@@ -30,9 +30,10 @@
  * that used it still run, and a thread may exit after it is gone. A thread
  * keeps at most 64 arenas (streams): a 65th stream detaches the oldest as
  * if its thread had exited, so a new stream handle per call does not grow
- * the resource without bound; and before the global arena grows while half
- * of what it reserved is free but usable only by the stream that freed it,
- * it synchronizes the device and reuses that instead.
+ * the resource without bound; once that happened, before the global arena
+ * grows while half of what it reserved is free but usable only by the
+ * stream that freed it, it synchronizes the device and reuses that
+ * instead.
  *
  * Stream order. A block freed on the stream of the arena that owns it is
  * reused by that stream at once, with no CUDA call. A small block freed on

@@ -145,6 +145,8 @@ typedef struct arena_res {
   rmmc__ptrmap_t large;  /* large block -> owning arena */
   size_t reserved;
   bool pad;
+  uint64_t evictions;      /* atomic: arenas detached for a thread's 65th stream */
+  uint64_t evictions_seen; /* glock: the count at the last synchronization for them */
   pthread_mutex_t arenas_lock;
   arena_t *arenas;
   shared_t *shared;
@@ -384,17 +386,21 @@ static size_t g_stranded(const arena_res_t *res) {
   return n;
 }
 
-/* Carves, growing once if nothing fits. Before growing past twice what
- * is not stranded (half the reserved bytes free but usable only after a
- * synchronization: streams that free and never come back, such as a new
- * stream handle per call), the device is synchronized and every range
- * becomes clean instead (issue 11; the pool's release_slack budget does
- * the same). */
+/* Carves, growing once if nothing fits. After a thread detached arenas
+ * for naming more than ARENAS_PER_THREAD streams (a new stream handle per
+ * call), their memory is stranded on streams that may never come back:
+ * before growing past twice what is not stranded, the device is then
+ * synchronized and every range becomes clean instead (issue 11; the pool's
+ * release_slack budget does the same). Workloads with fewer streams per
+ * thread keep growing without a synchronization, as before. */
 static rmmc_status_t g_take(arena_res_t *res, size_t size, size_t align, rmmc__stream_slot_t *slot,
                             cudaStream_t stream, char **out, achunk_t **chunk) {
   rmmc_status_t st = g_carve(res, size, align, slot, stream, out, chunk);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
-  if (res->reserved > 0 && 2 * g_stranded(res) >= res->reserved) {
+  uint64_t evictions = __atomic_load_n(&res->evictions, __ATOMIC_RELAXED);
+  if (evictions != res->evictions_seen && res->reserved > 0 &&
+      2 * g_stranded(res) >= res->reserved) {
+    res->evictions_seen = evictions;
     st = rmmc__stream_set_sync(&res->streams);
     if (st != RMMC_SUCCESS) return st;
     g_all_clean(res);
@@ -828,6 +834,7 @@ static rmmc_status_t arena_lookup(arena_res_t *res, cudaStream_t stream, bool cr
       detach(res, entry->v[0].arena);
       memmove(entry->v, entry->v + 1, (entry->n - 1) * sizeof *entry->v);
       entry->n--;
+      __atomic_add_fetch(&res->evictions, 1, __ATOMIC_RELAXED);
     }
     if (entry->n == entry->cap) {
       size_t cap = entry->cap ? entry->cap * 2 : 4;

@@ -285,19 +285,23 @@ static rmmc_status_t grow(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStrea
   return RMMC_SUCCESS;
 }
 
-/* Would a new chunk take the reserved blocks past twice those in use,
- * with the free half on other streams' lists (not covered: a stream frees
- * and never comes back, such as a new stream handle per call)? Then a
- * synchronization serves better than growth (issue 11; the pool's
- * release_slack budget does the same). Small sets never pay: the rule
- * waits for SYNC_MIN_CHUNKS chunks. */
+/* Past MANY_STREAMS streams (a new stream handle per call: streams that
+ * free and never come back, their blocks never covered for others), would
+ * a new chunk take the reserved blocks past twice those in use, with the
+ * free half on other streams' lists? Then a synchronization serves better
+ * than growth (issue 11; the pool's release_slack budget does the same).
+ * Workloads with fewer streams keep growing without a synchronization, as
+ * before; small sets never pay (SYNC_MIN_CHUNKS). */
+#define MANY_STREAMS 64
 #define SYNC_MIN_CHUNKS 4
 static bool growth_over_budget(const fixed_size_t *fs) {
-  return fs->nchunks >= SYNC_MIN_CHUNKS && 2 * fs->free_blocks >= fs->nchunks * fs->per_chunk;
+  return rmmc__stream_set_count(&fs->streams) > MANY_STREAMS && fs->nchunks >= SYNC_MIN_CHUNKS &&
+         2 * fs->free_blocks >= fs->nchunks * fs->per_chunk;
 }
 
 /* Fills the empty list of `slot`: another stream's reusable list, else
- * (past the budget above) every stream's after a device synchronization,
+ * (many streams, past the budget above) every stream's after a device
+ * synchronization,
  * else a new chunk, else (upstream out of memory) the synchronization
  * after all. */
 static rmmc_status_t refill(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStream_t stream) {
