@@ -73,6 +73,30 @@ void rmmc__emit_text(rmmc_field_cb emit, void *ctx, const char *key, const char 
 /* Total physical host memory in bytes (0 if unknown). */
 size_t rmmc__host_memory_total(void);
 
+/* ---- thread-local nesting of the public wrappers ----
+ * rmmc__call_depth counts the allocate wrappers this thread is inside (0:
+ * none, the caller is the application), plus RMMC__NO_RETRY while a caching
+ * layer calls its own upstream or a retry runs: the out-of-memory rule is
+ * then someone else's (below). initial-exec: the hot path must not call
+ * __tls_get_addr; 4 bytes fit the static TLS surplus even when the library
+ * is dlopen'ed (PyTorch does), which bounds the library's whole TLS block. */
+#if defined(__GNUC__) || defined(__clang__)
+#define RMMC_TLS_FAST __attribute__((tls_model("initial-exec")))
+#else
+#define RMMC_TLS_FAST
+#endif
+extern _Thread_local int rmmc__call_depth RMMC_TLS_FAST;
+#define RMMC__NO_RETRY (1 << 30)
+
+/* The out-of-memory rule (resource.h, docs/design.md), applied where a
+ * call enters resource r (the public wrapper, an adaptor's forward) and r's
+ * allocate slot has just answered RMMC_ERROR_OUT_OF_MEMORY: if r caches
+ * memory (figure "cached", or "reserved" above "in_use"), r's stack gives
+ * back what it caches and the request is retried once. Returns the status
+ * of the call (out of memory, unchanged, when nothing is cached). Cold. */
+rmmc_status_t rmmc__allocate_after_release(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                           cudaStream_t stream, void **out);
+
 /* ---- adaptors ----
  * Every adaptor and sub-allocator embeds rmmc__adaptor_t first: it holds the
  * retained upstream and takes the upstream's memory kind and device. */
@@ -109,14 +133,35 @@ rmmc_status_t rmmc__adaptor_new(const char *what, const rmmc_resource_ops_t *ops
  * (validated by the outermost public wrapper, src/resource.c), straight
  * through the upstream's slot: a second validation would find nothing, and
  * the wrapper's call depth still marks the outermost call. *out is NULL
- * after a failure, as the wrapper promises. The only other dispatch
- * through an ops table. */
+ * after a failure, as the wrapper promises; an out of memory gets the
+ * out-of-memory rule here, as in the wrapper, so that the adaptor (and
+ * those above it) see one call with its final outcome. The only other
+ * dispatch through an ops table. */
 static inline rmmc_status_t rmmc__forward_allocate(const rmmc__adaptor_t *a, size_t bytes,
                                                    size_t alignment, cudaStream_t stream,
                                                    void **out) {
   rmmc_resource_t *up = a->upstream;
   rmmc_status_t st = up->ops->allocate(up, bytes, alignment, stream, out);
-  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) *out = NULL;
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) {
+    *out = NULL;
+    if (st == RMMC_ERROR_OUT_OF_MEMORY && !(rmmc__call_depth & RMMC__NO_RETRY))
+      st = rmmc__allocate_after_release(up, bytes, alignment, stream, out);
+  }
+  return st;
+}
+
+/* A caching layer's call of its upstream (or of its own parts: binning's
+ * bins): rmmc_resource_allocate without the out-of-memory rule, which the
+ * layer's own caller applies to the whole stack once the layer has tried
+ * everything it knows (its growth fallbacks would otherwise flush the
+ * upstream's cache at every speculative attempt). */
+static inline rmmc_status_t rmmc__upstream_allocate(rmmc_resource_t *up, size_t bytes,
+                                                    size_t alignment, cudaStream_t stream,
+                                                    void **out) {
+  int saved = rmmc__call_depth;
+  rmmc__call_depth = saved | RMMC__NO_RETRY;
+  rmmc_status_t st = rmmc_resource_allocate(up, bytes, alignment, stream, out);
+  rmmc__call_depth = saved;
   return st;
 }
 
@@ -147,18 +192,22 @@ void rmmc__adaptor_destroy(rmmc_resource_t *r);
 
 /* Copies a caller's options struct (whose first member is `size_t size`)
  * over the defaults in *dst (`dst_size` bytes): NULL keeps the defaults; a
- * size below sizeof(size_t) (options not set with the _INIT macro) is
- * RMMC_ERROR_INVALID_ARGUMENT naming `what`; a size above dst_size (a newer
- * header's struct) copies what this library knows. */
+ * size from sizeof(size_t) to dst_size (this struct or an older, shorter
+ * one) copies that much. Anything else is RMMC_ERROR_INVALID_ARGUMENT
+ * naming `what`: below, options not set with the _INIT macro; above, a
+ * newer header's options (or garbage), refused rather than misread, since
+ * this library cannot honour fields it does not know. Every create that
+ * takes options checks them here, with one rule and one message. */
 static inline rmmc_status_t rmmc__copy_options(const char *what, void *dst, size_t dst_size,
                                                const void *src) {
   if (src == NULL) return RMMC_SUCCESS;
   size_t size = *(const size_t *)src;
-  if (size < sizeof(size_t))
+  if (size < sizeof(size_t) || size > dst_size)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                          "%s: options size is %zu: initialize the options with their _INIT macro",
-                          what, size);
-  memcpy(dst, src, size < dst_size ? size : dst_size);
+                          "%s: options size is %zu; this library knows sizes from %zu to %zu: "
+                          "initialize the options with their _INIT macro",
+                          what, size, sizeof(size_t), dst_size);
+  memcpy(dst, src, size);
   *(size_t *)dst = dst_size;
   return RMMC_SUCCESS;
 }
@@ -225,6 +274,13 @@ typedef struct rmmc__error_state {
 } rmmc__error_state_t;
 void rmmc__error_save(rmmc__error_state_t *state);
 void rmmc__error_restore(const rmmc__error_state_t *state);
+/* The error state as it was when the outermost allocate of this thread
+ * began (status.c keeps it at the first failure inside the call): puts it
+ * back and returns true, or returns false when nothing inside the call
+ * wrote one. Either way it is then forgotten. */
+bool rmmc__error_restore_call_start(void);
+/* Forgets it (the call ends with a failure of its own). */
+void rmmc__error_forget_call_start(void);
 
 /* Writes this thread's message for rmmc_set_oom_error() (which adds a
  * device's free memory to it); leaves the last CUDA error alone. */
@@ -246,14 +302,5 @@ rmmc_status_t rmmc__create_default_resource(int device, rmmc_resource_t **out);
 rmmc_status_t rmmc__unknown_cuda_pointer(const rmmc_resource_t *r, cudaError_t err,
                                          const char *what, const void *ptr);
 
-/* ---- thread-local nesting of the public wrappers ---- */
-/* initial-exec: the hot path must not call __tls_get_addr; 4 bytes fit the
- * static TLS surplus even when the library is dlopen'ed (PyTorch does). */
-#if defined(__GNUC__) || defined(__clang__)
-#define RMMC_TLS_FAST __attribute__((tls_model("initial-exec")))
-#else
-#define RMMC_TLS_FAST
-#endif
-extern _Thread_local int rmmc__call_depth RMMC_TLS_FAST;
 
 #endif /* RMMC_INTERNAL_H */

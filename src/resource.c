@@ -3,9 +3,9 @@
  *
  * The wrappers validate arguments once (NULL resource or out-pointer, 0
  * bytes, alignment, size overflow), normalize the alignment to at least 256,
- * and add what every resource shares: the stack figures in an out-of-memory
- * message at the outermost call, the forwarding of release_cached through
- * adaptors, reference counting.
+ * and add what every resource shares: the out-of-memory rule and the stack
+ * figures in an out-of-memory message at the outermost call, the forwarding
+ * of release_cached through adaptors, reference counting.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +66,73 @@ static void append_stack_figures(rmmc_resource_t *r) {
   }
 }
 
+typedef struct cache_figures {
+  uint64_t value[3]; /* cached, reserved, in_use */
+  bool has[3];
+} cache_figures_t;
+
+static void cache_cb(void *ctx, const rmmc_field_t *f) {
+  static const char *const keys[3] = {"cached", "reserved", "in_use"};
+  cache_figures_t *c = ctx;
+  for (int k = 0; k < 3; k++)
+    if (!c->has[k] && f->kind == RMMC_FIELD_BYTES && strcmp(f->key, keys[k]) == 0) {
+      c->value[k] = f->value;
+      c->has[k] = true;
+    }
+}
+
+/* Does r itself cache memory? It says so with the figure "cached", or else
+ * with "reserved" above "in_use" (resource.h); one that reports neither
+ * (adaptors, base resources) caches nothing. */
+static bool caches(rmmc_resource_t *r) {
+  cache_figures_t c;
+  memset(&c, 0, sizeof c);
+  rmmc_resource_describe(r, cache_cb, &c);
+  return c.has[0] ? c.value[0] > 0 : c.has[1] && c.has[2] && c.value[1] > c.value[2];
+}
+
+/* The out-of-memory rule (internal.h; docs/design.md says why here). r is
+ * a layer that caches, entered by its caller (the application, an adaptor)
+ * and not by a caching layer above it, which would apply the rule itself:
+ * r has tried everything it knows, so its stack gives back what it caches
+ * (r's release_cached gives back r's own free memory, then forwards, so
+ * what r hands to a caching upstream goes further down too) and the
+ * request is retried once, even if the release failed part way (what it
+ * gave back may be enough). Neither the release nor the retry applies the
+ * rule again (RMMC__NO_RETRY). A retry that succeeds leaves the thread's
+ * error state as it was before the outermost call; one that fails says it
+ * retried. */
+RMMC_COLD rmmc_status_t rmmc__allocate_after_release(rmmc_resource_t *r, size_t bytes,
+                                                     size_t alignment, cudaStream_t stream,
+                                                     void **out) {
+  if (!caches(r)) return RMMC_ERROR_OUT_OF_MEMORY;
+  int saved = rmmc__call_depth;
+  rmmc__call_depth = (saved + 1) | RMMC__NO_RETRY; /* the release and the retry belong to the call */
+  rmmc_status_t rst = rmmc_resource_release_cached(r);
+  char why[200];
+  if (rst != RMMC_SUCCESS) snprintf(why, sizeof why, "%s", rmmc_last_error_message());
+  rmmc_status_t st = r->ops->allocate(r, bytes, alignment, stream, out);
+  rmmc__call_depth = saved;
+  if (st == RMMC_SUCCESS) {
+    (void)rmmc__error_restore_call_start();
+    return st;
+  }
+  *out = NULL;
+  if (st == RMMC_ERROR_OUT_OF_MEMORY)
+    rmmc__append_error("; %s gave back its cached memory (and its upstream's) and the request "
+                       "was retried",
+                       r->ops->name);
+  if (rst != RMMC_SUCCESS) rmmc__append_error(" (giving it back failed: %s)", why);
+  return st;
+}
+
+/* The outermost allocate failed: an out-of-memory message gets the stack's
+ * figures; the error state kept for a retry is forgotten. */
+RMMC_COLD static void outermost_failure(rmmc_resource_t *r, rmmc_status_t st) {
+  rmmc__error_forget_call_start();
+  if (st == RMMC_ERROR_OUT_OF_MEMORY) append_stack_figures(r);
+}
+
 RMMC_API rmmc_status_t rmmc_resource_allocate(rmmc_resource_t *r, size_t bytes,
                                               size_t alignment, cudaStream_t stream,
                                               void **out) {
@@ -88,7 +155,9 @@ RMMC_API rmmc_status_t rmmc_resource_allocate(rmmc_resource_t *r, size_t bytes,
   rmmc__call_depth--;
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) {
     *out = NULL;
-    if (st == RMMC_ERROR_OUT_OF_MEMORY && rmmc__call_depth == 0) append_stack_figures(r);
+    if (st == RMMC_ERROR_OUT_OF_MEMORY && !(rmmc__call_depth & RMMC__NO_RETRY))
+      st = rmmc__allocate_after_release(r, bytes, alignment, stream, out);
+    if (st != RMMC_SUCCESS && rmmc__call_depth == 0) outermost_failure(r, st);
   }
   return st;
 }

@@ -7,6 +7,8 @@
  * message quotes the spec with a caret under the offending word.
  */
 #include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,10 @@ typedef struct parser {
   size_t pos;
   int nlayers;
   layer_t layers[MAX_LAYERS];
+  /* The values' texts, each NUL-terminated: together no longer than the
+   * spec plus one NUL per value. */
+  size_t ntext;
+  char text[RMMC__SPEC_MAX_LENGTH + MAX_LAYERS * RMMC__SPEC_MAX_ARGS];
 } parser_t;
 
 /* Records a parse error at [col, col+len) with the spec and a caret line. */
@@ -94,11 +100,13 @@ static void list_options(const rmmc__spec_entry_t *e, char *buf, size_t len) {
 RMMC_API rmmc_status_t rmmc_parse_size(const char *text, size_t *out) {
   if (text == NULL || out == NULL)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "parse_size: NULL argument");
-  if (rmmc__parse_bytes(text, strlen(text), out) != RMMC_SUCCESS)
-    return rmmc_set_error(RMMC_ERROR_PARSE,
-                          "'%s' is not a size (write 1024, 64KiB, 256MiB, 1.5GiB)%s", text,
-                          rmmc__size_unit_hint(text, strlen(text)));
-  return RMMC_SUCCESS;
+  bool too_large;
+  if (rmmc__parse_bytes(text, strlen(text), out, &too_large) == RMMC_SUCCESS) return RMMC_SUCCESS;
+  if (too_large)
+    return rmmc_set_error(RMMC_ERROR_PARSE, "'%s' is out of range: sizes are below 16 EiB", text);
+  return rmmc_set_error(RMMC_ERROR_PARSE,
+                        "'%s' is not a size (write 1024, 64KiB, 256MiB, 1.5GiB)%s", text,
+                        rmmc__size_unit_hint(text, strlen(text)));
 }
 
 static const char *type_hint(rmmc__opt_type_t t) {
@@ -113,22 +121,27 @@ static const char *type_hint(rmmc__opt_type_t t) {
   return "a value";
 }
 
-/* Converts the value text at [col, col+len) for option o into v. */
-static rmmc_status_t parse_value(parser_t *p, const rmmc__spec_option_t *o, size_t col,
-                                 size_t len, rmmc__spec_value_t *v) {
-  const char *t = p->spec + col;
-  char buf[RMMC__SPEC_MAX_TEXT];
-  if (len >= sizeof buf) return parse_error(p, col, len, "value too long for '%s'", o->name);
-  memcpy(buf, t, len);
-  buf[len] = '\0';
+/* The error for a value of option o that is of the right form but out of
+ * range: quotes the value as written. */
+static rmmc_status_t out_of_range(const parser_t *p, const rmmc__spec_option_t *o, size_t col,
+                                  size_t len, const char *range) {
+  return parse_error(p, col, len, "%s=%.*s is out of range (%s)", o->name, (int)len,
+                     p->spec + col, range);
+}
+
+/* Converts the value text at [col, col+len) for option o into v; t is a
+ * NUL-terminated copy of it that v keeps. */
+static rmmc_status_t parse_value(const parser_t *p, const rmmc__spec_option_t *o, size_t col,
+                                 size_t len, const char *t, rmmc__spec_value_t *v) {
   v->option = o;
+  v->text = t;
   char *end;
   switch (o->type) {
   case RMMC__OPT_BYTES_PCT:
-    if (len > 1 && buf[len - 1] == '%') {
-      while (len > 1 && isspace((unsigned char)buf[len - 2])) buf[--len - 1] = '%', buf[len] = '\0';
-      double pct = strtod(buf, &end);
-      if (end != buf + len - 1 || !(pct > 0.0 && pct <= 100.0))
+    if (len > 1 && t[len - 1] == '%') {
+      double pct = strtod(t, &end);
+      while (end < t + len - 1 && isspace((unsigned char)*end)) end++; /* "80 %" */
+      if (end != t + len - 1 || !(pct > 0.0 && pct <= 100.0))
         return parse_error(p, col, len, "'%s' wants a percentage in (0, 100]", o->name);
       v->is_percent = true;
       v->number = pct;
@@ -136,40 +149,50 @@ static rmmc_status_t parse_value(parser_t *p, const rmmc__spec_option_t *o, size
     }
     /* fall through */
   case RMMC__OPT_BYTES: {
-    size_t bytes;
-    if (rmmc__parse_bytes(buf, len, &bytes) != RMMC_SUCCESS)
-      return parse_error(p, col, len, "'%s' is not %s%s", buf, type_hint(o->type),
-                         rmmc__size_unit_hint(buf, len));
-    v->number = (double)bytes;
-    return RMMC_SUCCESS;
+    bool too_large;
+    if (rmmc__parse_bytes(t, len, &v->bytes, &too_large) == RMMC_SUCCESS) return RMMC_SUCCESS;
+    if (too_large) return out_of_range(p, o, col, len, "sizes are below 16 EiB");
+    return parse_error(p, col, len, "'%s' is not %s%s", t, type_hint(o->type),
+                       rmmc__size_unit_hint(t, len));
   }
-  case RMMC__OPT_INT: {
-    long long x = strtoll(buf, &end, 10);
-    if (end == buf || *end != '\0')
-      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
-    v->number = (double)x;
+  case RMMC__OPT_INT:
+    errno = 0;
+    v->integer = strtoll(t, &end, 10);
+    if (end == t || *end != '\0')
+      return parse_error(p, col, len, "'%s' is not %s", t, type_hint(o->type));
+    if (errno == ERANGE) return out_of_range(p, o, col, len, "integers are 64-bit");
     return RMMC_SUCCESS;
-  }
   case RMMC__OPT_DOUBLE: {
-    double x = strtod(buf, &end);
-    if (end == buf || *end != '\0')
-      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
+    errno = 0;
+    double x = strtod(t, &end);
+    if (end == t || *end != '\0' || isnan(x))
+      return parse_error(p, col, len, "'%s' is not %s", t, type_hint(o->type));
+    if (errno == ERANGE || isinf(x)) return out_of_range(p, o, col, len, "not a finite number");
     v->number = x;
     return RMMC_SUCCESS;
   }
   case RMMC__OPT_BOOL:
-    if (!strcmp(buf, "true") || !strcmp(buf, "on") || !strcmp(buf, "yes") || !strcmp(buf, "1"))
+    if (!strcmp(t, "true") || !strcmp(t, "on") || !strcmp(t, "yes") || !strcmp(t, "1"))
       v->boolean = true;
-    else if (!strcmp(buf, "false") || !strcmp(buf, "off") || !strcmp(buf, "no") || !strcmp(buf, "0"))
+    else if (!strcmp(t, "false") || !strcmp(t, "off") || !strcmp(t, "no") || !strcmp(t, "0"))
       v->boolean = false;
     else
-      return parse_error(p, col, len, "'%s' is not %s", buf, type_hint(o->type));
+      return parse_error(p, col, len, "'%s' is not %s", t, type_hint(o->type));
     return RMMC_SUCCESS;
   case RMMC__OPT_STRING:
-    memcpy(v->text, buf, len + 1);
     return RMMC_SUCCESS;
   }
   return parse_error(p, col, len, "option '%s' has an unknown type", o->name);
+}
+
+/* A NUL-terminated copy of [col, col+len) of the spec, kept in the parser
+ * (parse_spec bounds the spec, so it always fits). */
+static const char *keep_text(parser_t *p, size_t col, size_t len) {
+  char *t = p->text + p->ntext;
+  memcpy(t, p->spec + col, len);
+  t[len] = '\0';
+  p->ntext += len + 1;
+  return t;
 }
 
 static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
@@ -223,7 +246,8 @@ static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
       }
     }
     if (vlen == 0) return parse_error(p, vcol, 1, "expected a value for '%s'", o->name);
-    rmmc_status_t st = parse_value(p, o, vcol, vlen, &l->args.values[l->args.count]);
+    rmmc_status_t st = parse_value(p, o, vcol, vlen, keep_text(p, vcol, vlen),
+                                   &l->args.values[l->args.count]);
     if (st != RMMC_SUCCESS) return st;
     l->args.count++;
     skip_space(p);
@@ -289,8 +313,9 @@ static rmmc_status_t parse(parser_t *p) {
 static rmmc_status_t parse_spec(parser_t *p, const char *spec) {
   memset(p, 0, sizeof *p);
   p->spec = spec;
-  if (strlen(spec) > 4096)
-    return rmmc_set_error(RMMC_ERROR_PARSE, "stack spec: longer than 4096 characters");
+  if (strlen(spec) > RMMC__SPEC_MAX_LENGTH)
+    return rmmc_set_error(RMMC_ERROR_PARSE, "stack spec: longer than %d characters",
+                          RMMC__SPEC_MAX_LENGTH);
   return parse(p);
 }
 

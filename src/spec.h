@@ -27,14 +27,18 @@ typedef struct rmmc__spec_option {
 } rmmc__spec_option_t;
 
 #define RMMC__SPEC_MAX_ARGS 16
-#define RMMC__SPEC_MAX_TEXT 256
+/* The longest spec, in characters: it bounds every value too (a logging
+ * path, a list of 64 bins). */
+#define RMMC__SPEC_MAX_LENGTH 4096
 
 typedef struct rmmc__spec_value {
   const rmmc__spec_option_t *option;
   bool is_percent;
-  double number; /* bytes, percent, int or double value */
   bool boolean;
-  char text[RMMC__SPEC_MAX_TEXT];
+  long long integer; /* RMMC__OPT_INT, exact */
+  size_t bytes;      /* RMMC__OPT_BYTES(_PCT) without '%', exact */
+  double number;     /* RMMC__OPT_DOUBLE, or the percentage */
+  const char *text;  /* the value as written (NUL-terminated; valid during build) */
 } rmmc__spec_value_t;
 
 typedef struct rmmc__spec_args {
@@ -53,9 +57,18 @@ typedef struct rmmc__spec_entry {
 } rmmc__spec_entry_t;
 
 /* Accessors (spec_options.c, apart from the parser so that a resource does
- * not link it): each returns true if the option was given and stores it. */
+ * not link it): each returns true if the option was given and stores it.
+ * Values are exact: the parser refuses an integer outside long long, a size
+ * of 2^64 bytes or more and a number that is not finite, quoting what was
+ * written (RMMC_ERROR_PARSE). */
 const rmmc__spec_value_t *rmmc__spec_find(const rmmc__spec_args_t *args, const char *name);
 bool rmmc__spec_int(const rmmc__spec_args_t *args, const char *name, long long *out);
+/* An integer option the layer takes in [lo, hi]: RMMC_SUCCESS with *out
+ * set (left alone if the option is absent), or RMMC_ERROR_INVALID_ARGUMENT
+ * with "<layer>: <name>=<value as written> is out of range (<lo> to <hi>)".
+ * The one range check of every integer option. */
+rmmc_status_t rmmc__spec_int_in(const rmmc__spec_args_t *args, const char *name, long long lo,
+                                long long hi, long long *out);
 bool rmmc__spec_double(const rmmc__spec_args_t *args, const char *name, double *out);
 bool rmmc__spec_bool(const rmmc__spec_args_t *args, const char *name, bool *out);
 const char *rmmc__spec_string(const rmmc__spec_args_t *args, const char *name);
@@ -67,8 +80,11 @@ const char *rmmc__spec_string(const rmmc__spec_args_t *args, const char *name);
 rmmc_status_t rmmc__spec_bytes(const rmmc__spec_args_t *args, const char *name,
                                const rmmc_resource_t *upstream, size_t *out);
 
-/* Parses "64KiB", "1.5GiB", "1024" (bytes; no percentage; spec_options.c). */
-rmmc_status_t rmmc__parse_bytes(const char *text, size_t len, size_t *out);
+/* Parses "64KiB", "1.5GiB", "1024", "64 MiB" (bytes; binary units; no
+ * percentage; spec_options.c): RMMC_SUCCESS, or RMMC_ERROR_PARSE with
+ * *too_large (may be NULL) saying whether the text was a size, only one of
+ * 2^64 bytes or more. Sets no message. */
+rmmc_status_t rmmc__parse_bytes(const char *text, size_t len, size_t *out, bool *too_large);
 
 /* Called once by rmmc__stack_create_hooked() with the innermost (base)
  * layer, borrowed, just after it is built; stores in *out a new reference to

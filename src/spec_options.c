@@ -11,41 +11,69 @@
  * helpers (a percentage of a device's free memory) and status.c.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rmmc/registry.h"
 #include "spec.h"
 
-rmmc_status_t rmmc__parse_bytes(const char *text, size_t len, size_t *out) {
+/* Binary units only: KB, MB, GB, TB mean 1000^n to some and 1024^n to
+ * others, so they are refused (rmmc__size_unit_hint says what to write). */
+static const struct {
+  const char *suffix;
+  unsigned shift; /* the unit is 2^shift bytes */
+} units[] = {{"", 0},   {"B", 0},    {"K", 10},  {"KiB", 10}, {"M", 20},
+             {"MiB", 20}, {"G", 30}, {"GiB", 30}, {"T", 40},  {"TiB", 40}};
+
+static bool unit_of(const char *suffix, unsigned *shift) {
+  while (*suffix == ' ' || *suffix == '\t') suffix++; /* "64 MiB" */
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (strcmp(suffix, units[i].suffix) == 0) {
+      *shift = units[i].shift;
+      return true;
+    }
+  return false;
+}
+
+/* Whole numbers of bytes are exact (strtoull: 18446744073709551615 is the
+ * largest size); fractions and exponents ("1.5GiB", "1e6") go through
+ * strtod and must come to a whole number of bytes. */
+rmmc_status_t rmmc__parse_bytes(const char *text, size_t len, size_t *out, bool *too_large) {
   char buf[64];
-  if (len == 0 || len >= sizeof buf) return RMMC_ERROR_PARSE;
+  if (too_large != NULL) *too_large = false;
+  if (len == 0 || !isdigit((unsigned char)text[0])) return RMMC_ERROR_PARSE;
+  if (len >= sizeof buf) { /* no size is written this long: digits only make it too large */
+    size_t i = 0;
+    while (i < len && isdigit((unsigned char)text[i])) i++;
+    if (too_large != NULL) *too_large = i > 20;
+    return RMMC_ERROR_PARSE;
+  }
   memcpy(buf, text, len);
   buf[len] = '\0';
   char *end;
-  double v = strtod(buf, &end);
-  if (end == buf || !(v >= 0) || !isdigit((unsigned char)buf[0])) return RMMC_ERROR_PARSE;
-  while (*end == ' ' || *end == '\t') end++; /* "64 MiB" */
-  /* Binary units only: KB, MB, GB, TB mean 1000^n to some and 1024^n to
-   * others, so they are refused (rmmc__size_unit_hint says what to write). */
-  static const struct {
-    const char *suffix;
-    double mult;
-  } units[] = {{"", 1},          {"B", 1},
-               {"K", 1024.0},    {"KiB", 1024.0},
-               {"M", 1048576.0}, {"MiB", 1048576.0},
-               {"G", 1073741824.0}, {"GiB", 1073741824.0},
-               {"T", 1099511627776.0}, {"TiB", 1099511627776.0}};
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcmp(end, units[i].suffix) == 0) {
-      double bytes = v * units[i].mult;
-      if (bytes >= 18446744073709551615.0 || bytes != floor(bytes)) return RMMC_ERROR_PARSE;
-      *out = (size_t)bytes;
-      return RMMC_SUCCESS;
-    }
+  unsigned shift;
+  errno = 0;
+  unsigned long long whole = strtoull(buf, &end, 10);
+  if (unit_of(end, &shift)) {
+    bool fits = errno != ERANGE && whole <= (unsigned long long)(SIZE_MAX >> shift);
+    if (too_large != NULL) *too_large = !fits;
+    if (!fits) return RMMC_ERROR_PARSE;
+    *out = (size_t)whole << shift;
+    return RMMC_SUCCESS;
   }
-  return RMMC_ERROR_PARSE;
+  double v = strtod(buf, &end);
+  if (end == buf || !(v >= 0) || !unit_of(end, &shift)) return RMMC_ERROR_PARSE;
+  double bytes = ldexp(v, (int)shift);
+  if (bytes >= 18446744073709551616.0) {
+    if (too_large != NULL) *too_large = true;
+    return RMMC_ERROR_PARSE;
+  }
+  if (bytes != floor(bytes)) return RMMC_ERROR_PARSE;
+  *out = (size_t)bytes;
+  return RMMC_SUCCESS;
 }
 
 const rmmc__spec_value_t *rmmc__spec_find(const rmmc__spec_args_t *args, const char *name) {
@@ -56,8 +84,19 @@ const rmmc__spec_value_t *rmmc__spec_find(const rmmc__spec_args_t *args, const c
 
 bool rmmc__spec_int(const rmmc__spec_args_t *args, const char *name, long long *out) {
   const rmmc__spec_value_t *v = rmmc__spec_find(args, name);
-  if (v != NULL) *out = (long long)v->number;
+  if (v != NULL) *out = v->integer;
   return v != NULL;
+}
+
+rmmc_status_t rmmc__spec_int_in(const rmmc__spec_args_t *args, const char *name, long long lo,
+                                long long hi, long long *out) {
+  const rmmc__spec_value_t *v = rmmc__spec_find(args, name);
+  if (v == NULL) return RMMC_SUCCESS;
+  if (v->integer < lo || v->integer > hi)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: %s=%s is out of range (%lld to %lld)",
+                          args->layer, name, v->text, lo, hi);
+  *out = v->integer;
+  return RMMC_SUCCESS;
 }
 
 bool rmmc__spec_double(const rmmc__spec_args_t *args, const char *name, double *out) {
@@ -82,7 +121,7 @@ rmmc_status_t rmmc__spec_bytes(const rmmc__spec_args_t *args, const char *name,
   const rmmc__spec_value_t *v = rmmc__spec_find(args, name);
   if (v == NULL) return RMMC_SUCCESS;
   if (!v->is_percent) {
-    *out = (size_t)v->number;
+    *out = v->bytes;
     return RMMC_SUCCESS;
   }
   if (upstream != NULL && upstream->kind == RMMC_MEMORY_DEVICE)

@@ -5,8 +5,10 @@
  * resources are shared between threads, so no error state is kept per
  * object. rmmc_set_error() and friends are the only writers.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -16,6 +18,69 @@
 static _Thread_local char tl_message[RMMC__MESSAGE_MAX];
 static _Thread_local cudaError_t tl_cuda_error = cudaSuccess;
 _Thread_local int rmmc__call_depth RMMC_TLS_FAST;
+
+/* The error state as it was when the outermost allocate began, kept by the
+ * first write inside it (cold: writes are failures), so that the wrapper
+ * can put it back when its retry overcomes an out-of-memory: a call that
+ * succeeds leaves the state as it was, at no cost to calls that do not
+ * fail. A write outside any allocate (depth 0) forgets it; a kept state
+ * outlives a call only when every write in it was undone, and then it is
+ * still the state of the next call's start. */
+/* The kept state is on the heap (freed at thread exit): the library's
+ * thread-local block must stay small enough for the static TLS surplus,
+ * which holds all of it once the library is dlopen'ed with an initial-exec
+ * variable (internal.h, RMMC_TLS_FAST). Without host memory nothing is
+ * kept, and a successful retry leaves the message it overcame. */
+static _Thread_local rmmc__error_state_t *tl_call_start;
+static _Thread_local bool tl_call_start_kept;
+static pthread_key_t call_start_key;
+static pthread_once_t call_start_once = PTHREAD_ONCE_INIT;
+static bool call_start_key_made;
+
+/* At thread exit (other keys' destructors may still fail a call after it:
+ * they find no buffer and make a new one). */
+static void call_start_free(void *b) {
+  free(b);
+  tl_call_start = NULL;
+  tl_call_start_kept = false;
+}
+
+static void call_start_key_init(void) {
+  call_start_key_made = pthread_key_create(&call_start_key, call_start_free) == 0;
+}
+
+static rmmc__error_state_t *call_start_buffer(void) {
+  if (tl_call_start != NULL) return tl_call_start;
+  pthread_once(&call_start_once, call_start_key_init);
+  if (!call_start_key_made) return NULL;
+  rmmc__error_state_t *b = malloc(sizeof *b);
+  if (b != NULL && pthread_setspecific(call_start_key, b) != 0) {
+    free(b);
+    b = NULL;
+  }
+  return tl_call_start = b;
+}
+
+static void before_write(void) {
+  if (rmmc__call_depth == 0) {
+    tl_call_start_kept = false;
+  } else if (!tl_call_start_kept) {
+    rmmc__error_state_t *b = call_start_buffer();
+    if (b == NULL) return;
+    memcpy(b->message, tl_message, sizeof tl_message);
+    b->cuda_error = tl_cuda_error;
+    tl_call_start_kept = true;
+  }
+}
+
+bool rmmc__error_restore_call_start(void) {
+  bool kept = tl_call_start_kept;
+  if (kept) rmmc__error_restore(tl_call_start);
+  tl_call_start_kept = false;
+  return kept;
+}
+
+void rmmc__error_forget_call_start(void) { tl_call_start_kept = false; }
 
 RMMC_API const char *rmmc_status_name(rmmc_status_t status) {
   switch (status) {
@@ -44,6 +109,7 @@ RMMC_API const char *rmmc_last_error_message(void) { return tl_message; }
 RMMC_API cudaError_t rmmc_last_cuda_error(void) { return tl_cuda_error; }
 
 RMMC_API void rmmc_clear_last_error(void) {
+  before_write();
   tl_message[0] = '\0';
   tl_cuda_error = cudaSuccess;
 }
@@ -59,6 +125,7 @@ void rmmc__error_restore(const rmmc__error_state_t *state) {
 }
 
 static void vset_message(const char *fmt, va_list ap) {
+  before_write();
   vsnprintf(tl_message, sizeof tl_message, fmt, ap);
 }
 
@@ -67,6 +134,7 @@ static void vset_message(const char *fmt, va_list ap) {
 void rmmc__append_error(const char *fmt, ...) {
   size_t used = strlen(tl_message);
   if (used + 1 >= sizeof tl_message) return;
+  before_write();
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(tl_message + used, sizeof tl_message - used, fmt, ap);
@@ -85,6 +153,7 @@ RMMC_API rmmc_status_t rmmc_set_error(rmmc_status_t status, const char *fmt, ...
 rmmc_status_t rmmc__unknown_cuda_pointer(const rmmc_resource_t *r, cudaError_t err,
                                          const char *what, const void *ptr) {
   (void)cudaGetLastError();
+  before_write();
   snprintf(tl_message, sizeof tl_message, "%s resource: %s does not know %p (%s)",
            r->ops->name, what, ptr, cudaGetErrorName(err));
   tl_cuda_error = err;
@@ -96,6 +165,7 @@ RMMC_API rmmc_status_t rmmc_set_cuda_error(cudaError_t err, const char *what) {
   (void)cudaGetLastError();
   rmmc_status_t status =
       err == cudaErrorMemoryAllocation ? RMMC_ERROR_OUT_OF_MEMORY : RMMC_ERROR_CUDA;
+  before_write();
   snprintf(tl_message, sizeof tl_message, "%s failed: %s (%s, %d)", what,
            cudaGetErrorString(err), cudaGetErrorName(err), (int)err);
   tl_cuda_error = err;
@@ -107,6 +177,7 @@ RMMC_API rmmc_status_t rmmc_set_cuda_error(cudaError_t err, const char *what) {
 void rmmc__set_oom_message(const rmmc_resource_t *r, size_t bytes, cudaStream_t stream,
                            const char *detail, va_list ap) {
   char req[32], sbuf[32];
+  before_write();
   int n = snprintf(tl_message, sizeof tl_message,
                    "out of memory: %s resource could not allocate %s (%zu bytes) on ",
                    r->ops->name, rmmc__format_bytes(bytes, req, sizeof req), bytes);

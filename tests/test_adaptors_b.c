@@ -62,9 +62,14 @@ START_TEST(test_specs_parse_and_check_options) {
                      "alignment 3000 is not a power of two");
   expect_build_error("aligned(alignment=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "power of two");
   expect_build_error("failure_callback(retries=0) > host", RMMC_ERROR_INVALID_ARGUMENT,
-                     "retries=0, must be at least 1");
+                     "retries=0 is out of range (1 to 2147483647)");
   expect_build_error("failure_callback(retries=-2) > host", RMMC_ERROR_INVALID_ARGUMENT,
-                     "retries=-2");
+                     "retries=-2 is out of range");
+  /* Issue 11, F5: quoted as written (it was misquoted as a wrapped int). */
+  expect_build_error("failure_callback(retries=99999999999) > host", RMMC_ERROR_INVALID_ARGUMENT,
+                     "retries=99999999999 is out of range (1 to 2147483647)");
+  expect_parse_error("failure_callback(retries=-99999999999999999999) > host",
+                     "retries=-99999999999999999999 is out of range (integers are 64-bit)");
   expect_build_error("thread_safe > prefetch > host", RMMC_ERROR_INCOMPATIBLE,
                      "cannot be prefetched");
 }

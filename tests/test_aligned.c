@@ -225,7 +225,7 @@ START_TEST(test_aligned_options) {
   }
   o = (rmmc_aligned_options_t){0};
   ck_assert_int_eq(rmmc_aligned_adaptor_create(up, &o, &r), RMMC_ERROR_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "RMMC_ALIGNED_OPTIONS_INIT"));
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "initialize the options with their _INIT macro"));
   ck_assert_int_eq(rmmc_aligned_adaptor_create(NULL, NULL, &r), RMMC_ERROR_INVALID_ARGUMENT);
   ck_assert_int_eq(rmmc_aligned_adaptor_create(up, NULL, NULL), RMMC_ERROR_INVALID_ARGUMENT);
   ck_assert_int_eq(rmmc_resource_refcount(up), 1);

@@ -196,11 +196,18 @@ START_TEST(test_arena_out_of_memory_reclaims_superblocks_and_retries) {
   ck_assert_uint_eq(field(r, "superblocks"), 1);
   ck_assert_uint_eq(field(r, "cached_superblocks"), 0);
   ck_assert_uint_eq(field(r, "global_free"), 3 * 64 * KiB);
-  /* A large request that cannot fit anywhere fails cleanly after one retry. */
+  /* A large request that cannot fit anywhere fails cleanly after one retry
+   * of its own and one of the stack (the out-of-memory rule: the arena
+   * still caches 192 KiB, so the stack gives it back, which reaches the
+   * spy, and tries again). */
   void *big = (void *)1;
   ck_assert_int_eq(rmmc_resource_allocate(r, 512 * KiB, 256, S2, &big), RMMC_ERROR_OUT_OF_MEMORY);
   ck_assert_ptr_null(big);
+  ck_assert_uint_eq(spy_counts(s).release_calls, 1);
   ck_assert_msg(strstr(rmmc_last_error_message(), "arena could not take"), "%s", rmmc_last_error_message());
+  ck_assert_msg(strstr(rmmc_last_error_message(), "arena gave back its cached memory (and its "
+                                                  "upstream's) and the request was retried"),
+                "%s", rmmc_last_error_message());
   ck_assert_msg(strstr(rmmc_last_error_message(), "stack: arena (reserved 256.00 KiB"), "%s", rmmc_last_error_message());
   ck_assert_int_eq(rmmc_resource_deallocate(r, q, 5000, 256, S2), RMMC_SUCCESS);
   spy_set_capacity(s, SIZE_MAX);
@@ -209,7 +216,7 @@ START_TEST(test_arena_out_of_memory_reclaims_superblocks_and_retries) {
   ck_assert_uint_eq(spy_counts(s).outstanding, 0);
   ck_assert_uint_eq(field(r, "reserved"), 0);
   ck_assert_uint_eq(field(r, "chunks"), 0);
-  ck_assert_uint_eq(spy_counts(s).release_calls, 1);
+  ck_assert_uint_eq(spy_counts(s).release_calls, 2);
   finish(r, spy);
 }
 END_TEST
@@ -651,13 +658,44 @@ START_TEST(test_arena_spec) {
   rmmc_resource_release(r);
   expect_spec_error("arena(superblock=3MiB) > host", RMMC_ERROR_INVALID_ARGUMENT, "superblock size 3145728");
   expect_spec_error("arena(superblock=4XB) > host", RMMC_ERROR_PARSE, "column 18");
-  expect_spec_error("arena(keep=-1) > host", RMMC_ERROR_PARSE, "keep=-1");
+  expect_spec_error("arena(keep=-1) > host", RMMC_ERROR_INVALID_ARGUMENT,
+                    "keep=-1 is out of range (0 to 9223372036854775807)");
   expect_spec_error("arena(keep=two) > host", RMMC_ERROR_PARSE, "'two' is not an integer");
   expect_spec_error("arena(chunk=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "chunk size 0");
   expect_spec_error("arena(max=1MiB) > host", RMMC_ERROR_INVALID_ARGUMENT, "below one superblock");
   expect_spec_error("arena(max=200%) > host", RMMC_ERROR_PARSE, "percentage in (0, 100]");
   expect_spec_error("arena(size=1GiB) > host", RMMC_ERROR_PARSE, "it takes: superblock, chunk, max, keep, cache");
   expect_spec_error("arena(cache=lots) > host", RMMC_ERROR_PARSE, "'lots' is not a size");
+}
+END_TEST
+
+/* Issue 11: a new stream handle per call made an arena per handle, each
+ * caching a superblock (125 GiB reserved for 64 MiB live after 64k
+ * handles). A thread keeps 64 arenas; older ones are detached and their
+ * memory reused, and the global arena synchronizes rather than grow when
+ * half of it is stranded: what 64 arenas cache (here two superblocks and a
+ * large block each) is the bound, however many handles come. Over sim:
+ * nothing is touched. */
+START_TEST(test_arena_new_stream_per_call_stays_bounded) {
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create("arena(chunk=16MiB) > sim", -1, &r), RMMC_SUCCESS);
+  static const size_t sizes[] = {8 * KiB, MiB, 3 * MiB}; /* small, small, large */
+  uint64_t reserved_at_600 = 0;
+  for (int k = 0; k < 3000; k++) {
+    if (k == 600) reserved_at_600 = field(r, "reserved");
+    cudaStream_t s = (cudaStream_t)(uintptr_t)(0x10000 + 16 * (uintptr_t)k);
+    size_t n = sizes[k % 3];
+    void *p;
+    ck_assert_msg(rmmc_resource_allocate(r, n, 256, s, &p) == RMMC_SUCCESS, "%s",
+                  rmmc_last_error_message());
+    ck_assert_int_eq(rmmc_resource_deallocate(r, p, n, 256, s), RMMC_SUCCESS);
+  }
+  ck_assert_uint_le(field(r, "reserved"), reserved_at_600 + 16 * MiB);
+  ck_assert_uint_le(field(r, "reserved"), 64 * (2 * 4 + 3) * MiB + 32 * MiB);
+  ck_assert_uint_le(field(r, "arenas"), 64);
+  ck_assert_uint_ge(field(r, "device_syncs"), 1);
+  ck_assert_uint_eq(field(r, "in_use"), 0);
+  rmmc_resource_release(r);
 }
 END_TEST
 
@@ -685,6 +723,7 @@ int main(void) {
   tcase_add_test(tc, test_arena_create_checks_arguments);
   tcase_add_test(tc, test_arena_spec);
   tcase_add_test(tc, test_arena_one_block_of_room_crosses_streams);
+  tcase_add_test(tc, test_arena_new_stream_per_call_stays_bounded);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

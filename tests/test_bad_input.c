@@ -601,6 +601,92 @@ START_TEST(test_create_options_size_zero) {
 }
 END_TEST
 
+/* One rule for every create's options size (issue 11): from sizeof(size_t)
+ * (an older header's options, however short) to the struct this library
+ * knows; below (not set with the _INIT macro) or above (a newer header's,
+ * or garbage such as SIZE_MAX) is INVALID_ARGUMENT with one message, and
+ * nothing is retained. Before, aligned took a size of 1 and every create
+ * but pool took SIZE_MAX. */
+typedef rmmc_status_t (*create_with_size_fn)(rmmc_resource_t *spy, size_t size,
+                                             rmmc_resource_t **out);
+#define CREATE_WITH_SIZE(name, type, init, call)                                                \
+  static rmmc_status_t name(rmmc_resource_t *spy, size_t size, rmmc_resource_t **out) {         \
+    type o = init;                                                                              \
+    o.size = size;                                                                              \
+    (void)spy;                                                                                  \
+    return call;                                                                                \
+  }
+CREATE_WITH_SIZE(pool_sized, rmmc_pool_options_t, RMMC_POOL_OPTIONS_INIT,
+                 rmmc_pool_resource_create(spy, &o, out))
+CREATE_WITH_SIZE(fixed_size_sized, rmmc_fixed_size_options_t, RMMC_FIXED_SIZE_OPTIONS_INIT,
+                 rmmc_fixed_size_resource_create(spy, &o, out))
+CREATE_WITH_SIZE(binning_sized, rmmc_binning_options_t, RMMC_BINNING_OPTIONS_INIT,
+                 rmmc_binning_resource_create(spy, &o, out))
+CREATE_WITH_SIZE(arena_sized, rmmc_arena_options_t, RMMC_ARENA_OPTIONS_INIT,
+                 rmmc_arena_resource_create(spy, &o, out))
+CREATE_WITH_SIZE(aligned_sized, rmmc_aligned_options_t, RMMC_ALIGNED_OPTIONS_INIT,
+                 rmmc_aligned_adaptor_create(spy, &o, out))
+CREATE_WITH_SIZE(tracking_sized, rmmc_tracking_options_t, RMMC_TRACKING_OPTIONS_INIT,
+                 rmmc_tracking_adaptor_create(spy, &o, out))
+CREATE_WITH_SIZE(logging_sized, rmmc_logging_options_t, RMMC_LOGGING_OPTIONS_INIT,
+                 rmmc_logging_adaptor_create(spy, "/dev/null", &o, out))
+CREATE_WITH_SIZE(sim_sized, rmmc_sim_options_t, RMMC_SIM_OPTIONS_INIT,
+                 rmmc_sim_resource_create(&o, out))
+CREATE_WITH_SIZE(managed_sized, rmmc_managed_options_t, RMMC_MANAGED_OPTIONS_INIT,
+                 rmmc_managed_resource_create(-1, &o, out))
+CREATE_WITH_SIZE(cuda_async_sized, rmmc_cuda_async_options_t, RMMC_CUDA_ASYNC_OPTIONS_INIT,
+                 rmmc_cuda_async_resource_create(-1, &o, out))
+
+START_TEST(test_create_options_size_one_rule) {
+  static const struct {
+    const char *name;
+    create_with_size_fn create;
+    size_t struct_size;
+    bool needs_gpu;
+  } creates[] = {
+      {"pool_resource_create", pool_sized, sizeof(rmmc_pool_options_t), false},
+      {"fixed_size_resource_create", fixed_size_sized, sizeof(rmmc_fixed_size_options_t), false},
+      {"binning_resource_create", binning_sized, sizeof(rmmc_binning_options_t), false},
+      {"arena_resource_create", arena_sized, sizeof(rmmc_arena_options_t), false},
+      {"aligned_adaptor_create", aligned_sized, sizeof(rmmc_aligned_options_t), false},
+      {"tracking_adaptor_create", tracking_sized, sizeof(rmmc_tracking_options_t), false},
+      {"logging_adaptor_create", logging_sized, sizeof(rmmc_logging_options_t), false},
+      {"sim_resource_create", sim_sized, sizeof(rmmc_sim_options_t), false},
+      {"managed_resource_create", managed_sized, sizeof(rmmc_managed_options_t), true},
+      {"cuda_async_resource_create", cuda_async_sized, sizeof(rmmc_cuda_async_options_t), true},
+  };
+  rmmc_resource_t *spy = new_spy();
+  long refs = rmmc_resource_refcount(spy);
+  for (size_t i = 0; i < sizeof creates / sizeof creates[0]; i++) {
+    const size_t bad[] = {0, 1, sizeof(size_t) - 1, creates[i].struct_size + 1,
+                          creates[i].struct_size + 8, SIZE_MAX};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+      rmmc_resource_t *r = (rmmc_resource_t *)1;
+      rmmc_status_t st = creates[i].create(spy, bad[k], &r);
+      ck_assert_msg(st == INVAL, "%s, size %zu: %s", creates[i].name, bad[k], rmmc_status_name(st));
+      ck_assert_ptr_null(r);
+      char want[200];
+      snprintf(want, sizeof want,
+               "%s: options size is %zu; this library knows sizes from %zu to %zu: initialize "
+               "the options with their _INIT macro",
+               creates[i].name, bad[k], sizeof(size_t), creates[i].struct_size);
+      ck_assert_str_eq(rmmc_last_error_message(), want);
+    }
+    /* The bounds themselves: an older header's shortest options (the size
+     * alone: all defaults) and this one's. */
+    const size_t good[] = {sizeof(size_t), creates[i].struct_size};
+    for (size_t k = 0; k < 2 && !(creates[i].needs_gpu && rmmc_device_count() == 0); k++) {
+      rmmc_resource_t *r = NULL;
+      ck_assert_msg(creates[i].create(spy, good[k], &r) == RMMC_SUCCESS, "%s, size %zu: %s",
+                    creates[i].name, good[k], rmmc_last_error_message());
+      rmmc_resource_release(r);
+    }
+  }
+  ck_assert_int_eq(rmmc_resource_refcount(spy), refs);
+  rmmc_resource_release(spy);
+}
+END_TEST
+
 /* Option values out of range: INVALID_ARGUMENT naming the option, nothing
  * retained, nothing taken from the upstream. */
 START_TEST(test_create_options_out_of_range) {
@@ -1153,7 +1239,19 @@ static const struct bad_spec {
     {"limiting > host", RMMC_ERROR_INVALID_ARGUMENT, "limit", false},
     {"logging > host", RMMC_ERROR_INVALID_ARGUMENT, "path", false},
     {"tracking(depth=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "depth", false},
-    {"fixed_size(block=0) > host", RMMC_ERROR_PARSE, "block", true},
+    {"fixed_size(block=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "block", true},
+    /* Issue 11, F5: numbers quoted as written, said to be out of range. */
+    {"tracking(backtrace=true, depth=99999999999999999999) > host", RMMC_ERROR_PARSE,
+     "depth=99999999999999999999 is out of range", false},
+    {"fixed_size(blocks_per_chunk=18446744073709551615) > host", RMMC_ERROR_PARSE,
+     "blocks_per_chunk=18446744073709551615 is out of range", false},
+    {"failure_callback(retries=99999999999) > host", RMMC_ERROR_INVALID_ARGUMENT,
+     "retries=99999999999 is out of range", false},
+    {"arena(keep=-1) > host", RMMC_ERROR_INVALID_ARGUMENT, "keep=-1 is out of range", false},
+    {"pool(max=18446744073709551616) > host", RMMC_ERROR_PARSE,
+     "max=18446744073709551616 is out of range", false},
+    {"pool(release_slack=1e400) > host", RMMC_ERROR_PARSE, "release_slack=1e400 is out of range",
+     false},
 };
 
 /* Every malformed spec: the status, a message, *out NULL, and (for parse
@@ -1328,6 +1426,7 @@ Suite *bad_input_suite(void) {
   tcase_add_test(tc, test_adaptor_create_null_arguments);
   tcase_add_test(tc, test_create_options_size_zero);
   tcase_add_test(tc, test_create_options_out_of_range);
+  tcase_add_test(tc, test_create_options_size_one_rule);
   tcase_add_test(tc, test_create_failure_after_upstream_call);
   tcase_add_test(tc, test_queries_on_wrong_resource);
   tcase_add_test(tc, test_queries_bad_arguments);

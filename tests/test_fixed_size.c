@@ -475,10 +475,42 @@ START_TEST(test_fixed_size_spec) {
   expect_spec_error("fixed_size(block=12XB) > host", RMMC_ERROR_PARSE, "column 18");
   expect_spec_error("fixed_size(blocks_per_chunk=many) > host", RMMC_ERROR_PARSE, "'many' is not an integer");
   expect_spec_error("fixed_size(blocks=4) > host", RMMC_ERROR_PARSE, "it takes: block, blocks_per_chunk");
-  expect_spec_error("fixed_size(block=0) > host", RMMC_ERROR_PARSE, "block=0");
-  expect_spec_error("fixed_size(blocks_per_chunk=0) > host", RMMC_ERROR_PARSE, "blocks_per_chunk=0");
-  expect_spec_error("fixed_size(blocks_per_chunk=-3) > host", RMMC_ERROR_PARSE, "blocks_per_chunk=-3");
+  expect_spec_error("fixed_size(block=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "block size (0)");
+  expect_spec_error("fixed_size(blocks_per_chunk=0) > host", RMMC_ERROR_INVALID_ARGUMENT,
+                    "blocks_per_chunk=0 is out of range (1 to 9223372036854775807)");
+  expect_spec_error("fixed_size(blocks_per_chunk=-3) > host", RMMC_ERROR_INVALID_ARGUMENT,
+                    "blocks_per_chunk=-3 is out of range");
+  /* Issue 11, F5: the value as written, not a wrapped one. */
+  expect_spec_error("fixed_size(blocks_per_chunk=18446744073709551615) > host", RMMC_ERROR_PARSE,
+                    "blocks_per_chunk=18446744073709551615 is out of range (integers are 64-bit)");
+  expect_spec_error("fixed_size(block=18446744073709551616) > host", RMMC_ERROR_PARSE,
+                    "block=18446744073709551616 is out of range (sizes are below 16 EiB)");
   expect_spec_error("fixed_size", RMMC_ERROR_PARSE, "fixed_size needs an upstream");
+}
+END_TEST
+
+/* Issue 11: a new stream handle per call took a new chunk per handle (no
+ * stream ever covered its frees for the next). Past 64 streams, with half
+ * the blocks free on other streams, a synchronization serves instead of a
+ * new chunk: the first 64 handles take a chunk each, as before, and no
+ * more. binning's bins are fixed_size: the same bound. Over sim. */
+START_TEST(test_fixed_size_new_stream_per_call_stays_bounded) {
+  static const char *const specs[] = {"fixed_size(block=64KiB) > sim", "binning > sim"};
+  static const uint64_t bound[] = {65 * 8 * (uint64_t)1 << 20, 65 * 2 * (uint64_t)1 << 20};
+  for (int i = 0; i < 2; i++) {
+    rmmc_resource_t *r;
+    ck_assert_int_eq(rmmc_stack_create(specs[i], -1, &r), RMMC_SUCCESS);
+    for (int k = 0; k < 2000; k++) {
+      cudaStream_t s = (cudaStream_t)(uintptr_t)(0x10000 + 16 * (uintptr_t)k);
+      void *p;
+      ck_assert_int_eq(rmmc_resource_allocate(r, 65536, 256, s, &p), RMMC_SUCCESS);
+      ck_assert_int_eq(rmmc_resource_deallocate(r, p, 65536, 256, s), RMMC_SUCCESS);
+    }
+    ck_assert_msg(field(r, "reserved") <= bound[i], "%s: %llu bytes reserved", specs[i],
+                  (unsigned long long)field(r, "reserved"));
+    ck_assert_uint_ge(field(r, "device_syncs"), 1);
+    rmmc_resource_release(r);
+  }
 }
 END_TEST
 
@@ -506,6 +538,7 @@ int main(void) {
   tcase_add_test(tc, test_fixed_size_create_checks_arguments);
   tcase_add_test(tc, test_fixed_size_spec);
   tcase_add_test(tc, test_fixed_size_over_a_full_limiting_adaptor);
+  tcase_add_test(tc, test_fixed_size_new_stream_per_call_stays_bounded);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

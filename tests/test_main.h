@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "rmmc/registry.h"
+#include "tsan.h"
 
 static inline int rmmc_test_run(Suite *s, bool needs_gpu) {
   if (needs_gpu && rmmc_device_count() == 0) {

@@ -1631,8 +1631,8 @@ START_TEST(test_pool_create_rejects_bad_options) {
   ck_assert_ptr_null(pool);                                                                    \
   ck_assert_msg(strstr(rmmc_last_error_message(), text) != NULL, "%d: %s", i,                  \
                 rmmc_last_error_message())
-  BAD(0, o.size = 4, "options->size");
-  BAD(1, o.size = sizeof o + 8, "options->size");
+  BAD(0, o.size = 4, "options size is 4");
+  BAD(1, o.size = sizeof o + 8, "options size");
   BAD(2, o.growth_granularity = 3 * MiB, "growth_granularity");
   BAD(3, o.growth_granularity = 128, "growth_granularity");
   BAD(4, o.growth_granularity = (size_t)2 << 30, "growth_granularity");

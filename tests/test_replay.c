@@ -185,6 +185,13 @@ START_TEST(test_replay_bad_lines_name_their_line) {
   expect_bad(body, 3, "already live: 0x1000 is still live (allocated with 64 bytes");
   snprintf(body, sizeof body, "%s0,2,free,0x1000,65,0x0\n", ok);
   expect_bad(body, 3, "0x1000 was allocated with 64 bytes, freed with 65");
+  /* Issue 11, F6: what the replay cannot represent, one allocation or the
+   * live total. */
+  expect_bad("0,1,allocate,0x1000,9223372036854775809,0x0\n", 2,
+             "bad size: 9223372036854775809 bytes is more than the replay can represent (4 EiB");
+  expect_bad("0,1,allocate,0x1000,4611686018427387905,0x0\n", 2, "more than the replay");
+  snprintf(body, sizeof body, "%s0,2,allocate,0x2000,4611686018427387841,0x0\n", ok);
+  expect_bad(body, 3, "4611686018427387841 bytes would take the live bytes past what the replay");
 
   /* Header problems are fatal, lenient or not. */
   replay_read_options_t lenient = REPLAY_READ_OPTIONS_INIT;
@@ -200,6 +207,30 @@ START_TEST(test_replay_bad_lines_name_their_line) {
   ck_assert_int_eq(replay_log_parse("", 0, "e.csv", &lenient, &log), RMMC_ERROR_PARSE);
   ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "e.csv: empty log"));
   ck_assert_int_eq(replay_log_parse("\n  \n", 4, "e.csv", NULL, &log), RMMC_ERROR_PARSE);
+}
+END_TEST
+
+START_TEST(test_replay_live_bytes_stay_representable) {
+  /* Up to 2^62 live is read exactly (64 B + 2^62 - 64 B); the line that
+   * would go past is skipped when lenient, with its free. */
+  const char *text = HEADER
+      "0,1,allocate,0x1000,64,0x0\n"
+      "0,2,allocate,0x2000,4611686018427387840,0x0\n"
+      "0,3,allocate,0x3000,1,0x0\n"
+      "0,4,free,0x3000,1,0x0\n"
+      "0,5,free,0x2000,4611686018427387840,0x0\n"
+      "0,6,allocate,0x3000,1,0x0\n";
+  replay_log_t *log = parse_ok(text, true);
+  ck_assert_uint_eq(log->peak_live, (uint64_t)1 << 62);
+  ck_assert_uint_eq(log->skipped[REPLAY_ISSUE_BAD_SIZE], 1);
+  ck_assert_uint_eq(log->skipped[REPLAY_ISSUE_UNKNOWN_POINTER], 1);
+  ck_assert_uint_eq(log->nevents, 4);
+  ck_assert_uint_eq(log->live_at_end, 65);
+  uint64_t series[4];
+  replay_log_live_series(log, 4, series);
+  ck_assert_uint_eq(series[1], (uint64_t)1 << 62);
+  ck_assert_uint_eq(series[3], 65);
+  replay_log_free(log);
 }
 END_TEST
 
@@ -668,6 +699,35 @@ static int count(const char *s, const char *needle) {
   return n;
 }
 
+START_TEST(test_replay_svg_axis_takes_any_value) {
+  /* A stack may report any figure: the axis code must not loop or wrap
+   * (a step doubling past 2^63 became 0 and never reached the top). */
+  replay_log_t *log = parse_ok(small_log, false);
+  static const uint64_t tops[] = {UINT64_MAX, (uint64_t)1 << 63, ((uint64_t)1 << 63) + 1,
+                                  ((uint64_t)7 << 61) + 1, 5000};
+  static const char *const labels[] = {">16 EiB</text>", ">8 EiB</text>", ">10 EiB</text>",
+                                       ">16 EiB</text>", ">5 KiB</text>"};
+  for (size_t i = 0; i < sizeof tops / sizeof tops[0]; i++) {
+    uint64_t series[2] = {tops[i], 0};
+    replay_result_t r;
+    memset(&r, 0, sizeof r);
+    r.stack = (char *)"huge";
+    r.reserved_series = series;
+    r.nbuckets = 2;
+    r.has_reserved = true;
+    r.peak_reserved = tops[i];
+    char *svg = capture(replay_write_svg, log, &r, 1);
+    ck_assert_msg(strstr(svg, labels[i]) != NULL, "top %llu: no '%s' in the axis",
+                  (unsigned long long)tops[i], labels[i]);
+    ck_assert_ptr_nonnull(strstr(svg, "</svg>\n"));
+    ck_assert_ptr_null(strstr(svg, "nan"));
+    ck_assert_ptr_null(strstr(svg, "inf"));
+    free(svg);
+  }
+  replay_log_free(log);
+}
+END_TEST
+
 START_TEST(test_replay_json_and_svg_reports) {
   replay_log_t *log = parse_ok(small_log, false);
   replay_options_t o = REPLAY_OPTIONS_INIT;
@@ -749,6 +809,8 @@ int main(void) {
   tcase_add_test(tc, test_replay_hook_wraps_the_base_layer);
   tcase_add_test(tc, test_replay_meter_sits_between_base_and_stack);
   tcase_add_test(tc, test_replay_json_and_svg_reports);
+  tcase_add_test(tc, test_replay_live_bytes_stay_representable);
+  tcase_add_test(tc, test_replay_svg_axis_takes_any_value);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

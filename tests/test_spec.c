@@ -2,7 +2,11 @@
  * Stack specs: parsing, errors that point at the offending word, sizes,
  * building host stacks. Host suite.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "rmmc/rmmc.h"
 #include "test_main.h"
@@ -81,6 +85,114 @@ START_TEST(test_parse_size) {
 }
 END_TEST
 
+/* Issue 11, F5: a value of the right form outside what its option's type
+ * holds is refused quoting what was written and saying "out of range";
+ * values inside it are exact (no detour through a double). */
+START_TEST(test_spec_out_of_range_values_are_quoted) {
+  expect_parse_error("pool(max=99999999999999999999) > host",
+                     "max=99999999999999999999 is out of range (sizes are below 16 EiB)", 10);
+  expect_parse_error("pool(initial=16384PiB) > host", "'16384PiB' is not a size", 14);
+  expect_parse_error("pool(initial=16777216TiB) > host",
+                     "initial=16777216TiB is out of range (sizes are below 16 EiB)", 14);
+  expect_parse_error("pool(min_growth=1e30) > host",
+                     "min_growth=1e30 is out of range (sizes are below 16 EiB)", 17);
+  expect_parse_error("pool(split_limit=1e999) > host",
+                     "split_limit=1e999 is out of range (not a finite number)", 18);
+  expect_parse_error("pool(event_interval=9223372036854775808) > host",
+                     "event_interval=9223372036854775808 is out of range (integers are 64-bit)", 21);
+  /* In the type's range, outside the layer's: the layer's message, exact. */
+  rmmc_resource_t *r = (rmmc_resource_t *)1;
+  ck_assert_int_eq(rmmc_stack_create("binning(bins=256B:99999999999999999999B) > host", -1, &r),
+                   RMMC_ERROR_PARSE);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "'99999999999999999999B' is out of range"), "%s",
+                rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_stack_create("pool(event_interval=4294967296) > host", -1, &r),
+                   RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(r);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "event_interval=4294967296 is out of range"),
+                "%s", rmmc_last_error_message());
+  /* Exact above 2^53: a double would round these. */
+  ck_assert_int_eq(rmmc_stack_create("sim(capacity=9007199254740993)", -1, &r), RMMC_SUCCESS);
+  uint64_t v = 0;
+  ck_assert(rmmc_resource_get_field(r, "limit", &v));
+  ck_assert_uint_eq(v, UINT64_C(9007199254740993));
+  rmmc_resource_release(r);
+  ck_assert_int_eq(rmmc_stack_create("limiting(limit=18446744073709551615) > host", -1, &r),
+                   RMMC_SUCCESS);
+  ck_assert(rmmc_resource_get_field(r, "limit", &v));
+  ck_assert_uint_eq(v, UINT64_MAX);
+  rmmc_resource_release(r);
+  size_t z;
+  ck_assert_int_eq(rmmc_parse_size("18446744073709551615", &z), RMMC_SUCCESS);
+  ck_assert_uint_eq(z, SIZE_MAX);
+  ck_assert_int_eq(rmmc_parse_size("16777215TiB", &z), RMMC_SUCCESS);
+  ck_assert_uint_eq(z, (size_t)16777215 << 40);
+  ck_assert_int_eq(rmmc_parse_size("18446744073709551616", &z), RMMC_ERROR_PARSE);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "is out of range"));
+  ck_assert_int_eq(rmmc_parse_size("12XB", &z), RMMC_ERROR_PARSE);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "is not a size"));
+}
+END_TEST
+
+/* Values are bounded by the spec's own length (4096), not by 255
+ * characters: 64 bins of large sizes, a long logging path. */
+START_TEST(test_spec_long_values) {
+  char spec[4200];
+  int n = snprintf(spec, sizeof spec, "binning(bins=");
+  for (int i = 0; i < 64; i++)
+    n += snprintf(spec + n, sizeof spec - (size_t)n, "%s%zuB", i ? ":" : "",
+                  ((size_t)1 << 30) + (size_t)i * 65536);
+  snprintf(spec + n, sizeof spec - (size_t)n, ") > host");
+  ck_assert_uint_gt(strlen(spec), 700);
+  rmmc_resource_t *r;
+  ck_assert_msg(rmmc_stack_create(spec, -1, &r) == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  ck_assert_uint_eq(rmmc_binning_resource_bin_count(r), 64);
+  ck_assert_uint_eq(rmmc_binning_resource_bin_size(r, 63), ((size_t)1 << 30) + 63 * 65536);
+  rmmc_resource_release(r);
+
+  /* A logging path of about 900 characters, in nested directories. */
+  char dir[1200];
+  snprintf(dir, sizeof dir, "/tmp/rmmc_spec_long_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char top[1200];
+  snprintf(top, sizeof top, "%s", dir);
+  char made[8][1200];
+  for (int i = 0; i < 8; i++) {
+    size_t len = strlen(dir);
+    dir[len++] = '/';
+    memset(dir + len, 'a' + i, 100);
+    dir[len + 100] = '\0';
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    snprintf(made[i], sizeof made[i], "%s", dir);
+  }
+  char path[1300];
+  snprintf(path, sizeof path, "%s/log.csv", dir);
+  snprintf(spec, sizeof spec, "logging(path=\"%s\", flush=true) > host", path);
+  ck_assert_uint_gt(strlen(path), 800);
+  ck_assert_msg(rmmc_stack_create(spec, -1, &r) == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  void *p;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, NULL, &p), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 4096, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[256];
+  int lines = 0;
+  while (fgets(line, sizeof line, f) != NULL) lines++;
+  fclose(f);
+  ck_assert_int_eq(lines, 3); /* header, allocate, free */
+  ck_assert_int_eq(unlink(path), 0);
+  for (int i = 7; i >= 0; i--) ck_assert_int_eq(rmdir(made[i]), 0);
+  ck_assert_int_eq(rmdir(top), 0);
+
+  /* The spec's own bound is still there, and says so. */
+  memset(spec, ' ', 4097);
+  memcpy(spec + 4093, "host", 5);
+  ck_assert_int_eq(rmmc_stack_validate(spec), RMMC_ERROR_PARSE);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "longer than 4096 characters"));
+}
+END_TEST
+
 START_TEST(test_stack_help_lists_everything) {
   size_t need = rmmc_stack_help(NULL, 0);
   ck_assert_uint_gt(need, 0);
@@ -104,6 +216,8 @@ int main(void) {
   tcase_add_test(tc, test_spec_builds_host);
   tcase_add_test(tc, test_parse_size);
   tcase_add_test(tc, test_stack_help_lists_everything);
+  tcase_add_test(tc, test_spec_out_of_range_values_are_quoted);
+  tcase_add_test(tc, test_spec_long_values);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

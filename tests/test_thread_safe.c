@@ -178,11 +178,13 @@ static void two_at_once(rmmc_resource_t *r) {
  * adaptor both end up inside (the resource really is unsafe); with it the
  * second waits on the mutex (counted as contention) and never gets in. */
 START_TEST(test_thread_safe_serializes_calls) {
-  unsafe_t *bare = unsafe_new();
-  bare->watch = &bare->base; /* no "contended" field: waits for a second thread inside */
-  two_at_once(&bare->base);
-  ck_assert_int_eq(bare->most_inside, 2);
-  rmmc_resource_release(&bare->base);
+  if (!RMMC_TEST_TSAN) { /* the bare resource races on purpose, as TSan would rightly say */
+    unsafe_t *bare = unsafe_new();
+    bare->watch = &bare->base; /* no "contended" field: waits for a second thread inside */
+    two_at_once(&bare->base);
+    ck_assert_int_eq(bare->most_inside, 2);
+    rmmc_resource_release(&bare->base);
+  }
 
   unsafe_t *u = unsafe_new();
   rmmc_resource_t *r;

@@ -415,8 +415,19 @@ START_TEST(test_tracking_spec_and_options) {
   r = (rmmc_resource_t *)1;
   ck_assert_int_eq(rmmc_stack_create("tracking(backtrace=true, depth=0) > host", -1, &r), RMMC_ERROR_INVALID_ARGUMENT);
   ck_assert_ptr_null(r);
-  ck_assert_msg(strstr(rmmc_last_error_message(), "depth=0 is outside 1..256") != NULL, "%s",
-                rmmc_last_error_message());
+  ck_assert_msg(strstr(rmmc_last_error_message(), "depth=0 is out of range (1 to 256)") != NULL,
+                "%s", rmmc_last_error_message());
+  /* Issue 11, F5: the value as written, not a wrapped one. */
+  ck_assert_int_eq(rmmc_stack_create("tracking(backtrace=true, depth=99999999999) > host", -1, &r),
+                   RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "depth=99999999999 is out of range (1 to 256)"),
+                "%s", rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_stack_create("tracking(backtrace=true, depth=99999999999999999999) > host",
+                                     -1, &r),
+                   RMMC_ERROR_PARSE);
+  ck_assert_msg(strstr(rmmc_last_error_message(),
+                       "depth=99999999999999999999 is out of range (integers are 64-bit)"),
+                "%s", rmmc_last_error_message());
   ck_assert_int_eq(rmmc_stack_validate("tracking(backtrace=maybe) > host"), RMMC_ERROR_PARSE);
   ck_assert_int_eq(rmmc_stack_validate("tracking(stacks=true) > host"), RMMC_ERROR_PARSE);
   ck_assert_msg(strstr(rmmc_last_error_message(), "(it takes: backtrace, depth)") != NULL, "%s",

@@ -55,6 +55,12 @@
 /* The most threads a log may name. */
 #define REPLAY_MAX_THREADS 1024
 
+/* The largest allocation, and the most bytes live at once, a log may have
+ * (4 EiB): every stack it can be replayed on (sim's address space holds
+ * 2^63 - 2^48 bytes) serves that much, and every figure derived from live
+ * bytes fits 64 bits. A line going past it is a bad size. */
+#define REPLAY_MAX_BYTES ((uint64_t)1 << 62)
+
 /* X(NAME, key, description): what a bad line can be. `key` names the count
  * in JSON. */
 #define REPLAY_ISSUE_MAP(X)                                                                     \

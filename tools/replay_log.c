@@ -542,6 +542,13 @@ static rmmc_status_t parse_line(parser_t *p, const char *s, size_t len) {
     log->null_events++;
     goto timed;
   }
+  if (act == 0 && size > REPLAY_MAX_BYTES - p->live)
+    return bad_line(p, REPLAY_ISSUE_BAD_SIZE, s, len,
+                    size > REPLAY_MAX_BYTES
+                        ? "%llu bytes is more than the replay can represent (4 EiB, 2^62 bytes)"
+                        : "%llu bytes would take the live bytes past what the replay can "
+                          "represent (4 EiB, 2^62 bytes)",
+                    (unsigned long long)size);
   uint32_t slot = map_get(&p->pointers, ptr);
   if (act == 0) {
     if (slot != MAP_EMPTY)

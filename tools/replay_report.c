@@ -156,12 +156,13 @@ static void xml_text(FILE *f, const char *s) {
   }
 }
 
-/* An axis label: "0", "512 MiB", "1.5 GiB". */
-static void tick_label(uint64_t v, char *buf, size_t len) {
-  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+/* An axis label: "0", "512 MiB", "1.5 GiB" (a double: the top tick may be
+ * 2^64). */
+static void tick_label(double v, char *buf, size_t len) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB"};
   int u = 0;
-  double x = (double)v;
-  while (x >= 1024.0 && u < 5) {
+  double x = v;
+  while (x >= 1024.0 && u < 7) {
     x /= 1024.0;
     u++;
   }
@@ -189,8 +190,8 @@ static double px_x(const axes_t *a, double event) {
   return PLOT_X0 + (PLOT_X1 - PLOT_X0) * (a->nevents > 0 ? event / a->nevents : 0.0);
 }
 
-static double px_y(const axes_t *a, uint64_t v) {
-  return PLOT_Y1 - (PLOT_Y1 - PLOT_Y0) * ((double)v / a->ymax);
+static double px_y(const axes_t *a, double v) {
+  return PLOT_Y1 - (PLOT_Y1 - PLOT_Y0) * (v / a->ymax);
 }
 
 /* One series as a path: a point at the start of each bucket and one at the
@@ -199,10 +200,10 @@ static void series_path(FILE *f, const axes_t *a, const uint64_t *v, size_t nb, 
   fputs(" d=\"", f);
   for (size_t b = 0; b < nb; b++) {
     double e = (double)b * (double)nevents / (double)nb;
-    fprintf(f, "%s%.1f %.1f", b ? " L" : "M", px_x(a, e), px_y(a, v[b]));
+    fprintf(f, "%s%.1f %.1f", b ? " L" : "M", px_x(a, e), px_y(a, (double)v[b]));
   }
   if (nb > 0)
-    fprintf(f, " L%.1f %.1f", px_x(a, (double)nevents), px_y(a, v[nb - 1]));
+    fprintf(f, " L%.1f %.1f", px_x(a, (double)nevents), px_y(a, (double)v[nb - 1]));
   else
     fprintf(f, "M%.1f %.1f L%.1f %.1f", PLOT_X0, PLOT_Y1, PLOT_X1, PLOT_Y1);
   fputc('"', f);
@@ -231,11 +232,14 @@ rmmc_status_t replay_write_svg(FILE *f, const replay_log_t *log, const replay_re
     for (size_t b = 0; b < nb; b++)
       if (results[i].reserved_series[b] > top) top = results[i].reserved_series[b];
   }
-  /* A power-of-two step giving at most 8 intervals. */
+  /* A power-of-two step giving at most 8 intervals, for any top: the step
+   * stops at 2^61, whose 8 intervals reach 2^64, so nothing overflows (the
+   * replay refuses logs above REPLAY_MAX_BYTES, but a stack may report
+   * anything). Tick values are doubles for the same reason. */
   uint64_t step = 256;
-  while (step * 8 < top) step *= 2;
-  uint64_t ticks = top == 0 ? 4 : (top + step - 1) / step;
-  axes_t a = {(double)(ticks * step), (double)log->nevents};
+  while (step < ((uint64_t)1 << 61) && step * 8 < top) step *= 2;
+  uint64_t ticks = top == 0 ? 4 : top / step + (top % step != 0);
+  axes_t a = {(double)ticks * (double)step, (double)log->nevents};
   int height = (int)PLOT_Y1 + 62 + (int)(drawn + 1) * 18 + 8;
 
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -255,10 +259,10 @@ rmmc_status_t replay_write_svg(FILE *f, const replay_log_t *log, const replay_re
   fputs("<g class=\"axes\" stroke=\"#000\" stroke-width=\"1\">\n", f);
   char label[32];
   for (uint64_t t = 0; t <= ticks; t++) {
-    double y = px_y(&a, t * step);
+    double y = px_y(&a, (double)t * (double)step);
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
             PLOT_X0, y, PLOT_X1, y);
-    tick_label(t * step, label, sizeof label);
+    tick_label((double)t * (double)step, label, sizeof label);
     fprintf(f,
             "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" stroke=\"none\">%s</text>\n",
             PLOT_X0 - 6, y + 4, label);

@@ -27,7 +27,13 @@
  * exits, its arenas give back their wholly free superblocks and cached
  * large blocks; what still holds live blocks goes back once those are
  * freed (from any thread). The resource may be destroyed while threads
- * that used it still run, and a thread may exit after it is gone.
+ * that used it still run, and a thread may exit after it is gone. A thread
+ * keeps at most 64 arenas (streams): a 65th stream detaches the oldest as
+ * if its thread had exited, so a new stream handle per call does not grow
+ * the resource without bound; once that happened, before the global arena
+ * grows while half of what it reserved is free but usable only by the
+ * stream that freed it, it synchronizes the device and reuses that
+ * instead.
  *
  * Stream order. A block freed on the stream of the arena that owns it is
  * reused by that stream at once, with no CUDA call. A small block freed on

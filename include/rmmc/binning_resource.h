@@ -31,8 +31,9 @@
  * lock.
  *
  * release_cached releases every bin's wholly free chunks, then forwards to
- * the upstream once. describe: bins, reserved and in_use (all bins plus
- * what the upstream serves directly), upstream_in_use, upstream_allocations,
+ * the upstream once. describe: bins, reserved (all bins) and in_use (all
+ * bins plus what the upstream serves directly), cached (the bins' bytes not
+ * in use), upstream_in_use, upstream_allocations,
  * event_records, event_waits, device_syncs and stream_syncs (summed over
  * the bins), and per bin "bin_<bytes>_reserved", "bin_<bytes>_in_use",
  * "bin_<bytes>_chunks", "bin_<bytes>_free_blocks" (e.g. bin_4096_in_use).

@@ -27,9 +27,12 @@
  * blocks never make a CUDA call, and a stream that runs short gets the
  * others' later frees. A new chunk is taken on the requesting stream and
  * its blocks belong to that stream. Order of supply when a stream's list
- * is empty: another stream's covered blocks, a new chunk, and when the
- * upstream is out of memory, a device synchronization after which any
- * stream's blocks are reused. The events belong to the resource and survive the streams, so
+ * is empty: another stream's covered blocks; past 64 streams and four
+ * chunks, when half the blocks are free on other streams' lists (streams
+ * that free and never come back, such as a new stream handle per call), a
+ * device synchronization after which any stream's blocks are reused; a new
+ * chunk;
+ * and when the upstream is out of memory, the synchronization after all. The events belong to the resource and survive the streams, so
  * freeing on a stream that is later destroyed is safe; a destroyed stream's
  * handle reused by CUDA for a new stream counts as the same stream (as in
  * RMM). For host memory streams are opaque keys and no CUDA call is made.
@@ -46,7 +49,8 @@
  * upstream. Thread-safe: one mutex per resource.
  *
  * describe: block_size, blocks_per_chunk, reserved (bytes taken from the
- * upstream), in_use (blocks handed out x block size), peak, chunks, blocks,
+ * upstream), in_use (blocks handed out x block size), cached (free blocks x
+ * block size), peak, chunks, blocks,
  * free_blocks, largest_free, streams, event_records, event_waits,
  * device_syncs, stream_syncs.
  */

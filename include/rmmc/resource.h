@@ -32,6 +32,14 @@
  * allocated from a resource must be returned before its last reference goes:
  * destroying a resource frees what it cached, not what callers still hold.
  *
+ * Out of memory. A stack reports RMMC_ERROR_OUT_OF_MEMORY only when nothing
+ * in it caches memory: when the outermost layer that caches (its figure
+ * "cached", or "reserved" above "in_use") fails for memory, its stack gives
+ * back what it caches (rmmc_resource_release_cached() on it) and the
+ * request is retried once, before the failure goes up to the layers above,
+ * which see one call. A retry that succeeds leaves the thread's last error
+ * as it was.
+ *
  * Thread safety. Every built-in resource may be called from many threads at
  * once. Retain and release are atomic.
  */
@@ -80,7 +88,8 @@ RMMC_EXPORT bool rmmc_memory_kind_is_host_accessible(rmmc_memory_kind_t kind);
  * Returns RMMC_SUCCESS; RMMC_ERROR_INVALID_ARGUMENT for a NULL resource or
  * out-pointer, an alignment that is not a power of two, or a size that
  * overflows when rounded to the alignment; RMMC_ERROR_OUT_OF_MEMORY when the
- * resource cannot satisfy the request (the message gives the request, the
+ * resource cannot satisfy the request even after its stack gave back what
+ * it caches ("Out of memory" above; the message gives the request, the
  * device, the stream, the resource and the figures it knows);
  * RMMC_ERROR_CUDA for other CUDA failures. Thread-safe. */
 RMMC_EXPORT rmmc_status_t rmmc_resource_allocate(rmmc_resource_t *r,
@@ -199,6 +208,8 @@ typedef void (*rmmc_field_cb)(void *ctx, const rmmc_field_t *field);
 /* Calls `emit` for each figure the resource knows about itself (not its
  * upstream's). Keys used by the built-in resources, where they apply:
  * "reserved" (bytes taken from the upstream), "in_use" (bytes handed out),
+ * "cached" (bytes held for reuse that release_cached may give back; a
+ * resource that does not report it caches "reserved" minus "in_use"),
  * "peak", "limit", "largest_free", "chunks", "outstanding". Thread-safe. */
 RMMC_EXPORT void rmmc_resource_describe(rmmc_resource_t *r, rmmc_field_cb emit,
                                         void *ctx);

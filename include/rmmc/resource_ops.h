@@ -51,7 +51,12 @@ typedef struct rmmc_resource_ops {
   bool (*is_equal)(const rmmc_resource_t *a, const rmmc_resource_t *b);
 
   /* Optional (NULL: nothing is cached; adaptors with an upstream slot get
-   * the call forwarded). Gives cached, unused memory back upstream. */
+   * the call forwarded). Gives cached, unused memory back upstream, then
+   * calls rmmc_resource_release_cached() on its upstream. A resource that
+   * caches also reports how much through describe ("cached", or "reserved"
+   * and "in_use"): the out-of-memory rule (resource.h) calls this slot when
+   * the resource fails an allocation for memory while it caches, then
+   * retries the request. Called with no lock of the resource's own held. */
   rmmc_status_t (*release_cached)(rmmc_resource_t *r);
 
   /* Optional. Emits the resource's own figures (resource.h lists keys). */

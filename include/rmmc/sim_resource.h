@@ -32,8 +32,10 @@
  *
  * Figures (rmmc_resource_describe): "reserved" and "in_use" (rounded bytes
  * live now), "peak" (their highest value), "limit" (the capacity, if set),
- * "outstanding" (live ranges), "span" (address space used so far) and
- * "granularity". deallocate checks the pointer and size against what it
+ * "outstanding" (live ranges), "span" (address space used so far),
+ * "granularity" and "probes" (hash-table slots visited so far: the work
+ * its bookkeeping did, a few per call whatever the number of ranges kept).
+ * deallocate checks the pointer and size against what it
  * handed out: RMMC_ERROR_UNKNOWN_POINTER otherwise, changing nothing.
  * Thread-safe (one mutex).
  *

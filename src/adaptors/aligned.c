@@ -147,14 +147,8 @@ RMMC_API rmmc_status_t rmmc_aligned_adaptor_create(rmmc_resource_t *upstream,
   rmmc_status_t st = rmmc__check_create(what, upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_aligned_options_t opts = RMMC_ALIGNED_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size == 0)
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                            "%s: options->size is 0: initialize them with RMMC_ALIGNED_OPTIONS_INIT",
-                            what);
-    memcpy(&opts, options, options->size < sizeof opts ? options->size : sizeof opts);
-    opts.size = sizeof opts;
-  }
+  st = rmmc__copy_options(what, &opts, sizeof opts, options);
+  if (st != RMMC_SUCCESS) return st;
   if (!rmmc__is_pow2(opts.alignment))
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "%s: alignment %zu is not a power of two", what, opts.alignment);

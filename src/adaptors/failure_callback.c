@@ -122,11 +122,10 @@ static rmmc_status_t failure_build(const rmmc__spec_args_t *args, rmmc_resource_
                                    int device, rmmc_resource_t **out) {
   (void)device;
   long long retries = 1;
-  rmmc__spec_int(args, "retries", &retries);
-  if (retries < 1 || retries > INT_MAX)
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                          "failure_callback: retries=%lld, must be at least 1", retries);
-  return rmmc_failure_callback_adaptor_create_release_cached(upstream, (int)retries, out);
+  rmmc_status_t st = rmmc__spec_int_in(args, "retries", 1, INT_MAX, &retries);
+  return st == RMMC_SUCCESS
+             ? rmmc_failure_callback_adaptor_create_release_cached(upstream, (int)retries, out)
+             : st;
 }
 
 const rmmc__spec_entry_t rmmc__failure_callback_spec = {

@@ -431,15 +431,11 @@ static rmmc_status_t tracking_build(const rmmc__spec_args_t *args, rmmc_resource
                                     int device, rmmc_resource_t **out) {
   (void)device;
   rmmc_tracking_options_t opts = RMMC_TRACKING_OPTIONS_INIT;
-  long long depth;
+  long long depth = opts.backtrace_depth;
   rmmc__spec_bool(args, "backtrace", &opts.backtrace);
-  if (rmmc__spec_int(args, "depth", &depth)) {
-    if (depth < 1 || depth > MAX_DEPTH)
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "tracking: depth=%lld is outside 1..%d",
-                            depth, MAX_DEPTH);
-    opts.backtrace_depth = (int)depth;
-  }
-  return rmmc_tracking_adaptor_create(upstream, &opts, out);
+  rmmc_status_t st = rmmc__spec_int_in(args, "depth", 1, MAX_DEPTH, &depth);
+  opts.backtrace_depth = (int)depth;
+  return st == RMMC_SUCCESS ? rmmc_tracking_adaptor_create(upstream, &opts, out) : st;
 }
 
 const rmmc__spec_entry_t rmmc__tracking_spec = {

@@ -31,6 +31,7 @@
  * only finds the record marked dead. Arena structs are freed only with the
  * resource; a dead thread's arena is reused once it holds nothing.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,7 @@ typedef struct lblk {
 } lblk_t;
 
 #define LARGE_CLASSES 64 /* cached large classes: up to 2^16 x the largest small one */
+#define ARENAS_PER_THREAD 64 /* arenas (streams) a thread keeps attached */
 
 typedef struct arena {
   rmmc__lock_t lock;
@@ -143,6 +145,8 @@ typedef struct arena_res {
   rmmc__ptrmap_t large;  /* large block -> owning arena */
   size_t reserved;
   bool pad;
+  uint64_t evictions;      /* atomic: arenas detached for a thread's 65th stream */
+  uint64_t evictions_seen; /* glock: the count at the last synchronization for them */
   pthread_mutex_t arenas_lock;
   arena_t *arenas;
   shared_t *shared;
@@ -308,13 +312,13 @@ static rmmc_status_t up_allocate(arena_res_t *res, size_t bytes, void **raw, siz
   *raw_bytes = bytes;
   *raw_align = res->sb_size;
   if (!res->pad) {
-    st = rmmc_resource_allocate(up, bytes, res->sb_size, NULL, raw);
+    st = rmmc__upstream_allocate(up, bytes, res->sb_size, NULL, raw);
     if (st == RMMC_ERROR_NOT_SUPPORTED) res->pad = true;
   }
   if (res->pad) {
     *raw_bytes = bytes + res->sb_size - RMMC_DEFAULT_ALIGNMENT;
     *raw_align = RMMC_DEFAULT_ALIGNMENT;
-    st = rmmc_resource_allocate(up, *raw_bytes, *raw_align, NULL, raw);
+    st = rmmc__upstream_allocate(up, *raw_bytes, *raw_align, NULL, raw);
   }
   return st;
 }
@@ -373,11 +377,36 @@ static rmmc_status_t g_grow(arena_res_t *res, size_t size, size_t align, cudaStr
   return RMMC_SUCCESS;
 }
 
-/* Carves, growing once if nothing fits. */
+/* Bytes of free ranges no stream but their own (or, mixed, none) may use
+ * before a device synchronization. */
+static size_t g_stranded(const arena_res_t *res) {
+  size_t n = 0;
+  for (size_t i = 0; i < res->nfree; i++)
+    if (res->free[i].tag == TAG_SAME || res->free[i].tag == TAG_MIXED) n += res->free[i].size;
+  return n;
+}
+
+/* Carves, growing once if nothing fits. After a thread detached arenas
+ * for naming more than ARENAS_PER_THREAD streams (a new stream handle per
+ * call), their memory is stranded on streams that may never come back:
+ * before growing past twice what is not stranded, the device is then
+ * synchronized and every range becomes clean instead (issue 11; the pool's
+ * release_slack budget does the same). Workloads with fewer streams per
+ * thread keep growing without a synchronization, as before. */
 static rmmc_status_t g_take(arena_res_t *res, size_t size, size_t align, rmmc__stream_slot_t *slot,
                             cudaStream_t stream, char **out, achunk_t **chunk) {
   rmmc_status_t st = g_carve(res, size, align, slot, stream, out, chunk);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  uint64_t evictions = __atomic_load_n(&res->evictions, __ATOMIC_RELAXED);
+  if (evictions != res->evictions_seen && res->reserved > 0 &&
+      2 * g_stranded(res) >= res->reserved) {
+    res->evictions_seen = evictions;
+    st = rmmc__stream_set_sync(&res->streams);
+    if (st != RMMC_SUCCESS) return st;
+    g_all_clean(res);
+    st = g_carve(res, size, align, slot, stream, out, chunk);
+    if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  }
   st = g_grow(res, size, align, stream);
   if (st != RMMC_SUCCESS) return st;
   st = g_carve(res, size, align, slot, stream, out, chunk);
@@ -797,6 +826,16 @@ static rmmc_status_t arena_lookup(arena_res_t *res, cudaStream_t stream, bool cr
       tl_head = entry;
       (void)pthread_setspecific(tl_key, tl_head);
     }
+    if (entry->n == ARENAS_PER_THREAD) {
+      /* A thread that keeps naming new streams (a new handle per call)
+       * would hold an arena, and the superblocks it caches, per stream
+       * (125 GiB reserved for 64 MiB live after 64k handles): its oldest
+       * arena is detached as at thread exit, giving back what it caches. */
+      detach(res, entry->v[0].arena);
+      memmove(entry->v, entry->v + 1, (entry->n - 1) * sizeof *entry->v);
+      entry->n--;
+      __atomic_add_fetch(&res->evictions, 1, __ATOMIC_RELAXED);
+    }
     if (entry->n == entry->cap) {
       size_t cap = entry->cap ? entry->cap * 2 : 4;
       tl_arena_t *v = realloc(entry->v, cap * sizeof *v);
@@ -1202,12 +1241,8 @@ RMMC_API rmmc_status_t rmmc_arena_resource_create(rmmc_resource_t *upstream,
   rmmc_status_t st = rmmc__check_create(what, upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_arena_options_t o = RMMC_ARENA_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size < sizeof(size_t))
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                            "%s: options.size is not set (start from RMMC_ARENA_OPTIONS_INIT)", what);
-    memcpy(&o, options, options->size < sizeof o ? options->size : sizeof o);
-  }
+  st = rmmc__copy_options(what, &o, sizeof o, options);
+  if (st != RMMC_SUCCESS) return st;
   if (!rmmc__is_pow2(o.superblock_size) || o.superblock_size < MIN_SUPERBLOCK ||
       o.superblock_size > MAX_SUPERBLOCK)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
@@ -1286,13 +1321,10 @@ static rmmc_status_t arena_build(const rmmc__spec_args_t *args, rmmc_resource_t 
                                  int device, rmmc_resource_t **out) {
   (void)device;
   rmmc_arena_options_t o = RMMC_ARENA_OPTIONS_INIT;
-  long long keep;
-  if (rmmc__spec_int(args, "keep", &keep)) {
-    if (keep < 0)
-      return rmmc_set_error(RMMC_ERROR_PARSE, "arena: keep=%lld: must be 0 or more", keep);
-    o.keep_superblocks = (size_t)keep;
-  }
-  rmmc_status_t st = rmmc__spec_bytes(args, "superblock", upstream, &o.superblock_size);
+  long long keep = (long long)o.keep_superblocks;
+  rmmc_status_t st = rmmc__spec_int_in(args, "keep", 0, LLONG_MAX, &keep);
+  o.keep_superblocks = (size_t)keep;
+  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "superblock", upstream, &o.superblock_size);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "chunk", upstream, &o.chunk_size);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "max", upstream, &o.max_size);
   if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "cache", upstream, &o.large_cache_size);

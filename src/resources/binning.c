@@ -47,8 +47,8 @@ static rmmc_status_t binning_allocate(rmmc_resource_t *r, size_t bytes, size_t a
                                       cudaStream_t stream, void **out) {
   binning_t *b = (binning_t *)r;
   size_t i = route(b, bytes, alignment);
-  if (RMMC_LIKELY(i < b->n)) return rmmc_resource_allocate(b->bin[i], bytes, alignment, stream, out);
-  rmmc_status_t st = rmmc_resource_allocate(b->base.upstream, bytes, alignment, stream, out);
+  if (RMMC_LIKELY(i < b->n)) return rmmc__upstream_allocate(b->bin[i], bytes, alignment, stream, out);
+  rmmc_status_t st = rmmc__upstream_allocate(b->base.upstream, bytes, alignment, stream, out);
   if (st != RMMC_SUCCESS) return st;
   pthread_mutex_lock(&b->up_lock);
   bool kept = rmmc__ptrmap_insert(&b->up_blocks, *out, NULL, bytes);
@@ -113,7 +113,7 @@ static const char *const summed_keys[] = {"event_records", "event_waits", "devic
 #define NSUMMED (sizeof summed_keys / sizeof summed_keys[0])
 
 typedef struct bin_figures {
-  uint64_t reserved, in_use, chunks, free_blocks;
+  uint64_t reserved, in_use, cached, chunks, free_blocks;
   uint64_t summed[NSUMMED];
 } bin_figures_t;
 
@@ -121,6 +121,7 @@ static void collect_cb(void *ctx, const rmmc_field_t *f) {
   bin_figures_t *g = ctx;
   if (strcmp(f->key, "reserved") == 0) g->reserved = f->value;
   else if (strcmp(f->key, "in_use") == 0) g->in_use = f->value;
+  else if (strcmp(f->key, "cached") == 0) g->cached = f->value;
   else if (strcmp(f->key, "chunks") == 0) g->chunks = f->value;
   else if (strcmp(f->key, "free_blocks") == 0) g->free_blocks = f->value;
   for (size_t k = 0; k < NSUMMED; k++)
@@ -129,7 +130,7 @@ static void collect_cb(void *ctx, const rmmc_field_t *f) {
 
 static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   binning_t *b = (binning_t *)r;
-  uint64_t reserved = 0, in_use = 0, up_in_use = rmmc__atomic_load_u64(&b->up_in_use);
+  uint64_t reserved = 0, in_use = 0, cached = 0, up_in_use = rmmc__atomic_load_u64(&b->up_in_use);
   uint64_t summed[NSUMMED] = {0};
   char key[64];
   rmmc__emit_count(emit, ctx, "bins", b->n);
@@ -139,6 +140,7 @@ static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) 
     rmmc_resource_describe(b->bin[i], collect_cb, &g);
     reserved += g.reserved;
     in_use += g.in_use;
+    cached += g.cached;
     for (size_t k = 0; k < NSUMMED; k++) summed[k] += g.summed[k];
     snprintf(key, sizeof key, "bin_%zu_reserved", b->size[i]);
     rmmc__emit_bytes(emit, ctx, key, g.reserved);
@@ -151,6 +153,7 @@ static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) 
   }
   rmmc__emit_bytes(emit, ctx, "reserved", reserved);
   rmmc__emit_bytes(emit, ctx, "in_use", in_use + up_in_use);
+  rmmc__emit_bytes(emit, ctx, "cached", cached); /* its bins' (reserved counts only theirs) */
   rmmc__emit_bytes(emit, ctx, "upstream_in_use", up_in_use);
   rmmc__emit_count(emit, ctx, "upstream_allocations", rmmc__atomic_load_u64(&b->up_count));
   for (size_t k = 0; k < NSUMMED; k++) rmmc__emit_count(emit, ctx, summed_keys[k], summed[k]);
@@ -220,13 +223,8 @@ RMMC_API rmmc_status_t rmmc_binning_resource_create(rmmc_resource_t *upstream,
   rmmc_status_t st = rmmc__check_create("binning_resource_create", upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_binning_options_t o = RMMC_BINNING_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size < sizeof(size_t))
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                            "binning_resource_create: options.size is not set (start from "
-                            "RMMC_BINNING_OPTIONS_INIT)");
-    memcpy(&o, options, options->size < sizeof o ? options->size : sizeof o);
-  }
+  st = rmmc__copy_options("binning_resource_create", &o, sizeof o, options);
+  if (st != RMMC_SUCCESS) return st;
   if (o.chunk_size == 0)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "binning_resource_create: chunk_size is 0");
   size_t sizes[RMMC_BINNING_MAX_BINS], n = 0;
@@ -322,11 +320,11 @@ static rmmc_status_t binning_build(const rmmc__spec_args_t *args, rmmc_resource_
       if (n == RMMC_BINNING_MAX_BINS)
         return rmmc_set_error(RMMC_ERROR_PARSE, "binning: bins=%s: more than %d bins", list,
                               RMMC_BINNING_MAX_BINS);
-      if (rmmc__parse_bytes(p, len, &sizes[n]) != RMMC_SUCCESS || sizes[n] == 0)
-        return rmmc_set_error(RMMC_ERROR_PARSE,
-                              "binning: bins=%s: '%.*s' is not a bin size (write "
-                              "bins=256B:4KiB:64KiB)",
-                              list, (int)len, p);
+      bool too_large;
+      if (rmmc__parse_bytes(p, len, &sizes[n], &too_large) != RMMC_SUCCESS || sizes[n] == 0)
+        return rmmc_set_error(RMMC_ERROR_PARSE, "binning: bins=%s: '%.*s' %s", list, (int)len, p,
+                              too_large ? "is out of range (sizes are below 16 EiB)"
+                                        : "is not a bin size (write bins=256B:4KiB:64KiB)");
       n++;
       if (end == NULL) break;
       p = end + 1;

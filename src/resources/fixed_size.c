@@ -23,6 +23,7 @@
  * One mutex guards everything; the upstream is called with it held (chunk
  * growth is rare and this keeps two threads from growing at once).
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -239,13 +240,13 @@ static rmmc_status_t grow(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStrea
   size_t bytes = fs->span, align = fs->align;
   rmmc_status_t st = RMMC_ERROR_NOT_SUPPORTED;
   if (!fs->pad) {
-    st = rmmc_resource_allocate(up, bytes, align, stream, &raw);
+    st = rmmc__upstream_allocate(up, bytes, align, stream, &raw);
     if (st == RMMC_ERROR_NOT_SUPPORTED && align > RMMC_DEFAULT_ALIGNMENT) fs->pad = true;
   }
   if (fs->pad) {
     bytes = fs->span + fs->align - RMMC_DEFAULT_ALIGNMENT;
     align = RMMC_DEFAULT_ALIGNMENT;
-    st = rmmc_resource_allocate(up, bytes, align, stream, &raw);
+    st = rmmc__upstream_allocate(up, bytes, align, stream, &raw);
   }
   if (st != RMMC_SUCCESS) {
     char b1[32], b2[32];
@@ -284,12 +285,34 @@ static rmmc_status_t grow(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStrea
   return RMMC_SUCCESS;
 }
 
-/* Fills the empty list of `slot`: another stream's reusable list, else a
- * new chunk, else (upstream out of memory) a device synchronization after
- * which every stream's free blocks may be taken. */
+/* Past MANY_STREAMS streams (a new stream handle per call: streams that
+ * free and never come back, their blocks never covered for others), would
+ * a new chunk take the reserved blocks past twice those in use, with the
+ * free half on other streams' lists? Then a synchronization serves better
+ * than growth (issue 11; the pool's release_slack budget does the same).
+ * Workloads with fewer streams keep growing without a synchronization, as
+ * before; small sets never pay (SYNC_MIN_CHUNKS). */
+#define MANY_STREAMS 64
+#define SYNC_MIN_CHUNKS 4
+static bool growth_over_budget(const fixed_size_t *fs) {
+  return rmmc__stream_set_count(&fs->streams) > MANY_STREAMS && fs->nchunks >= SYNC_MIN_CHUNKS &&
+         2 * fs->free_blocks >= fs->nchunks * fs->per_chunk;
+}
+
+/* Fills the empty list of `slot`: another stream's reusable list, else
+ * (many streams, past the budget above) every stream's after a device
+ * synchronization,
+ * else a new chunk, else (upstream out of memory) the synchronization
+ * after all. */
 static rmmc_status_t refill(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStream_t stream) {
   rmmc_status_t st;
   if (steal(fs, slot, stream, &st)) return st;
+  if (growth_over_budget(fs)) {
+    st = rmmc__stream_set_sync(&fs->streams);
+    if (st != RMMC_SUCCESS) return st;
+    mark_all_clean(fs);
+    if (steal(fs, slot, stream, &st)) return st;
+  }
   /* From now on other streams cover their frees so this one can reuse them. */
   set_starving(fs, list_of(slot), true);
   /* A failure overcome below (an alignment refused, out of memory) must not
@@ -436,6 +459,7 @@ static void fs_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "blocks_per_chunk", fs->per_chunk);
   rmmc__emit_bytes(emit, ctx, "reserved", reserved);
   rmmc__emit_bytes(emit, ctx, "in_use", in_use);
+  rmmc__emit_bytes(emit, ctx, "cached", nfree * fs->block); /* reserved counts chunk padding too */
   rmmc__emit_bytes(emit, ctx, "peak", peak);
   rmmc__emit_count(emit, ctx, "chunks", nchunks);
   rmmc__emit_count(emit, ctx, "blocks", nchunks * fs->per_chunk);
@@ -478,13 +502,8 @@ RMMC_API rmmc_status_t rmmc_fixed_size_resource_create(rmmc_resource_t *upstream
   rmmc_status_t st = rmmc__check_create("fixed_size_resource_create", upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_fixed_size_options_t o = RMMC_FIXED_SIZE_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size < sizeof(size_t))
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                            "fixed_size_resource_create: options.size is not set (start from "
-                            "RMMC_FIXED_SIZE_OPTIONS_INIT)");
-    memcpy(&o, options, options->size < sizeof o ? options->size : sizeof o);
-  }
+  st = rmmc__copy_options("fixed_size_resource_create", &o, sizeof o, options);
+  if (st != RMMC_SUCCESS) return st;
   size_t block;
   if (o.block_size == 0 || o.blocks_per_chunk == 0)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
@@ -533,18 +552,11 @@ static rmmc_status_t fs_build(const rmmc__spec_args_t *args, rmmc_resource_t *up
                               rmmc_resource_t **out) {
   (void)device;
   rmmc_fixed_size_options_t o = RMMC_FIXED_SIZE_OPTIONS_INIT;
-  long long n;
+  long long n = (long long)o.blocks_per_chunk;
   rmmc_status_t st = rmmc__spec_bytes(args, "block", upstream, &o.block_size);
-  if (st != RMMC_SUCCESS) return st;
-  if (o.block_size == 0)
-    return rmmc_set_error(RMMC_ERROR_PARSE, "fixed_size: block=0: a block needs at least 1 byte");
-  if (rmmc__spec_int(args, "blocks_per_chunk", &n)) {
-    if (n < 1)
-      return rmmc_set_error(RMMC_ERROR_PARSE,
-                            "fixed_size: blocks_per_chunk=%lld: a chunk needs at least 1 block", n);
-    o.blocks_per_chunk = (size_t)n;
-  }
-  return rmmc_fixed_size_resource_create(upstream, &o, out);
+  if (st == RMMC_SUCCESS) st = rmmc__spec_int_in(args, "blocks_per_chunk", 1, LLONG_MAX, &n);
+  o.blocks_per_chunk = (size_t)n;
+  return st == RMMC_SUCCESS ? rmmc_fixed_size_resource_create(upstream, &o, out) : st;
 }
 
 const rmmc__spec_entry_t rmmc__fixed_size_spec = {

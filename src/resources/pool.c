@@ -370,9 +370,24 @@ static void graph_drain(pool_t *p);
  * stream being free: the escalation of the header comment, cheapest first.
  * On success *out is a free block of at least need bytes, unindexed, that
  * o's stream may use at once. */
+static rmmc_status_t shared_slow_steps(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
+                                       cudaStream_t stream, size_t need, size_t align,
+                                       size_t bytes, pool_block_t **out);
+
+/* The slow path's steps may fail on the way (over the budget, a growth the
+ * upstream refused) before one succeeds: a success leaves the thread's
+ * error state as it was before the call. */
 static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
                                                cudaStream_t stream, size_t need, size_t align,
                                                size_t bytes, pool_block_t **out) {
+  rmmc_status_t st = shared_slow_steps(p, o, self, stream, need, align, bytes, out);
+  if (st == RMMC_SUCCESS) (void)rmmc__error_restore_call_start();
+  return st;
+}
+
+static rmmc_status_t shared_slow_steps(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
+                                       cudaStream_t stream, size_t need, size_t align,
+                                       size_t bytes, pool_block_t **out) {
   size_t fit = need + (align > POOL_GRANULE ? align - POOL_GRANULE : 0);
   if (fit > POOL_MAX_REQUEST) return rmmc__pool_oom(p, bytes, stream, "larger than any pool can hold");
   p->clock++;
@@ -428,7 +443,12 @@ static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_
   if (st == RMMC_SUCCESS) goto grown_last;
   p->last_resort = false;
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
-  return rmmc__pool_oom(p, bytes, stream, why);
+  /* The out-of-memory rule (internal.h) applied here, under the pool's own
+   * lock: the resource.c wrapper finds nothing cached left to retry with. */
+  st = rmmc__pool_oom(p, bytes, stream, why);
+  rmmc__append_error("; pool gave back its cached memory (and its upstream's) and the request "
+                     "was retried");
+  return st;
 take_last:
   p->last_resort = false;
 take:
@@ -1513,14 +1533,8 @@ RMMC_API rmmc_status_t rmmc_pool_resource_create(rmmc_resource_t *upstream,
   rmmc_status_t st = rmmc__check_create("pool_resource_create", upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size < sizeof(size_t) || options->size > sizeof o)
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                            "pool_resource_create: options->size is %zu; this library knows "
-                            "sizes up to %zu (use RMMC_POOL_OPTIONS_INIT)",
-                            options->size, sizeof o);
-    memcpy(&o, options, options->size);
-  }
+  st = rmmc__copy_options("pool_resource_create", &o, sizeof o, options);
+  if (st != RMMC_SUCCESS) return st;
   pool_t *p = calloc(1, sizeof *p);
   if (p == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool_resource_create: no host memory");
   rmmc__adaptor_init(&p->base, &pool_ops, upstream);

@@ -225,7 +225,7 @@ rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const
 rmmc_status_t rmmc__pool_upstream_allocate(pool_t *p, size_t bytes, cudaStream_t stream,
                                            void **out) {
   int mode = p->cuda ? rmmc__capture_relax() : -1;
-  rmmc_status_t st = rmmc_resource_allocate(p->base.upstream, bytes, POOL_GRANULE, stream, out);
+  rmmc_status_t st = rmmc__upstream_allocate(p->base.upstream, bytes, POOL_GRANULE, stream, out);
   rmmc__capture_restore(mode);
   p->upstream_calls++;
   return st;

@@ -3,13 +3,18 @@
  * memory behind them (sim_resource.h says why and what for).
  *
  * Addresses come from a bump pointer over [SIM_BASE, SIM_END), a range no
- * 64-bit Linux process maps. Two open-addressing tables (linear probing,
+ * 64-bit Linux process maps. Open-addressing tables (linear probing,
  * backward-shift deletion, so no tombstones) keep the books: `live` maps
  * each live address to the bytes asked for it (to check deallocate), and
- * `spare` is a multimap from a rounded size to freed addresses of that
- * size, which the next request of that size takes back. A freed range at
- * the top of the bump region lowers the bump pointer instead. Every call is
- * O(1) expected under one mutex; the memory itself is never touched.
+ * `spare` maps each rounded size to a stack of the freed addresses of that
+ * size (nodes in one array, linked by index), which the next request of
+ * that size takes back. Every key of a table is distinct, so probe runs
+ * stay short: an earlier multimap keyed by size put every freed range of
+ * one size in one probe cluster, which made free and reuse linear in the
+ * number of spare ranges (issue 11, F4). A freed range at the top of the
+ * bump region lowers the bump pointer instead. Every call is O(1) expected
+ * under one mutex ("probes" counts the table slots visited, the work); the
+ * memory itself is never touched.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -35,7 +40,16 @@ typedef struct sim_table {
   sim_entry_t *slots;
   size_t mask; /* capacity - 1 (capacity a power of two), 0 if unallocated */
   size_t count;
+  uint64_t *probes; /* the owner's count of slots visited */
 } sim_table_t;
+
+/* A freed range waiting for reuse, on the stack of its rounded size. */
+typedef struct sim_spare {
+  uint64_t addr;
+  size_t next; /* the next node of its stack, or SIM_NO_NODE */
+} sim_spare_t;
+
+#define SIM_NO_NODE SIZE_MAX
 
 typedef struct sim_resource {
   rmmc_resource_t base;
@@ -46,10 +60,14 @@ typedef struct sim_resource {
   uint64_t in_use;    /* rounded bytes live */
   uint64_t peak;
   sim_table_t live;  /* address -> bytes asked */
-  sim_table_t spare; /* rounded size -> freed address (multimap) */
+  sim_table_t spare; /* rounded size -> top node of its stack of freed ranges */
   sim_table_t vas;   /* virtual memory: reservation address -> bytes */
   sim_table_t maps;  /* virtual memory: mapped range address -> bytes */
+  sim_spare_t *nodes; /* the spare stacks' nodes */
+  size_t nnodes, cap_nodes;
+  size_t free_node; /* unused nodes, linked through next, or SIM_NO_NODE */
   uint64_t address_reserved;
+  uint64_t probes;
 } sim_resource_t;
 
 /* The simulated device's virtual memory page, as a GPU's. */
@@ -85,7 +103,9 @@ static bool table_reserve(sim_table_t *t) {
 /* Inserts after table_reserve() succeeded. */
 static void table_insert(sim_table_t *t, uint64_t key, uint64_t val) {
   size_t i = table_hash(key, t->mask);
-  while (t->slots[i].key != 0) i = (i + 1) & t->mask;
+  uint64_t n = 1;
+  for (; t->slots[i].key != 0; n++) i = (i + 1) & t->mask;
+  *t->probes += n;
   t->slots[i].key = key;
   t->slots[i].val = val;
   t->count++;
@@ -97,6 +117,7 @@ static void table_remove_at(sim_table_t *t, size_t i) {
   size_t j = i;
   for (;;) {
     j = (j + 1) & t->mask;
+    ++*t->probes;
     if (t->slots[j].key == 0) break;
     size_t home = table_hash(t->slots[j].key, t->mask);
     /* Move j into the hole at i unless its home lies cyclically in (i, j]. */
@@ -110,25 +131,71 @@ static void table_remove_at(sim_table_t *t, size_t i) {
   t->count--;
 }
 
-/* The slot of the first entry with `key` whose value is a multiple of
- * `align` (among the first `scan` entries with that key), or SIZE_MAX. */
-static size_t table_find(const sim_table_t *t, uint64_t key, uint64_t align, int scan) {
+/* The slot of `key`, or SIZE_MAX. */
+static size_t table_find(const sim_table_t *t, uint64_t key) {
   if (t->mask == 0) return SIZE_MAX;
-  for (size_t i = table_hash(key, t->mask); t->slots[i].key != 0; i = (i + 1) & t->mask) {
-    if (t->slots[i].key != key) continue;
-    if ((t->slots[i].val & (align - 1)) == 0) return i;
-    if (--scan == 0) break;
+  for (size_t i = table_hash(key, t->mask);; i = (i + 1) & t->mask) {
+    ++*t->probes;
+    if (t->slots[i].key == key) return i;
+    if (t->slots[i].key == 0) return SIZE_MAX;
   }
-  return SIZE_MAX;
 }
 
-/* Removes the entry (key, val) of a table of unique keys; false if key is
- * absent or holds another value. */
+/* Removes the entry (key, val); false if key is absent or holds another
+ * value. */
 static bool table_take(sim_table_t *t, uint64_t key, uint64_t val) {
-  size_t slot = table_find(t, key, 1, 1);
+  size_t slot = table_find(t, key);
   if (slot == SIZE_MAX || t->slots[slot].val != val) return false;
   table_remove_at(t, slot);
   return true;
+}
+
+/* ---- spare ranges: a stack per rounded size ---- */
+
+/* Makes sure the next spare_push() needs no host memory. */
+static bool spare_reserve(sim_resource_t *s) {
+  if (!table_reserve(&s->spare)) return false;
+  if (s->free_node != SIM_NO_NODE || s->nnodes < s->cap_nodes) return true;
+  size_t cap = s->cap_nodes ? s->cap_nodes * 2 : 64;
+  sim_spare_t *n = realloc(s->nodes, cap * sizeof *n);
+  if (n == NULL) return false;
+  s->nodes = n;
+  s->cap_nodes = cap;
+  return true;
+}
+
+/* Keeps the freed range at addr for the next request of `rounded` bytes
+ * (after spare_reserve()). */
+static void spare_push(sim_resource_t *s, uint64_t rounded, uint64_t addr) {
+  size_t node = s->free_node;
+  if (node != SIM_NO_NODE) s->free_node = s->nodes[node].next;
+  else node = s->nnodes++;
+  size_t slot = table_find(&s->spare, rounded);
+  s->nodes[node].addr = addr;
+  s->nodes[node].next = slot != SIZE_MAX ? (size_t)s->spare.slots[slot].val : SIM_NO_NODE;
+  if (slot != SIZE_MAX) s->spare.slots[slot].val = node;
+  else table_insert(&s->spare, rounded, node);
+}
+
+/* Takes a kept range of `rounded` bytes starting at a multiple of align:
+ * the most recently freed one, or (large alignments) one of the first
+ * SIM_REUSE_SCAN of its stack. 0 if there is none. */
+static uint64_t spare_pop(sim_resource_t *s, uint64_t rounded, uint64_t align) {
+  size_t slot = table_find(&s->spare, rounded);
+  if (slot == SIZE_MAX) return 0;
+  size_t *link = NULL, node = (size_t)s->spare.slots[slot].val;
+  for (int scan = 0; (s->nodes[node].addr & (align - 1)) != 0; scan++) {
+    link = &s->nodes[node].next;
+    node = *link;
+    if (node == SIM_NO_NODE || scan + 1 == SIM_REUSE_SCAN) return 0;
+  }
+  size_t next = s->nodes[node].next;
+  if (link != NULL) *link = next;
+  else if (next != SIM_NO_NODE) s->spare.slots[slot].val = next;
+  else table_remove_at(&s->spare, slot);
+  s->nodes[node].next = s->free_node;
+  s->free_node = node;
+  return s->nodes[node].addr;
 }
 
 /* ---- the resource ---- */
@@ -153,12 +220,8 @@ static rmmc_status_t sim_allocate(rmmc_resource_t *r, size_t bytes, size_t align
     st = rmmc_set_oom_error(r, bytes, stream, "no host memory for the simulator's bookkeeping");
     goto unlock;
   }
-  uintptr_t addr;
-  size_t slot = table_find(&s->spare, rounded, align, SIM_REUSE_SCAN);
-  if (slot != SIZE_MAX) {
-    addr = (uintptr_t)s->spare.slots[slot].val;
-    table_remove_at(&s->spare, slot);
-  } else {
+  uintptr_t addr = (uintptr_t)spare_pop(s, rounded, align);
+  if (addr == 0) {
     addr = rmmc__align_up(s->bump, align);
     if (addr < s->bump || addr >= SIM_END || SIM_END - addr < rounded) {
       st = rmmc_set_oom_error(r, bytes, stream, "simulated address space exhausted");
@@ -182,7 +245,7 @@ static rmmc_status_t sim_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
   uintptr_t addr = (uintptr_t)ptr;
   rmmc_status_t st = RMMC_SUCCESS;
   pthread_mutex_lock(&s->lock);
-  size_t slot = table_find(&s->live, addr, 1, 1);
+  size_t slot = table_find(&s->live, addr);
   if (slot == SIZE_MAX) {
     st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
                         "sim: %p is not a live allocation of this resource", ptr);
@@ -200,8 +263,8 @@ static rmmc_status_t sim_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
   s->in_use -= rounded;
   if (addr + rounded == s->bump)
     s->bump = addr;
-  else if (table_reserve(&s->spare))
-    table_insert(&s->spare, rounded, addr);
+  else if (spare_reserve(s))
+    spare_push(s, rounded, addr);
   /* else: no host memory to remember the range; only address space is lost. */
 unlock:
   pthread_mutex_unlock(&s->lock);
@@ -260,7 +323,7 @@ static rmmc_status_t sim_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
     st = rmmc_set_oom_error(r, bytes, NULL, "simulated capacity %s, %s in use",
                             rmmc__format_bytes(s->capacity, a, sizeof a),
                             rmmc__format_bytes(s->in_use, b, sizeof b));
-  else if (table_find(&s->maps, (uintptr_t)ptr, 1, 1) != SIZE_MAX)
+  else if (table_find(&s->maps, (uintptr_t)ptr) != SIZE_MAX)
     st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "sim: %p is mapped already", ptr);
   else if (!table_reserve(&s->maps))
     st = rmmc_set_oom_error(r, bytes, NULL, "no host memory for the simulator's bookkeeping");
@@ -292,6 +355,7 @@ static void sim_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   pthread_mutex_lock(&s->lock);
   uint64_t in_use = s->in_use, peak = s->peak, live = s->live.count;
   uint64_t span = s->bump - SIM_BASE, address = s->address_reserved, maps = s->maps.count;
+  uint64_t probes = s->probes;
   pthread_mutex_unlock(&s->lock);
   rmmc__emit_bytes(emit, ctx, "reserved", in_use);
   rmmc__emit_bytes(emit, ctx, "in_use", in_use);
@@ -300,6 +364,7 @@ static void sim_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "outstanding", live);
   rmmc__emit_bytes(emit, ctx, "span", span);
   rmmc__emit_bytes(emit, ctx, "granularity", s->granularity);
+  rmmc__emit_count(emit, ctx, "probes", probes);
   if (address > 0) {
     rmmc__emit_bytes(emit, ctx, "address_reserved", address);
     rmmc__emit_count(emit, ctx, "mapped_ranges", maps);
@@ -313,6 +378,7 @@ static void sim_destroy(rmmc_resource_t *r) {
   free(s->spare.slots);
   free(s->vas.slots);
   free(s->maps.slots);
+  free(s->nodes);
   free(s);
 }
 
@@ -336,14 +402,8 @@ RMMC_API rmmc_status_t rmmc_sim_resource_create(const rmmc_sim_options_t *option
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "sim_resource_create: out is NULL");
   *out = NULL;
   rmmc_sim_options_t opts = RMMC_SIM_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size < offsetof(rmmc_sim_options_t, capacity))
-      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                            "sim_resource_create: options.size %zu is too small (set it with "
-                            "RMMC_SIM_OPTIONS_INIT)",
-                            options->size);
-    memcpy(&opts, options, options->size < sizeof opts ? options->size : sizeof opts);
-  }
+  rmmc_status_t st = rmmc__copy_options("sim_resource_create", &opts, sizeof opts, options);
+  if (st != RMMC_SUCCESS) return st;
   if (opts.alignment == 0) opts.alignment = RMMC_DEFAULT_ALIGNMENT;
   if (!rmmc__is_pow2(opts.alignment) || opts.alignment < RMMC_DEFAULT_ALIGNMENT)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
@@ -361,6 +421,8 @@ RMMC_API rmmc_status_t rmmc_sim_resource_create(const rmmc_sim_options_t *option
   s->capacity = opts.capacity;
   s->granularity = opts.alignment;
   s->bump = SIM_BASE;
+  s->free_node = SIM_NO_NODE;
+  s->live.probes = s->spare.probes = s->vas.probes = s->maps.probes = &s->probes;
   *out = &s->base;
   return RMMC_SUCCESS;
 }
