@@ -141,6 +141,11 @@ rmmc_status_t rmmc__adaptor_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t b
 rmmc_status_t rmmc__adaptor_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes);
 rmmc_status_t rmmc__adaptor_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes);
 
+/* The `get_allocation` slot of an adaptor that hands out its upstream's
+ * blocks unchanged: the same question to the upstream. */
+rmmc_status_t rmmc__adaptor_get_allocation(rmmc_resource_t *r, const void *ptr,
+                                           rmmc_allocation_t *out);
+
 /* The `destroy` slot of an adaptor whose struct holds nothing to free
  * beyond the upstream reference: releases the upstream, frees the struct. */
 void rmmc__adaptor_destroy(rmmc_resource_t *r);

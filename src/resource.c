@@ -296,6 +296,67 @@ RMMC_API rmmc_status_t rmmc_resource_vm_unmap(rmmc_resource_t *r, void *ptr, siz
   return st == RMMC_SUCCESS ? r->ops->vm_unmap(r, ptr, bytes) : st;
 }
 
+/* ---- allocation queries and memory hooks (version 3) ---- */
+
+static void allocation_clear(rmmc_allocation_t *out) {
+  out->base = NULL;
+  out->bytes = 0;
+  out->resource = NULL;
+  out->backing = (rmmc_backing_t)0;
+  out->upstream = (rmmc_range_t){NULL, 0};
+  out->nmappings = 0;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_get_allocation(rmmc_resource_t *r, const void *ptr,
+                                                    rmmc_allocation_t *out) {
+  if (out == NULL || out->size < sizeof(rmmc_allocation_t))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "get_allocation: the allocation struct is NULL or its size is not set "
+                          "(initialize it with RMMC_ALLOCATION_INIT)");
+  allocation_clear(out);
+  if (r == NULL || ptr == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "get_allocation: %s is NULL",
+                          r == NULL ? "the resource" : "the pointer");
+  if (out->mappings == NULL && out->max_mappings > 0)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "get_allocation: max_mappings is %zu but mappings is NULL",
+                          out->max_mappings);
+  if (r->ops->version < 3 || r->ops->get_allocation == NULL)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "get_allocation: a %s resource cannot tell which of its blocks holds "
+                          "a pointer",
+                          r->ops->name);
+  rmmc_status_t st = r->ops->get_allocation(r, ptr, out);
+  if (st != RMMC_SUCCESS) allocation_clear(out);
+  return st;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_set_memory_hooks(rmmc_resource_t *r,
+                                                      const rmmc_memory_hooks_t *hooks) {
+  if (r == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "set_memory_hooks: resource is NULL");
+  rmmc_memory_hooks_t h = RMMC_MEMORY_HOOKS_INIT;
+  if (hooks != NULL) {
+    if (hooks->size < sizeof(rmmc_memory_hooks_t))
+      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                            "set_memory_hooks: hooks->size is %zu: initialize the hooks with "
+                            "RMMC_MEMORY_HOOKS_INIT",
+                            hooks->size);
+    h.on_acquire = hooks->on_acquire;
+    h.on_release = hooks->on_release;
+    h.user = hooks->user;
+  }
+  const rmmc_memory_hooks_t *arg =
+      h.on_acquire == NULL && h.on_release == NULL ? NULL : &h;
+  for (rmmc_resource_t *x = r; x != NULL; x = rmmc_resource_upstream(x))
+    if (x->ops->version >= 3 && x->ops->set_memory_hooks != NULL)
+      return x->ops->set_memory_hooks(x, arg);
+  return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                        "set_memory_hooks: no layer of this %s stack reports the memory it takes "
+                        "from the system (a pool does: stack one on it)",
+                        r->ops->name);
+}
+
 RMMC_API void rmmc_resource_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   if (r == NULL || emit == NULL || r->ops->describe == NULL) return;
   r->ops->describe(r, emit, ctx);
@@ -422,6 +483,11 @@ rmmc_status_t rmmc__adaptor_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) 
 
 rmmc_status_t rmmc__adaptor_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
   return rmmc_resource_vm_unmap(rmmc__upstream_of(r), ptr, bytes);
+}
+
+rmmc_status_t rmmc__adaptor_get_allocation(rmmc_resource_t *r, const void *ptr,
+                                           rmmc_allocation_t *out) {
+  return rmmc_resource_get_allocation(rmmc__upstream_of(r), ptr, out);
 }
 
 void rmmc__adaptor_destroy(rmmc_resource_t *r) {

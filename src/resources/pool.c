@@ -1361,6 +1361,8 @@ static const rmmc_resource_ops_t pool_ops = {
     .describe = pool_describe,
     .destroy = pool_destroy,
     .upstream = rmmc__adaptor_upstream,
+    .get_allocation = rmmc__pool_get_allocation,
+    .set_memory_hooks = rmmc__pool_set_memory_hooks,
 };
 
 /* Checks the options and resolves them into p. */

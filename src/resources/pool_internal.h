@@ -197,6 +197,7 @@ struct pool {
   size_t debt; /* bytes over budget waiting for pending work to finish */
   uint64_t debt_retry, debt_wait; /* clock of the next attempt to pay it; backoff */
   uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
+  rmmc_memory_hooks_t hooks; /* rmmc_resource_set_memory_hooks (shared lock; pool_query.c) */
 };
 
 /* ---- the shared heap (pool_heap.c): what the core and backends call ---- */
@@ -250,6 +251,24 @@ rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const
 /* Upstream calls that may run during another thread's graph capture. */
 rmmc_status_t rmmc__pool_upstream_allocate(pool_t *p, size_t bytes, cudaStream_t stream, void **out);
 rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes);
+
+/* ---- queries and memory hooks (pool_query.c) ---- */
+
+/* The pool's get_allocation and set_memory_hooks slots. */
+rmmc_status_t rmmc__pool_get_allocation(rmmc_resource_t *r, const void *ptr,
+                                        rmmc_allocation_t *out);
+rmmc_status_t rmmc__pool_set_memory_hooks(rmmc_resource_t *r, const rmmc_memory_hooks_t *hooks);
+
+/* The backends call these under the shared lock (or in fini): after a range
+ * was taken from the upstream (a chunk, one mapping) and before it goes
+ * back. Growth and trimming only: never on an allocate or free that the
+ * pool serves from memory it holds. */
+static inline void pool_hook_acquire(pool_t *p, uintptr_t a, size_t n) {
+  if (RMMC_UNLIKELY(p->hooks.on_acquire != NULL)) p->hooks.on_acquire((void *)a, n, p->hooks.user);
+}
+static inline void pool_hook_release(pool_t *p, uintptr_t a, size_t n) {
+  if (RMMC_UNLIKELY(p->hooks.on_release != NULL)) p->hooks.on_release((void *)a, n, p->hooks.user);
+}
 
 static inline pool_block_t *pool_block_of(rmmc__tlsf_node_t *n) {
   return RMMC_CONTAINER_OF(n, pool_block_t, node);

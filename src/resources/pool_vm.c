@@ -189,6 +189,7 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
       st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
     }
     if (st != RMMC_SUCCESS) break;
+    pool_hook_acquire(p, a, n);
     p->page_maps++;
     a += n;
   }
@@ -198,6 +199,7 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
     for (uintptr_t b = pl.m0; b < a;) {
       size_t i = seg_lower_bound(r, b);
       size_t n = r->segs[i].size;
+      pool_hook_release(p, b, n);
       (void)upstream_unmap(p, b, n);
       seg_remove(r, i);
       b += n;
@@ -275,8 +277,12 @@ static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block
   uintptr_t s0 = r->segs[i].addr, s1 = s0 + r->segs[i].size;
   if (!rmmc__pool_room(p))
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  pool_hook_release(p, s0, r->segs[i].size);
   rmmc_status_t st = upstream_unmap(p, s0, r->segs[i].size);
-  if (st != RMMC_SUCCESS) return st;
+  if (st != RMMC_SUCCESS) {
+    pool_hook_acquire(p, s0, r->segs[i].size); /* still held */
+    return st;
+  }
   p->reserved -= r->segs[i].size;
   p->shrinks++;
   p->page_unmaps++;
@@ -341,8 +347,10 @@ static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
 static void vm_fini(pool_t *p) {
   while (p->regions != NULL) {
     pool_region_t *r = p->regions;
-    for (size_t i = 0; i < r->nsegs; i++)
+    for (size_t i = 0; i < r->nsegs; i++) {
+      pool_hook_release(p, r->segs[i].addr, r->segs[i].size);
       (void)rmmc_resource_vm_unmap(p->base.upstream, (void *)r->segs[i].addr, r->segs[i].size);
+    }
     (void)rmmc_resource_vm_unreserve(p->base.upstream, (void *)r->base, r->size);
     rmmc__pool_remove_region(p, r);
   }
