@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "exports.h"
 #include "internal.h"
 
 RMMC_API void rmmc_resource_init(rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
@@ -105,6 +106,10 @@ RMMC_API rmmc_status_t rmmc_resource_deallocate(rmmc_resource_t *r, void *ptr, s
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "deallocate: %p with 0 bytes (allocate(0) returns NULL)", ptr);
   if (alignment < RMMC_DEFAULT_ALIGNMENT) alignment = RMMC_DEFAULT_ALIGNMENT;
+  /* A block exported to other processes: its handles go stale before it can
+   * be reused (exports.h). One relaxed load while nothing is exported. */
+  if (RMMC_UNLIKELY(__atomic_load_n(&rmmc__exports_count, __ATOMIC_RELAXED) != 0))
+    rmmc__exports_on_free(ptr);
   return r->ops->deallocate(r, ptr, bytes, alignment, stream);
 }
 
@@ -198,6 +203,8 @@ RMMC_API void rmmc_resource_release(rmmc_resource_t *r) {
   if (r == NULL) return;
   if (__atomic_sub_fetch(&r->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
     bool checked = release_check_begin(r); /* RMMC_CHECK_RELEASE=1: live blocks? */
+    if (__atomic_load_n(&rmmc__exports_count, __ATOMIC_RELAXED) != 0)
+      rmmc__exports_forget_owner(r); /* its blocks die with it */
     r->ops->destroy(r);
     release_check_end(checked);
   }
