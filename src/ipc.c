@@ -210,6 +210,23 @@ out:
   return st;
 }
 
+rmmc_status_t rmmc__ipc_base_allocation(rmmc_resource_t *r, const void *ptr, void **base,
+                                        size_t *bytes) {
+  rmmc_range_t *buf = malloc(RMMC_IPC_MAX_FDS * sizeof *buf);
+  if (buf == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "no host memory");
+  rmmc_allocation_t top;
+  origin_t o;
+  rmmc_status_t st = find_origin(r, ptr, buf, &top, &o);
+  free(buf);
+  if (st != RMMC_SUCCESS) return st;
+  if (o.kind != RMMC_IPC_CUDA)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "the block lies on virtual-memory pages: no one allocation holds it");
+  *base = (void *)o.start;
+  *bytes = o.bytes;
+  return RMMC_SUCCESS;
+}
+
 RMMC_API rmmc_status_t rmmc_ipc_revoke(const void *ptr) {
   if (ptr == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "ipc_revoke: NULL pointer");
   return rmmc__exports_revoke(ptr);

@@ -59,4 +59,10 @@ static inline size_t rmmc__ipc_nfds(const rmmc__ipc_fields_t *f) {
   return f->kind == RMMC_IPC_VM ? f->nmappings : 0;
 }
 
+/* The cudaMalloc allocation that holds ptr, a block of r's stack (ipc.c):
+ * what PyTorch's getBaseAllocation asks. RMMC_ERROR_NOT_SUPPORTED for
+ * pages or memory of another kind; the get_allocation statuses. */
+rmmc_status_t rmmc__ipc_base_allocation(rmmc_resource_t *r, const void *ptr, void **base,
+                                        size_t *bytes);
+
 #endif /* RMMC_IPC_HANDLE_H */

@@ -636,7 +636,29 @@ START_TEST(test_gpu_queries_and_hooks) {
   CUDA_OK(cudaFree(m));
   ck_assert_int_eq(rmmc_resource_deallocate(cuda, d, 5 * MiB, 256, NULL), RMMC_SUCCESS);
   rmmc_resource_release(cuda);
+  /* PyTorch's getBaseAllocation through the plug-in: a block's chunk (the
+   * cudaMalloc allocation the driver knows), or the block itself on pages. */
   const char *specs[] = {CHUNKS, PAGES};
+  for (int k = 0; k < 2; k++) {
+    rmmc_resource_t *r = stack(specs[k]);
+    ck_assert_int_eq(rmmc_set_device_resource(0, r, NULL), RMMC_SUCCESS);
+    void *t = rmmc_torch_alloc(3 * MiB, 0, NULL);
+    ck_assert_ptr_nonnull(t);
+    size_t bytes = 0;
+    void *base = rmmc_torch_base_alloc((char *)t, &bytes);
+    if (k == 0) {
+      ck_assert_int_eq(rmmc_resource_get_allocation(r, t, &a), RMMC_SUCCESS);
+      ck_assert_ptr_eq(base, a.upstream.ptr);
+      ck_assert_uint_ge(bytes, a.upstream.bytes);
+      ck_assert_uint_ge(bytes, 32 * MiB);
+    } else {
+      ck_assert_ptr_eq(base, t);
+      ck_assert_uint_eq(bytes, 3 * MiB);
+    }
+    rmmc_torch_free(t, 3 * MiB, 0, NULL);
+    rmmc_registry_clear();
+    rmmc_resource_release(r);
+  }
   for (int k = 0; k < 2; k++) {
     rmmc_resource_t *r = stack(specs[k]);
     uint64_t seen[3] = {0, 0, 0};

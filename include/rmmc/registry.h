@@ -70,7 +70,11 @@ RMMC_EXPORT void rmmc_registry_clear(void);
  * default alignment (statuses as rmmc_resource_allocate). */
 RMMC_EXPORT rmmc_status_t rmmc_allocate(size_t bytes, cudaStream_t stream, void **out);
 
-/* Returns memory from rmmc_allocate() to the current device's resource. */
+/* Returns memory from rmmc_allocate() to the resource it came from: the
+ * current device's, or, while several devices have resources in the
+ * registry, the device whose stack holds the block whatever device is
+ * current (found with rmmc_resource_get_allocation(); a current stack that
+ * cannot tell is given the free). */
 RMMC_EXPORT rmmc_status_t rmmc_deallocate(void *ptr, size_t bytes, cudaStream_t stream);
 
 /* Free and total memory of `device` (-1: the current device).
