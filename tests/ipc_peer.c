@@ -28,17 +28,22 @@ static void reply(int32_t status, const uint64_t *values) {
 }
 
 static void fill(unsigned char *h, size_t n, uint64_t tag) {
-  for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(pattern_word(tag, i / 8) >> (8 * (i % 8)));
+  for (size_t w = 0; w * 8 < n; w++) {
+    uint64_t v = pattern_word(tag, w);
+    for (size_t j = 0; j < 8 && w * 8 + j < n; j++) h[w * 8 + j] = (unsigned char)(v >> (8 * j));
+  }
 }
 
 static uint64_t differing_words(const unsigned char *h, size_t n, uint64_t tag) {
   uint64_t bad = 0;
-  for (size_t w = 0; w * 8 < n; w++)
+  for (size_t w = 0; w * 8 < n; w++) {
+    uint64_t v = pattern_word(tag, w);
     for (size_t j = 0; j < 8 && w * 8 + j < n; j++)
-      if (h[w * 8 + j] != (unsigned char)(pattern_word(tag, w) >> (8 * j))) {
+      if (h[w * 8 + j] != (unsigned char)(v >> (8 * j))) {
         bad++;
         break;
       }
+  }
   return bad;
 }
 

@@ -95,19 +95,28 @@ static rmmc_resource_t *stack(const char *spec) {
   return r;
 }
 
+/* Pattern `tag` into h (n bytes): word i of pattern.h, little-endian. */
+static void make_pattern(unsigned char *h, size_t n, uint64_t tag) {
+  for (size_t w = 0; w * 8 < n; w++) {
+    uint64_t v = pattern_word(tag, w);
+    for (size_t j = 0; j < 8 && w * 8 + j < n; j++) h[w * 8 + j] = (unsigned char)(v >> (8 * j));
+  }
+}
+
 static void fill(void *d, size_t n, uint64_t tag) {
   unsigned char *h = malloc(n);
-  for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(pattern_word(tag, i / 8) >> (8 * (i % 8)));
+  make_pattern(h, n, tag);
   CUDA_OK(cudaMemcpy(d, h, n, cudaMemcpyDefault));
   free(h);
 }
 
 static void expect_pattern(const void *d, size_t n, uint64_t tag) {
-  unsigned char *h = malloc(n);
+  unsigned char *h = malloc(n), *want = malloc(n);
   CUDA_OK(cudaMemcpy(h, d, n, cudaMemcpyDefault));
+  make_pattern(want, n, tag);
   size_t bad = 0;
-  for (size_t i = 0; i < n; i++)
-    bad += h[i] != (unsigned char)(pattern_word(tag, i / 8) >> (8 * (i % 8)));
+  for (size_t i = 0; i < n; i++) bad += h[i] != want[i];
+  free(want);
   free(h);
   ck_assert_msg(bad == 0, "%zu of %zu bytes differ from pattern %llu", bad, n,
                 (unsigned long long)tag);
@@ -338,9 +347,7 @@ static void *export_many(void *arg) {
       continue;
     }
     unsigned char *h = malloc(x->n[i]);
-    uint64_t tag = 1000 + (uint64_t)(x->id * PER_THREAD + i);
-    for (size_t k = 0; k < x->n[i]; k++)
-      h[k] = (unsigned char)(pattern_word(tag, k / 8) >> (8 * (k % 8)));
+    make_pattern(h, x->n[i], 1000 + (uint64_t)(x->id * PER_THREAD + i));
     if (cudaMemcpyAsync(x->d[i], h, x->n[i], cudaMemcpyDefault, s) != cudaSuccess ||
         cudaStreamSynchronize(s) != cudaSuccess)
       x->errors++;

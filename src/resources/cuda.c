@@ -276,6 +276,14 @@ rmmc_status_t rmmc__cuda_export_mapping(rmmc_resource_t *r, void *addr, int *fd)
   return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, what);
 }
 
+/* The driver calls below need a context; a process that only imports
+ * has made no runtime call that would have started one. */
+static rmmc_status_t start_context(void) {
+  cudaError_t err = cudaFree(NULL);
+  return err == cudaSuccess ? RMMC_SUCCESS
+                            : rmmc_set_cuda_error(err, "cudaFree(NULL) (starting the context)");
+}
+
 /* Unmaps the first n imported mappings at base and frees the reservation
  * (`total` bytes). Device current. */
 static CUresult import_undo(CUdeviceptr base, const size_t *sizes, size_t n, size_t total) {
@@ -298,6 +306,7 @@ rmmc_status_t rmmc__cuda_import_mappings(int device, const int *fds, const size_
   for (size_t i = 0; i < n; i++) total += sizes[i];
   int saved;
   rmmc_status_t st = rmmc__device_push(device, &saved);
+  if (st == RMMC_SUCCESS && (st = start_context()) != RMMC_SUCCESS) rmmc__device_pop(saved);
   if (st != RMMC_SUCCESS) return st;
   CUdeviceptr base = 0;
   CUresult res = vm.reserve(&base, total, 0, 0, 0);
