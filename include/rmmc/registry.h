@@ -37,6 +37,14 @@ extern "C" {
  * fails. */
 RMMC_EXPORT int rmmc_device_count(void);
 
+/* True when kernels on `device` can be given access to the memory of
+ * `peer_device` (cudaDeviceCanAccessPeer; the order of CUDA's and of
+ * PyTorch's torch.cuda.can_device_access_peer): two different devices
+ * that exist and have a peer path. False otherwise, and without a GPU.
+ * rmmc_resource_enable_peer_access(r, device) on a stack of peer_device
+ * succeeds where this is true. Never fails; thread-safe. */
+RMMC_EXPORT bool rmmc_device_can_access_peer(int device, int peer_device);
+
 /* The current CUDA device of the calling thread, or 0 when the machine has
  * no CUDA device. RMMC_ERROR_INVALID_ARGUMENT for NULL, RMMC_ERROR_CUDA if
  * CUDA fails otherwise. */

@@ -179,6 +179,20 @@ RMMC_EXPORT rmmc_status_t rmmc_resource_vm_unreserve(rmmc_resource_t *r, void *p
 RMMC_EXPORT rmmc_status_t rmmc_resource_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes);
 RMMC_EXPORT rmmc_status_t rmmc_resource_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes);
 
+/* Grants device `device` read and write access to mapped pages (readwrite
+ * true), or takes it back (false): [ptr, ptr + bytes) is one or more whole
+ * ranges given to map, contiguous. A mapping is reachable from r's own
+ * device only until a range is granted; a pool over r does this for the
+ * peers rmmc_resource_enable_peer_access() named, on every mapping it
+ * makes. On failure the access is as it was. Returns RMMC_SUCCESS;
+ * RMMC_ERROR_INVALID_ARGUMENT for a bad range, a device out of [0, 64) or
+ * r's own device (its access comes with the mapping);
+ * RMMC_ERROR_NOT_SUPPORTED when r cannot grant access (host, sim, a
+ * resource of your own without the vm_set_access slot) or the two devices
+ * cannot be peers; RMMC_ERROR_CUDA when the driver refuses. Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_resource_vm_set_access(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                                      int device, bool readwrite);
+
 /* ---- Allocations: which block holds a pointer ----
  *
  * A range of addresses: `bytes` bytes from `ptr`. */
@@ -271,6 +285,42 @@ typedef struct rmmc_memory_hooks {
  * Thread-safe. */
 RMMC_EXPORT rmmc_status_t rmmc_resource_set_memory_hooks(rmmc_resource_t *r,
                                                          const rmmc_memory_hooks_t *hooks);
+
+/* ---- Peer access: another device's kernels on a stack's memory ----
+ *
+ * Lets kernels running on device `peer_device` read and write the memory
+ * r's stack hands out: every block it holds now and every block it maps or
+ * allocates later, so a pool that grows after the call stays reachable.
+ * Each layer does its part and passes the call down: a pool grants each of
+ * its virtual-memory mappings to the peer (cuMemSetAccess) now and at
+ * every later mapping; the cuda resource enables the two contexts' peer
+ * access (cudaDeviceEnablePeerAccess from the peer's context: every
+ * cudaMalloc allocation of its device, now and later; the calling thread's
+ * current device is left as it was); cuda_async sets its memory pool's
+ * access (cudaMemPoolSetAccess: the device's default pool, for a view of
+ * it); managed and pinned memory is reachable from every device already,
+ * so the call only checks the peer; adaptors and the other sub-allocators
+ * take their memory from their upstream and pass the call on. Enabling a
+ * peer twice succeeds and does nothing more. There is no disable: CUDA's
+ * context peer access is shared by every user of the two devices (PyTorch
+ * and CuPy enable it and never turn it off), and access taken back from
+ * memory a kernel still uses faults that kernel; release the stack
+ * instead. Call it before launching the peer's kernels that use the
+ * memory; it is not stream-ordered.
+ *
+ * Returns RMMC_SUCCESS; RMMC_ERROR_INVALID_ARGUMENT for a NULL r, a
+ * peer_device out of [0, 64), one that does not exist, or r's own device
+ * (its memory is its own; the message names both); RMMC_ERROR_NOT_SUPPORTED
+ * when the two devices cannot be peers (cudaDeviceCanAccessPeer says no:
+ * no NVLink or PCIe peer path, or a platform that forbids it; the message
+ * names both) or when the stack's memory is not device memory (host, sim)
+ * or its base cannot tell (a resource of your own without the
+ * enable_peer_access slot); RMMC_ERROR_NO_DEVICE without a GPU;
+ * RMMC_ERROR_CUDA when CUDA refuses otherwise. On failure a pool's
+ * mappings are as they were (those granted before the failure are taken
+ * back); what a layer below did before the failure stays (CUDA's context
+ * peer access is never turned off, for the reason above). Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_resource_enable_peer_access(rmmc_resource_t *r, int peer_device);
 
 /* One figure a resource reports about itself. */
 typedef enum rmmc_field_kind {

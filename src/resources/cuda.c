@@ -203,6 +203,48 @@ static rmmc_status_t cuda_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) 
   return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, "cuMemUnmap");
 }
 
+/* Grants (or takes back) `device`'s access to pages mapped by cuda_vm_map:
+ * their mapping gave access to the resource's own device only. */
+static rmmc_status_t cuda_vm_set_access(rmmc_resource_t *r, void *ptr, size_t bytes, int device,
+                                        bool readwrite) {
+  int saved;
+  rmmc_status_t st = readwrite ? rmmc__check_peer("cuda: vm_set_access", r->device, device)
+                               : RMMC_SUCCESS;
+  if (st == RMMC_SUCCESS) st = cuda_vm_begin(r, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  CUmemAccessDesc access = {
+      .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+      .flags = readwrite ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE};
+  CUresult res = vm.set_access((CUdeviceptr)(uintptr_t)ptr, bytes, &access, 1);
+  rmmc__device_pop(saved);
+  if (res == CUDA_SUCCESS) return RMMC_SUCCESS;
+  char what[128];
+  snprintf(what, sizeof what, "cuMemSetAccess (%s device %d, %zu bytes of device %d)",
+           readwrite ? "granting" : "taking back from", device, bytes, r->device);
+  return vm_failed(res, what);
+}
+
+/* ---- peer access: the contexts' (every cudaMalloc allocation) ---- */
+
+static rmmc_status_t cuda_enable_peer_access(rmmc_resource_t *r, int peer) {
+  int saved;
+  rmmc_status_t st = rmmc__check_peer("cuda: enable_peer_access", r->device, peer);
+  if (st == RMMC_SUCCESS) st = rmmc__device_push(peer, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  /* From the peer's context: it may then reach the resource's device. */
+  cudaError_t err = cudaDeviceEnablePeerAccess(r->device, 0);
+  rmmc__device_pop(saved);
+  if (err == cudaSuccess) return RMMC_SUCCESS;
+  if (err == cudaErrorPeerAccessAlreadyEnabled) { /* by us or anyone else: what was asked */
+    (void)cudaGetLastError();
+    return RMMC_SUCCESS;
+  }
+  char what[96];
+  snprintf(what, sizeof what, "cudaDeviceEnablePeerAccess (device %d reaching device %d)", peer,
+           r->device);
+  return rmmc_set_cuda_error(err, what);
+}
+
 /* ---- which allocation holds a pointer ---- */
 
 static rmmc_status_t cuda_get_allocation(rmmc_resource_t *r, const void *ptr,
@@ -375,6 +417,8 @@ static const rmmc_resource_ops_t cuda_ops = {
     .vm_map = cuda_vm_map,
     .vm_unmap = cuda_vm_unmap,
     .get_allocation = cuda_get_allocation,
+    .enable_peer_access = cuda_enable_peer_access,
+    .vm_set_access = cuda_vm_set_access,
 };
 
 bool rmmc__cuda_is(const rmmc_resource_t *r) { return r != NULL && r->ops == &cuda_ops; }

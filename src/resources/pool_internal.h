@@ -155,6 +155,11 @@ typedef struct pool_backend {
   void (*describe)(pool_t *p, rmmc_field_cb emit, void *ctx);
   /* Backend invariants (pool_resource_check), under every lock. */
   bool (*check)(pool_t *p, char *msg, size_t len);
+  /* Under the shared lock: makes the memory the backend mapped itself
+   * reachable from device d (rmmc_resource_enable_peer_access), all or
+   * nothing. NULL: the backend maps nothing itself (chunks are the
+   * upstream's memory, which the upstream made reachable). */
+  rmmc_status_t (*grant)(pool_t *p, int d);
 } pool_backend_t;
 
 extern const pool_backend_t rmmc__pool_chunks;
@@ -198,6 +203,7 @@ struct pool {
   uint64_t debt_retry, debt_wait; /* clock of the next attempt to pay it; backoff */
   uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
   rmmc_memory_hooks_t hooks; /* rmmc_resource_set_memory_hooks (shared lock; pool_query.c) */
+  uint64_t peers; /* devices given access (bit d; shared lock; pool_query.c): every mapping's */
 };
 
 /* ---- the shared heap (pool_heap.c): what the core and backends call ---- */
@@ -252,12 +258,15 @@ rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const
 rmmc_status_t rmmc__pool_upstream_allocate(pool_t *p, size_t bytes, cudaStream_t stream, void **out);
 rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes);
 
-/* ---- queries and memory hooks (pool_query.c) ---- */
+/* ---- queries, memory hooks and peer access (pool_query.c) ---- */
 
-/* The pool's get_allocation and set_memory_hooks slots. */
+/* The pool's get_allocation, set_memory_hooks and enable_peer_access slots. */
 rmmc_status_t rmmc__pool_get_allocation(rmmc_resource_t *r, const void *ptr,
                                         rmmc_allocation_t *out);
 rmmc_status_t rmmc__pool_set_memory_hooks(rmmc_resource_t *r, const rmmc_memory_hooks_t *hooks);
+rmmc_status_t rmmc__pool_enable_peer_access(rmmc_resource_t *r, int peer_device);
+/* The pool's peers as text ("1,3"; "" for none) for describe. */
+void rmmc__pool_peers_text(uint64_t peers, char *buf, size_t len);
 
 /* The backends call these under the shared lock (or in fini): after a range
  * was taken from the upstream (a chunk, one mapping) and before it goes

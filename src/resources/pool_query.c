@@ -2,9 +2,11 @@
  * The pool's answers to questions asked from outside its allocate and free
  * paths: which block holds a pointer (rmmc_resource_get_allocation, for
  * exporting a block to another process or reporting a framework's base
- * allocation) and the memory hooks (rmmc_resource_set_memory_hooks, which
- * the backends call as they map, take, unmap or give back memory). Nothing
- * here runs on a hot path; every lookup takes the locks it reads under.
+ * allocation), the memory hooks (rmmc_resource_set_memory_hooks, which
+ * the backends call as they map, take, unmap or give back memory) and peer
+ * access (rmmc_resource_enable_peer_access: the devices every mapping of
+ * the pool is granted to). Nothing here runs on a hot path; every lookup
+ * takes the locks it reads under.
  */
 #include <stdio.h>
 
@@ -150,4 +152,40 @@ rmmc_status_t rmmc__pool_set_memory_hooks(rmmc_resource_t *r, const rmmc_memory_
   each_range(p, p->hooks.on_acquire, p->hooks.user);
   rmmc__unlock(&p->lock);
   return RMMC_SUCCESS;
+}
+
+/* ---- peer access ---- */
+
+/* Whether the upstream can grant pages is checked first, so that a refusal
+ * changes nothing. Then the upstream: it checks the two devices and makes
+ * its own memory reachable (a chunk is the upstream's memory). Then, under
+ * the shared
+ * lock that every growth takes, the mappings the pool made itself are
+ * granted and the peer joins the set that every later mapping is granted
+ * to (pool_vm.c), so no mapping falls between the two. */
+rmmc_status_t rmmc__pool_enable_peer_access(rmmc_resource_t *r, int peer_device) {
+  pool_t *p = (pool_t *)r;
+  if (p->be->grant != NULL && !rmmc__vm_can_set_access(p->base.upstream))
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "pool: device %d cannot be given access to this pool's pages: its "
+                          "upstream, %s, cannot grant other devices its pages (no vm_set_access "
+                          "slot, ops table version 4)",
+                          peer_device, rmmc_resource_name(p->base.upstream));
+  rmmc_status_t st = rmmc_resource_enable_peer_access(p->base.upstream, peer_device);
+  if (st != RMMC_SUCCESS) return st;
+  uint64_t bit = (uint64_t)1 << peer_device;
+  rmmc__lock(&p->lock);
+  if ((p->peers & bit) == 0) {
+    if (p->be->grant != NULL) st = p->be->grant(p, peer_device);
+    if (st == RMMC_SUCCESS) p->peers |= bit;
+  }
+  rmmc__unlock(&p->lock);
+  return st;
+}
+
+void rmmc__pool_peers_text(uint64_t peers, char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (uint64_t m = peers; m != 0 && at < len; m &= m - 1)
+    at += (size_t)snprintf(buf + at, len - at, "%s%d", at ? "," : "", __builtin_ctzll(m));
 }
