@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Peer access on two GPUs (rmmc_resource_enable_peer_access). A kernel on
  * device 1 writes memory of a stack of device 0 and device 0 reads it back

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Peer access (rmmc_resource_enable_peer_access, rmmc_resource_vm_set_access)
  * without a GPU. An expandable pool over vmspy (which keeps, per mapped
