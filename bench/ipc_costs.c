@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "rmmc/rmmc.h"
 
 #define MiB ((size_t)1 << 20)
@@ -41,26 +42,6 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static void die(const char *what, const char *why) {
-  fprintf(stderr, "rmmc-ipc-costs: %s: %s\n", what, why);
-  exit(1);
-}
-
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) die(#x, cudaGetErrorString(e_));                                     \
-  } while (0)
 #define CU(x)                                                                                   \
   do {                                                                                          \
     CUresult r_ = (x);                                                                          \
@@ -69,10 +50,6 @@ static void die(const char *what, const char *why) {
       snprintf(b_, sizeof b_, "CUresult %d", (int)r_);                                          \
       die(#x, b_);                                                                              \
     }                                                                                           \
-  } while (0)
-#define RM(x)                                                                                   \
-  do {                                                                                          \
-    if ((x) != RMMC_SUCCESS) die(#x, rmmc_last_error_message());                                \
   } while (0)
 
 static void sym(const char *name, void **fn, unsigned version) {
@@ -293,6 +270,7 @@ static void sharing_costs(int sock, bool quick) {
 }
 
 int main(int argc, char **argv) {
+  bench_program = "rmmc-ipc-costs";
   const char *json_path = NULL;
   bool quick = false;
   for (int i = 1; i < argc; i++) {

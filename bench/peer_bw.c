@@ -27,30 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "rmmc/rmmc.h"
 
 #define MiB ((size_t)1 << 20)
 #define TRIALS_MAX 9
-
-static void die(const char *what, const char *why) {
-  fprintf(stderr, "rmmc-peer-bw: %s: %s\n", what, why);
-  exit(1);
-}
-
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) die(#x, cudaGetErrorString(e_));                                     \
-  } while (0)
-#define RM(x)                                                                                   \
-  do {                                                                                          \
-    if ((x) != RMMC_SUCCESS) die(#x, rmmc_last_error_message());                                \
-  } while (0)
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 /* Where the two buffers of a variant come from: two stacks (one per
  * device), or plain cudaMalloc (stacks NULL). */
@@ -110,8 +91,7 @@ static double measure(variant_t *v, const int dev[2], int from, size_t n, int tr
     CK(cudaEventElapsedTime(&ms, a, b));
     gbps[t] = (double)n * copies / ((double)ms * 1e-3) / 1e9;
   }
-  qsort(gbps, (size_t)trials, sizeof gbps[0], cmp_double);
-  double median = trials % 2 ? gbps[trials / 2] : (gbps[trials / 2 - 1] + gbps[trials / 2]) / 2;
+  double mid = median(gbps, trials);
   /* The data: one more copy into a zeroed destination, read back whole. */
   CK(cudaSetDevice(dev[to]));
   CK(cudaMemset(dst, 0, n));
@@ -138,7 +118,7 @@ static double measure(variant_t *v, const int dev[2], int from, size_t n, int tr
   CK(cudaStreamDestroy(s));
   give(v, from, dev[from], src, n);
   give(v, to, dev[to], dst, n);
-  return median;
+  return mid;
 }
 
 /* Turns on the contexts' peer access both ways, as an application that
@@ -153,6 +133,7 @@ static void enable_contexts(const int dev[2]) {
 }
 
 int main(int argc, char **argv) {
+  bench_program = "rmmc-peer-bw";
   const char *json_path = NULL;
   bool quick = false;
   int dev[2] = {0, 1};

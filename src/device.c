@@ -43,9 +43,12 @@ RMMC_API bool rmmc_device_can_access_peer(int device, int peer_device) {
   return can != 0;
 }
 
-/* The checks every layer that makes device memory reachable shares: the
- * peer exists and is another device. */
-static rmmc_status_t check_peer_exists(const char *what, int device, int peer) {
+/* What every layer that makes device memory reachable checks: the peer
+ * exists, is another device and has what the memory needs of it, a peer
+ * path to `device` (attr < 0: cudaDeviceCanAccessPeer) or device attribute
+ * `attr`; "<what>: device <peer> <lacking>" otherwise. */
+static rmmc_status_t check_peer(const char *what, int device, int peer, int attr,
+                                const char *lacking) {
   int n = rmmc_device_count();
   if (n == 0) return rmmc_set_error(RMMC_ERROR_NO_DEVICE, "%s: no CUDA device is available", what);
   if (peer < 0 || peer >= n)
@@ -57,35 +60,28 @@ static rmmc_status_t check_peer_exists(const char *what, int device, int peer) {
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "%s: device %d cannot be its own peer: the memory is its own", what,
                           peer);
+  int has = 0;
+  cudaError_t err = attr < 0 ? cudaDeviceCanAccessPeer(&has, peer, device)
+                             : cudaDeviceGetAttribute(&has, (enum cudaDeviceAttr)attr, peer);
+  if (err != cudaSuccess)
+    return rmmc_set_cuda_error(err, attr < 0 ? "cudaDeviceCanAccessPeer" : "cudaDeviceGetAttribute");
+  if (!has) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "%s: device %d %s", what, peer, lacking);
   return RMMC_SUCCESS;
 }
 
 rmmc_status_t rmmc__check_peer(const char *what, int device, int peer) {
-  rmmc_status_t st = check_peer_exists(what, device, peer);
-  if (st != RMMC_SUCCESS) return st;
-  int can = 0;
-  cudaError_t err = cudaDeviceCanAccessPeer(&can, peer, device);
-  if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaDeviceCanAccessPeer");
-  if (!can)
-    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
-                          "%s: device %d cannot access the memory of device %d: "
-                          "cudaDeviceCanAccessPeer says the two cannot be peers (no NVLink or "
-                          "PCIe peer-to-peer path between them, or the platform forbids it); "
-                          "cudaMemcpyPeer still copies between them, through the host",
-                          what, peer, device);
-  return RMMC_SUCCESS;
+  char lacking[320];
+  snprintf(lacking, sizeof lacking,
+           "cannot access the memory of device %d: cudaDeviceCanAccessPeer says the two cannot "
+           "be peers (no NVLink or PCIe peer-to-peer path between them, or the platform forbids "
+           "it); cudaMemcpyPeer still copies between them, through the host",
+           device);
+  return check_peer(what, device, peer, -1, lacking);
 }
 
 rmmc_status_t rmmc__check_peer_attribute(const char *what, int device, int peer,
                                          enum cudaDeviceAttr attr, const char *lacking) {
-  rmmc_status_t st = check_peer_exists(what, device, peer);
-  if (st != RMMC_SUCCESS) return st;
-  int has = 0;
-  cudaError_t err = cudaDeviceGetAttribute(&has, attr, peer);
-  if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaDeviceGetAttribute");
-  if (!has)
-    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "%s: device %d %s", what, peer, lacking);
-  return RMMC_SUCCESS;
+  return check_peer(what, device, peer, (int)attr, lacking);
 }
 
 RMMC_API rmmc_status_t rmmc_get_current_device(int *device) {
