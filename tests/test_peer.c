@@ -230,7 +230,7 @@ START_TEST(test_peer_vm_refused_grant_takes_the_growth_back) {
     size_t reserved = field(pool, "reserved"), mapped = vmspy_counts(vm).mapped_bytes;
     uint64_t maps = vmspy_counts(vm).maps;
 
-    vmspy_fail_set_access(vm, nth); /* the nth mapping of a 3-segment growth */
+    vmspy_fail_set_access(vm, nth, 1); /* the nth mapping of a 3-segment growth */
     void *p = (void *)1;
     FAILS_WITH(rmmc_resource_allocate(pool, 3 * SEG, 256, NULL, &p), RMMC_ERROR_CUDA,
                "injected vm_set_access failure");
@@ -256,6 +256,41 @@ START_TEST(test_peer_vm_refused_grant_takes_the_growth_back) {
 }
 END_TEST
 
+/* A refused grant whose mapping cannot be unmapped either (the upstream
+ * keeps it: a faulty free under vmspy): the status is the grant's and the
+ * message says which range stays mapped outside the pool's books; the pool
+ * itself is whole and reserves what it did. */
+START_TEST(test_peer_vm_refused_grant_and_unmap_says_what_stays) {
+  rmmc_resource_t *spy = new_spy(), *fy, *vm, *pool;
+  OK(faulty_create(spy, &fy));
+  OK(vmspy_create(fy, 4 * KiB, &vm));
+  pool = vm_pool(vm);
+  void *keep = alloc_ok(pool, SEG);
+  OK(rmmc_resource_enable_peer_access(pool, 1));
+  size_t reserved = field(pool, "reserved");
+  vmspy_fail_set_access(vm, 1, 1);
+  faulty_fail_deallocate(faulty_of(fy), RMMC_ERROR_CUDA, 1);
+  void *p = NULL;
+  FAILS_WITH(rmmc_resource_allocate(pool, SEG, 256, NULL, &p), RMMC_ERROR_CUDA,
+             "injected vm_set_access failure (unmapping it failed too");
+  char where[64];
+  snprintf(where, sizeof where, "%p + %zu bytes stay mapped", (void *)((char *)keep + SEG), SEG);
+  ck_assert_msg(strstr(rmmc_last_error_message(), where), "%s lacks '%s'",
+                rmmc_last_error_message(), where);
+  CHECK_POOL(pool);
+  ck_assert_uint_eq(field(pool, "reserved"), reserved);
+  ck_assert_uint_eq(vmspy_counts(vm).mapped_bytes, reserved + SEG); /* as the message says */
+  OK(rmmc_resource_vm_unmap(vm, (char *)keep + SEG, SEG));          /* the caller's to undo */
+  free_ok(pool, keep, SEG);
+  rmmc_resource_release(pool);
+  ck_assert_uint_eq(vmspy_counts(vm).mapped_bytes, 0);
+  ck_assert_uint_eq(vmspy_counts(vm).errors, 0);
+  rmmc_resource_release(vm);
+  rmmc_resource_release(fy);
+  finish_spy(spy);
+}
+END_TEST
+
 /* Granting what is held, refused at the nth mapping: the n - 1 granted
  * before are taken back, the peer is not recorded (later mappings are not
  * granted to it), the status and message are the upstream's. */
@@ -264,7 +299,7 @@ START_TEST(test_peer_vm_refused_grant_of_held_mappings_takes_back) {
   rmmc_resource_t *vm = f.vm, *pool = f.pool;
   void *p = alloc_ok(pool, 4 * SEG);
   ck_assert_uint_eq(field(pool, "mappings"), 4);
-  vmspy_fail_set_access(vm, 3);
+  vmspy_fail_set_access(vm, 3, 1);
   FAILS_WITH(rmmc_resource_enable_peer_access(pool, 5), RMMC_ERROR_CUDA,
              "injected vm_set_access failure");
   vmspy_counts_t c = vmspy_counts(vm);
@@ -285,6 +320,29 @@ START_TEST(test_peer_vm_refused_grant_of_held_mappings_takes_back) {
   free_ok(pool, p, 4 * SEG);
   free_ok(pool, q, 2 * SEG);
   CHECK_POOL(pool);
+  fix_close(&f);
+}
+END_TEST
+
+/* The take-back refused too (calls 3 and 4 fail: the grant of the third
+ * mapping, then taking the first back): the first stays reachable from the
+ * peer and the message says how many; the status is the grant's. */
+START_TEST(test_peer_vm_refused_take_back_says_what_stays) {
+  fix_t f = fix_open();
+  rmmc_resource_t *vm = f.vm, *pool = f.pool;
+  void *p = alloc_ok(pool, 4 * SEG);
+  vmspy_fail_set_access(vm, 3, 2);
+  FAILS_WITH(rmmc_resource_enable_peer_access(pool, 5), RMMC_ERROR_CUDA,
+             "injected vm_set_access failure (device 5 keeps access to 1 of the pool's mappings");
+  vmspy_counts_t c = vmspy_counts(vm);
+  ck_assert_uint_eq(c.access_failures, 2);
+  ck_assert_uint_eq(c.grants, 2);
+  ck_assert_uint_eq(c.revokes, 1);
+  size_t mapped = 0;
+  ck_assert_uint_eq(vmspy_unreachable(vm, 5, &mapped), 3);
+  char text[64];
+  ck_assert_str_eq(peers_of(pool, text, sizeof text), "");
+  free_ok(pool, p, 4 * SEG);
   fix_close(&f);
 }
 END_TEST
@@ -666,7 +724,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_peer_vm_pool_grants_held_and_later_mappings);
   tcase_add_test(tc, test_peer_vm_pool_enabled_before_any_mapping);
   tcase_add_test(tc, test_peer_vm_refused_grant_takes_the_growth_back);
+  tcase_add_test(tc, test_peer_vm_refused_grant_and_unmap_says_what_stays);
   tcase_add_test(tc, test_peer_vm_refused_grant_of_held_mappings_takes_back);
+  tcase_add_test(tc, test_peer_vm_refused_take_back_says_what_stays);
   tcase_add_test(tc, test_peer_vm_enable_races_growth);
   tcase_add_test(tc, test_peer_vm_pool_over_an_adaptor);
   tcase_add_loop_test(tc, test_peer_every_layer_passes_down, 0,

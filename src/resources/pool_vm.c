@@ -143,8 +143,12 @@ static rmmc_status_t map_segment(pool_t *p, pool_region_t *r, uintptr_t a, size_
     rmmc__error_save(&why);
     size_t i = seg_lower_bound(r, a);
     if (i < r->nsegs && r->segs[i].addr == a) seg_remove(r, i);
-    (void)upstream_unmap(p, a, n);
+    bool stays = upstream_unmap(p, a, n) != RMMC_SUCCESS;
     rmmc__error_restore(&why);
+    if (stays)
+      rmmc__append_error(" (unmapping it failed too: %p + %zu bytes stay mapped, outside the "
+                         "pool's books)",
+                         (void *)a, n);
   }
   return st;
 }

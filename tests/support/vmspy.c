@@ -23,7 +23,8 @@ typedef struct vmspy {
   vmspy_counts_t c;
   range_t *res, *maps; /* reservations, mapped ranges */
   size_t nres, nmaps, capres, capmaps;
-  uint64_t fail_access; /* the vm_set_access call (counted down) that fails; 0: none */
+  uint64_t fail_access;  /* the vm_set_access call (counted down) that fails first; 0: none */
+  uint64_t fail_count;   /* how many fail from there */
 } vmspy_t;
 
 static const rmmc_resource_ops_t vmspy_ops;
@@ -171,7 +172,8 @@ static rmmc_status_t vmspy_set_access(rmmc_resource_t *r, void *ptr, size_t byte
   vmspy_t *s = (vmspy_t *)r;
   uintptr_t a = (uintptr_t)ptr;
   pthread_mutex_lock(&s->lock);
-  if (s->fail_access != 0 && --s->fail_access == 0) {
+  if (s->fail_access != 0 && --s->fail_access == 0 && s->fail_count > 0) {
+    if (--s->fail_count > 0) s->fail_access = 1; /* the next call fails too */
     s->c.access_failures++;
     pthread_mutex_unlock(&s->lock);
     return rmmc_set_error(RMMC_ERROR_CUDA, "vmspy: injected vm_set_access failure");
@@ -255,11 +257,12 @@ vmspy_counts_t vmspy_counts(rmmc_resource_t *r) {
   return c;
 }
 
-void vmspy_fail_set_access(rmmc_resource_t *r, uint64_t nth) {
+void vmspy_fail_set_access(rmmc_resource_t *r, uint64_t nth, uint64_t count) {
   if (r == NULL || r->ops != &vmspy_ops) return;
   vmspy_t *s = (vmspy_t *)r;
   pthread_mutex_lock(&s->lock);
   s->fail_access = nth;
+  s->fail_count = count;
   pthread_mutex_unlock(&s->lock);
 }
 

@@ -38,9 +38,9 @@ typedef struct vmspy_counts {
 rmmc_status_t vmspy_create(rmmc_resource_t *upstream, size_t page, rmmc_resource_t **out);
 /* The counts of a vmspy (zeros for another resource). */
 vmspy_counts_t vmspy_counts(rmmc_resource_t *r);
-/* The nth vm_set_access call from now (1: the next) fails with
- * RMMC_ERROR_CUDA, changing nothing; 0 disarms. */
-void vmspy_fail_set_access(rmmc_resource_t *r, uint64_t nth);
+/* `count` vm_set_access calls from the nth from now on (1: the next) fail
+ * with RMMC_ERROR_CUDA, changing nothing; nth 0 disarms. */
+void vmspy_fail_set_access(rmmc_resource_t *r, uint64_t nth, uint64_t count);
 /* How many mapped ranges device d may not reach (not granted), and how many
  * ranges are mapped in all. */
 size_t vmspy_unreachable(rmmc_resource_t *r, int d, size_t *mapped);
