@@ -400,6 +400,7 @@ static void fill(worker_t *w, const entry_t *e) {
 /* Checks e's pattern on stream `to` of the thread (a kernel adding to its
  * device counter, or the CPU). */
 static void check(worker_t *w, const entry_t *e, cudaStream_t to) {
+  (void)to; /* host-only builds */
   if (w->run->kernels) {
 #if RMMC_STRESS_HAVE_KERNELS
     cuda_ok(w, gpu_check_tagged(e->p, e->n, e->tag, w->d_errors, to), "check kernel launch");
