@@ -299,6 +299,7 @@ typedef struct worker {
   int device;
   box_t *mine, *theirs; /* blocks for this thread to check and free; for the other */
   pthread_barrier_t *done;
+  cudaStream_t stream; /* destroyed by the main thread after the stacks (they keep per-stream state) */
   uint64_t rng;
   int iters;
   /* results, read by the main thread after the join */
@@ -348,6 +349,7 @@ static void *device_main(void *arg) {
   unsigned long long *d_wrong = NULL;
   W_CUDA(w, cudaSetDevice(w->device));
   W_CUDA(w, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  w->stream = s;
   W_CUDA(w, cudaMalloc((void **)&d_wrong, sizeof *d_wrong));
   W_CUDA(w, cudaMemset(d_wrong, 0, sizeof *d_wrong));
   mail_t live[LIVE];
@@ -399,7 +401,6 @@ static void *device_main(void *arg) {
   W_CUDA(w, cudaGetDevice(&cur));
   w->wrong_device = cur != w->device;
   W_CUDA(w, cudaFree(d_wrong));
-  W_CUDA(w, cudaStreamDestroy(s));
   return NULL;
 }
 
@@ -452,6 +453,11 @@ START_TEST(test_gpu_peer_one_thread_per_device) {
   pthread_barrier_destroy(&done);
   rmmc_registry_clear();
   OK(rmmc_set_default_spec("cuda"));
+  for (int d = 0; d < 2; d++) {
+    CUDA_OK(cudaSetDevice(d));
+    if (w[d].stream != NULL) CUDA_OK(cudaStreamDestroy(w[d].stream));
+  }
+  CUDA_OK(cudaSetDevice(0));
 }
 END_TEST
 
