@@ -3,8 +3,8 @@
 Finds librmmc.so (a path given, $RMMC_LIB, or the build directories next
 to this file), declares the C signatures once, and wraps what the examples
 need: the PyTorch and CuPy plug-ins (installed with every hook rmmc offers),
-the plug-ins' figures, every layer's figures of a device's stack, the
-RMMC_ALLOC_CONF status and the last error.
+the plug-ins' figures, every layer's figures of a device's stack, memory
+hooks on a device's stack, the RMMC_ALLOC_CONF status and the last error.
 
 Run it alone to check the bindings against a library on any machine (no
 GPU needed: the self-test sets a host resource in the registry):
@@ -23,7 +23,7 @@ STATUS_NAMES = {
     0: "SUCCESS", -1: "ERROR_INVALID_ARGUMENT", -2: "ERROR_OUT_OF_MEMORY", -3: "ERROR_CUDA",
     -4: "ERROR_UNKNOWN_POINTER", -5: "ERROR_NOT_SUPPORTED", -6: "ERROR_NO_DEVICE",
     -7: "ERROR_INCOMPATIBLE", -8: "ERROR_PARSE", -9: "ERROR_IO", -10: "ERROR_IN_USE",
-    -11: "ERROR_INTERNAL",
+    -11: "ERROR_INTERNAL", -12: "ERROR_STALE",
 }
 
 FIELD_BYTES, FIELD_COUNT, FIELD_TEXT = 1, 2, 3
@@ -43,6 +43,16 @@ class PluginStats(ctypes.Structure):
         "allocations", "allocation_failures", "deallocations", "deallocation_failures",
         "unknown_frees", "recorded_streams", "live_blocks", "bytes_in_use", "peak_bytes",
         "limit")]
+
+
+# Memory hooks (include/rmmc/resource.h): on_acquire/on_release(ptr, bytes, user).
+MEMORY_HOOK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+
+
+class MemoryHooks(ctypes.Structure):
+    """rmmc_memory_hooks_t."""
+    _fields_ = [("size", ctypes.c_size_t), ("on_acquire", MEMORY_HOOK),
+                ("on_release", MEMORY_HOOK), ("user", ctypes.c_void_p)]
 
 
 class RmmcError(RuntimeError):
@@ -108,11 +118,31 @@ class Rmmc:
             "rmmc_resource_name": (ctypes.c_char_p, [vp]),
             "rmmc_resource_upstream": (vp, [vp]),
             "rmmc_resource_describe": (None, [vp, FIELD_CB, vp]),
+            "rmmc_plugin_set_memory_hooks": (st, [i, ctypes.POINTER(MemoryHooks)]),
+            "rmmc_torch_base_alloc": (vp, [vp, ctypes.POINTER(sz)]),
         }
+        self._hooks = {}
         for name, (res, args) in sigs.items():
             fn = getattr(lib, name)
             fn.restype = res
             fn.argtypes = args
+
+    def set_memory_hooks(self, device, on_acquire=None, on_release=None):
+        """Calls on_acquire(ptr, nbytes) for each range the device's stack
+        takes from the system (those held now too) and on_release(ptr,
+        nbytes) before it gives one back: NCCL/RDMA/cuFile registration
+        following the pool the plug-ins allocate from. None, None removes
+        them. They run under the pool's lock on the thread that grows it."""
+        hooks = None
+        if on_acquire is not None or on_release is not None:
+            hooks = MemoryHooks()
+            hooks.size = ctypes.sizeof(MemoryHooks)
+            if on_acquire is not None:
+                hooks.on_acquire = MEMORY_HOOK(lambda p, n, _u: on_acquire(p, n))
+            if on_release is not None:
+                hooks.on_release = MEMORY_HOOK(lambda p, n, _u: on_release(p, n))
+        self._check(self.lib.rmmc_plugin_set_memory_hooks(device, hooks), "set_memory_hooks")
+        self._hooks[device] = hooks  # rmmc keeps calling them: keep them alive
 
     # ---- addresses for the frameworks ----
 
@@ -133,7 +163,8 @@ class Rmmc:
                            ("set_record_stream_fn", "rmmc_torch_record_stream"),
                            ("set_begin_allocate_to_pool", "rmmc_torch_begin_allocate_to_pool"),
                            ("set_end_allocate_to_pool_fn", "rmmc_torch_end_allocate_to_pool"),
-                           ("set_release_pool", "rmmc_torch_release_pool")):
+                           ("set_release_pool", "rmmc_torch_release_pool"),
+                           ("set_base_alloc_fn", "rmmc_torch_base_alloc")):
             if hasattr(hooks, setter):  # older PyTorch versions lack some
                 getattr(hooks, setter)(self.address(fn))
         torch.cuda.memory.change_current_allocator(alloc)
@@ -277,6 +308,21 @@ def _self_test(path):
     assert status in STATUS_NAMES.values() and spec, (status, spec)
     rm.lib.rmmc_registry_clear()
     rm.lib.rmmc_resource_release(host)
+    # Memory hooks through the plug-ins: the ranges a host pool takes.
+    pool = ctypes.c_void_p()
+    rm._check(rm.lib.rmmc_stack_create(b"pool(expandable=false) > host", -1, ctypes.byref(pool)),
+              "stack_create")
+    rm._check(rm.lib.rmmc_set_device_resource(0, pool, None), "set_device_resource")
+    held = {}
+    rm.set_memory_hooks(0, lambda p, n: held.__setitem__(p, n), lambda p, n: held.pop(p))
+    c = rm.lib.rmmc_torch_alloc(50 << 20, 0, None)
+    assert c and sum(held.values()) >= 50 << 20, held
+    size = ctypes.c_size_t()
+    assert rm.lib.rmmc_torch_base_alloc(c, ctypes.byref(size)) == c and size.value == 50 << 20
+    rm.lib.rmmc_torch_free(c, 50 << 20, 0, None)
+    rm.lib.rmmc_registry_clear()
+    rm.lib.rmmc_resource_release(pool)  # gives every chunk back
+    assert held == {}, held
     print("rmmc_ctypes self-test passed (%s)" % rm.path)
 
 

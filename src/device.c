@@ -32,6 +32,58 @@ RMMC_API int rmmc_device_count(void) {
 
 bool rmmc__cuda_available(void) { return rmmc_device_count() > 0; }
 
+RMMC_API bool rmmc_device_can_access_peer(int device, int peer_device) {
+  int n = rmmc_device_count(), can = 0;
+  if (device < 0 || peer_device < 0 || device >= n || peer_device >= n || device == peer_device)
+    return false;
+  if (cudaDeviceCanAccessPeer(&can, device, peer_device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return can != 0;
+}
+
+/* What every layer that makes device memory reachable checks: the peer
+ * exists, is another device and has what the memory needs of it, a peer
+ * path to `device` (attr < 0: cudaDeviceCanAccessPeer) or device attribute
+ * `attr`; "<what>: device <peer> <lacking>" otherwise. */
+static rmmc_status_t check_peer(const char *what, int device, int peer, int attr,
+                                const char *lacking) {
+  int n = rmmc_device_count();
+  if (n == 0) return rmmc_set_error(RMMC_ERROR_NO_DEVICE, "%s: no CUDA device is available", what);
+  if (peer < 0 || peer >= n)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "%s: device %d cannot be given access to the memory of device %d: "
+                          "device %d does not exist (this machine has %d)",
+                          what, peer, device, peer, n);
+  if (peer == device)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "%s: device %d cannot be its own peer: the memory is its own", what,
+                          peer);
+  int has = 0;
+  cudaError_t err = attr < 0 ? cudaDeviceCanAccessPeer(&has, peer, device)
+                             : cudaDeviceGetAttribute(&has, (enum cudaDeviceAttr)attr, peer);
+  if (err != cudaSuccess)
+    return rmmc_set_cuda_error(err, attr < 0 ? "cudaDeviceCanAccessPeer" : "cudaDeviceGetAttribute");
+  if (!has) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "%s: device %d %s", what, peer, lacking);
+  return RMMC_SUCCESS;
+}
+
+rmmc_status_t rmmc__check_peer(const char *what, int device, int peer) {
+  char lacking[320];
+  snprintf(lacking, sizeof lacking,
+           "cannot access the memory of device %d: cudaDeviceCanAccessPeer says the two cannot "
+           "be peers (no NVLink or PCIe peer-to-peer path between them, or the platform forbids "
+           "it); cudaMemcpyPeer still copies between them, through the host",
+           device);
+  return check_peer(what, device, peer, -1, lacking);
+}
+
+rmmc_status_t rmmc__check_peer_attribute(const char *what, int device, int peer,
+                                         enum cudaDeviceAttr attr, const char *lacking) {
+  return check_peer(what, device, peer, (int)attr, lacking);
+}
+
 RMMC_API rmmc_status_t rmmc_get_current_device(int *device) {
   if (device == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "get_current_device: NULL");
   if (!rmmc__cuda_available()) {

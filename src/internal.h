@@ -186,6 +186,19 @@ rmmc_status_t rmmc__adaptor_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t b
 rmmc_status_t rmmc__adaptor_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes);
 rmmc_status_t rmmc__adaptor_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes);
 
+/* The `vm_set_access` slot of an adaptor with the virtual-memory slots
+ * above: the same call on the upstream. */
+rmmc_status_t rmmc__adaptor_vm_set_access(rmmc_resource_t *r, void *ptr, size_t bytes, int device,
+                                          bool readwrite);
+/* Can r give other devices access to its pages: has r, or the layer below
+ * the adaptors that pass the call on, a vm_set_access slot? */
+bool rmmc__vm_can_set_access(const rmmc_resource_t *r);
+
+/* The `get_allocation` slot of an adaptor that hands out its upstream's
+ * blocks unchanged: the same question to the upstream. */
+rmmc_status_t rmmc__adaptor_get_allocation(rmmc_resource_t *r, const void *ptr,
+                                           rmmc_allocation_t *out);
+
 /* The `destroy` slot of an adaptor whose struct holds nothing to free
  * beyond the upstream reference: releases the upstream, frees the struct. */
 void rmmc__adaptor_destroy(rmmc_resource_t *r);
@@ -232,6 +245,19 @@ bool rmmc__cuda_available(void);
  * one in *saved (-1 if nothing had to change). */
 rmmc_status_t rmmc__device_push(int device, int *saved);
 void rmmc__device_pop(int saved);
+
+/* Can kernels on `peer` be given access to the memory of `device`? Checks
+ * that peer exists, differs from device and has a peer path to it
+ * (cudaDeviceCanAccessPeer); RMMC_ERROR_INVALID_ARGUMENT,
+ * RMMC_ERROR_NOT_SUPPORTED or RMMC_ERROR_NO_DEVICE with a message that
+ * starts with `what` and names both devices otherwise. */
+rmmc_status_t rmmc__check_peer(const char *what, int device, int peer);
+/* For memory that every device reaches without a grant (managed, pinned):
+ * peer exists, differs from device (-1: none) and has device attribute
+ * `attr`; RMMC_ERROR_NOT_SUPPORTED with "device <peer> <lacking>"
+ * otherwise. */
+rmmc_status_t rmmc__check_peer_attribute(const char *what, int device, int peer,
+                                         enum cudaDeviceAttr attr, const char *lacking);
 
 /* Resolves -1 to the current device and checks the id. */
 rmmc_status_t rmmc__resolve_device(int device, int *out);

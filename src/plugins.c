@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "ipc_handle.h"
 #include "rmmc/defaults.h"
 #include "rmmc/plugins.h"
 #include "rmmc/pool_resource.h"
@@ -358,6 +359,36 @@ RMMC_API void rmmc_torch_record_stream(void *ptr, cudaStream_t stream) {
   }
 }
 
+RMMC_API void *rmmc_torch_base_alloc(void *ptr, size_t *size) {
+  pthread_once(&init_once, init_shards);
+  if (size != NULL) *size = 0;
+  uint64_t h = hash_ptr(ptr);
+  shard_t *s = shard_of(h);
+  pthread_mutex_lock(&s->lock);
+  size_t i = find_slot(s, ptr, h);
+  rmmc_resource_t *r = i < s->cap ? rmmc_resource_retain(s->slots[i].resource) : NULL;
+  size_t bytes = i < s->cap ? s->slots[i].size : 0;
+  pthread_mutex_unlock(&s->lock);
+  if (r == NULL) {
+    rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                   "rmmc_torch_base_alloc: %p was not allocated through rmmc's plug-ins", ptr);
+    note_failure();
+    return ptr;
+  }
+  void *base = ptr;
+  size_t n = bytes;
+  rmmc__error_state_t saved;
+  rmmc__error_save(&saved);
+  if (rmmc__ipc_base_allocation(r, ptr, &base, &n) != RMMC_SUCCESS) {
+    base = ptr; /* no allocation of its own holds it: the block is the base */
+    n = bytes;
+  }
+  rmmc__error_restore(&saved);
+  rmmc_resource_release(r);
+  if (size != NULL) *size = n;
+  return base;
+}
+
 /* ---- CuPy ---- */
 
 RMMC_API void *rmmc_cupy_malloc(void *param, size_t size, int device) {
@@ -412,6 +443,14 @@ RMMC_API rmmc_status_t rmmc_plugin_set_limit(int device, size_t bytes) {
   rmmc_status_t st = check_device(device, false, "plugin_set_limit");
   if (st == RMMC_SUCCESS) __atomic_store_n(&figures[device].limit, (uint64_t)bytes, __ATOMIC_RELAXED);
   return st;
+}
+
+RMMC_API rmmc_status_t rmmc_plugin_set_memory_hooks(int device, const rmmc_memory_hooks_t *hooks) {
+  int dev = device;
+  rmmc_status_t st = device == -1 ? rmmc_get_current_device(&dev) : RMMC_SUCCESS;
+  rmmc_resource_t *r;
+  if (st == RMMC_SUCCESS) st = rmmc_get_device_resource(dev, &r);
+  return st == RMMC_SUCCESS ? rmmc_resource_set_memory_hooks(r, hooks) : st;
 }
 
 RMMC_API rmmc_status_t rmmc_plugin_release_cached(void) {

@@ -16,6 +16,12 @@ _Static_assert(RMMC_REGISTRY_MAX_DEVICES == RMMC_MAX_DEVICES, "one device limit"
 
 static rmmc_resource_t *slots[RMMC_MAX_DEVICES];
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static int nset; /* slots holding a resource (atomic reads; written under the lock) */
+
+/* Keeps nset in step with slot `device` going from `was` to `now` (lock held). */
+static void count_slot(const rmmc_resource_t *was, const rmmc_resource_t *now) {
+  if ((was == NULL) != (now == NULL)) __atomic_add_fetch(&nset, now != NULL ? 1 : -1, __ATOMIC_RELAXED);
+}
 
 static rmmc_status_t check_id(int device) {
   if (device < 0 || device >= RMMC_MAX_DEVICES)
@@ -49,7 +55,10 @@ RMMC_API rmmc_status_t rmmc_get_device_resource(int device, rmmc_resource_t **ou
                           device);
     } else if (st == RMMC_SUCCESS) {
       st = rmmc__create_default_resource(device, &r);
-      if (st == RMMC_SUCCESS) __atomic_store_n(&slots[device], r, __ATOMIC_RELEASE);
+      if (st == RMMC_SUCCESS) {
+        count_slot(NULL, r);
+        __atomic_store_n(&slots[device], r, __ATOMIC_RELEASE);
+      }
     }
   }
   pthread_mutex_unlock(&registry_lock);
@@ -69,6 +78,7 @@ RMMC_API rmmc_status_t rmmc_set_device_resource(int device, rmmc_resource_t *r,
   rmmc_resource_retain(r);
   pthread_mutex_lock(&registry_lock);
   rmmc_resource_t *old = slots[device];
+  count_slot(old, r);
   __atomic_store_n(&slots[device], r, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&registry_lock);
   if (previous != NULL)
@@ -100,6 +110,7 @@ RMMC_API void rmmc_registry_clear(void) {
     held[i] = slots[i];
     __atomic_store_n(&slots[i], NULL, __ATOMIC_RELEASE);
   }
+  __atomic_store_n(&nset, 0, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&registry_lock);
   for (int i = 0; i < RMMC_MAX_DEVICES; i++) rmmc_resource_release(held[i]);
 }
@@ -115,9 +126,34 @@ RMMC_API rmmc_status_t rmmc_allocate(size_t bytes, cudaStream_t stream, void **o
   return rmmc_resource_allocate(r, bytes, RMMC_DEFAULT_ALIGNMENT, stream, out);
 }
 
+/* Several devices have stacks: the one whose stack holds ptr, the current
+ * device's first. A stack that cannot tell (rmmc_resource_get_allocation
+ * says NOT_SUPPORTED) is taken at its word that the block is its own when
+ * it is the current one; when no stack claims the block, the current one
+ * gets the free and says what it makes of it. */
+static RMMC_COLD rmmc_resource_t *owner_of(rmmc_resource_t *current, const void *ptr) {
+  rmmc__error_state_t saved;
+  rmmc__error_save(&saved);
+  rmmc_allocation_t a = RMMC_ALLOCATION_INIT;
+  rmmc_resource_t *owner = current;
+  if (rmmc_resource_get_allocation(current, ptr, &a) == RMMC_ERROR_UNKNOWN_POINTER) {
+    for (int d = 0; d < RMMC_MAX_DEVICES; d++) {
+      rmmc_resource_t *r = __atomic_load_n(&slots[d], __ATOMIC_ACQUIRE);
+      if (r != NULL && r != current && rmmc_resource_get_allocation(r, ptr, &a) == RMMC_SUCCESS) {
+        owner = r;
+        break;
+      }
+    }
+  }
+  rmmc__error_restore(&saved);
+  return owner;
+}
+
 RMMC_API rmmc_status_t rmmc_deallocate(void *ptr, size_t bytes, cudaStream_t stream) {
   rmmc_resource_t *r;
   if (ptr == NULL) return RMMC_SUCCESS;
   rmmc_status_t st = rmmc_get_current_device_resource(&r);
-  return st != RMMC_SUCCESS ? st : rmmc_resource_deallocate(r, ptr, bytes, RMMC_DEFAULT_ALIGNMENT, stream);
+  if (st != RMMC_SUCCESS) return st;
+  if (RMMC_UNLIKELY(__atomic_load_n(&nset, __ATOMIC_RELAXED) > 1)) r = owner_of(r, ptr);
+  return rmmc_resource_deallocate(r, ptr, bytes, RMMC_DEFAULT_ALIGNMENT, stream);
 }

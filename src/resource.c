@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "exports.h"
 #include "internal.h"
 
 RMMC_API void rmmc_resource_init(rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
@@ -174,6 +175,10 @@ RMMC_API rmmc_status_t rmmc_resource_deallocate(rmmc_resource_t *r, void *ptr, s
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "deallocate: %p with 0 bytes (allocate(0) returns NULL)", ptr);
   if (alignment < RMMC_DEFAULT_ALIGNMENT) alignment = RMMC_DEFAULT_ALIGNMENT;
+  /* A block exported to other processes: its handles go stale before it can
+   * be reused (exports.h). One relaxed load while nothing is exported. */
+  if (RMMC_UNLIKELY(__atomic_load_n(&rmmc__exports_count, __ATOMIC_RELAXED) != 0))
+    rmmc__exports_on_free(ptr);
   return r->ops->deallocate(r, ptr, bytes, alignment, stream);
 }
 
@@ -267,6 +272,8 @@ RMMC_API void rmmc_resource_release(rmmc_resource_t *r) {
   if (r == NULL) return;
   if (__atomic_sub_fetch(&r->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
     bool checked = release_check_begin(r); /* RMMC_CHECK_RELEASE=1: live blocks? */
+    if (__atomic_load_n(&rmmc__exports_count, __ATOMIC_RELAXED) != 0)
+      rmmc__exports_forget_owner(r); /* its blocks die with it */
     r->ops->destroy(r);
     release_check_end(checked);
   }
@@ -344,25 +351,136 @@ RMMC_API rmmc_status_t rmmc_resource_vm_reserve(rmmc_resource_t *r, size_t bytes
   return st;
 }
 
-RMMC_API rmmc_status_t rmmc_resource_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
-  rmmc_status_t st = vm_check("vm_unreserve", r, ptr, bytes);
+/* vm_check for a range that must be given (not NULL). */
+static rmmc_status_t vm_range_check(const char *what, const rmmc_resource_t *r, const void *ptr,
+                                    size_t bytes) {
+  rmmc_status_t st = vm_check(what, r, ptr, bytes);
   if (st == RMMC_SUCCESS && ptr == NULL)
-    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "vm_unreserve: pointer is NULL");
+    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: pointer is NULL", what);
+  return st;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  rmmc_status_t st = vm_range_check("vm_unreserve", r, ptr, bytes);
   return st == RMMC_SUCCESS ? r->ops->vm_unreserve(r, ptr, bytes) : st;
 }
 
 RMMC_API rmmc_status_t rmmc_resource_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
-  rmmc_status_t st = vm_check("vm_map", r, ptr, bytes);
-  if (st == RMMC_SUCCESS && ptr == NULL)
-    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "vm_map: pointer is NULL");
+  rmmc_status_t st = vm_range_check("vm_map", r, ptr, bytes);
   return st == RMMC_SUCCESS ? r->ops->vm_map(r, ptr, bytes) : st;
 }
 
 RMMC_API rmmc_status_t rmmc_resource_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
-  rmmc_status_t st = vm_check("vm_unmap", r, ptr, bytes);
-  if (st == RMMC_SUCCESS && ptr == NULL)
-    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "vm_unmap: pointer is NULL");
+  rmmc_status_t st = vm_range_check("vm_unmap", r, ptr, bytes);
   return st == RMMC_SUCCESS ? r->ops->vm_unmap(r, ptr, bytes) : st;
+}
+
+/* A peer device named to r: in [0, 64) and not r's own. */
+static rmmc_status_t peer_check(const char *what, const rmmc_resource_t *r, int device) {
+  if (device < 0 || device >= RMMC_MAX_DEVICES)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: device %d is out of range [0, %d)",
+                          what, device, RMMC_MAX_DEVICES);
+  if (device == r->device)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "%s: device %d cannot be its own peer: the %s stack's memory is device "
+                          "%d's already",
+                          what, device, r->ops->name, r->device);
+  return RMMC_SUCCESS;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_vm_set_access(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                                   int device, bool readwrite) {
+  rmmc_status_t st = vm_range_check("vm_set_access", r, ptr, bytes);
+  if (st == RMMC_SUCCESS) st = peer_check("vm_set_access", r, device);
+  if (st != RMMC_SUCCESS) return st;
+  if (r->ops->version < 4 || r->ops->vm_set_access == NULL)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "vm_set_access: %s cannot give other devices access to its pages",
+                          r->ops->name);
+  return r->ops->vm_set_access(r, ptr, bytes, device, readwrite);
+}
+
+/* ---- allocation queries and memory hooks (version 3) ---- */
+
+static void allocation_clear(rmmc_allocation_t *out) {
+  out->base = NULL;
+  out->bytes = 0;
+  out->resource = NULL;
+  out->backing = (rmmc_backing_t)0;
+  out->upstream = (rmmc_range_t){NULL, 0};
+  out->nmappings = 0;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_get_allocation(rmmc_resource_t *r, const void *ptr,
+                                                    rmmc_allocation_t *out) {
+  if (out == NULL || out->size < sizeof(rmmc_allocation_t))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "get_allocation: the allocation struct is NULL or its size is not set "
+                          "(initialize it with RMMC_ALLOCATION_INIT)");
+  allocation_clear(out);
+  if (r == NULL || ptr == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "get_allocation: %s is NULL",
+                          r == NULL ? "the resource" : "the pointer");
+  if (out->mappings == NULL && out->max_mappings > 0)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "get_allocation: max_mappings is %zu but mappings is NULL",
+                          out->max_mappings);
+  if (r->ops->version < 3 || r->ops->get_allocation == NULL)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "get_allocation: a %s resource cannot tell which of its blocks holds "
+                          "a pointer",
+                          r->ops->name);
+  rmmc_status_t st = r->ops->get_allocation(r, ptr, out);
+  if (st != RMMC_SUCCESS) allocation_clear(out);
+  return st;
+}
+
+RMMC_API rmmc_status_t rmmc_resource_set_memory_hooks(rmmc_resource_t *r,
+                                                      const rmmc_memory_hooks_t *hooks) {
+  if (r == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "set_memory_hooks: resource is NULL");
+  rmmc_memory_hooks_t h = RMMC_MEMORY_HOOKS_INIT;
+  if (hooks != NULL) {
+    if (hooks->size < sizeof(rmmc_memory_hooks_t))
+      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                            "set_memory_hooks: hooks->size is %zu: initialize the hooks with "
+                            "RMMC_MEMORY_HOOKS_INIT",
+                            hooks->size);
+    h.on_acquire = hooks->on_acquire;
+    h.on_release = hooks->on_release;
+    h.user = hooks->user;
+  }
+  const rmmc_memory_hooks_t *arg =
+      h.on_acquire == NULL && h.on_release == NULL ? NULL : &h;
+  for (rmmc_resource_t *x = r; x != NULL; x = rmmc_resource_upstream(x))
+    if (x->ops->version >= 3 && x->ops->set_memory_hooks != NULL)
+      return x->ops->set_memory_hooks(x, arg);
+  return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                        "set_memory_hooks: no layer of this %s stack reports the memory it takes "
+                        "from the system (a pool does: stack one on it)",
+                        r->ops->name);
+}
+
+/* ---- peer access (version 4) ---- */
+
+RMMC_API rmmc_status_t rmmc_resource_enable_peer_access(rmmc_resource_t *r, int peer_device) {
+  if (r == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "enable_peer_access: resource is NULL");
+  rmmc_status_t st = peer_check("enable_peer_access", r, peer_device);
+  if (st != RMMC_SUCCESS) return st;
+  rmmc_resource_t *base = r;
+  for (rmmc_resource_t *x = r; x != NULL; base = x, x = rmmc_resource_upstream(x))
+    if (x->ops->version >= 4 && x->ops->enable_peer_access != NULL)
+      return x->ops->enable_peer_access(x, peer_device);
+  return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                        "enable_peer_access: device %d cannot be given access to the memory of "
+                        "this %s stack: its base, %s, %s",
+                        peer_device, r->ops->name, base->ops->name,
+                        base->kind == RMMC_MEMORY_HOST
+                            ? "hands out host memory, which kernels cannot reach"
+                            : "cannot make its memory reachable from another device (a "
+                              "resource of your own needs the enable_peer_access slot, ops "
+                              "table version 4)");
 }
 
 RMMC_API void rmmc_resource_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
@@ -491,6 +609,22 @@ rmmc_status_t rmmc__adaptor_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) 
 
 rmmc_status_t rmmc__adaptor_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
   return rmmc_resource_vm_unmap(rmmc__upstream_of(r), ptr, bytes);
+}
+
+rmmc_status_t rmmc__adaptor_vm_set_access(rmmc_resource_t *r, void *ptr, size_t bytes, int device,
+                                          bool readwrite) {
+  return rmmc_resource_vm_set_access(rmmc__upstream_of(r), ptr, bytes, device, readwrite);
+}
+
+bool rmmc__vm_can_set_access(const rmmc_resource_t *r) {
+  while (r != NULL && r->ops->version >= 4 && r->ops->vm_set_access == rmmc__adaptor_vm_set_access)
+    r = rmmc__adaptor_upstream(r);
+  return r != NULL && r->ops->version >= 4 && r->ops->vm_set_access != NULL;
+}
+
+rmmc_status_t rmmc__adaptor_get_allocation(rmmc_resource_t *r, const void *ptr,
+                                           rmmc_allocation_t *out) {
+  return rmmc_resource_get_allocation(rmmc__upstream_of(r), ptr, out);
 }
 
 void rmmc__adaptor_destroy(rmmc_resource_t *r) {

@@ -28,6 +28,18 @@
  * no status other than a clean out of memory, no misaligned pointer. The
  * program is built in tests/ because it uses the test kernels; without nvcc
  * it is built host-only.
+ *
+ * A device per thread (--devices 0,1): each listed device gets its own
+ * stack, built from the --stack text for that device (one spec, or
+ * per-device items as RMMC_ALLOC_CONF takes them: 'pool > cuda; 1:
+ * pool(max=40GiB) > cuda'), and set in the registry as that device's for
+ * the run; thread i works on device i mod n, its streams and kernels
+ * there. A block handed to a thread of another device is checked by its
+ * giver first and freed by the taker while the taker's device is current:
+ * through rmmc_deallocate (the registry finds the stack that holds it)
+ * where every stack can tell which block holds a pointer, otherwise
+ * straight to its stack. Each device's stack must end at zero on its own:
+ * a block freed to another device's stack fails the run.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -60,6 +72,7 @@ enum exit_code {
 };
 
 #define MAX_STACKS 32
+#define MAX_DEVICES 16 /* --devices lists at most this many */
 #define MAX_THREADS 256
 #define MAX_STREAMS 64
 #define MAX_LIVE 4096
@@ -118,6 +131,12 @@ static const char usage_text[] =
     "  --large-bytes SIZE one allocation in 256 is uniform above --max-bytes up to\n"
     "                     this (default 64MiB; 0: none)\n"
     "  --seed N           random seed (default 1)\n"
+    "  --devices LIST     a device per thread: each device of LIST (e.g. 0,1) gets\n"
+    "                     its own stack from --stack, which may carry per-device\n"
+    "                     items ('pool > cuda; 1: pool(max=40GiB) > cuda', as\n"
+    "                     RMMC_ALLOC_CONF), set in the registry for the run;\n"
+    "                     thread i runs on device i mod n; blocks handed across\n"
+    "                     devices are freed while the taker's device is current\n"
     "  --fill full|sparse how the CPU fills host memory: every word, or 4 KiB at\n"
     "                     each end and one word per 4 KiB between (default sparse;\n"
     "                     kernels always fill every byte)\n"
@@ -138,7 +157,7 @@ static const char usage_text[] =
     "Exit status: 0 every stack passed; 1 a stack failed (corruption, leak, a\n"
     "status other than a clean out of memory, a misaligned pointer, a CUDA error);\n"
     "2 bad command line; 3 the --json file could not be written; 77 --gpu without\n"
-    "a GPU.\n";
+    "a GPU, or --devices naming a device this machine lacks.\n";
 
 typedef enum mode { MODE_AUTO, MODE_HOST, MODE_GPU } run_mode_t;
 
@@ -150,17 +169,20 @@ typedef struct options {
   size_t max_bytes, large_bytes;
   uint64_t seed;
   const char *json_path;
+  int devices[MAX_DEVICES]; /* --devices; ndevices 0: one stack, the current device */
+  int ndevices;
   run_mode_t mode;
   bool sparse, inject, quiet;
   double progress_s; /* seconds between progress lines */
 } options_t;
 
-/* One live block. `s` indexes the owning thread's streams. */
+/* One live block. `s` indexes the owning thread's streams; `dev` the
+ * run's stacks (the one it came from). */
 typedef struct entry {
   void *p;
   size_t n, align;
   uint64_t tag;
-  int s;
+  int s, dev;
 } entry_t;
 
 typedef struct counts {
@@ -175,6 +197,7 @@ typedef struct counts {
   uint64_t align_refused; /* NOT_SUPPORTED for an alignment above 256 */
   uint64_t misaligned;    /* pointers not aligned as promised */
   uint64_t injected;      /* --inject-corruption */
+  uint64_t cross;         /* blocks of another device's stack freed by this thread */
   uint64_t cpu_bad;       /* wrong units found by the CPU check */
   uint64_t unexpected;    /* any other failure */
 } counts_t;
@@ -184,6 +207,8 @@ struct run;
 typedef struct worker {
   struct run *run;
   int index;
+  int dev;            /* its stack: run->rs[dev], on device run->devs[dev] */
+  rmmc_resource_t *r; /* run->rs[dev] */
   uint64_t rng;
   uint64_t target; /* ops to make before the final frees */
   uint64_t progress; /* c.ops, published (atomically) every PROGRESS_STEP ops for the main thread */
@@ -203,8 +228,10 @@ typedef struct mail {
 
 typedef struct run {
   const options_t *o;
-  rmmc_resource_t *r;
-  int device;
+  rmmc_resource_t *rs[MAX_DEVICES]; /* a stack per device (one without --devices) */
+  int devs[MAX_DEVICES];            /* their CUDA devices */
+  int ndev;
+  bool via_registry; /* blocks crossing devices go back through rmmc_deallocate */
   bool cuda;    /* real CUDA streams and events */
   bool kernels; /* device memory: fill and check with kernels */
   int align_off;
@@ -212,7 +239,7 @@ typedef struct run {
   cudaStream_t *streams; /* threads x streams */
   cudaEvent_t *events;
   char *keys; /* opaque stream keys in host mode */
-  unsigned long long *d_errors; /* threads + 1 device counters */
+  unsigned long long *d_errors[MAX_DEVICES]; /* threads + 1 counters on each device */
   pthread_mutex_t mail_lock;
   mail_t mail[MAILBOX_CAP];
   int nmail;
@@ -223,6 +250,7 @@ typedef struct run {
 
 typedef struct layer_figures {
   char name[32];
+  int device; /* the CUDA device of the stack it belongs to */
   bool has_in_use, has_outstanding, has_reserved, has_cached;
   uint64_t in_use, outstanding, reserved; /* after release_cached */
   uint64_t cached; /* "reserved" before release_cached, nothing in use */
@@ -230,16 +258,28 @@ typedef struct layer_figures {
 
 #define MAX_LAYERS 16
 
+/* One device's stack in a run with --devices. */
+typedef struct device_result {
+  int device;
+  char spec[512];     /* what --stack said for it */
+  bool has_statistics;
+  int64_t leaked_bytes, leaked_count;
+  uint64_t stat_allocations, stat_deallocations;
+} device_result_t;
+
 typedef struct result {
   const char *spec;
   bool ran, passed;
+  device_result_t devices[MAX_DEVICES];
+  int ndev;
   const char *verify; /* "kernel" or "cpu" */
+  const char *cross_path; /* blocks freed across devices: "rmmc_deallocate" or "owner stack" */
   counts_t c;
   uint64_t corruptions; /* device counters + CPU checks */
   bool has_statistics;
   int64_t leaked_bytes, leaked_count;
   uint64_t stat_allocations, stat_deallocations;
-  layer_t layers[MAX_LAYERS];
+  layer_t layers[MAX_LAYERS * MAX_DEVICES]; /* each device's stack, outermost first */
   int nlayers;
   double wall_s;
   char error[1024]; /* why it failed; "" when it passed */
@@ -357,6 +397,19 @@ static void fill(worker_t *w, const entry_t *e) {
   }
 }
 
+/* Checks e's pattern on stream `to` of the thread (a kernel adding to its
+ * device counter, or the CPU). */
+static void check(worker_t *w, const entry_t *e, cudaStream_t to) {
+  (void)to; /* host-only builds */
+  if (w->run->kernels) {
+#if RMMC_STRESS_HAVE_KERNELS
+    cuda_ok(w, gpu_check_tagged(e->p, e->n, e->tag, w->d_errors, to), "check kernel launch");
+#endif
+  } else {
+    w->c.cpu_bad += host_pass(e->p, e->n, e->tag, w->run->o->sparse, false);
+  }
+}
+
 /* Checks e's pattern on stream `target` of the thread, moving it there from
  * its own stream first when they differ, then frees it on `target`. */
 static void check_and_free(worker_t *w, const entry_t *e, int target) {
@@ -369,15 +422,9 @@ static void check_and_free(worker_t *w, const entry_t *e, int target) {
          !cuda_ok(w, cudaStreamWaitEvent(to, w->events[e->s], 0), "cudaStreamWaitEvent")))
       to = w->streams[e->s]; /* free where it is: still ordered after its fill */
   }
-  if (run->kernels) {
-#if RMMC_STRESS_HAVE_KERNELS
-    cuda_ok(w, gpu_check_tagged(e->p, e->n, e->tag, w->d_errors, to), "check kernel launch");
-#endif
-  } else {
-    w->c.cpu_bad += host_pass(e->p, e->n, e->tag, run->o->sparse, false);
-  }
+  check(w, e, to);
   w->c.ops++;
-  rmmc_status_t st = rmmc_resource_deallocate(run->r, e->p, e->n, e->align, to);
+  rmmc_status_t st = rmmc_resource_deallocate(w->r, e->p, e->n, e->align, to);
   if (st != RMMC_SUCCESS) {
     fail(w, "deallocate(%p, %zu bytes, alignment %zu) returned %s: %s", e->p, e->n, e->align,
          rmmc_status_name(st), rmmc_last_error_message());
@@ -388,14 +435,14 @@ static void check_and_free(worker_t *w, const entry_t *e, int target) {
 
 static void request_zero(worker_t *w, cudaStream_t s) {
   void *p = (void *)w; /* must come back NULL */
-  rmmc_status_t st = rmmc_resource_allocate(w->run->r, 0, RMMC_DEFAULT_ALIGNMENT, s, &p);
+  rmmc_status_t st = rmmc_resource_allocate(w->r, 0, RMMC_DEFAULT_ALIGNMENT, s, &p);
   w->c.ops++;
   if (st != RMMC_SUCCESS || p != NULL) {
     fail(w, "allocate(0 bytes) returned %s and %p (want SUCCESS and NULL): %s",
          rmmc_status_name(st), p, rmmc_last_error_message());
     return;
   }
-  st = rmmc_resource_deallocate(w->run->r, NULL, 0, RMMC_DEFAULT_ALIGNMENT, s);
+  st = rmmc_resource_deallocate(w->r, NULL, 0, RMMC_DEFAULT_ALIGNMENT, s);
   w->c.ops++;
   if (st != RMMC_SUCCESS) {
     fail(w, "deallocate(NULL) returned %s: %s", rmmc_status_name(st), rmmc_last_error_message());
@@ -416,7 +463,7 @@ static void do_alloc(worker_t *w) {
   if (((r >> 10) & 15) == 0 && !__atomic_load_n(&run->align_off, __ATOMIC_RELAXED))
     align = (size_t)512 << ((r >> 14) & 7); /* 512 B .. 64 KiB */
   void *p = (void *)w;
-  rmmc_status_t st = rmmc_resource_allocate(run->r, n, align, w->streams[s], &p);
+  rmmc_status_t st = rmmc_resource_allocate(w->r, n, align, w->streams[s], &p);
   w->c.ops++;
   if (st == RMMC_ERROR_OUT_OF_MEMORY && p == NULL) {
     w->c.oom++;
@@ -438,15 +485,19 @@ static void do_alloc(worker_t *w) {
   w->c.bytes += n;
   w->c.aligned += align > RMMC_DEFAULT_ALIGNMENT;
   entry_t *e = &w->live[w->nlive++];
-  *e = (entry_t){.p = p, .n = n, .align = align, .tag = next(w), .s = s};
+  *e = (entry_t){.p = p, .n = n, .align = align, .tag = next(w), .s = s, .dev = w->dev};
   fill(w, e);
 }
 
 /* Hands e to whichever thread takes it next; false when the mailbox is
- * full or the event could not be recorded (the caller frees e itself). */
+ * full or the event could not be recorded (the caller frees e itself).
+ * With several devices its pattern is checked first (cross_free). */
 static bool mailbox_put(worker_t *w, const entry_t *e) {
   run_t *run = w->run;
   cudaEvent_t ev = NULL;
+  /* A thread of another device may take it, and frees it unchecked: the
+   * check is made here, before the event. */
+  if (run->ndev > 1) check(w, e, w->streams[e->s]);
   if (run->cuda) {
     ev = w->events[e->s];
     if (!cuda_ok(w, cudaEventRecord(ev, w->streams[e->s]), "cudaEventRecord (handoff)"))
@@ -472,6 +523,30 @@ static bool adopt(worker_t *w, const mail_t *m, int s) {
   return true;
 }
 
+/* Frees a block of another device's stack that was handed to w (its giver
+ * checked it before recording the event): once the event is reached, on
+ * the host, while w's device is current, through rmmc_deallocate where the
+ * registry can find its stack, else straight to its stack. */
+static void cross_free(worker_t *w, const mail_t *m) {
+  run_t *run = w->run;
+  const entry_t *e = &m->e;
+  if (run->cuda &&
+      !cuda_ok(w, cudaEventSynchronize(m->event), "cudaEventSynchronize (handoff across devices)"))
+    return;
+  w->c.ops++;
+  rmmc_status_t st = run->via_registry && e->align == RMMC_DEFAULT_ALIGNMENT
+                         ? rmmc_deallocate(e->p, e->n, NULL)
+                         : rmmc_resource_deallocate(run->rs[e->dev], e->p, e->n, e->align, NULL);
+  if (st != RMMC_SUCCESS) {
+    fail(w, "freeing a block of device %d's stack (%p, %zu bytes) from device %d: %s: %s",
+         run->devs[e->dev], e->p, e->n, run->devs[w->dev], rmmc_status_name(st),
+         rmmc_last_error_message());
+    return;
+  }
+  w->c.frees++;
+  w->c.cross++;
+}
+
 static bool mailbox_take(worker_t *w) {
   run_t *run = w->run;
   mail_t m;
@@ -484,6 +559,10 @@ static bool mailbox_take(worker_t *w) {
   }
   pthread_mutex_unlock(&run->mail_lock);
   if (!got) return false;
+  if (m.e.dev != w->dev) {
+    cross_free(w, &m);
+    return true;
+  }
   int s = (int)(next(w) % (uint64_t)run->o->streams);
   if (!adopt(w, &m, s)) {
     /* Freed where the giver left it, after the device is idle: the only
@@ -513,7 +592,7 @@ static void *worker_main(void *arg) {
   worker_t *w = arg;
   run_t *run = w->run;
   int L = run->o->live;
-  if (run->cuda) cuda_ok(w, cudaSetDevice(run->device), "cudaSetDevice");
+  if (run->cuda) cuda_ok(w, cudaSetDevice(run->devs[w->dev]), "cudaSetDevice");
   while (w->c.ops < w->target && !stopped(run)) {
     if (w->c.ops % PROGRESS_STEP == 0) __atomic_store_n(&w->progress, w->c.ops, __ATOMIC_RELAXED);
     uint64_t r = next(w);
@@ -557,7 +636,7 @@ static void add_counts(counts_t *a, const counts_t *b) {
   a->zero += b->zero, a->aligned += b->aligned, a->moves += b->moves;
   a->handoffs += b->handoffs, a->oom += b->oom, a->align_refused += b->align_refused;
   a->misaligned += b->misaligned, a->injected += b->injected, a->cpu_bad += b->cpu_bad;
-  a->unexpected += b->unexpected;
+  a->unexpected += b->unexpected, a->cross += b->cross;
 }
 
 static void result_error(result_t *res, const char *fmt, ...)
@@ -577,17 +656,29 @@ static void result_error(result_t *res, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* The device of thread t (the drain, t = threads, uses thread 0's). */
+static int thread_device(const run_t *run, int t) {
+  return run->devs[(t % run->o->threads) % run->ndev];
+}
+
+/* Each thread's streams and events on its device; a counter per thread on
+ * every device (a kernel adds to a counter of its own device). */
 static bool setup_cuda(run_t *run, result_t *res) {
   int T = run->o->threads, S = run->o->streams;
-  cudaError_t err = cudaSetDevice(run->device);
+  size_t counters = (size_t)(T + 1) * sizeof(unsigned long long);
+  cudaError_t err = cudaSuccess;
   for (int i = 0; i < T * S && err == cudaSuccess; i++) {
-    err = cudaStreamCreateWithFlags(&run->streams[i], cudaStreamNonBlocking);
+    err = cudaSetDevice(thread_device(run, i / S));
+    if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&run->streams[i], cudaStreamNonBlocking);
     if (err == cudaSuccess) err = cudaEventCreateWithFlags(&run->events[i], cudaEventDisableTiming);
   }
-  if (err == cudaSuccess)
-    err = cudaMalloc((void **)&run->d_errors, (size_t)(T + 1) * sizeof *run->d_errors);
-  if (err == cudaSuccess) err = cudaMemset(run->d_errors, 0, (size_t)(T + 1) * sizeof *run->d_errors);
-  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  for (int k = 0; k < run->ndev && err == cudaSuccess; k++) {
+    err = cudaSetDevice(run->devs[k]);
+    if (err == cudaSuccess) err = cudaMalloc((void **)&run->d_errors[k], counters);
+    if (err == cudaSuccess) err = cudaMemset(run->d_errors[k], 0, counters);
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  }
+  if (err == cudaSuccess) err = cudaSetDevice(run->devs[0]);
   if (err != cudaSuccess)
     result_error(res, "setting up streams and counters: %s (%s)", cudaGetErrorName(err),
                  cudaGetErrorString(err));
@@ -595,12 +686,25 @@ static bool setup_cuda(run_t *run, result_t *res) {
 }
 
 static void teardown_cuda(run_t *run) {
-  int n = run->o->threads * run->o->streams;
+  int S = run->o->streams, n = run->o->threads * S;
   for (int i = 0; i < n; i++) {
+    (void)cudaSetDevice(thread_device(run, i / S));
     if (run->events[i] != NULL) (void)cudaEventDestroy(run->events[i]);
     if (run->streams[i] != NULL) (void)cudaStreamDestroy(run->streams[i]);
   }
-  if (run->d_errors != NULL) (void)cudaFree(run->d_errors);
+  for (int k = 0; k < run->ndev; k++) {
+    (void)cudaSetDevice(run->devs[k]);
+    if (run->d_errors[k] != NULL) (void)cudaFree(run->d_errors[k]);
+  }
+  (void)cudaSetDevice(run->devs[0]);
+}
+
+/* Waits for every device of the run. */
+static void sync_devices(worker_t *w, const char *what) {
+  for (int k = 0; k < w->run->ndev; k++)
+    if (cuda_ok(w, cudaSetDevice(w->run->devs[k]), "cudaSetDevice"))
+      cuda_ok(w, cudaDeviceSynchronize(), what);
+  cuda_ok(w, cudaSetDevice(w->run->devs[w->dev]), "cudaSetDevice");
 }
 
 static void layer_cb(void *ctx, const rmmc_field_t *f) {
@@ -611,61 +715,81 @@ static void layer_cb(void *ctx, const rmmc_field_t *f) {
   else if (strcmp(f->key, "reserved") == 0) l->has_reserved = true, l->reserved = f->value;
 }
 
-/* After everything was freed and the device is idle: the statistics layer
- * on top must be back to 0 and agree with what the program did; after
+/* After everything was freed and the devices are idle, each device's
+ * stack on its own: the statistics layer on top must be back to 0; after
  * release_cached, every layer's "in_use" and "outstanding" must be 0 too
- * ("reserved" is reported, not judged: a layer may keep memory). */
-static void check_leaks(run_t *run, result_t *res) {
-  rmmc_resource_t *top = run->r;
+ * ("reserved" is reported, not judged: a layer may keep memory). A block
+ * freed to another device's stack shows here as a leak of its own. */
+static void check_stack(run_t *run, result_t *res, int k) {
+  rmmc_resource_t *top = run->rs[k];
+  device_result_t *d = &res->devices[k];
+  char who[48] = "";
+  if (run->ndev > 1) snprintf(who, sizeof who, "device %d's ", run->devs[k]);
   if (strcmp(rmmc_resource_name(top), "statistics") == 0) {
     rmmc_statistics_t s = RMMC_STATISTICS_INIT;
     rmmc_status_t st = rmmc_statistics_adaptor_get(top, &s);
     if (st != RMMC_SUCCESS) {
       result_error(res, "rmmc_statistics_adaptor_get returned %s", rmmc_status_name(st));
     } else {
-      res->has_statistics = true;
-      res->leaked_bytes = s.current_bytes;
-      res->leaked_count = s.current_count;
-      res->stat_allocations = s.total_count;
-      res->stat_deallocations = s.deallocations;
+      d->has_statistics = true;
+      d->leaked_bytes = s.current_bytes;
+      d->leaked_count = s.current_count;
+      d->stat_allocations = s.total_count;
+      d->stat_deallocations = s.deallocations;
       if (s.current_bytes != 0 || s.current_count != 0)
-        result_error(res, "leak: statistics shows %lld bytes in %lld allocations at the end",
-                     (long long)s.current_bytes, (long long)s.current_count);
-      if (s.total_count != res->c.allocs || s.deallocations != res->c.frees)
-        result_error(res,
-                     "statistics counted %llu allocations and %llu deallocations; the program "
-                     "made %llu and %llu",
-                     (unsigned long long)s.total_count, (unsigned long long)s.deallocations,
-                     (unsigned long long)res->c.allocs, (unsigned long long)res->c.frees);
+        result_error(res, "leak: %sstatistics shows %lld bytes in %lld allocations at the end",
+                     who, (long long)s.current_bytes, (long long)s.current_count);
     }
   }
   /* Layers below the top may hold memory as a cache (binning keeps its
    * bins' chunks from the pool under it): give it back first. */
-  for (rmmc_resource_t *l = top; l != NULL && res->nlayers < MAX_LAYERS;
-       l = rmmc_resource_upstream(l)) {
-    layer_t *f = &res->layers[res->nlayers++];
+  int first = res->nlayers, n = 0;
+  for (rmmc_resource_t *l = top; l != NULL && n < MAX_LAYERS; l = rmmc_resource_upstream(l)) {
+    layer_t *f = &res->layers[first + n++];
     rmmc_resource_describe(l, layer_cb, f);
     f->has_cached = f->has_reserved;
     f->cached = f->reserved;
     f->has_reserved = false;
   }
-  res->nlayers = 0;
   rmmc_status_t st = rmmc_resource_release_cached(top);
   if (st != RMMC_SUCCESS)
-    result_error(res, "release_cached returned %s: %s", rmmc_status_name(st),
+    result_error(res, "%srelease_cached returned %s: %s", who, rmmc_status_name(st),
                  rmmc_last_error_message());
-  for (rmmc_resource_t *l = top; l != NULL && res->nlayers < MAX_LAYERS;
-       l = rmmc_resource_upstream(l)) {
-    layer_t *f = &res->layers[res->nlayers++];
+  n = 0;
+  for (rmmc_resource_t *l = top; l != NULL && n < MAX_LAYERS; l = rmmc_resource_upstream(l)) {
+    layer_t *f = &res->layers[first + n++];
     snprintf(f->name, sizeof f->name, "%s", rmmc_resource_name(l));
+    f->device = run->devs[k];
     rmmc_resource_describe(l, layer_cb, f);
     if ((f->has_in_use && f->in_use != 0) || (f->has_outstanding && f->outstanding != 0))
       result_error(res,
-                   "leak: layer %d (%s) reports in_use %llu, outstanding %llu after everything "
+                   "leak: %slayer %d (%s) reports in_use %llu, outstanding %llu after everything "
                    "was freed and release_cached",
-                   res->nlayers, f->name, (unsigned long long)f->in_use,
+                   who, n, f->name, (unsigned long long)f->in_use,
                    (unsigned long long)f->outstanding);
   }
+  res->nlayers = first + n;
+}
+
+/* Every device's stack, then their statistics together against what the
+ * program did. */
+static void check_leaks(run_t *run, result_t *res) {
+  bool all = true;
+  for (int k = 0; k < run->ndev; k++) {
+    check_stack(run, res, k);
+    const device_result_t *d = &res->devices[k];
+    all &= d->has_statistics;
+    res->leaked_bytes += d->leaked_bytes, res->leaked_count += d->leaked_count;
+    res->stat_allocations += d->stat_allocations, res->stat_deallocations += d->stat_deallocations;
+  }
+  res->has_statistics = all;
+  if (all && (res->stat_allocations != res->c.allocs || res->stat_deallocations != res->c.frees))
+    result_error(res,
+                 "statistics counted %llu allocations and %llu deallocations; the program made "
+                 "%llu and %llu",
+                 (unsigned long long)res->stat_allocations,
+                 (unsigned long long)res->stat_deallocations, (unsigned long long)res->c.allocs,
+                 (unsigned long long)res->c.frees);
 }
 
 /* Runs the threads and the final checks on a built stack. */
@@ -689,20 +813,23 @@ static void run_threads(run_t *run, result_t *res) {
   report_progress(run, started, t0);
   for (int i = 0; i < started; i++) pthread_join(tids[i], NULL);
   /* What is left in the mailbox: freed by this thread on thread 0's
-   * stream 0, after waiting for the giver's event. */
+   * stream 0, after waiting for the giver's event (another device's block
+   * as any taker frees it). */
   worker_t *d = &run->workers[T];
   for (int i = 0; i < run->nmail; i++) {
-    if (adopt(d, &run->mail[i], 0)) {
+    if (run->mail[i].e.dev != d->dev) {
+      cross_free(d, &run->mail[i]);
+    } else if (adopt(d, &run->mail[i], 0)) {
       entry_t e = d->live[--d->nlive];
       check_and_free(d, &e, 0);
     } else {
       d->nlive = 0;
-      cuda_ok(d, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      sync_devices(d, "cudaDeviceSynchronize");
       check_and_free(d, &run->mail[i].e, run->mail[i].e.s);
     }
   }
   run->nmail = 0;
-  if (run->cuda) cuda_ok(d, cudaDeviceSynchronize(), "cudaDeviceSynchronize at the end");
+  if (run->cuda) sync_devices(d, "cudaDeviceSynchronize at the end");
   res->wall_s = now_s() - t0;
 
   for (int i = 0; i <= T; i++) {
@@ -711,9 +838,9 @@ static void run_threads(run_t *run, result_t *res) {
       result_error(res, "thread %d: %s", i, run->workers[i].error);
   }
   res->corruptions = res->c.cpu_bad;
-  if (run->cuda) {
+  for (int k = 0; run->cuda && k < run->ndev; k++) {
     unsigned long long h[MAX_THREADS + 1];
-    cudaError_t err = cudaMemcpy(h, run->d_errors, (size_t)(T + 1) * sizeof h[0],
+    cudaError_t err = cudaMemcpy(h, run->d_errors[k], (size_t)(T + 1) * sizeof h[0],
                                  cudaMemcpyDeviceToHost);
     if (err != cudaSuccess)
       result_error(res, "reading the corruption counters: %s", cudaGetErrorName(err));
@@ -732,23 +859,90 @@ static void run_threads(run_t *run, result_t *res) {
   check_leaks(run, res);
 }
 
+/* Builds the run's stacks into rs: one on the current device, or with
+ * --devices one per listed device, from what `config` says for it. False
+ * (the reason in res) when one cannot be built or they differ in memory
+ * kind; the caller releases what rs holds. */
+static bool build_stacks(const options_t *o, const char *config, rmmc_resource_t **rs, int *devs,
+                         result_t *res) {
+  res->ndev = o->ndevices > 0 ? o->ndevices : 1;
+  for (int k = 0; k < res->ndev; k++) {
+    device_result_t *d = &res->devices[k];
+    int dev = o->ndevices > 0 ? o->devices[k] : -1, pick = dev;
+    if (pick < 0 && rmmc_get_current_device(&pick) != RMMC_SUCCESS) pick = 0;
+    rmmc_status_t st = rmmc_default_config_device_spec(config, pick, d->spec, sizeof d->spec);
+    if (st == RMMC_SUCCESS) st = rmmc_stack_create(d->spec, dev, &rs[k]);
+    if (st != RMMC_SUCCESS) {
+      result_error(res, "building the stack%s: %s: %s", dev >= 0 ? " of a device" : "",
+                   rmmc_status_name(st), rmmc_last_error_message());
+      return false;
+    }
+    int own = rmmc_resource_device(rs[k]);
+    devs[k] = d->device = dev >= 0 ? dev : own >= 0 ? own : 0;
+    if (rmmc_resource_memory_kind(rs[k]) != rmmc_resource_memory_kind(rs[0])) {
+      result_error(res, "device %d's stack hands out %s memory, device %d's %s: one kind per run",
+                   devs[k], rmmc_memory_kind_name(rmmc_resource_memory_kind(rs[k])), devs[0],
+                   rmmc_memory_kind_name(rmmc_resource_memory_kind(rs[0])));
+      return false;
+    }
+  }
+  return true;
+}
+
+/* --devices: each stack becomes its device's in the registry for the run,
+ * so rmmc_deallocate finds it (prev keeps what was there). Blocks that
+ * cross devices go back through rmmc_deallocate when every stack can tell
+ * which of its blocks holds a pointer (asked of a probe block) and the
+ * freeing thread's current device has a stack (without CUDA the current
+ * device is 0); otherwise straight to their stack. */
+static bool install(run_t *run, rmmc_resource_t **prev, result_t *res) {
+  bool tells = true, has_current = run->cuda;
+  for (int k = 0; k < run->ndev; k++) {
+    rmmc_status_t st = rmmc_set_device_resource(run->devs[k], run->rs[k], &prev[k]);
+    if (st != RMMC_SUCCESS) {
+      result_error(res, "setting device %d's stack in the registry: %s", run->devs[k],
+                   rmmc_last_error_message());
+      while (k-- > 0) (void)rmmc_set_device_resource(run->devs[k], prev[k], &prev[k]);
+      return false;
+    }
+    void *p = NULL;
+    rmmc_allocation_t a = RMMC_ALLOCATION_INIT;
+    tells &= rmmc_resource_allocate(run->rs[k], 4096, RMMC_DEFAULT_ALIGNMENT, NULL, &p) ==
+                 RMMC_SUCCESS &&
+             rmmc_resource_get_allocation(run->rs[k], p, &a) == RMMC_SUCCESS;
+    if (p != NULL) {
+      counts_t *c = &run->workers[run->o->threads].c; /* the drain's: counted as the program's */
+      c->ops += 2, c->allocs++, c->bytes += 4096;
+      if (rmmc_resource_deallocate(run->rs[k], p, 4096, RMMC_DEFAULT_ALIGNMENT, NULL) == 0) c->frees++;
+    }
+    has_current |= run->devs[k] == 0;
+  }
+  run->via_registry = tells && has_current;
+  return true;
+}
+
+/* Puts back what the registry held before install; releases it. */
+static void uninstall(run_t *run, rmmc_resource_t **prev) {
+  for (int k = 0; k < run->ndev; k++) {
+    (void)rmmc_set_device_resource(run->devs[k], prev[k], NULL);
+    rmmc_resource_release(prev[k]);
+  }
+}
+
 static void run_stack(const options_t *o, int index, const char *spec, bool gpu, result_t *res) {
   memset(res, 0, sizeof *res);
   res->spec = spec;
-  rmmc_resource_t *r = NULL;
-  rmmc_status_t st = rmmc_stack_create(spec, -1, &r);
-  if (st != RMMC_SUCCESS) {
-    result_error(res, "building the stack: %s: %s", rmmc_status_name(st), rmmc_last_error_message());
-    return;
-  }
-  rmmc_memory_kind_t kind = rmmc_resource_memory_kind(r);
+  rmmc_resource_t *rs[MAX_DEVICES] = {NULL}, *prev[MAX_DEVICES] = {NULL};
+  int devs[MAX_DEVICES] = {0};
+  bool installed = false;
+  if (!build_stacks(o, spec, rs, devs, res)) goto release_stacks;
+  rmmc_memory_kind_t kind = rmmc_resource_memory_kind(rs[0]);
   bool kernels = kind != RMMC_MEMORY_HOST;
   res->verify = kernels ? "kernel" : "cpu";
   if (kernels && !gpu) {
     result_error(res, "the stack hands out %s memory, which host mode cannot fill: run in GPU mode",
                  rmmc_memory_kind_name(kind));
-    rmmc_resource_release(r);
-    return;
+    goto release_stacks;
   }
   int T = o->threads, S = o->streams;
   run_t *run = calloc(1, sizeof *run);
@@ -761,11 +955,13 @@ static void run_stack(const options_t *o, int index, const char *spec, bool gpu,
     result_error(res, "out of host memory for the run");
     goto free_arrays;
   }
-  *run = (run_t){.o = o, .r = r, .cuda = gpu, .kernels = kernels, .streams = streams,
+  *run = (run_t){.o = o, .ndev = res->ndev, .cuda = gpu, .kernels = kernels, .streams = streams,
                  .events = events, .keys = keys, .workers = workers, .index = index,
                  .count = o->nspecs};
-  run->device = rmmc_resource_device(r) >= 0 ? rmmc_resource_device(r) : 0;
+  memcpy(run->rs, rs, sizeof rs);
+  memcpy(run->devs, devs, sizeof devs);
   pthread_mutex_init(&run->mail_lock, NULL);
+  if (o->ndevices > 0 && !(installed = install(run, prev, res))) goto teardown;
   if (gpu) {
     if (!setup_cuda(run, res)) goto teardown;
   } else {
@@ -776,30 +972,37 @@ static void run_stack(const options_t *o, int index, const char *spec, bool gpu,
     int home = i < T ? i : 0; /* the drain uses thread 0's streams */
     w->run = run;
     w->index = i;
+    w->dev = home % run->ndev;
+    w->r = run->rs[w->dev];
     w->rng = o->seed ^ ((uint64_t)(index + 1) << 40) ^ ((uint64_t)(i + 1) << 20);
     (void)next(w);
     w->streams = &streams[home * S];
     w->events = &events[home * S];
-    w->d_errors = gpu ? &run->d_errors[i] : NULL;
+    w->d_errors = gpu ? &run->d_errors[w->dev][i] : NULL;
     w->live = &live[(size_t)i * (size_t)o->live];
   }
   res->ran = true;
+  if (run->ndev > 1) res->cross_path = run->via_registry ? "rmmc_deallocate" : "owner stack";
   run_threads(run, res);
 teardown:
-  /* The stack goes before the streams: its per-stream state must not
+  /* The stacks go before the streams: their per-stream state must not
    * outlive them. */
-  rmmc_resource_release(r);
-  r = NULL;
+  if (installed) uninstall(run, prev);
+  for (int k = 0; k < res->ndev; k++) {
+    rmmc_resource_release(rs[k]);
+    rs[k] = NULL;
+  }
   if (gpu) teardown_cuda(run);
   pthread_mutex_destroy(&run->mail_lock);
 free_arrays:
-  if (r != NULL) rmmc_resource_release(r);
   free(live);
   free(workers);
   free(keys);
   free(events);
   free(streams);
   free(run);
+release_stacks:
+  for (int k = 0; k < MAX_DEVICES; k++) rmmc_resource_release(rs[k]);
   res->passed = res->ran && res->error[0] == '\0';
 }
 
@@ -821,11 +1024,14 @@ static bool write_json(const char *path, const options_t *o, const run_info_t *i
           ",\n \"threads\": %d,\n \"streams_per_thread\": %d,\n \"ops_per_stack\": %llu,\n"
           " \"live_per_thread\": %d,\n \"max_bytes\": %zu,\n \"large_bytes\": %zu,\n"
           " \"large_every\": %d,\n \"seed\": %llu,\n \"cpu_fill\": \"%s\",\n"
-          " \"inject_corruption\": %s,\n \"passed\": %s,\n \"stacks\": [",
+          " \"inject_corruption\": %s,\n \"passed\": %s,\n \"devices\": ",
           o->threads, o->streams, (unsigned long long)o->ops, o->live, o->max_bytes,
           o->large_bytes, LARGE_EVERY, (unsigned long long)o->seed,
           o->sparse ? "sparse" : "full", o->inject ? "true" : "false",
           info->passed ? "true" : "false");
+  if (o->ndevices == 0) fputs("null", f);
+  for (int k = 0; k < o->ndevices; k++) fprintf(f, "%s%d", k ? ", " : "[", o->devices[k]);
+  fprintf(f, "%s,\n \"stacks\": [", o->ndevices ? "]" : "");
   for (int i = 0; i < n; i++) {
     const result_t *r = &res[i];
     const counts_t *c = &r->c;
@@ -854,11 +1060,32 @@ static bool write_json(const char *path, const options_t *o, const run_info_t *i
               (unsigned long long)r->stat_allocations, (unsigned long long)r->stat_deallocations);
     else
       fprintf(f, "   \"leaked_bytes\": null, \"leaked_count\": null,\n");
+    if (o->ndevices > 0) {
+      fprintf(f, "   \"cross_device_frees\": %llu, \"cross_device_path\": ",
+              (unsigned long long)c->cross);
+      if (r->cross_path != NULL) cli_json_string(f, r->cross_path);
+      else fputs("null", f);
+      fprintf(f, ",\n   \"per_device\": [");
+      for (int k = 0; k < r->ndev; k++) {
+        const device_result_t *d = &r->devices[k];
+        fprintf(f, "%s{\"device\": %d, \"spec\": ", k ? ", " : "", d->device);
+        cli_json_string(f, d->spec);
+        if (d->has_statistics)
+          fprintf(f,
+                  ", \"statistics_allocations\": %llu, \"statistics_deallocations\": %llu, "
+                  "\"leaked_bytes\": %lld",
+                  (unsigned long long)d->stat_allocations,
+                  (unsigned long long)d->stat_deallocations, (long long)d->leaked_bytes);
+        fputc('}', f);
+      }
+      fprintf(f, "],\n");
+    }
     fprintf(f, "   \"layers\": [");
     for (int k = 0; k < r->nlayers; k++) {
       const layer_t *l = &r->layers[k];
       fprintf(f, "%s{\"name\": ", k ? ", " : "");
       cli_json_string(f, l->name);
+      fprintf(f, ", \"device\": %d", l->device);
       if (l->has_in_use) fprintf(f, ", \"in_use\": %llu", (unsigned long long)l->in_use);
       if (l->has_outstanding)
         fprintf(f, ", \"outstanding\": %llu", (unsigned long long)l->outstanding);
@@ -898,6 +1125,7 @@ static void print_row(int width, const result_t *r) {
 enum {
   OPT_STACK = 256, OPT_THREADS, OPT_STREAMS, OPT_OPS, OPT_LIVE, OPT_MAX_BYTES, OPT_LARGE_BYTES,
   OPT_SEED, OPT_FILL, OPT_HOST, OPT_GPU, OPT_INJECT, OPT_JSON, OPT_QUIET, OPT_VERSION, OPT_PROGRESS,
+  OPT_DEVICES,
 };
 
 static const struct option long_options[] = {
@@ -916,10 +1144,41 @@ static const struct option long_options[] = {
     {"json", required_argument, NULL, OPT_JSON},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"progress", required_argument, NULL, OPT_PROGRESS},
+    {"devices", required_argument, NULL, OPT_DEVICES},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
+
+/* --devices: distinct device ids in [0, 64), comma-separated. */
+static int parse_devices(const char *text, options_t *o) {
+  o->ndevices = 0;
+  for (const char *p = text;;) {
+    char *end;
+    errno = 0;
+    long d = strtol(p, &end, 10);
+    if (end == p || errno != 0 || d < 0 || d >= 64 || (*end != ',' && *end != '\0'))
+      return cli_usage_error("--devices wants device ids from 0 to 63 separated by commas, not "
+                             "'%s'",
+                             text);
+    for (int k = 0; k < o->ndevices; k++)
+      if (o->devices[k] == d) return cli_usage_error("--devices names device %ld twice", d);
+    if (o->ndevices == MAX_DEVICES)
+      return cli_usage_error("--devices names more than %d devices", MAX_DEVICES);
+    o->devices[o->ndevices++] = (int)d;
+    if (*end == '\0') return -1;
+    p = end + 1;
+  }
+}
+
+/* A --stack text: one spec, or per-device items ("pool > cuda; 1: ...", as
+ * RMMC_ALLOC_CONF takes them). */
+static bool stack_text_ok(const char *text) {
+  bool items = strchr(text, ';') != NULL || isdigit((unsigned char)text[0]) || text[0] == '*';
+  char spec[1024];
+  return items ? rmmc_default_config_device_spec(text, 0, spec, sizeof spec) == RMMC_SUCCESS
+               : rmmc_stack_validate(text) == RMMC_SUCCESS;
+}
 
 /* Parses argv into o; returns -1 to go on, or an exit status. */
 static int parse_options(int argc, char **argv, options_t *o) {
@@ -928,13 +1187,12 @@ static int parse_options(int argc, char **argv, options_t *o) {
                    .max_bytes = (size_t)4 << 20, .large_bytes = (size_t)64 << 20, .seed = 1,
                    .mode = MODE_AUTO, .sparse = true, .progress_s = 2.0};
   opterr = 0;
-  int c;
+  int c, rc;
   while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
     switch (c) {
     case OPT_STACK:
       if (o->nspecs == MAX_STACKS) return cli_usage_error("at most %d --stack options", MAX_STACKS);
-      if (rmmc_stack_validate(optarg) != RMMC_SUCCESS)
-        return cli_usage_error("--stack: %s", rmmc_last_error_message());
+      if (!stack_text_ok(optarg)) return cli_usage_error("--stack: %s", rmmc_last_error_message());
       o->specs[o->nspecs++] = optarg;
       break;
     case OPT_THREADS:
@@ -976,6 +1234,9 @@ static int parse_options(int argc, char **argv, options_t *o) {
       o->mode = m;
       break;
     }
+    case OPT_DEVICES:
+      if ((rc = parse_devices(optarg, o)) >= 0) return rc;
+      break;
     case OPT_INJECT: o->inject = true; break;
     case OPT_JSON: o->json_path = optarg; break;
     case OPT_QUIET: o->quiet = true; break;
@@ -995,7 +1256,26 @@ static int parse_options(int argc, char **argv, options_t *o) {
   if (optind < argc) return cli_usage_error("unexpected argument '%s' (stacks go after --stack)", argv[optind]);
   if (o->large_bytes != 0 && o->large_bytes <= o->max_bytes)
     return cli_usage_error("--large-bytes must be 0 or above --max-bytes");
+  if (o->ndevices > o->threads)
+    return cli_usage_error("--devices names %d devices for %d threads: a device per thread needs "
+                           "at least as many threads",
+                           o->ndevices, o->threads);
   return -1;
+}
+
+/* "device 0: NAME" for the current device, or each --devices device. */
+static void describe_devices(const options_t *o, int current, char *buf, size_t len) {
+  int n = o->ndevices > 0 ? o->ndevices : 1;
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < n && at < len; k++) {
+    int dev = o->ndevices > 0 ? o->devices[k] : current;
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+      at += (size_t)snprintf(buf + at, len - at, "%sdevice %d: %s", k ? ", " : "", dev, prop.name);
+    else
+      at += (size_t)snprintf(buf + at, len - at, "%sdevice %d", k ? ", " : "", dev);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -1012,12 +1292,15 @@ int main(int argc, char **argv) {
     if (devices > 0 && kernels) {
       gpu = true;
       info.mode = "gpu";
-      struct cudaDeviceProp prop;
       int dev = 0;
-      if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
-        snprintf(info.device, sizeof info.device, "device %d: %s", dev, prop.name);
-      else
-        snprintf(info.device, sizeof info.device, "device %d", dev);
+      (void)cudaGetDevice(&dev);
+      describe_devices(&o, dev, info.device, sizeof info.device);
+      for (int k = 0; k < o.ndevices; k++)
+        if (o.devices[k] >= devices) {
+          fprintf(stderr, "rmmc-stress: --devices names device %d; this machine has %d\n",
+                  o.devices[k], devices);
+          return EXIT_NO_GPU;
+        }
     } else {
       const char *why = devices == 0 ? "no CUDA device" : "built without the CUDA kernels (no nvcc)";
       if (o.mode == MODE_GPU) {
@@ -1044,9 +1327,11 @@ int main(int argc, char **argv) {
     cli_format_size(o.large_bytes, top, sizeof top);
     snprintf(large, sizeof large, ", 1 in %d up to %s", LARGE_EVERY, top);
   }
-  printf("# rmmc-stress: %s mode, %s; %d threads x %d streams, %llu ops per stack, sizes "
+  char per[64] = "";
+  if (o.ndevices > 0) snprintf(per, sizeof per, " (thread i on device i mod %d)", o.ndevices);
+  printf("# rmmc-stress: %s mode, %s; %d threads%s x %d streams, %llu ops per stack, sizes "
          "1B-%s log-uniform%s, %d live per thread, seed %llu, CPU fill %s%s\n",
-         info.mode, info.device, o.threads, o.streams, (unsigned long long)o.ops, max, large,
+         info.mode, info.device, o.threads, per, o.streams, (unsigned long long)o.ops, max, large,
          o.live, (unsigned long long)o.seed, o.sparse ? "sparse" : "full",
          o.inject ? ", INJECTING CORRUPTION" : "");
   printf("%-*s %9s %8s %8s %7s %6s %5s %7s %10s %7s %8s  %s\n", width, "stack", "ops", "allocs",

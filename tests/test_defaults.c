@@ -330,6 +330,125 @@ START_TEST(test_defaults_set_default_spec_yields_to_no_caching) {
 }
 END_TEST
 
+/* ---- one spec per device ---- */
+
+static void expect_device_spec(const char *conf, int device, const char *spec) {
+  char buf[256] = "garbage";
+  rmmc_status_t st = rmmc_default_config_device_spec(conf, device, buf, sizeof buf);
+  ck_assert_msg(st == RMMC_SUCCESS, "'%s', device %d: %s", conf, device, rmmc_last_error_message());
+  ck_assert_msg(strcmp(buf, spec) == 0, "'%s', device %d: '%s', not '%s'", conf, device, buf, spec);
+}
+
+static void expect_per_device_error(const char *conf, const char *needle) {
+  char buf[256] = "garbage";
+  ck_assert_int_eq(rmmc_default_config_resolve(conf, NULL, buf, sizeof buf), RMMC_ERROR_PARSE);
+  ck_assert_str_eq(buf, RMMC_DEFAULT_SPEC);
+  ck_assert_msg(strstr(rmmc_last_error_message(), needle) != NULL, "'%s': '%s' lacks '%s'", conf,
+                rmmc_last_error_message(), needle);
+  ck_assert_int_eq(rmmc_default_config_device_spec(conf, 0, buf, sizeof buf), RMMC_ERROR_PARSE);
+  ck_assert_str_eq(buf, "");
+}
+
+START_TEST(test_defaults_per_device_items) {
+  /* One spec: every device. */
+  for (int d = 0; d < 64; d += 21) expect_device_spec("pool > host", d, "pool > host");
+  expect_device_spec("", 5, "cuda");
+  /* Items: named devices, every other device, devices named nowhere. */
+  const char *conf = "statistics > pool > host; 1: pool(max=40GiB) > cuda ; 3-4,6 : host";
+  expect_resolves(conf, NULL, conf);
+  expect_device_spec(conf, 0, "statistics > pool > host");
+  expect_device_spec(conf, 1, "pool(max=40GiB) > cuda");
+  expect_device_spec(conf, 2, "statistics > pool > host");
+  expect_device_spec(conf, 3, "host");
+  expect_device_spec(conf, 4, "host");
+  expect_device_spec(conf, 5, "statistics > pool > host");
+  expect_device_spec(conf, 6, "host");
+  expect_device_spec(conf, 63, "statistics > pool > host");
+  const char *named = "0: pool > cuda; 2: cuda_async;";
+  expect_device_spec(named, 0, "pool > cuda");
+  expect_device_spec(named, 1, "cuda");
+  expect_device_spec(named, 2, "cuda_async");
+  expect_device_spec("*: host; 1: sim", 0, "host");
+  expect_device_spec("1: sim; *: host", 1, "sim");
+  expect_device_spec("1: sim; *: host", 7, "host");
+  /* ';' inside a quoted option value is not a separator. */
+  expect_device_spec("0: logging(path=\"/tmp/a;b\") > host; 1: host", 0,
+                     "logging(path=\"/tmp/a;b\") > host");
+  /* Arguments. */
+  char buf[8];
+  ck_assert_int_eq(rmmc_default_config_device_spec(conf, 64, buf, sizeof buf),
+                   RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_default_config_device_spec(conf, -1, buf, sizeof buf),
+                   RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_default_config_device_spec(conf, 0, buf, sizeof buf),
+                   RMMC_ERROR_INVALID_ARGUMENT); /* 24 bytes do not fit */
+  ck_assert_int_eq(rmmc_default_config_device_spec(NULL, 0, buf, sizeof buf),
+                   RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_default_config_device_spec(conf, 0, NULL, 8), RMMC_ERROR_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(test_defaults_per_device_errors) {
+  expect_per_device_error("0,2: host; 1-3: cuda", "names device 2 in two items");
+  expect_per_device_error("0: host; 0: cuda", "names device 0 in two items");
+  expect_per_device_error("0-0,0: host", "names device 0 twice");
+  expect_per_device_error("host; cuda", "two items for every device");
+  expect_per_device_error("*: host; pool > host", "two items for every device");
+  expect_per_device_error("0 host", "`DEVICES: SPEC`");
+  expect_per_device_error("3-1: host", "LOW <= HIGH");
+  expect_per_device_error("64: host", "device 64 is past the last one rmmc tracks (63)");
+  expect_per_device_error("1:", "no spec after ':'");
+  expect_per_device_error("1: hots; host", "item `1:`");
+  expect_per_device_error("1: hots; host", "did you mean 'host'");
+  expect_per_device_error("host; 1: pool > hots", "unknown resource 'hots'");
+  expect_per_device_error("cuda; 2: hots", "(item `2:`) is not a valid stack spec");
+  expect_per_device_error("pool > host; 0: expandable_segments:True",
+                          "PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax");
+}
+END_TEST
+
+/* The environment's per-device value: read once, reported whole, and a
+ * device's default built from its item (on a GPU: device 0's). */
+START_TEST(test_defaults_environment_per_device) {
+  if (!forked()) return;
+  setenv("RMMC_ALLOC_CONF", "1: cuda; statistics > pool > cuda", 1);
+  unsetenv("RMMC_NO_CACHING");
+  unsetenv("RMMC_ALLOC_CONF_FALLBACK");
+  const char *spec, *message;
+  ck_assert_int_eq(rmmc_default_config_status(&spec, &message), RMMC_SUCCESS);
+  ck_assert_str_eq(spec, "1: cuda; statistics > pool > cuda");
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = rmmc_get_device_resource(0, &r);
+  if (rmmc_device_count() == 0) {
+    ck_assert_int_eq(st, RMMC_ERROR_NO_DEVICE);
+  } else {
+    ck_assert_int_eq(st, RMMC_SUCCESS);
+    ck_assert_str_eq(rmmc_resource_name(r), "statistics");
+    rmmc_registry_clear();
+  }
+  /* From code: per-device items too. */
+  ck_assert_int_eq(rmmc_set_default_spec("0: pool > cuda; 1: hots"), RMMC_ERROR_PARSE);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "set_default_spec (item `1:`)"));
+  ck_assert_int_eq(rmmc_set_default_spec("0: pool > cuda; 1: cuda"), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_default_config_status(&spec, NULL), RMMC_SUCCESS);
+  ck_assert_str_eq(spec, "0: pool > cuda; 1: cuda");
+}
+END_TEST
+
+START_TEST(test_defaults_environment_per_device_broken) {
+  if (!forked()) return;
+  setenv("RMMC_ALLOC_CONF", "0: pool > cuda; 0: cuda", 1);
+  unsetenv("RMMC_NO_CACHING");
+  unsetenv("RMMC_ALLOC_CONF_FALLBACK");
+  int fd = capture_stderr();
+  rmmc_resource_t *r = (rmmc_resource_t *)1;
+  ck_assert_int_eq(rmmc_get_device_resource(3, &r), RMMC_ERROR_PARSE);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "names device 0 in two items"));
+  ck_assert_ptr_null(rmmc_torch_alloc(100, 0, NULL));
+  close(fd);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("defaults");
   TCase *tc = tcase_create("host");
@@ -346,6 +465,10 @@ int main(void) {
   tcase_add_test(tc, test_defaults_pytorch_syntax_names_the_rmmc_spelling);
   tcase_add_test(tc, test_defaults_set_default_spec_replaces_the_environment);
   tcase_add_test(tc, test_defaults_set_default_spec_yields_to_no_caching);
+  tcase_add_test(tc, test_defaults_per_device_items);
+  tcase_add_test(tc, test_defaults_per_device_errors);
+  tcase_add_test(tc, test_defaults_environment_per_device);
+  tcase_add_test(tc, test_defaults_environment_per_device_broken);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

@@ -25,14 +25,16 @@ import sys
 # trailing '*' matches any file of that folder.
 LAYERS = [
     ("leaves", ["src/status.c", "src/ptrmap.c", "src/version.c"]),
-    ("device helpers", ["src/device.c"]),
+    ("device helpers, export registry, IPC handles", ["src/device.c", "src/exports.c",
+                                                      "src/ipc_handle.c"]),
     ("dispatch and option values", ["src/resource.c", "src/spec_options.c"]),
     ("shared by sub-allocators", ["src/stream_events.c"]),
     ("resources and adaptors", ["src/resources/*", "src/adaptors/*"]),
     ("spec parser and table", ["src/spec.c", "src/spec_table.c", "src/suggest.c"]),
     ("process default", ["src/defaults.c", "src/torch_conf.c"]),
     ("registry", ["src/registry.c"]),
-    ("report, plug-ins, containers", ["src/report.c", "src/plugins.c", "src/containers/*"]),
+    ("report, plug-ins, containers, IPC", ["src/report.c", "src/plugins.c", "src/containers/*",
+                                           "src/ipc.c"]),
 ]
 RESOURCE_LAYER = 4
 assert LAYERS[RESOURCE_LAYER][0] == "resources and adaptors"

@@ -381,6 +381,85 @@ START_TEST(test_plugins_torch_init) {
 }
 END_TEST
 
+/* One stack per device: each device's blocks come from its own stack and
+ * go back to it, whatever device the free names (the map knows better). */
+START_TEST(test_plugins_one_stack_per_device) {
+  if (rmmc_device_count() > 0) return; /* ids past the GPUs are refused there */
+  rmmc_resource_t *r[3];
+  for (int d = 0; d < 3; d++) {
+    ck_assert_int_eq(spy_create(RMMC_MEMORY_HOST, &r[d]), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_set_device_resource(d, r[d], NULL), RMMC_SUCCESS);
+  }
+  rmmc_plugin_reset_stats();
+  void *t[3], *c[3];
+  for (int d = 0; d < 3; d++) {
+    t[d] = rmmc_torch_alloc(100 + (size_t)d, d, STREAM_A);
+    c[d] = rmmc_cupy_malloc(STREAM_B, 200 + (size_t)d, d);
+    ck_assert_ptr_nonnull(t[d]);
+    ck_assert_ptr_nonnull(c[d]);
+    spy_counts_t k = spy_counts(spy_of(r[d]));
+    ck_assert_uint_eq(k.outstanding, 2);
+    ck_assert_uint_eq(k.outstanding_bytes, 300 + 2 * (size_t)d);
+    ck_assert_uint_eq(stats(d).live_blocks, 2);
+  }
+  /* Freed naming the wrong device: each block still goes to its own. */
+  for (int d = 0; d < 3; d++) {
+    rmmc_torch_free(t[d], 100 + (size_t)d, (d + 1) % 3, STREAM_A);
+    rmmc_cupy_free(NULL, c[d], (d + 2) % 3);
+  }
+  for (int d = 0; d < 3; d++) {
+    spy_counts_t k = spy_counts(spy_of(r[d]));
+    ck_assert_uint_eq(k.outstanding, 0);
+    ck_assert_uint_eq(k.deallocate_errors, 0);
+    rmmc_plugin_stats_t st = stats(d);
+    ck_assert_uint_eq(st.live_blocks, 0);
+    ck_assert_uint_eq(st.deallocations, 2);
+    ck_assert_uint_eq(st.unknown_frees, 0);
+  }
+  rmmc_registry_clear();
+  for (int d = 0; d < 3; d++) rmmc_resource_release(r[d]);
+}
+END_TEST
+
+/* set_base_alloc_fn: no allocation of its own holds a host pool's block,
+ * so the block is its base; unknown pointers come back as they are. Memory
+ * hooks set through the plug-ins reach the device's pool. */
+static void count_acquire(void *ptr, size_t bytes, void *user) {
+  (void)ptr;
+  *(size_t *)user += bytes;
+}
+
+START_TEST(test_plugins_base_alloc_and_hooks) {
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create("pool > host", -1, &r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_set_device_resource(0, r, NULL), RMMC_SUCCESS);
+  size_t acquired = 0;
+  rmmc_memory_hooks_t h = RMMC_MEMORY_HOOKS_INIT;
+  h.on_acquire = count_acquire;
+  h.user = &acquired;
+  ck_assert_int_eq(rmmc_plugin_set_memory_hooks(0, &h), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_plugin_set_memory_hooks(-1, &h), RMMC_SUCCESS); /* the current: 0 */
+  void *p = rmmc_torch_alloc(5000, 0, STREAM_A);
+  ck_assert_ptr_nonnull(p);
+  uint64_t reserved = 0;
+  ck_assert(rmmc_resource_get_field(r, "reserved", &reserved));
+  ck_assert_uint_eq(acquired, reserved);
+  ck_assert_uint_gt(acquired, 0);
+  size_t size = 0;
+  ck_assert_ptr_eq(rmmc_torch_base_alloc(p, &size), p);
+  ck_assert_uint_eq(size, 5000);
+  char local;
+  size = 9;
+  ck_assert_ptr_eq(rmmc_torch_base_alloc(&local, &size), &local);
+  ck_assert_uint_eq(size, 0);
+  ck_assert_ptr_nonnull(strstr(last_plugin_error(), "rmmc_torch_base_alloc"));
+  rmmc_torch_free(p, 5000, 0, STREAM_A);
+  ck_assert_int_eq(rmmc_plugin_set_memory_hooks(70, &h), RMMC_ERROR_INVALID_ARGUMENT);
+  rmmc_registry_clear();
+  rmmc_resource_release(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("plugins");
   TCase *tc = tcase_create("host");
@@ -396,6 +475,8 @@ int main(void) {
   tcase_add_test(tc, test_plugins_many_threads);
   tcase_add_test(tc, test_plugins_stats_arguments_and_totals);
   tcase_add_test(tc, test_plugins_torch_init);
+  tcase_add_test(tc, test_plugins_one_stack_per_device);
+  tcase_add_test(tc, test_plugins_base_alloc_and_hooks);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

@@ -132,6 +132,54 @@ START_TEST(test_registry_many_threads) {
 }
 END_TEST
 
+/* Per-device stacks (host memory stands in for devices 0-3 without a GPU,
+ * where every device id up to 63 may hold a resource): rmmc_deallocate
+ * returns a block to the stack that holds it whatever device is current. */
+START_TEST(test_registry_frees_to_the_owning_device) {
+  if (rmmc_device_count() > 0) return; /* device ids past the GPUs are refused there */
+  rmmc_registry_clear();
+  rmmc_resource_t *r[4];
+  for (int d = 0; d < 4; d++) {
+    ck_assert_int_eq(rmmc_stack_create("pool > host", -1, &r[d]), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_set_device_resource(d, r[d], NULL), RMMC_SUCCESS);
+  }
+  void *p[4];
+  for (int d = 0; d < 4; d++) {
+    rmmc_resource_t *got;
+    ck_assert_int_eq(rmmc_get_device_resource(d, &got), RMMC_SUCCESS);
+    ck_assert_ptr_eq(got, r[d]);
+    ck_assert_int_eq(rmmc_resource_allocate(got, 1000 + 1000 * (size_t)d, 256, NULL, &p[d]),
+                     RMMC_SUCCESS);
+  }
+  /* The current device is 0 (no GPU): each block still goes home. */
+  for (int d = 3; d >= 0; d--) {
+    ck_assert_int_eq(rmmc_deallocate(p[d], 1000 + 1000 * (size_t)d, NULL), RMMC_SUCCESS);
+    uint64_t in_use = 1;
+    ck_assert(rmmc_resource_get_field(r[d], "in_use", &in_use));
+    ck_assert_uint_eq(in_use, 0);
+  }
+  /* A pointer no device's stack holds: the current one says so. */
+  char local;
+  ck_assert_int_eq(rmmc_deallocate(&local, 10, NULL), RMMC_ERROR_UNKNOWN_POINTER);
+  /* A stack that cannot tell (a spy) on the current device takes the free. */
+  rmmc_resource_t *spy;
+  ck_assert_int_eq(spy_create(RMMC_MEMORY_HOST, &spy), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_set_device_resource(0, spy, NULL), RMMC_SUCCESS);
+  void *q;
+  ck_assert_int_eq(rmmc_allocate(500, NULL, &q), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_deallocate(q, 500, NULL), RMMC_SUCCESS);
+  ck_assert_uint_eq(spy_counts(spy_of(spy)).outstanding, 0);
+  /* A block of device 2 while device 0's stack cannot tell: given to 0,
+   * which refuses it, and device 2 keeps it. */
+  ck_assert_int_eq(rmmc_resource_allocate(r[2], 64, 256, NULL, &q), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_deallocate(q, 64, NULL), RMMC_ERROR_UNKNOWN_POINTER);
+  ck_assert_int_eq(rmmc_resource_deallocate(r[2], q, 64, 256, NULL), RMMC_SUCCESS);
+  rmmc_registry_clear();
+  for (int d = 0; d < 4; d++) rmmc_resource_release(r[d]);
+  rmmc_resource_release(spy);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("registry");
   TCase *tc = tcase_create("host");
@@ -140,6 +188,7 @@ int main(void) {
   tcase_add_test(tc, test_registry_without_gpu_says_so);
   tcase_add_test(tc, test_registry_convenience_calls_use_current);
   tcase_add_test(tc, test_registry_many_threads);
+  tcase_add_test(tc, test_registry_frees_to_the_owning_device);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

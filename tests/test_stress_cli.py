@@ -113,9 +113,58 @@ with tempfile.TemporaryDirectory() as tmp:
         rc, out, err = run("--ops", "100", "--stack", "statistics > cuda")
         check(rc == 1 and "FAILED" in out, f"a cuda stack in host mode fails (rc {rc})")
 
+    # A device per thread. One device (any machine): the run is as without
+    # --devices, nothing crosses. Two (host mode always; GPU mode where the
+    # machine has them): each device's stack ends at zero on its own, blocks
+    # handed across devices are freed by the taker, per-device items build
+    # each device's own stack.
+    base = "cuda" if MODE == "gpu" else "host"
+    config = f"statistics > pool > {base}; 1: statistics > pool(expandable=false) > {base}"
+    for devices in ("0", "0,1"):
+        rc, out, err = run("--ops", str(OPS // 2), "--threads", "4", "--streams", "2",
+                           "--devices", devices, "--stack", f"statistics > pool > {base}",
+                           "--stack", f"statistics > binning > pool > {base}",
+                           "--stack", config, "--json", path)
+        if MODE == "gpu" and rc == 77 and devices == "0,1":
+            print("one GPU: --devices 0,1 skipped (exit 77)")
+            continue
+        check(rc == 0, f"--devices {devices}: exit 0 (rc {rc}, {err!r}, {out})")
+        doc = json.load(open(path))
+        ids = [int(d) for d in devices.split(",")]
+        check(doc["devices"] == ids, f"--devices {devices}: devices {doc['devices']}")
+        check(f"thread i on device i mod {len(ids)}" in out, f"--devices {devices}: said so")
+        for s in doc["stacks"]:
+            name = s["stack"]
+            check(s["passed"] and s["error"] is None, f"{devices} {name}: passed ({s['error']})")
+            per = s["per_device"]
+            check([d["device"] for d in per] == ids, f"{devices} {name}: a stack per device")
+            for d in per:
+                check(d["statistics_allocations"] == d["statistics_deallocations"] > 0
+                      and d["leaked_bytes"] == 0,
+                      f"{devices} {name}: device {d['device']}'s own stack back to zero: {d}")
+            check(sum(d["statistics_allocations"] for d in per) == s["allocations"],
+                  f"{devices} {name}: the devices' statistics add up to what the program did")
+            check({l["device"] for l in s["layers"]} == set(ids),
+                  f"{devices} {name}: layers of every device listed")
+            if len(ids) == 1:
+                check(s["cross_device_frees"] == 0, f"{name}: nothing crosses one device")
+            else:
+                check(s["cross_device_frees"] > 0, f"{name}: blocks freed across devices: "
+                      f"{s['cross_device_frees']}")
+                want = "owner stack" if "binning" in per[0]["spec"] else "rmmc_deallocate"
+                check(s["cross_device_path"] == want,
+                      f"{name}: crossing blocks go back through {want}: {s['cross_device_path']}")
+        if len(ids) == 2:
+            per = doc["stacks"][2]["per_device"]
+            check(per[0]["spec"] == f"statistics > pool > {base}"
+                  and per[1]["spec"] == f"statistics > pool(expandable=false) > {base}",
+                  f"per-device items: {per}")
+
     # Bad command lines.
     for args in (("--threads", "0"), ("--streams", "65"), ("--ops", "x"), ("--stack", "pool >"),
                  ("--fill", "half"), ("--max-bytes", "4MiB", "--large-bytes", "1MiB"),
+                 ("--devices", "0,0"), ("--devices", "64"), ("--devices", "a"),
+                 ("--devices", "0,1,2", "--threads", "2"), ("--stack", "pool > host; 1: pool("),
                  ("--bogus",), ("extra",)):
         rc, out, err = run(*args)
         check(rc == 2 and "rmmc-stress:" in err, f"{args}: exit 2 with a message (rc {rc})")

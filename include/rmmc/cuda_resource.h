@@ -16,9 +16,19 @@
  * the device's minimum granularity (2 MiB on current GPUs), 0 without
  * support. This is what pool(expandable=true) grows on. The driver's entry
  * points are looked up through the runtime: rmmc never links libcuda.
+ *
+ * Sharing with other processes (ipc.h): cudaMalloc memory always can be
+ * (CUDA IPC handles). Virtual-memory pages can be when the resource makes
+ * them shareable: the ipc option (`cuda(ipc=true)`) asks cuMemCreate for
+ * POSIX file descriptor handles, which costs a little per mapping
+ * (docs/design.md has the figures) and needs a device that supports them
+ * (RMMC_ERROR_NOT_SUPPORTED at creation otherwise). describe reports an
+ * "ipc" text field when it is on.
  */
 #ifndef RMMC_CUDA_RESOURCE_H
 #define RMMC_CUDA_RESOURCE_H
+
+#include <stdbool.h>
 
 #include "rmmc/resource.h"
 
@@ -30,6 +40,24 @@ extern "C" {
  * RMMC_ERROR_NO_DEVICE without a GPU; RMMC_ERROR_INVALID_ARGUMENT for a bad
  * device id or NULL out. */
 RMMC_EXPORT rmmc_status_t rmmc_cuda_resource_create(int device, rmmc_resource_t **out);
+
+/* Options of the cuda resource (stack specs name them in parentheses). */
+typedef struct rmmc_cuda_options {
+  size_t size; /* sizeof(rmmc_cuda_options_t) */
+  /* ipc=: make virtual-memory pages shareable with other processes
+   * (rmmc_ipc_export of an expandable pool's blocks); default false. */
+  bool ipc;
+} rmmc_cuda_options_t;
+
+#define RMMC_CUDA_OPTIONS_INIT {sizeof(rmmc_cuda_options_t), false}
+
+/* rmmc_cuda_resource_create() with options (NULL: defaults). Also
+ * RMMC_ERROR_INVALID_ARGUMENT for options not set with their _INIT macro;
+ * RMMC_ERROR_NOT_SUPPORTED for ipc on a device that has virtual memory
+ * but cannot share it through file descriptors. */
+RMMC_EXPORT rmmc_status_t rmmc_cuda_resource_create_with_options(int device,
+                                                                const rmmc_cuda_options_t *options,
+                                                                rmmc_resource_t **out);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,16 @@
  *                     every device's default resource is that stack, built
  *                     for the device on its first use. Unset or blank: the
  *                     plain cuda resource.
+ *                     One spec per device: items separated by ';', each
+ *                     `DEVICES: SPEC` with DEVICES a device number, a list
+ *                     and ranges (`0,2`, `1-3`) or `*`; an item without a
+ *                     device list (or `*`) serves every device no other item
+ *                     names, devices named nowhere get the plain cuda
+ *                     resource. RMMC_ALLOC_CONF="pool > cuda; 1: pool(max=
+ *                     40GiB) > cuda" gives device 1 a capped pool and every
+ *                     other device a plain one. A device named twice, two
+ *                     items for every device or a list that does not parse
+ *                     is a parse error like a bad spec.
  *   RMMC_NO_CACHING   1 (or true, yes, on) forces the plain cuda resource
  *                     (cudaMalloc/cudaFree per allocation) whatever
  *                     RMMC_ALLOC_CONF says, so memory checkers such as
@@ -55,8 +65,9 @@ extern "C" {
 /* Works out the spec the process default uses for the given values of
  * RMMC_ALLOC_CONF and RMMC_NO_CACHING (NULL: unset), without reading the
  * environment, printing or building anything, and writes it into `spec`
- * (`len` bytes, always terminated). RMMC_SUCCESS: `spec` is the spec to
- * build. RMMC_ERROR_PARSE: a value does not parse (the message says which
+ * (`len` bytes, always terminated). RMMC_SUCCESS: `spec` is the
+ * configuration to build from (one spec, or per-device items:
+ * rmmc_default_config_device_spec() picks a device's). RMMC_ERROR_PARSE: a value does not parse (the message says which
  * and why, quoting the spec with a caret) and `spec` is the fallback,
  * RMMC_DEFAULT_SPEC. RMMC_ERROR_INVALID_ARGUMENT for a NULL spec or a
  * buffer too small for the result. Thread-safe. */
@@ -64,8 +75,21 @@ RMMC_EXPORT rmmc_status_t rmmc_default_config_resolve(const char *alloc_conf,
                                                       const char *no_caching, char *spec,
                                                       size_t len);
 
-/* Sets the spec every device's default is built from on its first use,
- * replacing the environment's (RMMC_ALLOC_CONF) from code; devices that
+/* The spec device `device` uses under `config`, a configuration of
+ * RMMC_ALLOC_CONF's form (one spec, or per-device items; what
+ * rmmc_default_config_resolve() writes and rmmc_default_config_status()
+ * returns): the item naming the device, else the item for every device,
+ * else RMMC_DEFAULT_SPEC. Written into `spec` (`len` bytes, terminated).
+ * RMMC_ERROR_PARSE for a configuration that does not parse (the message
+ * says where); RMMC_ERROR_INVALID_ARGUMENT for NULL, a device out of
+ * [0, 64) or a buffer too small. Pure: reads no environment, builds
+ * nothing. Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_default_config_device_spec(const char *config, int device,
+                                                          char *spec, size_t len);
+
+/* Sets the spec (or per-device specs, as RMMC_ALLOC_CONF takes them) every
+ * device's default is built from on its first use, replacing the
+ * environment's (RMMC_ALLOC_CONF) from code; devices that
  * already have a resource keep it (rmmc_set_device_resource() replaces
  * those). RMMC_NO_CACHING=1 still wins: the default stays cuda. A broken
  * RMMC_ALLOC_CONF no longer matters once this succeeds

@@ -15,6 +15,7 @@
  *   a.allocator().set_begin_allocate_to_pool(addr("rmmc_torch_begin_allocate_to_pool"))
  *   a.allocator().set_end_allocate_to_pool_fn(addr("rmmc_torch_end_allocate_to_pool"))
  *   a.allocator().set_release_pool(addr("rmmc_torch_release_pool"))
+ *   a.allocator().set_base_alloc_fn(addr("rmmc_torch_base_alloc"))
  *   torch.cuda.memory.change_current_allocator(a)   # before any CUDA use
  *
  * CuPy (cupy.cuda.memory.CFunctionAllocator):
@@ -38,9 +39,12 @@
  * for frameworks that allocate on threads of their own (PyTorch's autograd
  * engine runs backward passes on its own threads).
  *
- * Hooks of PyTorch's CUDAPluggableAllocator that are not provided:
- * set_base_alloc_fn (rmmc's sub-allocators carve blocks out of larger
- * allocations, and the CUDA runtime gives no base address to report).
+ * Sharing tensors between processes: PyTorch's own path
+ * (torch.multiprocessing, Storage._share_cuda_) refuses pluggable
+ * allocators in current versions (shareIpcHandle and getIpcDevPtr raise);
+ * older ones share through rmmc_torch_base_alloc below. rmmc's own export
+ * and import (ipc.h; rmmc.ipc in Python) work with any version:
+ * docs/design.md, "Sharing between processes".
  */
 #ifndef RMMC_PLUGINS_H
 #define RMMC_PLUGINS_H
@@ -51,6 +55,7 @@
 #include <cuda_runtime_api.h>
 
 #include "rmmc/export.h"
+#include "rmmc/resource.h"
 #include "rmmc/status.h"
 
 #ifdef __cplusplus
@@ -118,6 +123,17 @@ RMMC_EXPORT void rmmc_torch_begin_allocate_to_pool(int device, uint64_t id0, uin
 RMMC_EXPORT void rmmc_torch_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1);
 RMMC_EXPORT void rmmc_torch_release_pool(int device, uint64_t id0, uint64_t id1);
 
+/* set_base_alloc_fn (PyTorch's getBaseAllocation): the cudaMalloc
+ * allocation that holds the block at `ptr` (a pool's chunk, found with
+ * rmmc_resource_get_allocation() down the stack) and its size in *size,
+ * as PyTorch's own allocator reports for CUDA IPC; for a block on
+ * virtual-memory pages, or of a stack that cannot tell, the block itself.
+ * An unknown pointer is returned as it is with *size 0 (and reported).
+ * PyTorch versions that share tensors through cudaIpcGetMemHandle of this
+ * base (before shareIpcHandle) can then share chunk-backed rmmc memory;
+ * docs/design.md says which do. Thread-safe. */
+RMMC_EXPORT void *rmmc_torch_base_alloc(void *ptr, size_t *size);
+
 /* ---- CuPy ---- */
 
 /* Allocates `size` bytes on `device` from its registry resource, ordered
@@ -163,6 +179,13 @@ RMMC_EXPORT rmmc_status_t rmmc_plugin_get_stats(int device, rmmc_plugin_stats_t 
  * message. Blocks already out stay. RMMC_ERROR_INVALID_ARGUMENT for a bad
  * device id. Thread-safe. */
 RMMC_EXPORT rmmc_status_t rmmc_plugin_set_limit(int device, size_t bytes);
+
+/* Memory hooks (resource.h) on device `device`'s registry resource (-1:
+ * the current device; built from the default on first use), so that NCCL,
+ * RDMA or cuFile registration follows the memory the framework's stack
+ * takes: rmmc_resource_set_memory_hooks() on it, with its statuses and
+ * those of rmmc_get_device_resource(). Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_plugin_set_memory_hooks(int device, const rmmc_memory_hooks_t *hooks);
 
 /* Releases the cached memory of the registry resource of every device the
  * plug-ins have allocated on (rmmc_resource_release_cached()). Returns the

@@ -37,6 +37,14 @@ extern "C" {
  * fails. */
 RMMC_EXPORT int rmmc_device_count(void);
 
+/* True when kernels on `device` can be given access to the memory of
+ * `peer_device` (cudaDeviceCanAccessPeer; the order of CUDA's and of
+ * PyTorch's torch.cuda.can_device_access_peer): two different devices
+ * that exist and have a peer path. False otherwise, and without a GPU.
+ * rmmc_resource_enable_peer_access(r, device) on a stack of peer_device
+ * succeeds where this is true. Never fails; thread-safe. */
+RMMC_EXPORT bool rmmc_device_can_access_peer(int device, int peer_device);
+
 /* The current CUDA device of the calling thread, or 0 when the machine has
  * no CUDA device. RMMC_ERROR_INVALID_ARGUMENT for NULL, RMMC_ERROR_CUDA if
  * CUDA fails otherwise. */
@@ -70,7 +78,11 @@ RMMC_EXPORT void rmmc_registry_clear(void);
  * default alignment (statuses as rmmc_resource_allocate). */
 RMMC_EXPORT rmmc_status_t rmmc_allocate(size_t bytes, cudaStream_t stream, void **out);
 
-/* Returns memory from rmmc_allocate() to the current device's resource. */
+/* Returns memory from rmmc_allocate() to the resource it came from: the
+ * current device's, or, while several devices have resources in the
+ * registry, the device whose stack holds the block whatever device is
+ * current (found with rmmc_resource_get_allocation(); a current stack that
+ * cannot tell is given the free). */
 RMMC_EXPORT rmmc_status_t rmmc_deallocate(void *ptr, size_t bytes, cudaStream_t stream);
 
 /* Free and total memory of `device` (-1: the current device).

@@ -188,6 +188,149 @@ RMMC_EXPORT rmmc_status_t rmmc_resource_vm_unreserve(rmmc_resource_t *r, void *p
 RMMC_EXPORT rmmc_status_t rmmc_resource_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes);
 RMMC_EXPORT rmmc_status_t rmmc_resource_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes);
 
+/* Grants device `device` read and write access to mapped pages (readwrite
+ * true), or takes it back (false): [ptr, ptr + bytes) is one or more whole
+ * ranges given to map, contiguous. A mapping is reachable from r's own
+ * device only until a range is granted; a pool over r does this for the
+ * peers rmmc_resource_enable_peer_access() named, on every mapping it
+ * makes. On failure the access is as it was. Returns RMMC_SUCCESS;
+ * RMMC_ERROR_INVALID_ARGUMENT for a bad range, a device out of [0, 64) or
+ * r's own device (its access comes with the mapping);
+ * RMMC_ERROR_NOT_SUPPORTED when r cannot grant access (host, sim, a
+ * resource of your own without the vm_set_access slot) or the two devices
+ * cannot be peers; RMMC_ERROR_CUDA when the driver refuses. Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_resource_vm_set_access(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                                      int device, bool readwrite);
+
+/* ---- Allocations: which block holds a pointer ----
+ *
+ * A range of addresses: `bytes` bytes from `ptr`. */
+typedef struct rmmc_range {
+  void *ptr;
+  size_t bytes;
+} rmmc_range_t;
+
+/* Where the memory of a block came from, one layer down. */
+typedef enum rmmc_backing {
+  /* The layer made the memory itself (cudaMalloc, the driver, malloc):
+   * `upstream` is that whole allocation as the layer made it. */
+  RMMC_BACKING_OWN = 1,
+  /* The block lies inside one block the layer's upstream handed out (a
+   * pool's chunk): `upstream` is that block; ask the upstream about it. */
+  RMMC_BACKING_BLOCK = 2,
+  /* The block lies on virtual-memory mappings the layer made through its
+   * upstream's vm_map (an expandable pool's pages): `mappings` lists them,
+   * each exactly one range given to vm_map, in address order, and
+   * `upstream` spans them. */
+  RMMC_BACKING_MAPPINGS = 3,
+} rmmc_backing_t;
+
+/* The block of a resource that holds a pointer. Set `size` with
+ * RMMC_ALLOCATION_INIT; to learn the mappings of a RMMC_BACKING_MAPPINGS
+ * block, point `mappings` at room for `max_mappings` ranges first. */
+typedef struct rmmc_allocation {
+  size_t size;               /* sizeof(rmmc_allocation_t) */
+  void *base;                /* the block's first byte */
+  size_t bytes;              /* its size: the bytes allocate was asked for */
+  rmmc_resource_t *resource; /* the layer that handed it out (borrowed) */
+  rmmc_backing_t backing;    /* where its memory came from, one layer down */
+  rmmc_range_t upstream;     /* that memory (see rmmc_backing_t) */
+  rmmc_range_t *mappings;    /* in: room for the mappings (may be NULL) */
+  size_t max_mappings;       /* in: how many ranges fit there */
+  size_t nmappings;          /* out: how many mappings the block lies on (all of
+                              * them; only the first max_mappings are written) */
+} rmmc_allocation_t;
+
+#define RMMC_ALLOCATION_INIT {sizeof(rmmc_allocation_t), NULL, 0, NULL, 0, {NULL, 0}, NULL, 0, 0}
+
+/* Finds the block of r's stack that holds `ptr` (its first byte or any byte
+ * inside it) and fills *out: the block, the layer that handed it out, and
+ * what memory lies under it. Adaptors pass the question to their upstream;
+ * the pool answers for its blocks (O(1) for a block's first byte, a walk of
+ * its chunk's or span's blocks otherwise); the cuda resource for its
+ * cudaMalloc allocations (the driver knows their range). Not on any hot
+ * path: a lookup takes the layer's locks.
+ * Returns RMMC_SUCCESS; RMMC_ERROR_INVALID_ARGUMENT for a NULL r, ptr or
+ * out, or an out->size below the first version of the struct;
+ * RMMC_ERROR_UNKNOWN_POINTER when no live block of the stack holds ptr;
+ * RMMC_ERROR_NOT_SUPPORTED when a layer cannot tell (fixed_size, binning,
+ * arena, cuda_async, managed, pinned, host, sim, or a resource of your own
+ * without the get_allocation slot). Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_resource_get_allocation(rmmc_resource_t *r, const void *ptr,
+                                                       rmmc_allocation_t *out);
+
+/* ---- Memory hooks: what a stack takes from the system ----
+ *
+ * Registration-style users (NCCL's ncclCommRegister, RDMA memory regions,
+ * cuFile's buffer registration) must know every range of memory a pool
+ * holds, as it grows and before it gives memory back. on_acquire(ptr,
+ * bytes, user) is called after a layer took a new range from its upstream
+ * (a pool's chunk, or one mapping of its pages); on_release(ptr, bytes,
+ * user) before the layer gives that same range back (trimming,
+ * release_cached, destruction). The ranges are exactly those: each
+ * on_release matches one earlier on_acquire. Both run on the thread that
+ * makes the pool grow or shrink, under the pool's lock: a hook must not
+ * call the same resource. Either may be NULL. */
+typedef void (*rmmc_memory_hook_cb)(void *ptr, size_t bytes, void *user);
+
+typedef struct rmmc_memory_hooks {
+  size_t size;                    /* sizeof(rmmc_memory_hooks_t): RMMC_MEMORY_HOOKS_INIT */
+  rmmc_memory_hook_cb on_acquire; /* a range was taken from the upstream */
+  rmmc_memory_hook_cb on_release; /* a range is about to go back */
+  void *user;                     /* passed to both */
+} rmmc_memory_hooks_t;
+
+#define RMMC_MEMORY_HOOKS_INIT {sizeof(rmmc_memory_hooks_t), NULL, NULL, NULL}
+
+/* Installs `hooks` (copied; NULL removes them) on the layer of r's stack
+ * that takes memory from the system: r itself if it supports hooks, else
+ * the first layer below it that does (adaptors and sub-allocators without
+ * their own pass the call down; the pool takes it). So that a registration
+ * always matches what is held, the hooks being replaced get on_release for
+ * every range held now, and the new hooks on_acquire for each, before this
+ * returns. Returns RMMC_SUCCESS; RMMC_ERROR_INVALID_ARGUMENT for a NULL r or
+ * a hooks->size below the first version of the struct;
+ * RMMC_ERROR_NOT_SUPPORTED when no layer of the stack supports hooks.
+ * Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_resource_set_memory_hooks(rmmc_resource_t *r,
+                                                         const rmmc_memory_hooks_t *hooks);
+
+/* ---- Peer access: another device's kernels on a stack's memory ----
+ *
+ * Lets kernels running on device `peer_device` read and write the memory
+ * r's stack hands out: every block it holds now and every block it maps or
+ * allocates later, so a pool that grows after the call stays reachable.
+ * Each layer does its part and passes the call down: a pool grants each of
+ * its virtual-memory mappings to the peer (cuMemSetAccess) now and at
+ * every later mapping; the cuda resource enables the two contexts' peer
+ * access (cudaDeviceEnablePeerAccess from the peer's context: every
+ * cudaMalloc allocation of its device, now and later; the calling thread's
+ * current device is left as it was); cuda_async sets its memory pool's
+ * access (cudaMemPoolSetAccess: the device's default pool, for a view of
+ * it); managed and pinned memory is reachable from every device already,
+ * so the call only checks the peer; adaptors and the other sub-allocators
+ * take their memory from their upstream and pass the call on. Enabling a
+ * peer twice succeeds and does nothing more. There is no disable: CUDA's
+ * context peer access is shared by every user of the two devices (PyTorch
+ * and CuPy enable it and never turn it off), and access taken back from
+ * memory a kernel still uses faults that kernel; release the stack
+ * instead. Call it before launching the peer's kernels that use the
+ * memory; it is not stream-ordered.
+ *
+ * Returns RMMC_SUCCESS; RMMC_ERROR_INVALID_ARGUMENT for a NULL r, a
+ * peer_device out of [0, 64), one that does not exist, or r's own device
+ * (its memory is its own; the message names both); RMMC_ERROR_NOT_SUPPORTED
+ * when the two devices cannot be peers (cudaDeviceCanAccessPeer says no:
+ * no NVLink or PCIe peer path, or a platform that forbids it; the message
+ * names both) or when the stack's memory is not device memory (host, sim)
+ * or its base cannot tell (a resource of your own without the
+ * enable_peer_access slot); RMMC_ERROR_NO_DEVICE without a GPU;
+ * RMMC_ERROR_CUDA when CUDA refuses otherwise. On failure a pool's
+ * mappings are as they were (those granted before the failure are taken
+ * back); what a layer below did before the failure stays (CUDA's context
+ * peer access is never turned off, for the reason above). Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_resource_enable_peer_access(rmmc_resource_t *r, int peer_device);
+
 /* One figure a resource reports about itself. */
 typedef enum rmmc_field_kind {
   RMMC_FIELD_BYTES = 1, /* value is a number of bytes */

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define RMMC_RESOURCE_OPS_VERSION 2
+#define RMMC_RESOURCE_OPS_VERSION 4
 
 typedef struct rmmc_resource_ops {
   /* RMMC_RESOURCE_OPS_VERSION of the header the table was built with. */
@@ -90,6 +90,45 @@ typedef struct rmmc_resource_ops {
   rmmc_status_t (*vm_map)(rmmc_resource_t *r, void *ptr, size_t bytes);
   /* Takes back the memory of exactly one range given to vm_map. */
   rmmc_status_t (*vm_unmap)(rmmc_resource_t *r, void *ptr, size_t bytes);
+
+  /* ---- version 3: allocation queries and memory hooks (optional) ---- */
+
+  /* ptr != NULL, out->size checked. Fills *out for the block holding ptr
+   * (resource.h, rmmc_resource_get_allocation: base, bytes, resource = r,
+   * backing, upstream, mappings up to out->max_mappings and nmappings);
+   * RMMC_ERROR_UNKNOWN_POINTER if none of r's live blocks holds it. An
+   * adaptor that hands out its upstream's blocks unchanged sets it to pass
+   * the question on (the library's adaptors do). NULL: the question is
+   * answered with RMMC_ERROR_NOT_SUPPORTED. */
+  rmmc_status_t (*get_allocation)(rmmc_resource_t *r, const void *ptr, rmmc_allocation_t *out);
+
+  /* hooks == NULL removes them; otherwise a copy of a checked struct. Takes
+   * the hooks for the memory r takes from its upstream (resource.h,
+   * rmmc_resource_set_memory_hooks: the old hooks' on_release and the new
+   * ones' on_acquire for every range held now). NULL: the call goes to the
+   * upstream, or is RMMC_ERROR_NOT_SUPPORTED without one. */
+  rmmc_status_t (*set_memory_hooks)(rmmc_resource_t *r, const rmmc_memory_hooks_t *hooks);
+
+  /* ---- version 4: peer access (optional) ---- */
+
+  /* peer_device in [0, 64) and not r's own device (checked). Lets kernels
+   * on peer_device reach the memory r hands out, now and from now on
+   * (resource.h, rmmc_resource_enable_peer_access); enabling a peer twice
+   * succeeds. A layer whose memory comes from its upstream passes the call
+   * down itself (rmmc_resource_enable_peer_access on the upstream) before
+   * doing its own part, and on failure leaves its own state as it was.
+   * NULL: the call goes to the upstream, or is RMMC_ERROR_NOT_SUPPORTED
+   * without one. */
+  rmmc_status_t (*enable_peer_access)(rmmc_resource_t *r, int peer_device);
+
+  /* With the virtual-memory slots; optional even then. [ptr, ptr + bytes)
+   * is one or more whole ranges given to vm_map, contiguous; device in
+   * [0, 64), not r's own (checked). Grants `device` read and write access
+   * to it (readwrite), or takes that access back (!readwrite). On failure
+   * the range's access is as it was. NULL: RMMC_ERROR_NOT_SUPPORTED (a pool
+   * over the resource cannot then let other devices reach its pages). */
+  rmmc_status_t (*vm_set_access)(rmmc_resource_t *r, void *ptr, size_t bytes, int device,
+                                 bool readwrite);
 } rmmc_resource_ops_t;
 
 /* The base every resource embeds as its first member. Fields are set by

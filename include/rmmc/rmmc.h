@@ -39,5 +39,6 @@
 #include "rmmc/fixed_size_resource.h"
 #include "rmmc/binning_resource.h"
 #include "rmmc/arena_resource.h"
+#include "rmmc/ipc.h"
 
 #endif /* RMMC_RMMC_H */

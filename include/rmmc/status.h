@@ -32,7 +32,8 @@ extern "C" {
   X(ERROR_PARSE, -8, "malformed input")                                        \
   X(ERROR_IO, -9, "input/output error")                                        \
   X(ERROR_IN_USE, -10, "resource in use")                                      \
-  X(ERROR_INTERNAL, -11, "internal error")
+  X(ERROR_INTERNAL, -11, "internal error")                                    \
+  X(ERROR_STALE, -12, "stale handle")
 
 typedef enum rmmc_status {
 #define RMMC_STATUS_ENUM_(name, value, text) RMMC_##name = (value),

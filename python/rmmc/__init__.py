@@ -29,14 +29,16 @@ import contextlib
 import ctypes
 import warnings
 
-from ._lib import (FIELD_BYTES, FIELD_CB, FIELD_TEXT, STATUS_NAMES, InvalidArgumentError,
-                   NoDeviceError, OutOfMemoryError, ParseError, PluginStats, RmmcError,
+from ._lib import (FIELD_BYTES, FIELD_CB, FIELD_TEXT, MEMORY_HOOK, STATUS_NAMES,
+                   InvalidArgumentError, MemoryHooks, NoDeviceError, NotSupportedError,
+                   OutOfMemoryError, ParseError, PluginStats, RmmcError, StaleError,
                    Statistics as _StatisticsStruct, UnknownPointerError, check, error_for,
                    last_error, lib, library_path, read_text)
 
 __all__ = [
     "RmmcError", "OutOfMemoryError", "ParseError", "InvalidArgumentError", "NoDeviceError",
-    "UnknownPointerError", "Resource", "Bytes", "version", "set_default", "get_default",
+    "UnknownPointerError", "NotSupportedError", "StaleError", "Resource", "Bytes", "version",
+    "set_default", "get_default", "set_memory_hooks", "device_spec",
     "memory_status", "stack_figures", "statistics", "validate", "parse_size", "stack_help",
     "config_status", "device_count", "plugin_stats", "plugin_last_error", "release_cached",
     "library_path",
@@ -193,6 +195,17 @@ class Resource:
         """Gives memory cached by the stack's layers back to their upstreams."""
         check(lib().rmmc_resource_release_cached(self._h()), "release_cached")
 
+    def set_memory_hooks(self, on_acquire=None, on_release=None):
+        """Calls on_acquire(ptr, nbytes) for each range of memory the stack
+        takes from the system (a pool's chunks or page mappings, those held
+        now included) and on_release(ptr, nbytes) before it gives one back;
+        both None removes them. They run on whichever thread makes the pool
+        grow or shrink, holding the pool's lock: do not allocate from this
+        stack inside them. NotSupportedError if no layer can (no pool)."""
+        hooks = _make_hooks(on_acquire, on_release)
+        check(lib().rmmc_resource_set_memory_hooks(self._h(), hooks), "set_memory_hooks")
+        _HOOKS_ALIVE[("resource", self._handle)] = hooks
+
     def close(self):
         """Drops this object's reference (idempotent)."""
         if self._handle is None:
@@ -272,6 +285,41 @@ def set_default(spec, device=None):
         r = Resource(spec, dev)
     check(lib().rmmc_set_device_resource(dev, r._h(), None), "set_default")
     return r
+
+
+_HOOKS_ALIVE = {}  # the ctypes callbacks rmmc holds, kept alive
+
+
+def _make_hooks(on_acquire, on_release):
+    if on_acquire is None and on_release is None:
+        return None
+    h = MemoryHooks()
+    h.size = ctypes.sizeof(MemoryHooks)
+    if on_acquire is not None:
+        h.on_acquire = MEMORY_HOOK(lambda p, n, _u: on_acquire(p, n))
+    if on_release is not None:
+        h.on_release = MEMORY_HOOK(lambda p, n, _u: on_release(p, n))
+    return h
+
+
+def set_memory_hooks(on_acquire=None, on_release=None, device=None):
+    """Memory hooks (Resource.set_memory_hooks) on the device's registry
+    stack: what rmmc.torch and rmmc.cupy allocate from, so NCCL, RDMA or
+    cuFile registration can follow it (built from the default spec on
+    first use)."""
+    dev = _device(device)
+    hooks = _make_hooks(on_acquire, on_release)
+    check(lib().rmmc_plugin_set_memory_hooks(dev, hooks), "set_memory_hooks")
+    _HOOKS_ALIVE[("device", dev)] = hooks
+
+
+def device_spec(config, device):
+    """The spec `device` uses under a configuration of RMMC_ALLOC_CONF's
+    form ("pool > cuda; 1: pool(max=40GiB) > cuda")."""
+    buf = ctypes.create_string_buffer(4097)
+    check(lib().rmmc_default_config_device_spec(_encode(config), device, buf, len(buf)),
+          "device_spec")
+    return buf.value.decode()
 
 
 def get_default(device=None):

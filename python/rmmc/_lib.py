@@ -15,7 +15,7 @@ STATUS_NAMES = {
     0: "SUCCESS", -1: "ERROR_INVALID_ARGUMENT", -2: "ERROR_OUT_OF_MEMORY", -3: "ERROR_CUDA",
     -4: "ERROR_UNKNOWN_POINTER", -5: "ERROR_NOT_SUPPORTED", -6: "ERROR_NO_DEVICE",
     -7: "ERROR_INCOMPATIBLE", -8: "ERROR_PARSE", -9: "ERROR_IO", -10: "ERROR_IN_USE",
-    -11: "ERROR_INTERNAL",
+    -11: "ERROR_INTERNAL", -12: "ERROR_STALE",
 }
 
 FIELD_BYTES, FIELD_COUNT, FIELD_TEXT = 1, 2, 3
@@ -53,8 +53,16 @@ class UnknownPointerError(RmmcError, ValueError):
     """RMMC_ERROR_UNKNOWN_POINTER: freeing what the resource did not hand out."""
 
 
+class NotSupportedError(RmmcError):
+    """RMMC_ERROR_NOT_SUPPORTED: the stack cannot do that (share host memory, say)."""
+
+
+class StaleError(RmmcError):
+    """RMMC_ERROR_STALE: an IPC handle whose block was freed or whose exporter exited."""
+
+
 _CLASSES = {-1: InvalidArgumentError, -2: OutOfMemoryError, -4: UnknownPointerError,
-            -6: NoDeviceError, -8: ParseError}
+            -5: NotSupportedError, -6: NoDeviceError, -8: ParseError, -12: StaleError}
 
 
 def error_for(status, message, what=None):
@@ -84,6 +92,35 @@ class PluginStats(ctypes.Structure):
         "allocations", "allocation_failures", "deallocations", "deallocation_failures",
         "unknown_frees", "recorded_streams", "live_blocks", "bytes_in_use", "peak_bytes",
         "limit")]
+
+
+# Memory hooks (include/rmmc/resource.h): on_acquire/on_release(ptr, bytes, user).
+MEMORY_HOOK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+
+
+class MemoryHooks(ctypes.Structure):
+    """rmmc_memory_hooks_t."""
+    _fields_ = [("size", ctypes.c_size_t), ("on_acquire", MEMORY_HOOK),
+                ("on_release", MEMORY_HOOK), ("user", ctypes.c_void_p)]
+
+
+IPC_HANDLE_BYTES = 4096
+IPC_MAX_FDS = 976
+IpcHandle = ctypes.c_ubyte * IPC_HANDLE_BYTES
+
+
+class IpcInfo(ctypes.Structure):
+    """rmmc_ipc_info_t (include/rmmc/ipc.h)."""
+    _fields_ = [("size", ctypes.c_size_t), ("kind", ctypes.c_int), ("bytes", ctypes.c_size_t),
+                ("nfds", ctypes.c_size_t), ("handle_bytes", ctypes.c_size_t),
+                ("exporter_pid", ctypes.c_int), ("exporter_device", ctypes.c_int),
+                ("device_uuid", ctypes.c_ubyte * 16), ("generation", ctypes.c_uint64)]
+
+
+class IpcStats(ctypes.Structure):
+    """rmmc_ipc_stats_t."""
+    _fields_ = [("size", ctypes.c_size_t)] + [(name, ctypes.c_uint64) for name in (
+        "exports", "imports", "open_bases", "opens", "unverified")]
 
 
 def library_path():
@@ -151,6 +188,22 @@ _SIGNATURES = {
     "rmmc_torch_empty_cache": (None, []),
     "rmmc_torch_set_memory_fraction": (None, [ctypes.c_double, _i]),
     "rmmc_torch_record_stream": (None, [_vp, _vp]),
+    "rmmc_torch_base_alloc": (_vp, [_vp, ctypes.POINTER(_sz)]),
+    "rmmc_resource_set_memory_hooks": (_st, [_vp, ctypes.POINTER(MemoryHooks)]),
+    "rmmc_plugin_set_memory_hooks": (_st, [_i, ctypes.POINTER(MemoryHooks)]),
+    "rmmc_ipc_export": (_st, [_vp, _vp, ctypes.POINTER(IpcHandle), ctypes.POINTER(_i), _sz,
+                              ctypes.POINTER(_sz)]),
+    "rmmc_ipc_import": (_st, [ctypes.POINTER(IpcHandle), ctypes.POINTER(_i), _sz,
+                              ctypes.POINTER(_vp)]),
+    "rmmc_ipc_close": (_st, [_vp]),
+    "rmmc_ipc_revoke": (_st, [_vp]),
+    "rmmc_ipc_check": (_st, [ctypes.POINTER(IpcHandle)]),
+    "rmmc_ipc_handle_info": (_st, [ctypes.POINTER(IpcHandle), ctypes.POINTER(IpcInfo)]),
+    "rmmc_ipc_send": (_st, [_i, ctypes.POINTER(IpcHandle), ctypes.POINTER(_i), _sz]),
+    "rmmc_ipc_recv": (_st, [_i, ctypes.POINTER(IpcHandle), ctypes.POINTER(_i), _sz,
+                            ctypes.POINTER(_sz)]),
+    "rmmc_ipc_get_stats": (_st, [ctypes.POINTER(IpcStats)]),
+    "rmmc_default_config_device_spec": (_st, [ctypes.c_char_p, _i, ctypes.c_char_p, _sz]),
 }
 
 _lock = threading.Lock()

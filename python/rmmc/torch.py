@@ -23,7 +23,9 @@ _HOOKS = (("set_init_fn", "rmmc_torch_init"),
           # CUDA graphs: torch.cuda.graph's private pools
           ("set_begin_allocate_to_pool", "rmmc_torch_begin_allocate_to_pool"),
           ("set_end_allocate_to_pool_fn", "rmmc_torch_end_allocate_to_pool"),
-          ("set_release_pool", "rmmc_torch_release_pool"))
+          ("set_release_pool", "rmmc_torch_release_pool"),
+          # getBaseAllocation: the chunk under a block (CUDA IPC in older PyTorch)
+          ("set_base_alloc_fn", "rmmc_torch_base_alloc"))
 
 
 def use(spec=None, device=None, fraction=None):

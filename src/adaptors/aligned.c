@@ -138,6 +138,7 @@ static const rmmc_resource_ops_t aligned_ops = {
     .describe = aligned_describe,
     .destroy = aligned_destroy,
     .upstream = rmmc__adaptor_upstream,
+    .get_allocation = rmmc__adaptor_get_allocation,
 };
 
 RMMC_API rmmc_status_t rmmc_aligned_adaptor_create(rmmc_resource_t *upstream,

@@ -73,6 +73,7 @@ static const rmmc_resource_ops_t failure_ops = {
     .describe = failure_describe,
     .destroy = rmmc__adaptor_destroy,
     .upstream = rmmc__adaptor_upstream,
+    .get_allocation = rmmc__adaptor_get_allocation,
 };
 
 static rmmc_status_t create(const char *what, rmmc_resource_t *upstream, rmmc_failure_cb cb,

@@ -110,6 +110,8 @@ static const rmmc_resource_ops_t limiting_ops = {
     .vm_unreserve = rmmc__adaptor_vm_unreserve,
     .vm_map = limiting_vm_map,
     .vm_unmap = limiting_vm_unmap,
+    .vm_set_access = rmmc__adaptor_vm_set_access,
+    .get_allocation = rmmc__adaptor_get_allocation,
 };
 
 RMMC_API rmmc_status_t rmmc_limiting_adaptor_create(rmmc_resource_t *upstream, size_t limit,

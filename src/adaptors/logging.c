@@ -249,6 +249,7 @@ static const rmmc_resource_ops_t logging_ops = {
     .describe = logging_describe,
     .destroy = logging_destroy,
     .upstream = rmmc__adaptor_upstream,
+    .get_allocation = rmmc__adaptor_get_allocation,
 };
 
 RMMC_API rmmc_status_t rmmc_logging_adaptor_flush(rmmc_resource_t *r) {

@@ -61,6 +61,7 @@ static const rmmc_resource_ops_t prefetch_ops = {
     .describe = prefetch_describe,
     .destroy = rmmc__adaptor_destroy,
     .upstream = rmmc__adaptor_upstream,
+    .get_allocation = rmmc__adaptor_get_allocation,
 };
 
 /* Managed memory can be prefetched only where the device has concurrent

@@ -470,6 +470,7 @@ static const rmmc_resource_ops_t statistics_ops = {
     .describe = statistics_describe,
     .destroy = statistics_destroy,
     .upstream = rmmc__adaptor_upstream,
+    .get_allocation = rmmc__adaptor_get_allocation,
 };
 
 static rmmc_status_t check(rmmc_resource_t *r, const char *what) {

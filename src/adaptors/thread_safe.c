@@ -64,6 +64,7 @@ static const rmmc_resource_ops_t ts_ops = {
     .describe = ts_describe,
     .destroy = ts_destroy,
     .upstream = rmmc__adaptor_upstream,
+    .get_allocation = rmmc__adaptor_get_allocation,
 };
 
 RMMC_API rmmc_status_t rmmc_thread_safe_adaptor_create(rmmc_resource_t *upstream,

@@ -381,6 +381,7 @@ static const rmmc_resource_ops_t tracking_ops = {
     .describe = tracking_describe,
     .destroy = tracking_destroy,
     .upstream = rmmc__adaptor_upstream,
+    .get_allocation = rmmc__adaptor_get_allocation,
 };
 
 RMMC_API rmmc_status_t rmmc_tracking_adaptor_create(rmmc_resource_t *upstream,

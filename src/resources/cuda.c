@@ -8,11 +8,13 @@
 #include <string.h>
 
 #include "../spec.h"
+#include "cuda_internal.h"
 #include "rmmc/cuda_resource.h"
 
 typedef struct cuda_resource {
   rmmc_resource_t base;
   size_t vm_page; /* virtual memory page size; 0: the driver has none */
+  bool ipc;       /* pages made shareable (POSIX file descriptors) */
 } cuda_resource_t;
 
 static rmmc_status_t cuda_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
@@ -71,6 +73,11 @@ typedef struct vm_driver {
   PFN_cuMemGetAllocationGranularity_v10020 granularity;
   PFN_cuDeviceGet_v2000 device_get;
   PFN_cuDeviceGetAttribute_v2000 attribute;
+  /* sharing between processes (ipc.c) and allocation queries */
+  PFN_cuMemExportToShareableHandle_v10020 export_handle;
+  PFN_cuMemImportFromShareableHandle_v10020 import_handle;
+  PFN_cuMemGetAddressRange_v3020 address_range;
+  PFN_cuDeviceGetUuid_v11040 uuid;
 } vm_driver_t;
 
 static vm_driver_t vm;
@@ -93,6 +100,10 @@ static void vm_load(void) {
       {"cuMemGetAllocationGranularity", (void **)&vm.granularity, 10020},
       {"cuDeviceGet", (void **)&vm.device_get, 2000},
       {"cuDeviceGetAttribute", (void **)&vm.attribute, 2000},
+      {"cuMemExportToShareableHandle", (void **)&vm.export_handle, 10020},
+      {"cuMemImportFromShareableHandle", (void **)&vm.import_handle, 10020},
+      {"cuMemGetAddressRange", (void **)&vm.address_range, 3020},
+      {"cuDeviceGetUuid", (void **)&vm.uuid, 11040},
   };
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -113,6 +124,8 @@ static void vm_prop(const rmmc_resource_t *r, CUmemAllocationProp *prop) {
   prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop->location.id = r->device;
+  if (((const cuda_resource_t *)r)->ipc)
+    prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
 
 static rmmc_status_t vm_failed(CUresult res, const char *what) {
@@ -190,35 +203,263 @@ static rmmc_status_t cuda_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) 
   return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, "cuMemUnmap");
 }
 
+/* Grants (or takes back) `device`'s access to pages mapped by cuda_vm_map:
+ * their mapping gave access to the resource's own device only. */
+static rmmc_status_t cuda_vm_set_access(rmmc_resource_t *r, void *ptr, size_t bytes, int device,
+                                        bool readwrite) {
+  int saved;
+  rmmc_status_t st = readwrite ? rmmc__check_peer("cuda: vm_set_access", r->device, device)
+                               : RMMC_SUCCESS;
+  if (st == RMMC_SUCCESS) st = cuda_vm_begin(r, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  CUmemAccessDesc access = {
+      .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+      .flags = readwrite ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE};
+  CUresult res = vm.set_access((CUdeviceptr)(uintptr_t)ptr, bytes, &access, 1);
+  rmmc__device_pop(saved);
+  if (res == CUDA_SUCCESS) return RMMC_SUCCESS;
+  char what[128];
+  snprintf(what, sizeof what, "cuMemSetAccess (%s device %d, %zu bytes of device %d)",
+           readwrite ? "granting" : "taking back from", device, bytes, r->device);
+  return vm_failed(res, what);
+}
+
+/* ---- peer access: the contexts' (every cudaMalloc allocation) ---- */
+
+static rmmc_status_t cuda_enable_peer_access(rmmc_resource_t *r, int peer) {
+  int saved;
+  rmmc_status_t st = rmmc__check_peer("cuda: enable_peer_access", r->device, peer);
+  if (st == RMMC_SUCCESS) st = rmmc__device_push(peer, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  /* From the peer's context: it may then reach the resource's device. */
+  cudaError_t err = cudaDeviceEnablePeerAccess(r->device, 0);
+  rmmc__device_pop(saved);
+  if (err == cudaSuccess) return RMMC_SUCCESS;
+  if (err == cudaErrorPeerAccessAlreadyEnabled) { /* by us or anyone else: what was asked */
+    (void)cudaGetLastError();
+    return RMMC_SUCCESS;
+  }
+  char what[96];
+  snprintf(what, sizeof what, "cudaDeviceEnablePeerAccess (device %d reaching device %d)", peer,
+           r->device);
+  return rmmc_set_cuda_error(err, what);
+}
+
+/* ---- which allocation holds a pointer ---- */
+
+static rmmc_status_t cuda_get_allocation(rmmc_resource_t *r, const void *ptr,
+                                         rmmc_allocation_t *out) {
+  pthread_once(&vm_once, vm_load);
+  if (!vm.ok)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "cuda: cannot look up allocations: %s", vm.why);
+  struct cudaPointerAttributes at;
+  cudaError_t err = cudaPointerGetAttributes(&at, ptr);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER, "cuda: %p is not memory CUDA knows (%s)", ptr,
+                          cudaGetErrorString(err));
+  }
+  if (at.type != cudaMemoryTypeDevice || at.device != r->device)
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "cuda: %p is not device memory of device %d (CUDA says: %s memory of "
+                          "device %d)",
+                          ptr, r->device,
+                          at.type == cudaMemoryTypeDevice    ? "device"
+                          : at.type == cudaMemoryTypeHost    ? "pinned host"
+                          : at.type == cudaMemoryTypeManaged ? "managed"
+                                                             : "unregistered host",
+                          at.device);
+  int saved;
+  rmmc_status_t st = rmmc__device_push(r->device, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CUresult res = vm.address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
+  rmmc__device_pop(saved);
+  if (res != CUDA_SUCCESS)
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "cuda: %p is not inside an allocation of device %d (CUresult %d)", ptr,
+                          r->device, (int)res);
+  out->base = (void *)(uintptr_t)base;
+  out->bytes = size;
+  out->resource = r;
+  out->backing = RMMC_BACKING_OWN;
+  out->upstream = (rmmc_range_t){(void *)(uintptr_t)base, size};
+  return RMMC_SUCCESS;
+}
+
+static void cuda_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+  if (((cuda_resource_t *)r)->ipc)
+    rmmc__emit_text(emit, ctx, "ipc", "pages shareable (POSIX file descriptors)");
+}
+
+/* ---- sharing with other processes (ipc.c) ---- */
+
+bool rmmc__cuda_is_shareable(const rmmc_resource_t *r) {
+  return rmmc__cuda_is(r) && ((const cuda_resource_t *)r)->ipc;
+}
+
+rmmc_status_t rmmc__cuda_export_mapping(rmmc_resource_t *r, void *addr, int *fd) {
+  int saved;
+  *fd = -1;
+  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  CUmemGenericAllocationHandle h;
+  CUresult res = vm.retain(&h, addr);
+  const char *what = "cuMemRetainAllocationHandle";
+  if (res == CUDA_SUCCESS) {
+    int out = -1;
+    res = vm.export_handle(&out, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    what = "cuMemExportToShareableHandle";
+    if (res == CUDA_SUCCESS) *fd = out;
+    (void)vm.release(h);
+  }
+  rmmc__device_pop(saved);
+  return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, what);
+}
+
+/* The driver calls below need a context; a process that only imports
+ * has made no runtime call that would have started one. */
+static rmmc_status_t start_context(void) {
+  cudaError_t err = cudaFree(NULL);
+  return err == cudaSuccess ? RMMC_SUCCESS
+                            : rmmc_set_cuda_error(err, "cudaFree(NULL) (starting the context)");
+}
+
+/* Unmaps the first n imported mappings at base and frees the reservation
+ * (`total` bytes). Device current. */
+static CUresult import_undo(CUdeviceptr base, const size_t *sizes, size_t n, size_t total) {
+  CUresult first = CUDA_SUCCESS;
+  size_t off = 0;
+  for (size_t i = 0; i < n; i++) {
+    CUresult res = vm.unmap(base + off, sizes[i]);
+    if (first == CUDA_SUCCESS) first = res;
+    off += sizes[i];
+  }
+  CUresult res = vm.address_free(base, total);
+  return first != CUDA_SUCCESS ? first : res;
+}
+
+rmmc_status_t rmmc__cuda_import_mappings(int device, const int *fds, const size_t *sizes, size_t n,
+                                         void **out) {
+  pthread_once(&vm_once, vm_load);
+  if (!vm.ok) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "cuda: virtual memory: %s", vm.why);
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += sizes[i];
+  int saved;
+  rmmc_status_t st = rmmc__device_push(device, &saved);
+  if (st == RMMC_SUCCESS && (st = start_context()) != RMMC_SUCCESS) rmmc__device_pop(saved);
+  if (st != RMMC_SUCCESS) return st;
+  CUdeviceptr base = 0;
+  CUresult res = vm.reserve(&base, total, 0, 0, 0);
+  const char *what = "cuMemAddressReserve";
+  size_t mapped = 0, off = 0;
+  for (; res == CUDA_SUCCESS && mapped < n; mapped++) {
+    CUmemGenericAllocationHandle h;
+    res = vm.import_handle(&h, (void *)(uintptr_t)fds[mapped], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    what = "cuMemImportFromShareableHandle";
+    if (res != CUDA_SUCCESS) break;
+    res = vm.map(base + off, sizes[mapped], 0, h, 0);
+    what = "cuMemMap";
+    (void)vm.release(h); /* the mapping holds the memory */
+    if (res != CUDA_SUCCESS) break;
+    off += sizes[mapped];
+  }
+  if (res == CUDA_SUCCESS) {
+    CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    res = vm.set_access(base, total, &access, 1);
+    what = "cuMemSetAccess";
+  }
+  if (res != CUDA_SUCCESS && base != 0) (void)import_undo(base, sizes, mapped, total);
+  rmmc__device_pop(saved);
+  if (res != CUDA_SUCCESS) return vm_failed(res, what);
+  *out = (void *)(uintptr_t)base;
+  return RMMC_SUCCESS;
+}
+
+rmmc_status_t rmmc__cuda_unmap_import(int device, void *base, const size_t *sizes, size_t n) {
+  pthread_once(&vm_once, vm_load);
+  if (!vm.ok) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "cuda: virtual memory: %s", vm.why);
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += sizes[i];
+  int saved;
+  rmmc_status_t st = rmmc__device_push(device, &saved);
+  if (st != RMMC_SUCCESS) return st;
+  CUresult res = import_undo((CUdeviceptr)(uintptr_t)base, sizes, n, total);
+  rmmc__device_pop(saved);
+  return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, "cuMemUnmap/cuMemAddressFree");
+}
+
+rmmc_status_t rmmc__cuda_device_uuid(int device, unsigned char uuid[16]) {
+  pthread_once(&vm_once, vm_load);
+  if (!vm.ok) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "cuda: the driver: %s", vm.why);
+  CUdevice dev;
+  CUuuid u;
+  CUresult res = vm.device_get(&dev, device);
+  if (res == CUDA_SUCCESS) res = vm.uuid(&u, dev);
+  if (res != CUDA_SUCCESS) return vm_failed(res, "cuDeviceGetUuid");
+  memcpy(uuid, u.bytes, 16);
+  return RMMC_SUCCESS;
+}
+
 static const rmmc_resource_ops_t cuda_ops = {
     .version = RMMC_RESOURCE_OPS_VERSION,
     .name = "cuda",
     .allocate = cuda_allocate,
     .deallocate = rmmc__cudafree_deallocate,
     .is_equal = rmmc__same_device_is_equal,
+    .describe = cuda_describe,
     .destroy = cuda_destroy,
     .vm_page_size = cuda_vm_page_size,
     .vm_reserve = cuda_vm_reserve,
     .vm_unreserve = cuda_vm_unreserve,
     .vm_map = cuda_vm_map,
     .vm_unmap = cuda_vm_unmap,
+    .get_allocation = cuda_get_allocation,
+    .enable_peer_access = cuda_enable_peer_access,
+    .vm_set_access = cuda_vm_set_access,
 };
 
-RMMC_API rmmc_status_t rmmc_cuda_resource_create(int device, rmmc_resource_t **out) {
-  rmmc_status_t st = rmmc__device_resource_new("cuda_resource_create", device, &cuda_ops,
-                                               RMMC_MEMORY_DEVICE, sizeof(cuda_resource_t), out);
+bool rmmc__cuda_is(const rmmc_resource_t *r) { return r != NULL && r->ops == &cuda_ops; }
+
+RMMC_API rmmc_status_t rmmc_cuda_resource_create_with_options(int device,
+                                                              const rmmc_cuda_options_t *options,
+                                                              rmmc_resource_t **out) {
+  rmmc_cuda_options_t o = RMMC_CUDA_OPTIONS_INIT;
+  rmmc_status_t st = rmmc__copy_options("cuda_resource_create", &o, sizeof o, options);
+  if (st != RMMC_SUCCESS) {
+    if (out != NULL) *out = NULL;
+    return st;
+  }
+  st = rmmc__device_resource_new("cuda_resource_create", device, &cuda_ops, RMMC_MEMORY_DEVICE,
+                                 sizeof(cuda_resource_t), out);
   if (st != RMMC_SUCCESS) return st;
   /* Virtual memory where the driver and device support it: its page size. */
   cuda_resource_t *c = (cuda_resource_t *)*out;
+  c->ipc = o.ipc;
   int saved;
   pthread_once(&vm_once, vm_load);
   if (vm.ok && rmmc__device_push(c->base.device, &saved) == RMMC_SUCCESS) {
-    int supported = 0;
+    int supported = 0, fd_handles = 0;
     CUdevice dev;
     if (vm.device_get(&dev, c->base.device) != CUDA_SUCCESS ||
         vm.attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) !=
             CUDA_SUCCESS)
       supported = 0;
+    if (supported && o.ipc &&
+        (vm.attribute(&fd_handles, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                      dev) != CUDA_SUCCESS ||
+         !fd_handles)) {
+      rmmc__device_pop(saved);
+      free(c);
+      *out = NULL;
+      return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                            "cuda_resource_create: device %d cannot share virtual memory through "
+                            "POSIX file descriptors, so ipc=true cannot be honoured (its "
+                            "cudaMalloc memory can be shared: pool(expandable=false) > cuda)",
+                            device);
+    }
     CUmemAllocationProp prop;
     vm_prop(&c->base, &prop);
     size_t g = 0;
@@ -230,14 +471,27 @@ RMMC_API rmmc_status_t rmmc_cuda_resource_create(int device, rmmc_resource_t **o
   return RMMC_SUCCESS;
 }
 
+RMMC_API rmmc_status_t rmmc_cuda_resource_create(int device, rmmc_resource_t **out) {
+  return rmmc_cuda_resource_create_with_options(device, NULL, out);
+}
+
+static const rmmc__spec_option_t cuda_spec_options[] = {
+    {"ipc", RMMC__OPT_BOOL,
+     "virtual-memory pages shareable with other processes (POSIX file descriptors; default false)"},
+    {NULL, 0, NULL},
+};
+
 static rmmc_status_t cuda_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
                                 int device, rmmc_resource_t **out) {
-  (void)args, (void)upstream;
-  return rmmc_cuda_resource_create(device, out);
+  (void)upstream;
+  rmmc_cuda_options_t o = RMMC_CUDA_OPTIONS_INIT;
+  rmmc__spec_bool(args, "ipc", &o.ipc);
+  return rmmc_cuda_resource_create_with_options(device, &o, out);
 }
 
 const rmmc__spec_entry_t rmmc__cuda_spec = {
     .name = "cuda",
     .help = "cudaMalloc/cudaFree",
+    .options = cuda_spec_options,
     .build = cuda_build,
 };

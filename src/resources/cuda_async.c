@@ -96,6 +96,26 @@ static void async_destroy(rmmc_resource_t *r) {
   free(a);
 }
 
+/* The pool's access: every allocation of the pool, now and later
+ * (cudaMemPoolSetAccess). For a view of the device's default pool, that
+ * pool's, which every cudaMallocAsync of the device uses. */
+static rmmc_status_t async_enable_peer_access(rmmc_resource_t *r, int peer) {
+  int saved;
+  rmmc_status_t st = rmmc__check_peer("cuda_async: enable_peer_access", r->device, peer);
+  if (st == RMMC_SUCCESS) st = rmmc__device_push(peer, &saved); /* the peer's context exists */
+  if (st != RMMC_SUCCESS) return st;
+  struct cudaMemAccessDesc access = {
+      .location = {.type = cudaMemLocationTypeDevice, .id = peer},
+      .flags = cudaMemAccessFlagsProtReadWrite};
+  cudaError_t err = cudaMemPoolSetAccess(((async_resource_t *)r)->pool, &access, 1);
+  rmmc__device_pop(saved);
+  if (err == cudaSuccess) return RMMC_SUCCESS;
+  char what[96];
+  snprintf(what, sizeof what, "cudaMemPoolSetAccess (device %d reaching device %d's pool)", peer,
+           r->device);
+  return rmmc_set_cuda_error(err, what);
+}
+
 static const rmmc_resource_ops_t async_ops = {
     .version = RMMC_RESOURCE_OPS_VERSION,
     .name = "cuda_async",
@@ -105,6 +125,7 @@ static const rmmc_resource_ops_t async_ops = {
     .release_cached = async_release_cached,
     .describe = async_describe,
     .destroy = async_destroy,
+    .enable_peer_access = async_enable_peer_access,
 };
 
 static rmmc_status_t check_pools_supported(int device) {

@@ -47,6 +47,16 @@ static void managed_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) 
 
 static void managed_destroy(rmmc_resource_t *r) { free(r); }
 
+/* Nothing to grant: managed memory is reachable from every device that
+ * supports managed memory (its pages migrate to the device that touches
+ * them, or are read over the interconnect where the device may not hold
+ * them), without peer access between the devices. So the call checks the
+ * peer and succeeds. */
+static rmmc_status_t managed_enable_peer_access(rmmc_resource_t *r, int peer) {
+  return rmmc__check_peer_attribute("managed: enable_peer_access", r->device, peer,
+                                    cudaDevAttrManagedMemory, "does not support managed memory");
+}
+
 static const rmmc_resource_ops_t managed_ops = {
     .version = RMMC_RESOURCE_OPS_VERSION,
     .name = "managed",
@@ -55,6 +65,7 @@ static const rmmc_resource_ops_t managed_ops = {
     .is_equal = rmmc__same_device_is_equal,
     .describe = managed_describe,
     .destroy = managed_destroy,
+    .enable_peer_access = managed_enable_peer_access,
 };
 
 RMMC_API rmmc_status_t rmmc_managed_resource_create(int device, const rmmc_managed_options_t *options,

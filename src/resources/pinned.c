@@ -34,6 +34,18 @@ static bool pinned_is_equal(const rmmc_resource_t *a, const rmmc_resource_t *b) 
 
 static void pinned_destroy(rmmc_resource_t *r) { free(r); }
 
+/* Nothing to grant: with unified addressing (every 64-bit platform CUDA
+ * 13 runs on), memory from cudaHostAlloc is reachable from every device at
+ * its host address, whichever device was current when it was allocated
+ * (cudaHostAllocPortable makes it pinned for every context too). So the
+ * call checks the peer and succeeds. */
+static rmmc_status_t pinned_enable_peer_access(rmmc_resource_t *r, int peer) {
+  return rmmc__check_peer_attribute("pinned: enable_peer_access", r->device, peer,
+                                    cudaDevAttrUnifiedAddressing,
+                                    "does not share the host's address space (no unified "
+                                    "addressing), so it cannot reach pinned memory directly");
+}
+
 static const rmmc_resource_ops_t pinned_ops = {
     .version = RMMC_RESOURCE_OPS_VERSION,
     .name = "pinned",
@@ -41,6 +53,7 @@ static const rmmc_resource_ops_t pinned_ops = {
     .deallocate = pinned_deallocate,
     .is_equal = pinned_is_equal,
     .destroy = pinned_destroy,
+    .enable_peer_access = pinned_enable_peer_access,
 };
 
 RMMC_API rmmc_status_t rmmc_pinned_resource_create(rmmc_resource_t **out) {

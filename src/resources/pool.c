@@ -1170,7 +1170,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   size_t regions = p->nregions, graphs = 0, graph_bytes = 0;
   for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
     graphs++, graph_bytes += g->used_bytes + g->idx.bytes;
-  uint64_t grows = p->grows, shrinks = p->shrinks;
+  uint64_t grows = p->grows, shrinks = p->shrinks, peers = p->peers;
   unlock_all(p);
   rmmc__emit_bytes(emit, ctx, "reserved", reserved);
   rmmc__emit_bytes(emit, ctx, "in_use", t.in_use);
@@ -1187,6 +1187,11 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "spans", t.spans);
   rmmc__emit_count(emit, ctx, "grows", grows);
   rmmc__emit_count(emit, ctx, "shrinks", shrinks);
+  if (peers != 0) {
+    char text[200];
+    rmmc__pool_peers_text(peers, text, sizeof text);
+    rmmc__emit_text(emit, ctx, "peers", text);
+  }
   rmmc__stream_set_describe(&p->streams, emit, ctx);
   p->be->describe(p, emit, ctx);
   /* One line per stream. */
@@ -1419,6 +1424,9 @@ static const rmmc_resource_ops_t pool_ops = {
     .describe = pool_describe,
     .destroy = pool_destroy,
     .upstream = rmmc__adaptor_upstream,
+    .get_allocation = rmmc__pool_get_allocation,
+    .set_memory_hooks = rmmc__pool_set_memory_hooks,
+    .enable_peer_access = rmmc__pool_enable_peer_access,
 };
 
 /* Checks the options and resolves them into p. */

@@ -39,6 +39,7 @@ static rmmc_status_t chunks_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream
   }
   p->reserved += g;
   if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
+  pool_hook_acquire(p, (uintptr_t)ptr, g);
   /* A stream-ordered upstream's memory is ready on `stream`: the chunk is
    * o's until its event says so for the others. */
   pool_block_t *b = r->first;
@@ -59,8 +60,10 @@ static rmmc_status_t chunks_trim(pool_t *p, size_t goal) {
         !rmmc__pool_settled(p, b, true))
       continue;
     rmmc__pool_unlink_free(p, b);
+    pool_hook_release(p, r->base, r->size);
     rmmc_status_t st = rmmc__pool_upstream_deallocate(p, (void *)r->base, r->size);
     if (st != RMMC_SUCCESS) {
+      pool_hook_acquire(p, r->base, r->size); /* still held */
       rmmc__pool_link_free(p, b);
       return st;
     }
@@ -75,6 +78,7 @@ static rmmc_status_t chunks_trim(pool_t *p, size_t goal) {
 static void chunks_fini(pool_t *p) {
   while (p->regions != NULL) {
     pool_region_t *r = p->regions;
+    pool_hook_release(p, r->base, r->size);
     (void)rmmc_resource_deallocate(p->base.upstream, (void *)r->base, r->size, POOL_GRANULE, NULL);
     rmmc__pool_remove_region(p, r);
   }

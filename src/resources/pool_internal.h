@@ -156,6 +156,11 @@ typedef struct pool_backend {
   void (*describe)(pool_t *p, rmmc_field_cb emit, void *ctx);
   /* Backend invariants (pool_resource_check), under every lock. */
   bool (*check)(pool_t *p, char *msg, size_t len);
+  /* Under the shared lock: makes the memory the backend mapped itself
+   * reachable from device d (rmmc_resource_enable_peer_access), all or
+   * nothing. NULL: the backend maps nothing itself (chunks are the
+   * upstream's memory, which the upstream made reachable). */
+  rmmc_status_t (*grant)(pool_t *p, int d);
 } pool_backend_t;
 
 extern const pool_backend_t rmmc__pool_chunks;
@@ -200,6 +205,8 @@ struct pool {
   size_t reserved, reserved_peak, committed, committed_peak, span_bytes, free_bytes;
   uintptr_t trim_keep_lo, trim_keep_hi; /* vm: a range trimming leaves alone (growth in flight) */
   uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
+  rmmc_memory_hooks_t hooks; /* rmmc_resource_set_memory_hooks (shared lock; pool_query.c) */
+  uint64_t peers; /* devices given access (bit d; shared lock; pool_query.c): every mapping's */
 };
 
 /* ---- the shared heap (pool_heap.c): what the core and backends call ---- */
@@ -252,6 +259,27 @@ rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const
 /* Upstream calls that may run during another thread's graph capture. */
 rmmc_status_t rmmc__pool_upstream_allocate(pool_t *p, size_t bytes, cudaStream_t stream, void **out);
 rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes);
+
+/* ---- queries, memory hooks and peer access (pool_query.c) ---- */
+
+/* The pool's get_allocation, set_memory_hooks and enable_peer_access slots. */
+rmmc_status_t rmmc__pool_get_allocation(rmmc_resource_t *r, const void *ptr,
+                                        rmmc_allocation_t *out);
+rmmc_status_t rmmc__pool_set_memory_hooks(rmmc_resource_t *r, const rmmc_memory_hooks_t *hooks);
+rmmc_status_t rmmc__pool_enable_peer_access(rmmc_resource_t *r, int peer_device);
+/* The pool's peers as text ("1,3"; "" for none) for describe. */
+void rmmc__pool_peers_text(uint64_t peers, char *buf, size_t len);
+
+/* The backends call these under the shared lock (or in fini): after a range
+ * was taken from the upstream (a chunk, one mapping) and before it goes
+ * back. Growth and trimming only: never on an allocate or free that the
+ * pool serves from memory it holds. */
+static inline void pool_hook_acquire(pool_t *p, uintptr_t a, size_t n) {
+  if (RMMC_UNLIKELY(p->hooks.on_acquire != NULL)) p->hooks.on_acquire((void *)a, n, p->hooks.user);
+}
+static inline void pool_hook_release(pool_t *p, uintptr_t a, size_t n) {
+  if (RMMC_UNLIKELY(p->hooks.on_release != NULL)) p->hooks.on_release((void *)a, n, p->hooks.user);
+}
 
 static inline pool_block_t *pool_block_of(rmmc__tlsf_node_t *n) {
   return RMMC_CONTAINER_OF(n, pool_block_t, node);

@@ -16,6 +16,13 @@
  * Trimming unmaps whole segments lying inside free blocks whose frees have
  * finished, from the top of each reservation down, so the mapped memory
  * stays at the bottom of the address space.
+ *
+ * Peers. A mapping is reachable from the upstream's device only; every
+ * device in the pool's peer set (rmmc_resource_enable_peer_access) is
+ * granted each segment as it is mapped, before anything else sees it, and
+ * a segment that cannot be granted to all of them goes back with the rest
+ * of its growth. Enabling a peer grants every segment held then, all or
+ * nothing (vm_grant).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +118,41 @@ static rmmc_status_t upstream_unmap(pool_t *p, uintptr_t a, size_t n) {
   return st;
 }
 
+/* Grants device d access to [a, a + n), whole mappings (on), or takes it
+ * back (!on). */
+static rmmc_status_t upstream_access(pool_t *p, uintptr_t a, size_t n, int d, bool on) {
+  int mode = p->cuda ? rmmc__capture_relax() : -1;
+  rmmc_status_t st = rmmc_resource_vm_set_access(p->base.upstream, (void *)a, n, d, on);
+  rmmc__capture_restore(mode);
+  p->upstream_calls++;
+  return st;
+}
+
+/* Maps [a, a + n) as segment of r and grants it to every peer; on failure
+ * nothing of it stays (a refused grant takes the mapping back, and the
+ * grants made go with it). */
+static rmmc_status_t map_segment(pool_t *p, pool_region_t *r, uintptr_t a, size_t n) {
+  rmmc_status_t st = upstream_map(p, a, n);
+  if (st != RMMC_SUCCESS) return st;
+  if (!seg_insert(r, a, n))
+    st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  for (uint64_t m = p->peers; m != 0 && st == RMMC_SUCCESS; m &= m - 1)
+    st = upstream_access(p, a, n, __builtin_ctzll(m), true);
+  if (st != RMMC_SUCCESS) {
+    rmmc__error_state_t why;
+    rmmc__error_save(&why);
+    size_t i = seg_lower_bound(r, a);
+    if (i < r->nsegs && r->segs[i].addr == a) seg_remove(r, i);
+    bool stays = upstream_unmap(p, a, n) != RMMC_SUCCESS;
+    rmmc__error_restore(&why);
+    if (stays)
+      rmmc__append_error(" (unmapping it failed too: %p + %zu bytes stay mapped, outside the "
+                         "pool's books)",
+                         (void *)a, n);
+  }
+  return st;
+}
+
 /* ---- growth ---- */
 
 static inline bool usable_free(pool_t *p, pool_block_t *n, pool_owner_t *o) {
@@ -197,12 +239,9 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
   rmmc_status_t st = RMMC_SUCCESS;
   while (a < pl.m1) {
     size_t n = pl.m1 - a < p->segment ? pl.m1 - a : p->segment;
-    st = upstream_map(p, a, n);
-    if (st == RMMC_SUCCESS && !seg_insert(r, a, n)) {
-      (void)upstream_unmap(p, a, n);
-      st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
-    }
+    st = map_segment(p, r, a, n);
     if (st != RMMC_SUCCESS) break;
+    pool_hook_acquire(p, a, n);
     p->page_maps++;
     a += n;
   }
@@ -218,10 +257,12 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
     while (j-- > i) {
       uintptr_t k0 = r->segs[j].addr;
       size_t n = r->segs[j].size;
+      pool_hook_release(p, k0, n);
       if (upstream_unmap(p, k0, n) == RMMC_SUCCESS) {
         seg_remove(r, j);
         continue;
       }
+      pool_hook_acquire(p, k0, n); /* still held */
       pool_block_t *x;
       if (rmmc__pool_room(p) && carve_mapped(p, o, (place_t){pl.u, k0, k0 + n}, &x) == RMMC_SUCCESS)
         rmmc__pool_put_free(p, x);
@@ -318,8 +359,12 @@ static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block
   uintptr_t s0 = r->segs[i].addr, s1 = s0 + r->segs[i].size;
   if (!rmmc__pool_room(p))
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  pool_hook_release(p, s0, r->segs[i].size);
   rmmc_status_t st = upstream_unmap(p, s0, r->segs[i].size);
-  if (st != RMMC_SUCCESS) return st;
+  if (st != RMMC_SUCCESS) {
+    pool_hook_acquire(p, s0, r->segs[i].size); /* still held */
+    return st;
+  }
   p->reserved -= r->segs[i].size;
   p->shrinks++;
   p->page_unmaps++;
@@ -391,13 +436,49 @@ static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
   return st;
 }
 
+/* ---- peers ---- */
+
+/* Grants device d every segment held, in order; on a refusal takes back
+ * what it granted, so the pool is as it was. A take-back the upstream
+ * refuses too leaves that segment reachable from d, and the message says
+ * so. Shared lock held. */
+static rmmc_status_t vm_grant(pool_t *p, int d) {
+  pool_region_t *r;
+  size_t i = 0;
+  rmmc_status_t st = RMMC_SUCCESS;
+  for (r = p->regions; r != NULL; r = r->next)
+    for (i = 0; i < r->nsegs; i++)
+      if ((st = upstream_access(p, r->segs[i].addr, r->segs[i].size, d, true)) != RMMC_SUCCESS)
+        goto take_back;
+  return RMMC_SUCCESS;
+take_back: {
+  rmmc__error_state_t why;
+  rmmc__error_save(&why);
+  size_t kept = 0;
+  for (pool_region_t *q = p->regions;; q = q->next) {
+    size_t end = q == r ? i : q->nsegs;
+    for (size_t k = 0; k < end; k++)
+      kept += upstream_access(p, q->segs[k].addr, q->segs[k].size, d, false) != RMMC_SUCCESS;
+    if (q == r) break;
+  }
+  rmmc__error_restore(&why);
+  if (kept != 0)
+    rmmc__append_error(" (device %d keeps access to %zu of the pool's mappings: taking it back "
+                       "failed too)",
+                       d, kept);
+  return st;
+}
+}
+
 /* ---- lifetime, figures, checks ---- */
 
 static void vm_fini(pool_t *p) {
   while (p->regions != NULL) {
     pool_region_t *r = p->regions;
-    for (size_t i = 0; i < r->nsegs; i++)
+    for (size_t i = 0; i < r->nsegs; i++) {
+      pool_hook_release(p, r->segs[i].addr, r->segs[i].size);
       (void)rmmc_resource_vm_unmap(p->base.upstream, (void *)r->segs[i].addr, r->segs[i].size);
+    }
     (void)rmmc_resource_vm_unreserve(p->base.upstream, (void *)r->base, r->size);
     rmmc__pool_remove_region(p, r);
   }
@@ -477,4 +558,5 @@ const pool_backend_t rmmc__pool_vm = {
     .fini = vm_fini,
     .describe = vm_describe,
     .check = vm_check,
+    .grant = vm_grant,
 };

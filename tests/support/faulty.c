@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 enum { OP_ALLOCATE = FAULTY_ALLOCATE, OP_DEALLOCATE = FAULTY_DEALLOCATE,
-       OP_RELEASE = FAULTY_RELEASE, OP_COUNT };
+       OP_RELEASE = FAULTY_RELEASE, OP_PEER = FAULTY_PEER, OP_COUNT };
 
 struct faulty {
   rmmc_resource_t base;
@@ -57,6 +57,12 @@ static rmmc_status_t faulty_release(rmmc_resource_t *r) {
   return st != RMMC_SUCCESS ? st : rmmc_resource_release_cached(f->upstream);
 }
 
+static rmmc_status_t faulty_enable_peer_access(rmmc_resource_t *r, int peer_device) {
+  faulty_t *f = (faulty_t *)r;
+  rmmc_status_t st = injected(f, OP_PEER);
+  return st != RMMC_SUCCESS ? st : rmmc_resource_enable_peer_access(f->upstream, peer_device);
+}
+
 static rmmc_resource_t *faulty_upstream(const rmmc_resource_t *r) {
   return ((const faulty_t *)r)->upstream;
 }
@@ -76,6 +82,7 @@ static const rmmc_resource_ops_t faulty_ops = {
     .release_cached = faulty_release,
     .destroy = faulty_destroy,
     .upstream = faulty_upstream,
+    .enable_peer_access = faulty_enable_peer_access,
 };
 
 rmmc_status_t faulty_create(rmmc_resource_t *upstream, rmmc_resource_t **out) {
@@ -109,6 +116,9 @@ void faulty_fail_deallocate(faulty_t *f, rmmc_status_t status, uint64_t count) {
 void faulty_fail_release(faulty_t *f, rmmc_status_t status, uint64_t count) {
   arm(f, OP_RELEASE, status, count);
 }
+void faulty_fail_peer_access(faulty_t *f, rmmc_status_t status, uint64_t count) {
+  arm(f, OP_PEER, status, count);
+}
 
 void faulty_fail_every(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t n) {
   pthread_mutex_lock(&f->lock);
@@ -127,7 +137,8 @@ void faulty_disarm(faulty_t *f) {
 faulty_counts_t faulty_counts(faulty_t *f) {
   pthread_mutex_lock(&f->lock);
   faulty_counts_t c = {f->calls[OP_ALLOCATE],    f->calls[OP_DEALLOCATE],    f->calls[OP_RELEASE],
-                       f->injected[OP_ALLOCATE], f->injected[OP_DEALLOCATE], f->injected[OP_RELEASE]};
+                       f->injected[OP_ALLOCATE], f->injected[OP_DEALLOCATE], f->injected[OP_RELEASE],
+                       f->calls[OP_PEER],        f->injected[OP_PEER]};
   pthread_mutex_unlock(&f->lock);
   return c;
 }

@@ -2,7 +2,9 @@
  * The faulty resource: a pass-through adaptor, written as a user would
  * (resource_ops.h only), that injects a chosen status into the next N
  * allocate, deallocate or release_cached calls, or into every Nth call of
- * a kind, without calling its upstream. For the error paths the spy cannot
+ * a kind, without calling its upstream (enable_peer_access too, which it
+ * otherwise passes down as a user's adaptor of version 4 would). For the
+ * error paths the spy cannot
  * reach (it fails allocate with out of memory only), and for fault
  * injection across whole stacks (tests/test_fault_injection.c).
  * Thread-safe.
@@ -19,10 +21,16 @@ typedef struct faulty faulty_t;
 typedef struct faulty_counts {
   uint64_t allocate_calls, deallocate_calls, release_calls; /* injected ones too */
   uint64_t allocate_injected, deallocate_injected, release_injected; /* failed on purpose */
+  uint64_t peer_calls, peer_injected; /* enable_peer_access */
 } faulty_counts_t;
 
 /* The kinds of call faulty can fail. */
-typedef enum faulty_op { FAULTY_ALLOCATE, FAULTY_DEALLOCATE, FAULTY_RELEASE } faulty_op_t;
+typedef enum faulty_op {
+  FAULTY_ALLOCATE,
+  FAULTY_DEALLOCATE,
+  FAULTY_RELEASE,
+  FAULTY_PEER, /* enable_peer_access */
+} faulty_op_t;
 
 /* Creates a faulty resource over `upstream` (retained); same memory kind
  * and device as the upstream. */
@@ -35,6 +43,7 @@ faulty_t *faulty_of(rmmc_resource_t *r);
 void faulty_fail_allocate(faulty_t *f, rmmc_status_t status, uint64_t count);
 void faulty_fail_deallocate(faulty_t *f, rmmc_status_t status, uint64_t count);
 void faulty_fail_release(faulty_t *f, rmmc_status_t status, uint64_t count);
+void faulty_fail_peer_access(faulty_t *f, rmmc_status_t status, uint64_t count);
 /* From now on every Nth call of kind `op` (the Nth, 2Nth, ... counted from
  * this call) returns `status` as above; n = 0 turns it off. Independent of
  * the next-N count above (a call fails if either says so). */

@@ -18,6 +18,7 @@ struct spy {
   pthread_mutex_t lock;
   spy_counts_t c;
   uint64_t fail_nth, fail_every, calls_since_arm;
+  rmmc_status_t fail_peer;
   size_t capacity;
   spy_block_t *blocks;
   size_t nblocks, cap_blocks;
@@ -106,6 +107,18 @@ static rmmc_status_t spy_release_cached(rmmc_resource_t *r) {
   return RMMC_SUCCESS;
 }
 
+static rmmc_status_t spy_enable_peer_access(rmmc_resource_t *r, int peer_device) {
+  spy_t *s = (spy_t *)r;
+  pthread_mutex_lock(&s->lock);
+  s->c.peer_calls++;
+  s->c.last_peer = peer_device;
+  rmmc_status_t st = s->fail_peer;
+  s->fail_peer = RMMC_SUCCESS;
+  if (st == RMMC_SUCCESS) s->c.peers |= (uint64_t)1 << peer_device;
+  pthread_mutex_unlock(&s->lock);
+  return st == RMMC_SUCCESS ? st : rmmc_set_error(st, "spy: injected %s", rmmc_status_name(st));
+}
+
 static void spy_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   spy_counts_t c = spy_counts((spy_t *)r);
   rmmc_field_t f = {"in_use", RMMC_FIELD_BYTES, c.outstanding_bytes, NULL};
@@ -131,6 +144,7 @@ static const rmmc_resource_ops_t spy_ops = {
     .release_cached = spy_release_cached,
     .describe = spy_describe,
     .destroy = spy_destroy,
+    .enable_peer_access = spy_enable_peer_access,
 };
 
 rmmc_status_t spy_create(rmmc_memory_kind_t kind, rmmc_resource_t **out) {
@@ -161,6 +175,12 @@ void spy_fail_every(spy_t *s, uint64_t n) {
 void spy_set_capacity(spy_t *s, size_t bytes) {
   pthread_mutex_lock(&s->lock);
   s->capacity = bytes;
+  pthread_mutex_unlock(&s->lock);
+}
+
+void spy_fail_peer_access(spy_t *s, rmmc_status_t status) {
+  pthread_mutex_lock(&s->lock);
+  s->fail_peer = status;
   pthread_mutex_unlock(&s->lock);
 }
 

@@ -3,7 +3,9 @@
  * calls, records the last arguments, keeps every outstanding allocation (so
  * it catches double frees, foreign pointers, wrong sizes and leaks) and
  * fails on demand: the Nth allocate from now, or every Nth (SQLite's fault
- * simulator, jemalloc's hooks). Thread-safe.
+ * simulator, jemalloc's hooks). It takes enable_peer_access as a base
+ * resource would, recording the peers (its memory is the host's: nothing
+ * is granted). Thread-safe.
  */
 #ifndef RMMC_TEST_SPY_H
 #define RMMC_TEST_SPY_H
@@ -28,6 +30,9 @@ typedef struct spy_counts {
   size_t last_bytes, last_alignment;
   cudaStream_t last_stream;
   void *last_ptr;
+  uint64_t peer_calls; /* enable_peer_access calls, failed ones too */
+  int last_peer;       /* the device the last one named */
+  uint64_t peers;      /* the devices enabled (bit d) */
 } spy_counts_t;
 
 /* Creates a spy of memory kind `kind` (RMMC_MEMORY_HOST for real host
@@ -45,6 +50,9 @@ void spy_fail_nth(spy_t *s, uint64_t n);
 void spy_fail_every(spy_t *s, uint64_t n);
 /* Allocations above `bytes` fail with out of memory (SIZE_MAX: none). */
 void spy_set_capacity(spy_t *s, size_t bytes);
+/* The next enable_peer_access call fails with `status` ("spy: injected
+ * ..."), changing nothing. */
+void spy_fail_peer_access(spy_t *s, rmmc_status_t status);
 /* A snapshot of the counters. */
 spy_counts_t spy_counts(spy_t *s);
 

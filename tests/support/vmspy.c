@@ -11,7 +11,8 @@
 typedef struct range {
   uintptr_t addr;
   size_t bytes;
-  void *token; /* maps: the upstream allocation paired with it */
+  void *token;    /* maps: the upstream allocation paired with it */
+  uint64_t peers; /* maps: the devices granted access (bit d) */
 } range_t;
 
 typedef struct vmspy {
@@ -22,6 +23,8 @@ typedef struct vmspy {
   vmspy_counts_t c;
   range_t *res, *maps; /* reservations, mapped ranges */
   size_t nres, nmaps, capres, capmaps;
+  uint64_t fail_access;  /* the vm_set_access call (counted down) that fails first; 0: none */
+  uint64_t fail_count;   /* how many fail from there */
 } vmspy_t;
 
 static const rmmc_resource_ops_t vmspy_ops;
@@ -75,7 +78,7 @@ static rmmc_status_t vmspy_reserve(rmmc_resource_t *r, size_t bytes, size_t alig
   if (a > (uintptr_t)p) munmap(p, a - (uintptr_t)p);
   munmap((void *)(a + bytes), (uintptr_t)p + bytes + alignment - (a + bytes));
   pthread_mutex_lock(&s->lock);
-  if (!push(&s->res, &s->nres, &s->capres, (range_t){a, bytes, NULL})) {
+  if (!push(&s->res, &s->nres, &s->capres, (range_t){a, bytes, NULL, 0})) {
     pthread_mutex_unlock(&s->lock);
     munmap((void *)a, bytes);
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "vmspy: no host memory");
@@ -117,7 +120,7 @@ static rmmc_status_t vmspy_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
   void *token = NULL;
   rmmc_status_t st = rmmc_resource_allocate(s->upstream, bytes, 256, NULL, &token);
   pthread_mutex_lock(&s->lock);
-  if (st == RMMC_SUCCESS && !push(&s->maps, &s->nmaps, &s->capmaps, (range_t){a, bytes, token}))
+  if (st == RMMC_SUCCESS && !push(&s->maps, &s->nmaps, &s->capmaps, (range_t){a, bytes, token, 0}))
     st = RMMC_ERROR_OUT_OF_MEMORY;
   if (st == RMMC_SUCCESS && mprotect(ptr, bytes, PROT_READ | PROT_WRITE) != 0) {
     s->nmaps--;
@@ -162,6 +165,46 @@ static rmmc_status_t vmspy_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
   return RMMC_SUCCESS;
 }
 
+/* Grants or takes back d's access to [ptr, ptr + bytes): whole mapped
+ * ranges, contiguous (their sizes add up to bytes and each lies inside). */
+static rmmc_status_t vmspy_set_access(rmmc_resource_t *r, void *ptr, size_t bytes, int d,
+                                      bool readwrite) {
+  vmspy_t *s = (vmspy_t *)r;
+  uintptr_t a = (uintptr_t)ptr;
+  pthread_mutex_lock(&s->lock);
+  if (s->fail_access != 0 && --s->fail_access == 0 && s->fail_count > 0) {
+    if (--s->fail_count > 0) s->fail_access = 1; /* the next call fails too */
+    s->c.access_failures++;
+    pthread_mutex_unlock(&s->lock);
+    return rmmc_set_error(RMMC_ERROR_CUDA, "vmspy: injected vm_set_access failure");
+  }
+  size_t covered = 0;
+  for (size_t k = 0; k < s->nmaps; k++) {
+    if (!overlaps(&s->maps[k], a, bytes)) continue;
+    if (s->maps[k].addr < a || s->maps[k].addr + s->maps[k].bytes > a + bytes)
+      return refuse(s, "set_access over part of a mapping", ptr, bytes);
+    covered += s->maps[k].bytes;
+  }
+  if (covered != bytes) return refuse(s, "set_access over unmapped pages", ptr, bytes);
+  uint64_t bit = (uint64_t)1 << d;
+  for (size_t k = 0; k < s->nmaps; k++)
+    if (overlaps(&s->maps[k], a, bytes))
+      s->maps[k].peers = readwrite ? s->maps[k].peers | bit : s->maps[k].peers & ~bit;
+  if (readwrite) s->c.grants++;
+  else s->c.revokes++;
+  pthread_mutex_unlock(&s->lock);
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t vmspy_enable_peer_access(rmmc_resource_t *r, int d) {
+  vmspy_t *s = (vmspy_t *)r;
+  pthread_mutex_lock(&s->lock);
+  s->c.peer_enables++;
+  s->c.peers_enabled |= (uint64_t)1 << d;
+  pthread_mutex_unlock(&s->lock);
+  return RMMC_SUCCESS;
+}
+
 static rmmc_resource_t *vmspy_upstream(const rmmc_resource_t *r) {
   return ((const vmspy_t *)r)->upstream;
 }
@@ -188,6 +231,8 @@ static const rmmc_resource_ops_t vmspy_ops = {
     .vm_unreserve = vmspy_unreserve,
     .vm_map = vmspy_map,
     .vm_unmap = vmspy_unmap,
+    .enable_peer_access = vmspy_enable_peer_access,
+    .vm_set_access = vmspy_set_access,
 };
 
 rmmc_status_t vmspy_create(rmmc_resource_t *upstream, size_t page, rmmc_resource_t **out) {
@@ -210,4 +255,25 @@ vmspy_counts_t vmspy_counts(rmmc_resource_t *r) {
   c = s->c;
   pthread_mutex_unlock(&s->lock);
   return c;
+}
+
+void vmspy_fail_set_access(rmmc_resource_t *r, uint64_t nth, uint64_t count) {
+  if (r == NULL || r->ops != &vmspy_ops) return;
+  vmspy_t *s = (vmspy_t *)r;
+  pthread_mutex_lock(&s->lock);
+  s->fail_access = nth;
+  s->fail_count = count;
+  pthread_mutex_unlock(&s->lock);
+}
+
+size_t vmspy_unreachable(rmmc_resource_t *r, int d, size_t *mapped) {
+  size_t n = 0;
+  *mapped = 0;
+  if (r == NULL || r->ops != &vmspy_ops) return 0;
+  vmspy_t *s = (vmspy_t *)r;
+  pthread_mutex_lock(&s->lock);
+  for (size_t k = 0; k < s->nmaps; k++) n += (s->maps[k].peers >> d & 1) == 0;
+  *mapped = s->nmaps;
+  pthread_mutex_unlock(&s->lock);
+  return n;
 }
