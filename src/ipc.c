@@ -19,6 +19,7 @@
  * the last. One lock covers the cache; opening runs under it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +198,8 @@ RMMC_API rmmc_status_t rmmc_ipc_export(rmmc_resource_t *r, const void *ptr,
         st = export_failed(st);
         goto out;
       }
+      /* Not inherited by programs this process starts (sent on purpose only). */
+      (void)fcntl(fds[made], F_SETFD, fcntl(fds[made], F_GETFD) | FD_CLOEXEC);
     }
   }
   st = rmmc__exports_add(top.base, ptr, top.bytes, top.resource, &f->ref);
