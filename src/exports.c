@@ -190,8 +190,12 @@ static uint32_t slot_of(uintptr_t p) {
 }
 
 static void fill_ref(uint32_t slot, rmmc__export_ref_t *ref) {
-  *ref = (rmmc__export_ref_t){(uint32_t)ex.pid, (uint32_t)ex.fd, ex.id, slot,
-                              ex.entries[slot].gen};
+  memset(ref, 0, sizeof *ref); /* padding too: a ref may be written out whole */
+  ref->pid = (uint32_t)ex.pid;
+  ref->table_fd = (uint32_t)ex.fd;
+  ref->table_id = ex.id;
+  ref->slot = slot;
+  ref->generation = ex.entries[slot].gen;
 }
 
 rmmc_status_t rmmc__exports_add(const void *base, const void *user, size_t bytes,
