@@ -229,7 +229,7 @@ RMMC_API rmmc_status_t rmmc_default_config_device_spec(const char *config, int d
   if (st != RMMC_SUCCESS) return st;
   const conf_item_t *pick = NULL;
   for (int i = 0; i < n; i++)
-    if ((items[i].devices & (UINT64_C(1) << device)) || (items[i].all && pick == NULL)) pick = &items[i];
+    if (items[i].all && pick == NULL) pick = &items[i];
   for (int i = 0; i < n; i++)
     if (items[i].devices & (UINT64_C(1) << device)) pick = &items[i];
   const char *s = pick != NULL ? pick->spec : RMMC_DEFAULT_SPEC;

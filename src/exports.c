@@ -190,8 +190,12 @@ static uint32_t slot_of(uintptr_t p) {
 }
 
 static void fill_ref(uint32_t slot, rmmc__export_ref_t *ref) {
-  *ref = (rmmc__export_ref_t){(uint32_t)ex.pid, (uint32_t)ex.fd, ex.id, slot,
-                              ex.entries[slot].gen};
+  memset(ref, 0, sizeof *ref); /* padding too: a ref may be written out whole */
+  ref->pid = (uint32_t)ex.pid;
+  ref->table_fd = (uint32_t)ex.fd;
+  ref->table_id = ex.id;
+  ref->slot = slot;
+  ref->generation = ex.entries[slot].gen;
 }
 
 rmmc_status_t rmmc__exports_add(const void *base, const void *user, size_t bytes,
@@ -211,6 +215,8 @@ rmmc_status_t rmmc__exports_add(const void *base, const void *user, size_t bytes
     }
     revoke_slot(slot); /* its block was freed where we could not see it */
   }
+  uint32_t other = u != b ? slot_of(u) : 0;
+  if (other != 0) revoke_slot(other); /* u lies in our live block: that block is gone */
   if (ex.nfree > 0) {
     slot = ex.free_slots[--ex.nfree];
   } else if (ex.next_unused < SLOTS && ensure_capacity(ex.next_unused)) {
@@ -306,7 +312,7 @@ static rmmc_status_t peer_words(const rmmc__export_ref_t *ref, const uint64_t **
     if (errno == EACCES || errno == EPERM) return RMMC_SUCCESS; /* cannot tell */
     return rmmc_set_error(RMMC_ERROR_STALE,
                           "ipc: stale handle: the exporter (pid %u) has exited (its export "
-                          "table is gone: %s)",
+                          "table cannot be opened: %s)",
                           ref->pid, strerror(errno));
   }
   struct stat sb;

@@ -19,6 +19,7 @@
  * the last. One lock covers the cache; opening runs under it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +198,8 @@ RMMC_API rmmc_status_t rmmc_ipc_export(rmmc_resource_t *r, const void *ptr,
         st = export_failed(st);
         goto out;
       }
+      /* Not inherited by programs this process starts (sent on purpose only). */
+      (void)fcntl(fds[made], F_SETFD, fcntl(fds[made], F_GETFD) | FD_CLOEXEC);
     }
   }
   st = rmmc__exports_add(top.base, ptr, top.bytes, top.resource, &f->ref);
@@ -315,7 +318,8 @@ static rmmc_status_t open_base(const rmmc__ipc_fields_t *f, rmmc_ipc_kind_t kind
   } else {
     b->n = f->nmappings;
     b->sizes = malloc(b->n * sizeof *b->sizes);
-    if (b->sizes == NULL) st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "ipc_import: no host memory");
+    if (b->sizes == NULL)
+      st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "ipc_import: no host memory");
     for (size_t i = 0; st == RMMC_SUCCESS && i < b->n; i++) b->sizes[i] = f->pages[i] * f->page;
     void *p = NULL;
     if (st == RMMC_SUCCESS) st = rmmc__cuda_import_mappings(device, fds, b->sizes, b->n, &p);

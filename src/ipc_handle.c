@@ -222,8 +222,9 @@ static rmmc_status_t send_message(int sock, const wire_t *w, const void *payload
   if (n < 0) return io_error("sending the handle failed", errno);
   size_t total = sizeof w->b + len, done = (size_t)n;
   while (done < total) { /* a stream socket took part of it: the rest, no descriptors */
-    const unsigned char *at = done < sizeof w->b ? w->b + done
-                                                 : (const unsigned char *)payload + (done - sizeof w->b);
+    const unsigned char *at = done < sizeof w->b
+                                  ? w->b + done
+                                  : (const unsigned char *)payload + (done - sizeof w->b);
     size_t left = done < sizeof w->b ? sizeof w->b - done : total - done;
     do n = send(sock, at, left, MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
@@ -240,7 +241,11 @@ RMMC_API rmmc_status_t rmmc_ipc_send(int sock, const rmmc_ipc_handle_t *handle, 
   rmmc__ipc_fields_t *f = malloc(sizeof *f);
   if (f == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "ipc_send: no host memory");
   rmmc_status_t st = rmmc__ipc_decode(handle, f);
-  size_t want = st == RMMC_SUCCESS ? rmmc__ipc_nfds(f) : 0, len = rmmc__ipc_length(f);
+  size_t want = 0, len = 0;
+  if (st == RMMC_SUCCESS) {
+    want = rmmc__ipc_nfds(f);
+    len = rmmc__ipc_length(f);
+  }
   free(f);
   if (st != RMMC_SUCCESS) return st;
   if (nfds != want)
@@ -344,7 +349,8 @@ RMMC_API rmmc_status_t rmmc_ipc_recv(int sock, rmmc_ipc_handle_t *handle, int *f
                                      size_t max_fds, size_t *nfds) {
   if (nfds != NULL) *nfds = 0;
   if (handle == NULL || nfds == NULL || (max_fds > 0 && fds == NULL))
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "ipc_recv: NULL handle, descriptors or count");
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "ipc_recv: NULL handle, descriptors or count");
   bool stream = is_stream(sock);
   inbox_t in = {fds, max_fds, 0, 0};
   memset(handle->bytes, 0, sizeof handle->bytes);

@@ -20,7 +20,8 @@ static int nset; /* slots holding a resource (atomic reads; written under the lo
 
 /* Keeps nset in step with slot `device` going from `was` to `now` (lock held). */
 static void count_slot(const rmmc_resource_t *was, const rmmc_resource_t *now) {
-  if ((was == NULL) != (now == NULL)) __atomic_add_fetch(&nset, now != NULL ? 1 : -1, __ATOMIC_RELAXED);
+  if ((was == NULL) != (now == NULL))
+    __atomic_add_fetch(&nset, now != NULL ? 1 : -1, __ATOMIC_RELAXED);
 }
 
 static rmmc_status_t check_id(int device) {

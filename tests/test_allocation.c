@@ -168,10 +168,12 @@ END_TEST
 
 /* Adaptors pass the question down; the answer names the pool. */
 START_TEST(test_adaptors_forward) {
-  const char *specs[] = {"statistics > pool > host", "limiting(limit=1GiB) > pool > host",
-                         "tracking > logging(path=/dev/null) > pool > host",
-                         "thread_safe > failure_callback > pool(expandable=true) > host",
-                         "aligned(alignment=4096) > pool > host"};
+  const char *specs[] = {"statistics > pool(address_space=64MiB) > host",
+                         "limiting(limit=1GiB) > pool(address_space=64MiB) > host",
+                         "tracking > logging(path=/dev/null) > pool(address_space=64MiB) > host",
+                         "thread_safe > failure_callback > "
+                         "pool(expandable=true, address_space=64MiB) > host",
+                         "aligned(alignment=4096) > pool(expandable=false) > host"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     rmmc_resource_t *r = NULL;
     ck_assert_msg(rmmc_stack_create(specs[i], -1, &r) == RMMC_SUCCESS, "%s: %s", specs[i],

@@ -229,7 +229,8 @@ static void share_blocks(const char *spec, const size_t *sizes, int nblocks, boo
   ck_assert_uint_eq(OPENS(peer_stats(&peer)), OPENS(s));
   PEER_OK(peer_call(&peer, PEER_CLOSE, again, 0, 0, NULL, NULL, 0));
   /* The peer closes first; then this side frees. */
-  for (int i = 0; i < nblocks / 2; i++) PEER_OK(peer_call(&peer, PEER_CLOSE, imp[i], 0, 0, NULL, NULL, 0));
+  for (int i = 0; i < nblocks / 2; i++)
+    PEER_OK(peer_call(&peer, PEER_CLOSE, imp[i], 0, 0, NULL, NULL, 0));
   for (int i = 0; i < nblocks / 2; i++) {
     ck_assert_int_eq(rmmc_resource_deallocate(r, d[i], sizes[i], 256, NULL), RMMC_SUCCESS);
     peer_reply_t c = peer_call(&peer, PEER_CHECK, 0, 0, 0, &e[i]->h, e[i]->fds, e[i]->n);
@@ -391,7 +392,8 @@ START_TEST(test_gpu_concurrent_exports) {
     peer_stop(&peer); /* exits holding every import */
     for (int i = 0; i < THREADS; i++)
       for (int j = 0; j < PER_THREAD; j++) {
-        ck_assert_int_eq(rmmc_resource_deallocate(r, x[i].d[j], x[i].n[j], 256, NULL), RMMC_SUCCESS);
+        ck_assert_int_eq(rmmc_resource_deallocate(r, x[i].d[j], x[i].n[j], 256, NULL),
+                         RMMC_SUCCESS);
         exported_free(x[i].e[j]);
       }
     ck_assert_int_eq(rmmc_ipc_get_stats(&st), RMMC_SUCCESS);
@@ -534,7 +536,8 @@ typedef struct devvm {
 static rmmc_status_t dv_allocate(rmmc_resource_t *r, size_t b, size_t a, cudaStream_t s, void **o) {
   return rmmc_resource_allocate(((devvm_t *)r)->up, b, a, s, o);
 }
-static rmmc_status_t dv_deallocate(rmmc_resource_t *r, void *p, size_t b, size_t a, cudaStream_t s) {
+static rmmc_status_t dv_deallocate(rmmc_resource_t *r, void *p, size_t b, size_t a,
+                                   cudaStream_t s) {
   return rmmc_resource_deallocate(((devvm_t *)r)->up, p, b, a, s);
 }
 static void dv_destroy(rmmc_resource_t *r) {

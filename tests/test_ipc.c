@@ -348,7 +348,8 @@ END_TEST
 /* ---- the registry ---- */
 
 /* A handle for an export registered here (own memory, kind chunk). */
-static rmmc_ipc_handle_t *handle_for(const rmmc__export_ref_t *ref, const void *base, size_t bytes) {
+static rmmc_ipc_handle_t *handle_for(const rmmc__export_ref_t *ref, const void *base,
+                                     size_t bytes) {
   rmmc__ipc_fields_t *f = fields(RMMC_IPC_CUDA, 0);
   f->ref = *ref;
   f->origin = (uint64_t)(uintptr_t)base;
@@ -362,7 +363,8 @@ static rmmc_ipc_handle_t *handle_for(const rmmc__export_ref_t *ref, const void *
 
 static rmmc_resource_t *host_pool(void) {
   rmmc_resource_t *r = NULL;
-  ck_assert_int_eq(rmmc_stack_create("statistics > pool > host", -1, &r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_stack_create("statistics > pool(address_space=64MiB) > host", -1, &r),
+                   RMMC_SUCCESS);
   return r;
 }
 
@@ -606,7 +608,8 @@ static void expect_refused(rmmc_resource_t *r, size_t bytes, rmmc_status_t statu
 }
 
 START_TEST(test_export_refused) {
-  const char *host_specs[] = {"host", "pool > host", "statistics > pool(expandable=true) > host",
+  const char *host_specs[] = {"host", "pool(address_space=64MiB) > host",
+                              "statistics > pool(expandable=true, address_space=64MiB) > host",
                               "pool > sim"};
   for (int i = 0; i < 4; i++) {
     rmmc_resource_t *r = NULL;
@@ -630,7 +633,7 @@ START_TEST(test_export_refused) {
   expect_refused(spy, 4096, RMMC_ERROR_NOT_SUPPORTED, "spy resource cannot tell");
   /* A pointer no block holds, and bad arguments. */
   rmmc_resource_t *r = NULL;
-  ck_assert_int_eq(rmmc_stack_create("pool > host", -1, &r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_stack_create("pool(address_space=64MiB) > host", -1, &r), RMMC_SUCCESS);
   rmmc_ipc_handle_t h;
   int fds[2];
   size_t n;

@@ -431,7 +431,7 @@ static void count_acquire(void *ptr, size_t bytes, void *user) {
 
 START_TEST(test_plugins_base_alloc_and_hooks) {
   rmmc_resource_t *r;
-  ck_assert_int_eq(rmmc_stack_create("pool > host", -1, &r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_stack_create("pool(address_space=64MiB) > host", -1, &r), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_set_device_resource(0, r, NULL), RMMC_SUCCESS);
   size_t acquired = 0;
   rmmc_memory_hooks_t h = RMMC_MEMORY_HOOKS_INIT;

@@ -140,7 +140,8 @@ START_TEST(test_registry_frees_to_the_owning_device) {
   rmmc_registry_clear();
   rmmc_resource_t *r[4];
   for (int d = 0; d < 4; d++) {
-    ck_assert_int_eq(rmmc_stack_create("pool > host", -1, &r[d]), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_stack_create("pool(address_space=64MiB) > host", -1, &r[d]),
+                     RMMC_SUCCESS);
     ck_assert_int_eq(rmmc_set_device_resource(d, r[d], NULL), RMMC_SUCCESS);
   }
   void *p[4];

@@ -108,7 +108,7 @@ typedef struct rmmc_ipc_info {
  * needs to fds[0 .. *nfds) (for RMMC_IPC_VM: open descriptors the caller
  * owns: send them with the handle, then close them). The importer's pointer
  * will correspond to ptr. Exporting a block again gives the same export
- * (new descriptors). RMMC_SUCCESS; RMMC_ERROR_INVALID_ARGUMENT for NULL
+ * (new descriptors, close-on-exec). RMMC_SUCCESS; RMMC_ERROR_INVALID_ARGUMENT for NULL
  * arguments or room for fewer descriptors than needed (*nfds then says how
  * many); RMMC_ERROR_UNKNOWN_POINTER when no live block of r holds ptr;
  * RMMC_ERROR_NOT_SUPPORTED for memory that cannot be shared (see above;

@@ -356,7 +356,8 @@ rmmc_status_t rmmc__cuda_import_mappings(int device, const int *fds, const size_
   size_t mapped = 0, off = 0;
   for (; res == CUDA_SUCCESS && mapped < n; mapped++) {
     CUmemGenericAllocationHandle h;
-    res = vm.import_handle(&h, (void *)(uintptr_t)fds[mapped], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    res = vm.import_handle(&h, (void *)(uintptr_t)fds[mapped],
+                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     what = "cuMemImportFromShareableHandle";
     if (res != CUDA_SUCCESS) break;
     res = vm.map(base + off, sizes[mapped], 0, h, 0);
