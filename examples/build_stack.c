@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Building a stack by hand: tracking > limiting > pool > base, where base is
  * cudaMalloc on a GPU and host memory without one. Each create takes its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cuBLAS on rmmc memory: the handle's workspace is an rmmc buffer and the
  * matrices are rmmc vectors, all from the current device's registry

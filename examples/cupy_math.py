@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """CuPy array math with every device allocation going through rmmc.
 
 CuPy is pointed at rmmc's plug-in entry points with

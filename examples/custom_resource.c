@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Writing your own resource: a "bump" arena that hands out memory from one
  * block taken from an upstream and frees it all at once when destroyed,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The demo (scripts/demo runs it): builds a stack from a spec, makes it the
  * current device's resource, allocates and frees on two streams, shows a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ctypes bindings for the parts of librmmc the Python examples use.
 
 Finds librmmc.so (a path given, $RMMC_LIB, or the build directories next

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Setting the process default. Two ways:
  *  - without code: RMMC_ALLOC_CONF='pool(initial=1GiB) > cuda' ./app builds

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch trains a small model with every CUDA allocation going through rmmc.
 
 The stack comes from RMMC_ALLOC_CONF (set here from --spec before the first

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Merges the replay-*.json files rmmc-replay wrote under a directory into
 one replay.json there (removing them, so that few files come back from the
 GPU machine) and prints one row per log and stack: peak reserved / peak

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """ResNet-50 training: PyTorch's native allocator against rmmc, side by side.
 
 Trains torchvision's ResNet-50 (random weights, synthetic data, fixed seed)

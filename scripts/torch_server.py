@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A multi-threaded PyTorch inference server: native, expandable segments and rmmc, side by side.
 
 Serves the same seeded stream of requests in one process per allocator

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The exporter's registry of shared blocks and the importer's staleness
  * check (exports.h). The table every handle points into is a memfd of

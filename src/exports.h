@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The exporter's registry of blocks shared with other processes (internal;
  * include/rmmc/ipc.h has the contract).

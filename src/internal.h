@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Internal helpers shared by the core, the resources and the adaptors.
  * Never installed. Non-static internal functions are named rmmc__*.

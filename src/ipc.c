@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Export and import of blocks between processes (include/rmmc/ipc.h).
  *

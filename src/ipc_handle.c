@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Handle bytes (ipc_handle.h) and the socket helpers that carry a handle
  * with its descriptors (include/rmmc/ipc.h). Host code only: no CUDA.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The bytes of an rmmc_ipc_handle_t (internal): one fixed little-endian
  * layout, written by rmmc__ipc_encode and checked field by field by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Framework plug-ins (see plugins.h): PyTorch's CUDAPluggableAllocator and
  * CuPy's CFunctionAllocator entry points.

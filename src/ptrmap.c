@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pointer map (see ptrmap.h): what is not on a hot path. Lookups,
  * inserts and removals are inline in the header.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A host-side map from pointers to (pointer, size): open addressing with
  * linear probing and backward-shift deletion, so lookups stay short without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Resource dispatch: the only place that calls through an ops table.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The stack-spec parser: `name(key=value, ...) > name > ...`.
  *

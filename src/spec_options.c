@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The stack-spec option values, for the resources' build functions: the
  * accessors (rmmc__spec_int, _double, _bool, _string, _bytes) and the size

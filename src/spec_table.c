@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Every resource and adaptor the stack-spec parser knows, in the order
  * rmmc_stack_help() lists them. Each entry lives beside its resource's code.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stream identities and events (see stream_events.h). The only file of the
  * sub-allocators that calls CUDA's event API, and only for device-accessible

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stream identities and their events, for resources that reuse memory in
  * stream order (fixed_size, binning's bins, arena; any pool).

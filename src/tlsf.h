@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A two-level segregated-fit index of free ranges (internal; header-only so
  * its operations inline into the allocators' hot paths).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Process exit with pools installed in the registry and live buffers, a
  * known RMM bug class (destructors running after the CUDA runtime has gone):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The other process of tests/test_gpu_ipc.c (protocol in
  * tests/support/ipc_peer.h): imports what the test exports, reads and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A host-only program, linked statically against librmmc.a by the layering
  * check (tests/test_layers.py, docs/design.md "Layers"): it builds

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rmmc-stress: many threads on many streams allocate and free random sizes
  * through whole stacks, fill every block with a tagged pattern and check

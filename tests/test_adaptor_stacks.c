@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stacks of the limiting, statistics, tracking and logging adaptors:
  * figures at every layer, failures seen by each layer, references dropped

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * failure_callback, aligned, thread_safe and prefetch together: their
  * stack-spec names and options (parsed, type-checked, built, refused), and

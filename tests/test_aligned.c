@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The aligned adaptor over a host spy: the conformance battery, alignment
  * at and above the threshold and pass-through below it, per-call

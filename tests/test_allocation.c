@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rmmc_resource_get_allocation: which block of a stack holds a pointer, and
  * what memory lies under it. Pools over host memory (chunks and virtual

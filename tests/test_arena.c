@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * arena: conformance, size classes, many threads on their own streams,
  * blocks freed by other threads and on other streams, superblocks given

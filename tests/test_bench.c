@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rmmc-bench's measurement engine (tools/bench_engine.c) over a spy and a
  * recording resource: the calls it makes match the op sequence it claims,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """rmmc-bench's command line: the table, the JSON records and the exit codes.
 
 Runs the program on host stacks with tiny op counts (a few seconds in all).

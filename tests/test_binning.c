@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * binning: conformance, which bin (or the upstream) serves which size and
  * alignment (spy counts and per-bin figures), custom bins and bad bin

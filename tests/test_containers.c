@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Containers on the CPU: buffer, vector and scalar over a host spy (no CUDA
  * call is made for host memory), and the stream helpers' argument checks.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Core: status table, thread-local errors, dispatch-wrapper validation,
  * reference counting and the host resource. Host suite.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The process default from the environment, on the CPU:
  * rmmc_default_config_resolve() (a pure function of the two variables) on

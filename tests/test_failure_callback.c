@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The failure-callback adaptor over a host spy: the conformance battery,
  * reclaim-and-retry with a user callback, giving up with the original

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fixed_size: conformance, refill from the upstream, refusal of requests
  * larger than the block, release of wholly free chunks, stream-ordered

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The limiting, statistics, tracking and logging adaptors over a real cuda
  * resource: memory written with cudaMemsetAsync and read back, every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * failure_callback, aligned, prefetch and the status report on a real GPU:
  * prefetch of managed memory (a few MiB, never oversubscribed) checked

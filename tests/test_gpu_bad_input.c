@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Bad input on the GPU resources (cuda, managed, pinned, cuda_async) and
  * containers over device memory: what needs a device to answer. The checks

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Base CUDA resources and the registry on a real GPU: cuda, managed (with
  * prefetch), pinned, cuda_async (owned pool and default-pool view). Data is

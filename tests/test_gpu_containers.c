@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Containers, streams, plug-ins and RMMC_ALLOC_CONF on a real GPU.
  *

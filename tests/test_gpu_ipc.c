@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Sharing device memory between two processes on one GPU. The test is the
  * exporter (and sometimes the importer); tests/ipc_peer.c, started with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool on a real GPU, and the stream-order safety of any sub-allocator
  * named by spec: a block written by a slow kernel on stream A, freed on A

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fixed_size, binning and arena over the cuda resource on a real GPU:
  * data written and checked by kernels on several streams, and stream-ordered

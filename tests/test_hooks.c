@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Memory hooks (rmmc_resource_set_memory_hooks): a recorder keeps the
  * ranges the hooks report and fails on any release of a range it was not

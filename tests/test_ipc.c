@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Sharing between processes, the parts that need no GPU: handle bytes
  * (round trips of both kinds, every way a handle can be damaged), the

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The library's layering (docs/design.md, "Layers"), checked on the objects
 of the static library.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The limiting adaptor over a host spy: conformance, the cap at its exact
  * boundary with rounding to the alignment, rollback when the upstream

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The logging adaptor over a host spy: conformance, lines parsed back the
  * way RMM's replay parser reads them and compared with what was done, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The main() every Check test program shares: runs the suite the program
  * builds, in fork mode for host-only programs and without fork for GPU

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The out-of-memory rule (issue 11; resource.h, "Out of memory"): a stack
  * reports out of memory only when nothing in it caches memory. Stacks of

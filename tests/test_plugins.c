@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The PyTorch and CuPy entry points on the CPU, over host spies set in the
  * registry: the blocks reach the right resource with the right size and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool resource over a host spy (no GPU, no virtual memory: the chunk
  * backend), and the pool's behaviour that does not depend on the backend:

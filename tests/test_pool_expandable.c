@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's virtual-memory backend (expandable, the default over an
  * upstream with virtual memory) over a checked virtual-memory upstream

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The prefetch adaptor's host-side paths: host and pinned upstreams are
  * refused at create time, managed memory without a GPU is NO_DEVICE, device

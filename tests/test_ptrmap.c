@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The internal pointer map (src/ptrmap.c), compiled into this program:
  * random inserts, lookups and removals checked against a plain array, so

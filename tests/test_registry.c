@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The per-device registry on the CPU: set/get/previous, lifetime, device
  * checks, many threads, convenience calls. Host suite: these tests set a

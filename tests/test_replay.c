@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The replay engine (tools/replay_engine.h): reading logs (formats, every
  * kind of bad line with its line number, lenient counts, gzip through zlib

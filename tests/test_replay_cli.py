@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """rmmc-replay's command line: JSON records, the SVG chart, default stacks,
 bad logs (line numbers, --lenient counts), gzip input, multi-threaded logs,
 the logs tools/gen_trace.py makes, and the exit codes.

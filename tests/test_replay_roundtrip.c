@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Round trip: a program's allocations go through statistics > logging >
  * host; the log the logging adaptor wrote is read and replayed; the log's

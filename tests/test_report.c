@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The memory status report: the printed text of a stack of adaptors over a
  * spy is parsed back (each layer in order, its figures, human-readable

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The sim resource: ranges that never overlap and honour alignment,
  * capacity, figures, reuse, bad frees, threads and the spec entry. Its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stack specs: parsing, errors that point at the offending word, sizes,
  * building host stacks. Host suite.

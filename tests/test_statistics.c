@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The statistics adaptor over a host spy: conformance, figures, push/pop
  * nesting with RMM's merge rule checked number by number, exact totals and

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """rmmc-stress: a clean run passes with every figure consistent, an injected
 corruption is caught (exit 1, corruptions == injected), bad command lines
 exit 2.

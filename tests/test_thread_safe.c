@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The thread-safe adaptor: over a deliberately unsafe resource (its
  * counters are read-modify-write without a lock, and it records how many

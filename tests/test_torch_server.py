@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """scripts/torch_server.py without a GPU: its arguments, workload plan,
 checksum comparison, report, JSON and exit codes.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """tools/torch_snapshot_to_csv.py on a small synthetic snapshot (no torch here).
 
 Pickles a snapshot dict shaped like torch.cuda.memory._snapshot()'s, converts

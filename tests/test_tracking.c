@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tracking adaptor over a host spy: conformance, the records it keeps,
  * refused frees (unknown pointer, wrong size or alignment, double free)

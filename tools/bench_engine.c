@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The rmmc-bench measurement engine (see bench_engine.h for what is timed).
  *

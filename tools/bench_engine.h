@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The measurement engine behind rmmc-bench (internal to tools/, never
  * installed; tests/test_bench.c drives it over a spy resource).

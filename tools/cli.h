@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Helpers the command-line programs share (rmmc-bench, rmmc-replay and
  * rmmc-stress): usage errors that name the program, unknown options and

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Generate synthetic allocation logs in RMM's CSV format for rmmc-replay.
 
 Usage:

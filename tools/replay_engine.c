@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Replaying a log on a stack (replay_engine.h describes the contract).
  *

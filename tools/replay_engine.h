@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The replay engine behind rmmc-replay, compiled into the tool and into
  * tests/test_replay.c (not installed, not part of the library).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reading an allocation log (replay_engine.h describes the format).
  *

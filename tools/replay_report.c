@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reports of a replay: the text table, JSON records and an SVG chart,
  * written with the C standard library only.

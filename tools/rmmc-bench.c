@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rmmc-bench: times allocator stacks side by side, in one run, on identical
  * seeded op sequences, with the baselines (cudaMalloc, cudaMallocAsync on

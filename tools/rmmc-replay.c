@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rmmc-replay: replays an allocation log in RMM's CSV format against
  * memory-resource stacks and reports, per stack, what the application held

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The aligned adaptor: larger alignment for large allocations.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The arena resource: per-thread arenas over a global arena, for many
  * threads allocating at once (RMM's arena_memory_resource, reworked).

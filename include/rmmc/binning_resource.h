@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The binning resource: size classes served by fixed_size bins, larger
  * requests by the upstream.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * An untyped, stream-ordered, uninitialized memory buffer (RMM's
  * device_buffer).

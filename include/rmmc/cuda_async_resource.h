@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cuda_async resource: CUDA's stream-ordered allocator.
  *

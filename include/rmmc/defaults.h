@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The process default: what the registry builds for a device on first use,
  * chosen from the environment with no code change (as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Symbol visibility. rmmc is built with hidden visibility; only what a
  * public header marks RMMC_EXPORT is part of the library's interface.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The failure-callback adaptor: reclaim and retry on out of memory.
  *

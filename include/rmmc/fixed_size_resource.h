@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The fixed_size resource: blocks of one size carved from upstream chunks.
  *

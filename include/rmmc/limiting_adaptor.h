@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The limiting adaptor: a hard cap on the bytes outstanding through it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The logging adaptor: one CSV line per allocation event, in RMM's format.
  *

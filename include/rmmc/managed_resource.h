@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The managed resource: cudaMallocManaged (unified memory, attached
  * globally) on one device, with an option to prefetch each allocation to the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pinned resource: page-locked host memory from cudaHostAlloc
  * (portable: usable from every device's streams), freed by cudaFreeHost.

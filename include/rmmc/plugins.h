@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Framework plug-ins: C entry points PyTorch and CuPy call to allocate
  * through rmmc, with no code of their own compiled against rmmc.

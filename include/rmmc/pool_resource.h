@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool resource: a coalescing, stream-ordered sub-allocator that is
  * fast on one thread, scales with threads, stays close to the bytes in use

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The prefetch adaptor: managed memory moved to the device as it is
  * allocated.

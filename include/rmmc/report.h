@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The memory status report: a stack's figures, layer by layer, in the
  * spirit of CUDA.jl's memory_status() and PyTorch's memory_summary().

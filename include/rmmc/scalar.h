@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A single stream-ordered value in device memory (RMM's device_scalar),
  * for results a kernel writes (a count, a flag, a sum) and parameters it

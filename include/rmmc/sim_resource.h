@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The sim resource: a simulated upstream that hands out address ranges
  * without any memory behind them.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stack specs: one textual form that names a whole stack, outermost first.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * CUDA streams: a small helper and a stream pool (as RMM's cuda_stream_pool).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The thread-safe adaptor: one mutex around every call to a resource that
  * is not thread-safe itself.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A typed, stream-ordered, uninitialized vector (RMM's device_uvector).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The aligned adaptor: over-allocate and align, remembering the original
  * pointer on the host.

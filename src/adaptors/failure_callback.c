@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The failure-callback adaptor: on out of memory from the upstream, ask a
  * callback (or release the upstream's cache) and retry while it says so.

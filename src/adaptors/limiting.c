@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The limiting adaptor (see limiting_adaptor.h): one atomic counter of the
  * bytes outstanding through it, each allocation rounded up to its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The logging adaptor (see logging_adaptor.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The prefetch adaptor: cudaMemPrefetchAsync (CUDA 13's form, with a
  * struct cudaMemLocation) of every managed allocation to the upstream's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The thread-safe adaptor: a mutex around every upstream call. A trylock
  * first lets it count contention at no cost to the uncontended path.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tracking adaptor (see tracking_adaptor.h).
  *

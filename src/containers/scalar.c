@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The device scalar (see scalar.h): a buffer of one value, its size checked
  * on every access.

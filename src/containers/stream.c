@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Streams: the status-returning helper and the round-robin stream pool.
  *

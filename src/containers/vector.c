@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The typed vector (see vector.h): element counts and sizes checked here,
  * everything else done by the buffer.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The arena resource (see include/rmmc/arena_resource.h).
  *

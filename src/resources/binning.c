@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The binning resource (see include/rmmc/binning_resource.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cuda resource: cudaMalloc and cudaFree on the resource's device.
  */

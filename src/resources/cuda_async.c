@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cuda_async resource: cudaMallocFromPoolAsync / cudaFreeAsync on a
  * cudaMemPool_t the resource owns (created with an initial size and a

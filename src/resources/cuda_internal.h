@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the cuda resource offers the rest of the library beyond its slots
  * (internal): sharing its memory with other processes, for src/ipc.c. The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The fixed_size resource (see include/rmmc/fixed_size_resource.h).
  *

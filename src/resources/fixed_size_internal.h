@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What binning needs of fixed_size beyond the public header (internal).
  */

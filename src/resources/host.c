@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The host resource: posix_memalign and free. No CUDA, no state: every
  * host resource is equal to every other, and the stream is ignored.

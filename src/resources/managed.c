@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The managed resource: cudaMallocManaged, optionally prefetched to the
  * device on the allocating stream.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pinned resource: portable page-locked host memory from cudaHostAlloc.
  */

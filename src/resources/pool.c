@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool resource: the stream-ordering core (include/rmmc/pool_resource.h
  * has the contract and the policies, pool_internal.h the layout of memory

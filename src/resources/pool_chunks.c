@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's chunk backend: regions are chunks taken from the upstream with
  * rmmc_resource_allocate, for upstreams without virtual memory (cuda_async,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's shared heap (internal; pool_internal.h): block structs, the
  * free blocks of the shared heap with their owners (indexing, merging,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's parts (internal): the types the stream-ordering core
  * (pool.c) shares with its two growth backends, chunks (pool_chunks.c) and

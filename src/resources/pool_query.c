@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's answers to questions asked from outside its allocate and free
  * paths: which block holds a pointer (rmmc_resource_get_allocation, for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's virtual-memory backend: a region is an address-space
  * reservation of the upstream (rmmc_resource_vm_reserve), and memory is

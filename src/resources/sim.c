@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The sim resource: hands out address ranges of a simulated device, with no
  * memory behind them (sim_resource.h says why and what for).

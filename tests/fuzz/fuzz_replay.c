@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Replays inputs through the fuzz harness without libFuzzer, so the seed
  * corpus and every saved crash stay regression tests in the normal build.

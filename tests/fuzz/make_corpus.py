@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpus of fuzz_stacks into tests/fuzz/corpus/: one input
 per stack of the harness's table, each a short mix of every operation.
 Input layout (fuzz_stacks.c): stack byte, limit byte, then 3-byte

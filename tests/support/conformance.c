@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The conformance battery (see conformance.h). Every check builds a fresh
  * stack over a host spy, runs, releases the stack, and asserts that the spy

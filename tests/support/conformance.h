@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The conformance battery: the behaviour every resource and adaptor shares
  * (RMM's shared resource tests), run over a host spy upstream so it needs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The faulty resource: a pass-through adaptor, written as a user would
  * (resource_ops.h only), that injects a chosen status into the next N

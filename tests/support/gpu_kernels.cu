@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Test kernels (see gpu_kernels.h).
 #include "gpu_kernels.h"
 #include "pattern.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Small CUDA kernels for the GPU tests and the stress program, callable
  * from C. Built only when nvcc is found (meson option gpu_kernels); test

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The protocol between tests/test_gpu_ipc.c and its helper process
  * tests/ipc_peer.c, which the test starts with posix_spawn (a process that

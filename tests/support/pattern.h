@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tagged pattern of the stress program (tests/stress.c), one function
  * for the CPU and the GPU (tests/support/gpu_kernels.cu includes this file

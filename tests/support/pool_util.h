@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the pool's test programs (test_pool.c over the chunk backend,
  * test_pool_expandable.c over the virtual-memory one) share: the invariant

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The spy resource: a malloc-backed resource for tests that counts its
  * calls, records the last arguments, keeps every outstanding allocation (so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Small helpers the Check programs share (static inline: each program uses
  * what it needs). Assertions fail the calling test.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * RMMC_TEST_TSAN: 1 in a ThreadSanitizer build (scripts/test's TSan pass),
  * where every memory access costs tens of times more. Tests scale their

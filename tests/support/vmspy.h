@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The vmspy resource: virtual memory for tests, checked. It forwards
  * allocate/deallocate to its upstream (a spy, usually) and implements the
