@@ -1296,12 +1296,6 @@ int main(int argc, char **argv) {
       int dev = 0;
       (void)cudaGetDevice(&dev);
       describe_devices(&o, dev, info.device, sizeof info.device);
-      for (int k = 0; k < o.ndevices; k++)
-        if (o.devices[k] >= devices) {
-          fprintf(stderr, "rmmc-stress: --devices names device %d; this machine has %d\n",
-                  o.devices[k], devices);
-          return EXIT_NO_GPU;
-        }
     } else {
       const char *why = devices == 0 ? "no CUDA device" : "built without the CUDA kernels (no nvcc)";
       if (o.mode == MODE_GPU) {
@@ -1311,6 +1305,15 @@ int main(int argc, char **argv) {
       printf("# %s: host mode (CPU fill and check over host memory)\n", why);
     }
   }
+  /* The registry knows a machine's real devices, in host mode too: without
+   * a GPU any device id names a host stack, with one only the real ones. */
+  int ndev = rmmc_device_count();
+  for (int k = 0; ndev > 0 && k < o.ndevices; k++)
+    if (o.devices[k] >= ndev) {
+      fprintf(stderr, "rmmc-stress: --devices names device %d; this machine has %d\n",
+              o.devices[k], ndev);
+      return EXIT_NO_GPU;
+    }
   const char *const *defaults = gpu ? gpu_default_stacks : host_default_stacks;
   if (o.nspecs == 0)
     for (const char *const *s = defaults; *s != NULL; s++) o.specs[o.nspecs++] = *s;

@@ -443,7 +443,10 @@ START_TEST(test_defaults_environment_per_device_broken) {
   unsetenv("RMMC_ALLOC_CONF_FALLBACK");
   int fd = capture_stderr();
   rmmc_resource_t *r = (rmmc_resource_t *)1;
-  ck_assert_int_eq(rmmc_get_device_resource(3, &r), RMMC_ERROR_PARSE);
+  /* Device 3 is a host stack's id without a GPU; with one, only a real
+   * device gets as far as the configuration. */
+  int dev = rmmc_device_count() > 0 ? 0 : 3;
+  ck_assert_int_eq(rmmc_get_device_resource(dev, &r), RMMC_ERROR_PARSE);
   ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "names device 0 in two items"));
   ck_assert_ptr_null(rmmc_torch_alloc(100, 0, NULL));
   close(fd);

@@ -56,7 +56,7 @@ static rmmc_resource_t *pool_in(rmmc_resource_t *r) {
 }
 
 static void sync_both(void) {
-  for (int d = 0; d < 2; d++) {
+  for (int d = 0; d < 2 && d < ndev; d++) { /* one device in the one-GPU refusals */
     CUDA_OK(cudaSetDevice(d));
     CUDA_OK(cudaDeviceSynchronize());
   }
