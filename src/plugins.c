@@ -14,6 +14,7 @@
  * the limit or the resource says no. Nothing here aborts or throws: every
  * failure returns NULL (or returns) after recording its message.
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,8 +264,56 @@ static void plugin_free(void *ptr, int device, const char *who) {
 
 /* ---- PyTorch ---- */
 
+/* PyTorch's CUDAPluggableAllocator does not check the pointer its alloc
+ * function returns: a NULL becomes a tensor at address 0, and the first
+ * kernel on it an illegal address (PyTorch 2.11; RMM's plug-in throws
+ * std::bad_alloc, pytorch/pytorch#133280). A C library cannot throw, but
+ * the process that calls this has libstdc++ loaded (PyTorch is C++): with
+ * raising on (rmmc.torch.use() turns it on), a failed allocation throws a
+ * std::runtime_error carrying rmmc's message through libstdc++'s own
+ * calls, found with dlopen(RTLD_NOLOAD), which PyTorch turns into a
+ * RuntimeError. The frames between the throw and PyTorch's catch are this
+ * function and plugin_alloc, which hold no lock and own nothing by then;
+ * x86-64 and AArch64 C code has unwind tables by default. */
+static int torch_raises;
+
+RMMC_API void rmmc_torch_raise_on_failure(int on) {
+  __atomic_store_n(&torch_raises, on != 0, __ATOMIC_RELAXED);
+}
+
+/* A function of libstdc++ by name (ISO C has no cast from dlsym's object
+ * pointer to a function pointer: copied, as POSIX allows). */
+#define CXX_FN(h, name, fn) \
+  do { \
+    void *sym_ = dlsym(h, name); \
+    if (sym_ != NULL) memcpy(&(fn), &sym_, sizeof(fn)); \
+  } while (0)
+
+static void raise_in_torch(const char *message) {
+  void *cxx = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  if (cxx == NULL) return;
+  void *(*allocate)(size_t) = NULL;
+  void (*throw_it)(void *, void *, void (*)(void *)) = NULL;
+  void (*construct)(void *, const char *) = NULL;
+  void (*destroy)(void *) = NULL;
+  CXX_FN(cxx, "__cxa_allocate_exception", allocate);
+  CXX_FN(cxx, "__cxa_throw", throw_it);
+  CXX_FN(cxx, "_ZNSt13runtime_errorC1EPKc", construct);
+  CXX_FN(cxx, "_ZNSt13runtime_errorD1Ev", destroy);
+  void *type = dlsym(cxx, "_ZTISt13runtime_error");
+  dlclose(cxx); /* NOLOAD: the process keeps it loaded */
+  if (allocate == NULL || throw_it == NULL || construct == NULL || destroy == NULL || type == NULL)
+    return;
+  void *e = allocate(64); /* sizeof(std::runtime_error) is 16 in libstdc++ */
+  construct(e, message);
+  throw_it(e, type, destroy);
+}
+
 RMMC_API void *rmmc_torch_alloc(size_t size, int device, cudaStream_t stream) {
-  return plugin_alloc(size, device, stream, "rmmc_torch_alloc");
+  void *p = plugin_alloc(size, device, stream, "rmmc_torch_alloc");
+  if (RMMC_UNLIKELY(p == NULL && size > 0) && __atomic_load_n(&torch_raises, __ATOMIC_RELAXED))
+    raise_in_torch(rmmc_last_error_message());
+  return p;
 }
 
 RMMC_API void rmmc_torch_free(void *ptr, size_t size, int device, cudaStream_t stream) {

@@ -72,6 +72,15 @@ extern "C" {
  * Thread-safe. */
 RMMC_EXPORT void *rmmc_torch_alloc(size_t size, int device, cudaStream_t stream);
 
+/* With `on` nonzero, a failed rmmc_torch_alloc() throws a C++
+ * std::runtime_error with rmmc's message instead of returning NULL, through
+ * the libstdc++ already loaded in the process (none loaded: NULL as
+ * before). PyTorch does not check the pointer a pluggable allocator
+ * returns, so NULL would become a tensor at address 0; PyTorch raises the
+ * exception as RuntimeError. rmmc.torch.use() turns it on; only a C++
+ * caller that catches may. Off by default. */
+RMMC_EXPORT void rmmc_torch_raise_on_failure(int on);
+
 /* Returns a block from rmmc_torch_alloc() to the resource it came from, on
  * the stream it was allocated on, after ordering that stream after every
  * stream rmmc_torch_record_stream() recorded for the block. The size,

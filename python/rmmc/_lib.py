@@ -185,6 +185,7 @@ _SIGNATURES = {
     "rmmc_cupy_malloc": (_vp, [_vp, _sz, _i]),
     "rmmc_cupy_free": (None, [_vp, _vp, _i]),
     "rmmc_torch_init": (None, [_i]),
+    "rmmc_torch_raise_on_failure": (None, [_i]),
     "rmmc_torch_empty_cache": (None, []),
     "rmmc_torch_set_memory_fraction": (None, [ctypes.c_double, _i]),
     "rmmc_torch_record_stream": (None, [_vp, _vp]),

@@ -9,8 +9,11 @@ use() installs rmmc's plug-in as PyTorch's CUDA allocator
 init, empty_cache, set_per_process_memory_fraction, record_stream and the
 CUDA graph pool hooks (torch.cuda.graph captures into a private pool).
 PyTorch cannot swap an allocator it has started, so use() raises if CUDA is
-already initialized in PyTorch. torch.cuda.OutOfMemoryError then carries
-rmmc's figures through stats() and last_error().
+already initialized in PyTorch. An allocation rmmc cannot serve raises
+RuntimeError with rmmc's message (PyTorch does not check a pluggable
+allocator's NULL, so the plug-in throws; PyTorch raises OutOfMemoryError
+only for its own allocator, pytorch/pytorch#133280); stats() and
+last_error() have the figures.
 """
 from ._lib import address, lib
 from ._plugin import prepare
@@ -43,6 +46,7 @@ def use(spec=None, device=None, fraction=None):
     prepare(spec, device)
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib().path, "rmmc_torch_alloc",
                                                       "rmmc_torch_free")
+    lib().rmmc_torch_raise_on_failure(1)
     hooks = alloc.allocator()
     for setter, fn in _HOOKS:
         if hasattr(hooks, setter):  # older PyTorch versions lack some

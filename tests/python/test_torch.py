@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """PyTorch through rmmc.torch.use(): a training step with its results
 checked, the hooks (empty_cache, memory fraction, record_stream), out of
-memory as torch.OutOfMemoryError with rmmc's message, and use() refusing to
+memory raised (RuntimeError) with rmmc's message, and use() refusing to
 run after PyTorch initialized CUDA. Each case runs in a fresh interpreter
 (an allocator can be swapped only before CUDA starts). Skipped without
 PyTorch or a GPU (scripts/gpu-python runs them on the GPU machine)."""
@@ -68,7 +68,7 @@ def test_training_step_through_rmmc():
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
 
 
-def test_out_of_memory_is_torchs_with_rmmcs_message():
+def test_out_of_memory_raises_with_rmmcs_message():
     r = run_python(r'''
 import torch, rmmc, rmmc.torch
 rmmc.torch.use("limiting(limit=64MiB) > pool > cuda")
@@ -76,11 +76,18 @@ a = torch.empty(16 << 20, dtype=torch.uint8, device="cuda")
 try:
     torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
     print("no error")
-except torch.OutOfMemoryError:
+except RuntimeError as e:  # torch.OutOfMemoryError is one too
+    print("raised:", str(e).splitlines()[0])
     print("oom:", rmmc.torch.last_error().splitlines()[0])
+print("first block intact:", a.data_ptr() != 0, int(a.fill_(7).sum().item()) == 7 * (16 << 20))
 ''')
     assert r.returncode == 0, r.stderr
+    # A failed allocation raises: never a tensor at address 0 (PyTorch does
+    # not check the plug-in's NULL; the plug-in throws).
+    assert "no error" not in r.stdout, r.stdout
+    assert "raised: out of memory: limiting resource could not allocate" in r.stdout, r.stdout
     assert "oom: out of memory: limiting resource could not allocate" in r.stdout, r.stdout
+    assert "first block intact: True True" in r.stdout, r.stdout
 
 
 def test_use_after_cuda_init_raises():

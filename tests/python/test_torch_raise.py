@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: Apache-2.0
+"""rmmc_torch_raise_on_failure() without PyTorch or a GPU: a failed
+rmmc_torch_alloc throws a C++ std::runtime_error carrying rmmc's message
+when libstdc++ is in the process and raising is on, and returns NULL
+otherwise. Uncaught (ctypes is C), the throw ends the process through
+std::terminate, which prints the exception's type and message: that is
+what these cases read."""
+from conftest import run_python
+
+CALL = r'''
+import ctypes, os
+from rmmc._lib import lib
+case = os.environ["RAISE_CASE"].split(",")
+if "cxx" in case:
+    ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+if "on" in case:
+    lib().rmmc_torch_raise_on_failure(1)
+p = lib().rmmc_torch_alloc(256, 100000, None)  # no such device: the allocation fails
+print("returned", p)
+'''
+
+
+def test_throws_with_the_message_when_on():
+    r = run_python(CALL, {"RAISE_CASE": "cxx,on"})
+    assert r.returncode != 0, r.stdout
+    assert "returned" not in r.stdout, r.stdout
+    assert "std::runtime_error" in r.stderr, r.stderr
+    assert "rmmc_torch_alloc: device 100000 is out of range" in r.stderr, r.stderr
+
+
+def test_returns_null_when_off_or_without_libstdcxx():
+    for args in ("cxx", "on"):
+        r = run_python(CALL, {"RAISE_CASE": args})
+        assert r.returncode == 0, r.stderr
+        assert "returned None" in r.stdout, (args, r.stdout)
