@@ -32,6 +32,7 @@ typedef struct rmmc__lock {
 #define RMMC__LOCK_INIT {PTHREAD_MUTEX_INITIALIZER}
 
 static inline void rmmc__lock(rmmc__lock_t *l) { (void)pthread_mutex_lock(&l->mutex); }
+static inline bool rmmc__lock_try(rmmc__lock_t *l) { return pthread_mutex_trylock(&l->mutex) == 0; }
 static inline void rmmc__unlock(rmmc__lock_t *l) { (void)pthread_mutex_unlock(&l->mutex); }
 
 #else /* the futex lock */
