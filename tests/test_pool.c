@@ -787,7 +787,7 @@ END_TEST
 typedef struct newcomer {
   rmmc_resource_t *pool;
   int index, failures;
-  volatile int *stop;
+  int *stop;
   char first[256];
 } newcomer_t;
 
@@ -814,7 +814,7 @@ static void *newcomer_main(void *arg) {
 
 static void *checker_main(void *arg) {
   newcomer_t *u = arg;
-  while (!*u->stop) {
+  while (!__atomic_load_n(u->stop, __ATOMIC_ACQUIRE)) {
     if (rmmc_pool_resource_check(u->pool) != RMMC_SUCCESS && u->failures++ == 0)
       snprintf(u->first, sizeof u->first, "%s", rmmc_last_error_message());
     rmmc_pool_figures_t g = RMMC_POOL_FIGURES_INIT;
@@ -836,7 +836,7 @@ START_TEST(test_pool_check_while_streams_appear) {
   o.cache_size = 0;
   o.min_growth = 1 * MiB;
   fixture_t f = make_fixture(&o);
-  volatile int stop = 0;
+  int stop = 0; /* atomic: the checker reads it while this thread sets it */
   newcomer_t u[5];
   pthread_t th[5];
   for (int i = 0; i < 5; i++) {
@@ -844,7 +844,7 @@ START_TEST(test_pool_check_while_streams_appear) {
     ck_assert_int_eq(pthread_create(&th[i], NULL, i < 4 ? newcomer_main : checker_main, &u[i]), 0);
   }
   for (int i = 0; i < 4; i++) ck_assert_int_eq(pthread_join(th[i], NULL), 0);
-  stop = 1;
+  __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
   ck_assert_int_eq(pthread_join(th[4], NULL), 0);
   for (int i = 0; i < 4; i++) ck_assert_int_eq(u[i].failures, 0);
   ck_assert_msg(u[4].failures == 0, "%d concurrent checks failed; the first: %s", u[4].failures,

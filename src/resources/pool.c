@@ -348,8 +348,9 @@ static size_t reclaim_spans(pool_t *p, pool_sheap_t *skip) {
   size_t n = 0;
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
     pool_sheap_t *x = q->heap;
-    if (x == NULL || x == skip || (x->nidle == 0 && x->nforeign == 0)) continue;
-    if (!rmmc__lock_try(&x->lock)) continue;
+    /* nidle and nforeign change under x's lock only: read them there (a
+     * peek without it is a data race, which the TSan pass reported). */
+    if (x == NULL || x == skip || !rmmc__lock_try(&x->lock)) continue;
     if (x->nforeign > 0) (void)retire_foreign(p, x, NULL, false); /* finished ones */
     n += heap_release_idle(p, x, 0, NULL, false);
     rmmc__unlock(&x->lock);
