@@ -325,6 +325,7 @@ static inline pool_block_t *pool_split_block(pool_meta_t *m, pool_block_t *b, ui
   r->region = b->region;
   r->owner = b->owner;
   r->tag = b->tag;
+  r->freed = b->freed; /* trim order (vm_trim reads it) */
   r->state = b->state;
   r->where = W_OUT;
   if (b->next != NULL) b->next->prev = r;
