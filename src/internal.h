@@ -97,6 +97,11 @@ extern _Thread_local int rmmc__call_depth RMMC_TLS_FAST;
  * of the call (out of memory, unchanged, when nothing is cached). Cold. */
 rmmc_status_t rmmc__allocate_after_release(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                            cudaStream_t stream, void **out);
+/* The note an out-of-memory message gets once the rule has run, whether
+ * the wrapper ran it or a layer under its own lock (the pool): the
+ * layer's name as its argument. */
+#define RMMC__RETRIED_NOTE \
+  "; %s gave back its cached memory (and its upstream's) and the request was retried"
 
 /* ---- adaptors ----
  * Every adaptor and sub-allocator embeds rmmc__adaptor_t first: it holds the

@@ -121,9 +121,7 @@ RMMC_COLD rmmc_status_t rmmc__allocate_after_release(rmmc_resource_t *r, size_t 
   }
   *out = NULL;
   if (st == RMMC_ERROR_OUT_OF_MEMORY)
-    rmmc__append_error("; %s gave back its cached memory (and its upstream's) and the request "
-                       "was retried",
-                       r->ops->name);
+    rmmc__append_error(RMMC__RETRIED_NOTE, r->ops->name);
   if (rst != RMMC_SUCCESS) rmmc__append_error(" (giving it back failed: %s)", why);
   return st;
 }

@@ -448,8 +448,7 @@ static rmmc_status_t shared_slow_steps(pool_t *p, pool_owner_t *o, pool_sheap_t 
   /* The out-of-memory rule (internal.h) applied here, under the pool's own
    * lock: the resource.c wrapper finds nothing cached left to retry with. */
   st = rmmc__pool_oom(p, bytes, stream, why);
-  rmmc__append_error("; pool gave back its cached memory (and its upstream's) and the request "
-                     "was retried");
+  rmmc__append_error(RMMC__RETRIED_NOTE, "pool");
   return st;
 take_last:
   p->last_resort = false;

@@ -119,6 +119,15 @@ static rmmc_status_t upstream_unmap(pool_t *p, uintptr_t a, size_t n) {
   return st;
 }
 
+/* Unmaps [a, a + n), which the hooks were told of: they hear it go, and
+ * hear it held again if the upstream refuses to unmap it. */
+static rmmc_status_t unmap_announced(pool_t *p, uintptr_t a, size_t n) {
+  pool_hook_release(p, a, n);
+  rmmc_status_t st = upstream_unmap(p, a, n);
+  if (st != RMMC_SUCCESS) pool_hook_acquire(p, a, n); /* still held */
+  return st;
+}
+
 /* Grants device d access to [a, a + n), whole mappings (on), or takes it
  * back (!on). */
 static rmmc_status_t upstream_access(pool_t *p, uintptr_t a, size_t n, int d, bool on) {
@@ -258,12 +267,10 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
     while (j-- > i) {
       uintptr_t k0 = r->segs[j].addr;
       size_t n = r->segs[j].size;
-      pool_hook_release(p, k0, n);
-      if (upstream_unmap(p, k0, n) == RMMC_SUCCESS) {
+      if (unmap_announced(p, k0, n) == RMMC_SUCCESS) {
         seg_remove(r, j);
         continue;
       }
-      pool_hook_acquire(p, k0, n); /* still held */
       pool_block_t *x;
       if (rmmc__pool_room(p) && carve_mapped(p, o, (place_t){pl.u, k0, k0 + n}, &x) == RMMC_SUCCESS)
         rmmc__pool_put_free(p, x);
@@ -360,12 +367,8 @@ static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block
   uintptr_t s0 = r->segs[i].addr, s1 = s0 + r->segs[i].size;
   if (!rmmc__pool_room(p))
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
-  pool_hook_release(p, s0, r->segs[i].size);
-  rmmc_status_t st = upstream_unmap(p, s0, r->segs[i].size);
-  if (st != RMMC_SUCCESS) {
-    pool_hook_acquire(p, s0, r->segs[i].size); /* still held */
-    return st;
-  }
+  rmmc_status_t st = unmap_announced(p, s0, r->segs[i].size);
+  if (st != RMMC_SUCCESS) return st;
   p->reserved -= r->segs[i].size;
   p->shrinks++;
   p->page_unmaps++;
