@@ -162,15 +162,15 @@ typedef struct rmmc_pool_options {
    * maximum_size if set, else twice the device's memory, or the host's);
    * another is reserved when a request does not fit. */
   size_t address_space;
-  /* cache=: wholly free span bytes a stream heap keeps (default 4 MiB: one
-   * span; more go back to the shared heap at once). */
+  /* cache=: wholly free span bytes a stream heap keeps (default 8 MiB: two
+   * spans; more go back to the shared heap at once). */
   size_t cache_size;
 } rmmc_pool_options_t;
 
 #define RMMC_POOL_OPTIONS_INIT                                                                 \
   {sizeof(rmmc_pool_options_t), 0, SIZE_MAX, (size_t)32 << 20, (size_t)2 << 20,              \
    (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 1, (size_t)256 << 20, 0.02, 8.0, -1,         \
-   (size_t)32 << 20, 0, (size_t)4 << 20}
+   (size_t)32 << 20, 0, (size_t)8 << 20}
 
 /* Creates a pool over `upstream`, which it retains (the caller keeps its
  * own reference); NULL options mean defaults. Reserves initial_size at

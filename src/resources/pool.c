@@ -1584,7 +1584,7 @@ static const rmmc__spec_option_t pool_spec_options[] = {
     {"granularity", RMMC__OPT_BYTES, "chunks: growth rounded up to this power of two (default 2MiB)"},
     {"small_max", RMMC__OPT_BYTES, "requests up to this size go to the stream heaps (default 1MiB; 0: off)"},
     {"small_chunk", RMMC__OPT_BYTES, "bytes of one span lent to a stream heap (default 4MiB)"},
-    {"cache", RMMC__OPT_BYTES, "wholly free span bytes a stream heap keeps (default 4MiB)"},
+    {"cache", RMMC__OPT_BYTES, "wholly free span bytes a stream heap keeps (default 8MiB)"},
     {"gc_threshold", RMMC__OPT_DOUBLE, "fraction of max/device memory above which growth gives back first (default 0: off)"},
     {"release_before_grow", RMMC__OPT_BOOL, "keep reserved within the budget before growing (default true)"},
     {"release_slack", RMMC__OPT_DOUBLE, "the budget: reserved within (1 + this) x peak (default 0.02)"},
