@@ -285,6 +285,46 @@ START_TEST(test_gpu_free_on_stream_then_destroy_it) {
 }
 END_TEST
 
+/* ---- frees of several streams joined behind GPU-side waits ----
+ * Streams A and B each free a 32 MiB block that a slow kernel still
+ * writes, side by side; the pool may not grow (max 64 MiB). Stream C asks
+ * for 64 MiB: no single freed block fits, so C waits on A's and B's events
+ * (on the GPU), takes their frees and gets both blocks as one, with no
+ * device synchronization; C's write lands after both kernels. */
+START_TEST(test_gpu_frees_of_two_streams_join_without_a_sync) {
+  const char *spec = "pool(max=64MiB, small_max=0) > cuda";
+  rmmc_resource_t *r = stack(spec);
+  cudaStream_t s[3];
+  for (int i = 0; i < 3; i++) CUDA_OK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
+  void *x, *y, *z;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, s[0], &x), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, s[1], &y), RMMC_SUCCESS);
+  uintptr_t lo = (uintptr_t)x < (uintptr_t)y ? (uintptr_t)x : (uintptr_t)y;
+  uintptr_t hi = (uintptr_t)x < (uintptr_t)y ? (uintptr_t)y : (uintptr_t)x;
+  ck_assert_msg(hi - lo == 32 * MiB, "A's and B's blocks are not side by side: the case proves nothing");
+  CUDA_OK(gpu_slow_fill(x, 32 * MiB, A_VALUE, SLOW_NS, s[0]));
+  CUDA_OK(gpu_slow_fill(y, 32 * MiB, A_VALUE, SLOW_NS, s[1]));
+  ck_assert_int_eq(rmmc_resource_deallocate(r, x, 32 * MiB, 256, s[0]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, y, 32 * MiB, 256, s[1]), RMMC_SUCCESS);
+  rmmc_status_t st = rmmc_resource_allocate(r, 64 * MiB, 256, s[2], &z);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  ck_assert_ptr_eq(z, (void *)lo);
+  CUDA_OK(cudaMemsetAsync(z, B_VALUE, 64 * MiB, s[2]));
+  expect_all(z, 64 * MiB, B_VALUE, spec);
+  ck_assert_uint_eq(field(r, "device_syncs"), 0);
+  ck_assert_uint_eq(field(r, "adoptions"), 2);
+  ck_assert_uint_ge(field(r, "event_waits"), 2);
+  ck_assert_uint_eq(field(r, "reserved"), 64 * MiB);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, z, 64 * MiB, 256, s[2]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "reserved"), 0);
+  for (int i = 0; i < 3; i++) CUDA_OK(cudaStreamDestroy(s[i]));
+  rmmc_resource_release(r);
+  CUDA_OK(cudaGetLastError());
+}
+END_TEST
+
 /* ---- per-thread default streams are distinct streams ---- */
 
 typedef struct ptds {
@@ -584,6 +624,7 @@ int main(void) {
                       (int)(sizeof order_cases / sizeof order_cases[0]));
   tcase_add_test(tc, test_gpu_foreign_free_waits_for_the_freeing_stream);
   tcase_add_test(tc, test_gpu_cross_stream_reuse_with_threads);
+  tcase_add_test(tc, test_gpu_frees_of_two_streams_join_without_a_sync);
   tcase_add_loop_test(tc, test_gpu_free_on_stream_then_destroy_it, 0,
                       (int)(sizeof destroyed_specs / sizeof destroyed_specs[0]));
   tcase_add_loop_test(tc, test_gpu_per_thread_default_streams_are_distinct, 0,

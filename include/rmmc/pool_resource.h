@@ -36,7 +36,11 @@
  * frees or event_bytes bytes, only while other streams use the pool; one
  * cudaEventQuery when another stream needs memory), or, when no finished
  * memory fits, behind cudaStreamWaitEvent on S's event (a GPU-side wait,
- * no CPU stall). The pool never synchronizes the device on a normal path:
+ * no CPU stall). When no single freed block fits and the pool would grow
+ * past its budget, the short stream waits on other streams' events one at
+ * a time and takes all their covered frees, which merge with each other
+ * (memory freed side by side on several streams joins into one block).
+ * The pool never synchronizes the device on a normal path:
  * only as the last resort before out of memory and in release_cached.
  * Events outlive their streams, and the pool calls CUDA only on the stream
  * of the current call, so a stream destroyed after a free is safe (a
@@ -82,7 +86,9 @@
  * "spans" (lent to stream heaps), "cached" (free bytes inside stream
  * heaps), "streams", "event_records", "event_waits", "event_queries",
  * "device_syncs", "grows" (upstream allocations or mappings), "shrinks"
- * (upstream frees or unmappings), and one text field "stream" per stream:
+ * (upstream frees or unmappings), "adoptions" (times a stream short of
+ * memory waited on another stream's event and took all of that stream's
+ * covered frees, rather than growing past its budget), and one text field "stream" per stream:
  * "NAME in_use=BYTES cached=BYTES pending=BYTES" (pending: free bytes in
  * the shared heap waiting for that stream's work).
  *

@@ -247,6 +247,45 @@ static pool_block_t *find_covered(pool_t *p, pool_owner_t *o, size_t need, pool_
   return best;
 }
 
+/* Other streams' frees that their events cover but that have not finished
+ * yet: o's stream waits on the GPU for one such stream's last event (no
+ * host stall), its covered blocks become o's own (tagged with o's next
+ * epoch: another stream may take them once o's work up to now is done,
+ * which includes the wait) and merge with o's and clean neighbours, one
+ * stream at a time until a block of `need` bytes is free. Memory that
+ * several streams freed side by side so joins into one block without a
+ * synchronization. Returns that block (unindexed not yet: find_usable's),
+ * or NULL when no stream's covered frees make one. */
+static pool_block_t *adopt_covered(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
+                                   size_t align) {
+  uint64_t mine = rmmc__stream_slot_tag(o->slot);
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    if (q == o || q->slot == NULL || q->qhead == NULL) continue;
+    uint64_t rec = __atomic_load_n(&q->slot->epoch_recorded, __ATOMIC_ACQUIRE);
+    pool_block_t *b = q->qhead;
+    while (b != NULL && b->tag > rec) b = b->qnext;
+    if (b == NULL) continue;
+    if (rmmc__stream_slot_wait(&p->streams, q->slot, stream) != RMMC_SUCCESS) return NULL;
+    pool_block_t *moved = NULL;
+    for (pool_block_t *next; b != NULL; b = next) {
+      next = b->qnext;
+      if (b->tag > rec) continue;
+      rmmc__pool_unlink_free(p, b);
+      b->owner = o;
+      b->tag = mine;
+      b->qnext = moved;
+      moved = b;
+    }
+    for (pool_block_t *next; moved != NULL; moved = next) {
+      next = moved->qnext;
+      rmmc__pool_put_free(p, moved);
+    }
+    p->adoptions++;
+    if ((b = find_usable(p, o, need, align)) != NULL) return b;
+  }
+  return NULL;
+}
+
 /* ---- stream heaps: spans lent by the shared heap ---- */
 
 static inline void heap_link(pool_sheap_t *h, pool_block_t *b) {
@@ -421,6 +460,8 @@ static rmmc_status_t shared_slow_steps(pool_t *p, pool_owner_t *o, pool_sheap_t 
   }
   consolidate(p, true);
   if ((b = find_usable(p, o, need, align)) != NULL) goto take;
+  /* Other streams' covered frees, joined behind GPU-side waits. */
+  if (!capturing && (b = adopt_covered(p, o, stream, need, align)) != NULL) goto take;
   /* Growth past the budget's trimming. */
   if (rmmc__pool_admit(p, o, stream, 0, need, false) && (b = find_usable(p, o, need, align)) != NULL)
     goto take;
@@ -1171,7 +1212,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   size_t regions = p->nregions, graphs = 0, graph_bytes = 0;
   for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
     graphs++, graph_bytes += g->used_bytes + g->idx.bytes;
-  uint64_t grows = p->grows, shrinks = p->shrinks, peers = p->peers;
+  uint64_t grows = p->grows, shrinks = p->shrinks, peers = p->peers, adoptions = p->adoptions;
   unlock_all(p);
   rmmc__emit_bytes(emit, ctx, "reserved", reserved);
   rmmc__emit_bytes(emit, ctx, "in_use", t.in_use);
@@ -1188,6 +1229,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "spans", t.spans);
   rmmc__emit_count(emit, ctx, "grows", grows);
   rmmc__emit_count(emit, ctx, "shrinks", shrinks);
+  rmmc__emit_count(emit, ctx, "adoptions", adoptions);
   if (peers != 0) {
     char text[200];
     rmmc__pool_peers_text(peers, text, sizeof text);

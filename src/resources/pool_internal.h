@@ -206,6 +206,7 @@ struct pool {
   size_t reserved, reserved_peak, committed, committed_peak, span_bytes, free_bytes;
   uintptr_t trim_keep_lo, trim_keep_hi; /* vm: a range trimming leaves alone (growth in flight) */
   uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
+  uint64_t adoptions; /* streams whose covered frees another stream joined (adopt_covered) */
   rmmc_memory_hooks_t hooks; /* rmmc_resource_set_memory_hooks (shared lock; pool_query.c) */
   uint64_t peers; /* devices given access (bit d; shared lock; pool_query.c): every mapping's */
 };
