@@ -206,6 +206,21 @@ START_TEST(test_bench_threads_have_own_streams) {
 }
 END_TEST
 
+START_TEST(test_bench_one_stream_for_every_thread) {
+  recorder_t *a = recorder_new();
+  bench_params_t p = params(4, 100, 1);
+  p.one_stream = true;
+  bench_result_t res;
+  bench_measure(rmmc_resource_retain(&a->base), &random_small, &p, &res);
+  assert_stats(&res, 4);
+  ck_assert_int_eq(a->nkeys, 1); /* every thread's calls name the same stream */
+  ck_assert_msg((uintptr_t)a->keys[0] > 2, "stream key %lu is a special CUDA handle",
+                (unsigned long)(uintptr_t)a->keys[0]);
+  ck_assert_uint_eq(a->allocs, 4 * 2 * (8 + 50)); /* all four threads ran */
+  rmmc_resource_release(&a->base);
+}
+END_TEST
+
 START_TEST(test_bench_malloc_baseline) {
   bench_params_t p = params(2, 200, 3);
   bench_result_t res;
@@ -346,6 +361,7 @@ static Suite *bench_suite(void) {
   tcase_add_test(tc, test_bench_random_keeps_live_blocks);
   tcase_add_test(tc, test_bench_sequences_are_seeded);
   tcase_add_test(tc, test_bench_threads_have_own_streams);
+  tcase_add_test(tc, test_bench_one_stream_for_every_thread);
   tcase_add_test(tc, test_bench_malloc_baseline);
   tcase_add_test(tc, test_bench_reports_allocation_failure_in_warm_up);
   tcase_add_test(tc, test_bench_reports_allocation_failure_in_timed_run);

@@ -75,6 +75,17 @@ with tempfile.TemporaryDirectory() as tmp:
                  "random 256B-64KiB live 16", "pair 256B"):
         check(word in out, f"table shows {word!r}")
 
+    check(all(r.get("one_stream") is False for r in records), "one_stream false by default")
+    check("every thread on one stream" not in out, "no one-stream note by default")
+
+    # --one-stream: said in the header and in every record.
+    rc, out, err = run(*quick("--stack", "pool > host", "--pattern", "random", "--min", "256",
+                              "--max", "64KiB", "--live", "16", "--threads", "2",
+                              "--one-stream", "--json", path))
+    check(rc == 0, f"--one-stream exits 0 ({rc}, {err!r})")
+    check("every thread on one stream" in out, f"--one-stream in the header: {out!r}")
+    check(all(r.get("one_stream") is True for r in json.load(open(path))), "one_stream true")
+
     # --baseline picks the ratio's denominator.
     rc, out, err = run(*quick("--stack", "host", "--pattern", "pair", "--size", "1KiB",
                               "--baseline", "host", "--json", path))

@@ -374,7 +374,9 @@ void bench_measure(rmmc_resource_t *r, const bench_case_t *c, const bench_params
       snprintf(err, len, "out of host memory for the op sequences");
       goto free_workers;
     }
-    if (e.gpu) {
+    if (p->one_stream && i > 0) {
+      w->stream = e.workers[0].stream; /* thread 0 owns it */
+    } else if (e.gpu) {
       cudaError_t cerr = cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking);
       if (cerr != cudaSuccess) {
         snprintf(err, len, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(cerr));

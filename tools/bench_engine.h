@@ -4,8 +4,9 @@
  * installed; tests/test_bench.c drives it over a spy resource).
  *
  * One call, bench_measure(), times one resource on one case (pattern, sizes,
- * live count) with T threads, each thread on its own stream and its own
- * seeded op sequence, and returns the per-call times of `repeat` timed runs.
+ * live count) with T threads, each thread on its own stream (or all on one,
+ * `one_stream`) and its own seeded op sequence, and returns the per-call
+ * times of `repeat` timed runs.
  *
  * What one run does, per thread (all threads start together at a barrier):
  *   untimed  random pattern: allocate the `live` blocks of the sequence's
@@ -62,6 +63,7 @@ typedef struct bench_params {
   int repeat;      /* timed runs, 1 .. BENCH_MAX_REPEAT */
   uint64_t seed;   /* thread i's sequence is seeded with seed + i */
   double budget_s; /* time budget of a run (see above); 0: none */
+  bool one_stream; /* every thread on one stream (thread 0's) instead of its own */
 } bench_params_t;
 
 typedef struct bench_result {

@@ -79,6 +79,8 @@ static const char *const usage_text[] = {
     "                    own stream (non-blocking CUDA stream on GPU stacks, a\n"
     "                    distinct opaque key on host stacks) and its own sequence\n"
     "                    (seed + thread index).\n"
+    "  --one-stream      every thread on one stream instead (thread 0's): threads\n"
+    "                    share the stream's state in a stack that keys it by stream\n"
     "  --ops N           calls per thread per timed run (default 100000; rounded\n"
     "                    up to even: a pair or a step is two calls)\n"
     "  --repeat N        timed runs; the median is reported (default 5)\n"
@@ -155,6 +157,7 @@ typedef struct options {
   int repeat;
   uint64_t seed;
   double budget_s;
+  bool one_stream;
   const char *json_path;
   const char *baseline_name;
   int baseline;
@@ -255,7 +258,7 @@ static bool parse_patterns(const char *text, options_t *o) {
 
 enum {
   OPT_STACK = 256, OPT_BASELINE, OPT_PATTERN, OPT_SIZE, OPT_MIN, OPT_MAX, OPT_LIVE, OPT_OPS,
-  OPT_REPEAT, OPT_SEED, OPT_THREADS, OPT_BUDGET, OPT_JSON, OPT_SKIP_INVALID, OPT_LIST, OPT_QUIET, OPT_VERSION,
+  OPT_REPEAT, OPT_SEED, OPT_THREADS, OPT_ONE_STREAM, OPT_BUDGET, OPT_JSON, OPT_SKIP_INVALID, OPT_LIST, OPT_QUIET, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -270,6 +273,7 @@ static const struct option long_options[] = {
     {"repeat", required_argument, NULL, OPT_REPEAT},
     {"seed", required_argument, NULL, OPT_SEED},
     {"threads", required_argument, NULL, OPT_THREADS},
+    {"one-stream", no_argument, NULL, OPT_ONE_STREAM},
     {"budget", required_argument, NULL, OPT_BUDGET},
     {"json", required_argument, NULL, OPT_JSON},
     {"skip-invalid", no_argument, NULL, OPT_SKIP_INVALID},
@@ -349,6 +353,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
     case OPT_THREADS:
       if (!parse_threads(optarg, o)) return EXIT_USAGE;
       break;
+    case OPT_ONE_STREAM: o->one_stream = true; break;
     case OPT_BUDGET: {
       char *end;
       o->budget_s = strtod(optarg, &end);
@@ -521,8 +526,9 @@ static void json_row(FILE *f, const options_t *o, const run_info_t *info, const 
   if (c->c.pattern == BENCH_PAIR) fprintf(f, ", \"sizes\": [%zu]", c->c.min_bytes);
   else fprintf(f, ", \"sizes\": [%zu, %zu]", c->c.min_bytes, c->c.max_bytes);
   fprintf(f, ", \"size_min\": %zu, \"size_max\": %zu, \"live\": %zu, \"seed\": %llu, "
-          "\"budget_s\": %g, \"device\": ",
-          c->c.min_bytes, c->c.max_bytes, c->c.live, (unsigned long long)o->seed, o->budget_s);
+          "\"budget_s\": %g, \"one_stream\": %s, \"device\": ",
+          c->c.min_bytes, c->c.max_bytes, c->c.live, (unsigned long long)o->seed, o->budget_s,
+          o->one_stream ? "true" : "false");
   cli_json_string(f, info->device);
   fprintf(f, ", \"device_id\": %d, \"cpu\": ", info->device_id);
   cli_json_string(f, info->cpu);
@@ -647,7 +653,7 @@ static void measure_row(options_t *o, row_t *row, int index, int total) {
   }
   row->measured = true;
   bench_params_t p = {.threads = row->threads, .ops = o->ops, .repeat = o->repeat, .seed = o->seed,
-                      .budget_s = o->budget_s};
+                      .budget_s = o->budget_s, .one_stream = o->one_stream};
   bench_measure(r, &c->c, &p, &row->res); /* releases r */
   if (!row->res.ok)
     fprintf(stderr, "rmmc-bench: '%s' | %s | %d threads: FAILED: %s\n", s->spec, c->label,
@@ -683,8 +689,9 @@ int main(int argc, char **argv) {
   }
   printf("# rmmc-bench %s | device: %s", RMMC_VERSION_STRING, info.device);
   if (gpu) printf(" (%d)", info.device_id);
-  printf(" | cpu: %s | seed %llu, %d runs, %zu ops per thread and run, budget %g s\n", info.cpu,
-         (unsigned long long)o.seed, o.repeat, o.ops, o.budget_s);
+  printf(" | cpu: %s | seed %llu, %d runs, %zu ops per thread and run, budget %g s%s\n", info.cpu,
+         (unsigned long long)o.seed, o.repeat, o.ops, o.budget_s,
+         o.one_stream ? ", every thread on one stream" : "");
   flush_notes();
   int nrows = o.ncases * o.nthreads * o.nstacks;
   row_t *rows = calloc((size_t)nrows, sizeof *rows);
