@@ -27,7 +27,7 @@ typedef struct rmmc__spec_option {
   const char *help;
 } rmmc__spec_option_t;
 
-#define RMMC__SPEC_MAX_ARGS 16
+#define RMMC__SPEC_MAX_ARGS 24
 /* The longest spec, in characters: it bounds every value too (a logging
  * path, a list of 64 bins). */
 #define RMMC__SPEC_MAX_LENGTH 4096

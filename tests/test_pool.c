@@ -234,6 +234,95 @@ START_TEST(test_pool_threads_keep_invariants) {
 }
 END_TEST
 
+/* Threads sharing one stream key: each allocates small blocks and fills
+ * them, hands them to the next thread, which checks and frees them. */
+typedef struct one_stream {
+  rmmc_resource_t *pool;
+  pthread_barrier_t *barrier;
+  void **mine, **next; /* this thread's blocks; the next thread's */
+  int n, index, failures;
+} one_stream_t;
+
+static void *one_stream_main(void *arg) {
+  one_stream_t *u = arg;
+  cudaStream_t s = (cudaStream_t)(uintptr_t)0x5157; /* one key for all */
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < u->n; i++) {
+      size_t n = (size_t)(1 + (i * 7 + u->index) % 64) * KiB;
+      if (rmmc_resource_allocate(u->pool, n, 256, s, &u->mine[i]) != RMMC_SUCCESS) {
+        u->failures++;
+        u->mine[i] = NULL;
+        continue;
+      }
+      pool_fill(u->mine[i], n, (unsigned)(u->index * 1000 + i));
+    }
+    pthread_barrier_wait(u->barrier);
+    int from = (u->index + 1) % 4; /* the next thread's blocks */
+    for (int i = 0; i < u->n; i++) {
+      size_t n = (size_t)(1 + (i * 7 + from) % 64) * KiB;
+      if (u->next[i] == NULL) continue;
+      if (!pool_filled(u->next[i], n, (unsigned)(from * 1000 + i))) u->failures++;
+      if (rmmc_resource_deallocate(u->pool, u->next[i], n, 256, s) != RMMC_SUCCESS) u->failures++;
+    }
+    pthread_barrier_wait(u->barrier);
+  }
+  return NULL;
+}
+
+static void run_one_stream(rmmc_resource_t *pool, int n) {
+  pthread_barrier_t barrier;
+  ck_assert_int_eq(pthread_barrier_init(&barrier, NULL, 4), 0);
+  void *blocks[4][64];
+  one_stream_t u[4];
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++)
+    u[i] = (one_stream_t){pool, &barrier, blocks[i], blocks[(i + 1) % 4], n, i, 0};
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, one_stream_main, &u[i]), 0);
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(u[i].failures, 0);
+  pthread_barrier_destroy(&barrier);
+}
+
+START_TEST(test_pool_threads_on_one_stream_take_their_own_heaps) {
+  /* Four threads on one stream, stream_heaps=4: four heaps of the one
+   * stream (threads are numbered in turn on their first call, so four new
+   * threads take four stripes). A block freed by another thread of the
+   * stream goes back to its own heap at once (no foreign list): after the
+   * first round every span is wholly free again, and the second round is
+   * served from them with no upstream call. */
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.min_growth = 4 * MiB;
+  o.growth_granularity = 4 * MiB;
+  o.cache_size = 64 * MiB;
+  o.stream_heaps = 4;
+  fixture_t f = make_fixture(&o);
+  run_one_stream(f.pool, 16);
+  CHECK_POOL(f.pool);
+  ck_assert_uint_eq(field(f.pool, "streams"), 1);
+  ck_assert_uint_eq(field(f.pool, "heaps"), 4);
+  ck_assert_uint_eq(field(f.pool, "in_use"), 0);
+  uint64_t calls = spy_allocs(&f);
+  run_one_stream(f.pool, 16);
+  CHECK_POOL(f.pool);
+  ck_assert_uint_eq(spy_allocs(&f), calls); /* nothing stranded by the cross-thread frees */
+  ck_assert_uint_eq(field(f.pool, "heaps"), 4); /* new threads, the same four stripes */
+  ck_assert_uint_eq(field(f.pool, "in_use"), 0);
+  char line[200] = "";
+  ck_assert(pool_text(f.pool, "stream", line, sizeof line));
+  ck_assert_msg(strstr(line, "heaps=4") != NULL, "%s", line);
+  drop_fixture(&f);
+
+  /* stream_heaps=1: the threads share the stream's one heap, as before. */
+  o.stream_heaps = 1;
+  f = make_fixture(&o);
+  run_one_stream(f.pool, 16);
+  CHECK_POOL(f.pool);
+  ck_assert_uint_eq(field(f.pool, "heaps"), 1);
+  ck_assert_uint_eq(field(f.pool, "in_use"), 0);
+  drop_fixture(&f);
+}
+END_TEST
+
 START_TEST(test_pool_many_live_blocks) {
   /* Enough live blocks to grow the pointer maps many times. */
   fixture_t f = make_fixture(NULL);
@@ -1654,6 +1743,7 @@ START_TEST(test_pool_create_rejects_bad_options) {
   BAD(19, o.split_limit = -1, "split_limit");
   BAD(20, o.expandable = 2, "expandable");
   BAD(21, o.expandable = -2, "expandable");
+  BAD(22, o.stream_heaps = 1025, "stream_heaps");
 #undef BAD
   /* Virtual memory over an upstream without it. */
   o = (rmmc_pool_options_t)RMMC_POOL_OPTIONS_INIT;
@@ -1751,7 +1841,7 @@ START_TEST(test_pool_spec_entry_takes_every_option) {
       "pool(initial=2MiB, max=64MiB, min_growth=2MiB, granularity=1MiB, small_max=64KiB, "
       "small_chunk=1MiB, cache=2MiB, gc_threshold=0.5, release_before_grow=false, "
       "release_slack=0.1, split_limit=4, event_interval=8, event_bytes=1MiB, expandable=false, "
-      "page=4MiB, address_space=1GiB) > host",
+      "page=4MiB, address_space=1GiB, stream_heaps=3) > host",
       -1, &r);
   ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
   ck_assert_str_eq(rmmc_resource_name(r), "pool");
@@ -1773,9 +1863,13 @@ START_TEST(test_pool_spec_entry_takes_every_option) {
   ck_assert_int_eq(rmmc_resource_allocate(r, 64 * KiB, 256, NULL, &p), RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "spans"), 1);
   ck_assert_uint_eq(field(r, "cached"), 1 * MiB - 64 * KiB);
+  ck_assert_uint_eq(field(r, "heaps"), 1);
   ck_assert_int_eq(rmmc_resource_deallocate(r, p, 64 * KiB, 256, NULL), RMMC_SUCCESS);
   CHECK_POOL(r);
   rmmc_resource_release(r);
+  ck_assert_int_eq(rmmc_stack_create("pool(stream_heaps=1025) > host", -1, &r),
+                   RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "stream_heaps=1025"));
   /* expandable=true over host: virtual memory. */
   ck_assert_int_eq(rmmc_stack_create("pool(expandable=true, page=4MiB) > host", -1, &r),
                    RMMC_SUCCESS);
@@ -1818,6 +1912,7 @@ int main(void) {
   tcase_add_test(tc, test_pool_random_run_keeps_invariants);
   tcase_add_test(tc, test_pool_random_run_with_maximum_keeps_invariants);
   tcase_add_test(tc, test_pool_threads_keep_invariants);
+  tcase_add_test(tc, test_pool_threads_on_one_stream_take_their_own_heaps);
   tcase_add_test(tc, test_pool_many_live_blocks);
   tcase_add_test(tc, test_pool_alignments);
   tcase_add_test(tc, test_pool_release_cached_returns_everything);

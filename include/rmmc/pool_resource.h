@@ -20,8 +20,11 @@
  * bytes, 4 MiB) it borrows from the shared heap: allocating and freeing a
  * small block on one stream takes only that stream's lock, so threads on
  * their own streams share nothing (and the last block a stream freed is
- * reused by an exact-size request without a search). Larger requests go to
- * the shared heap under one lock. A stream heap keeps at most cache_size
+ * reused by an exact-size request without a search). Threads sharing a
+ * stream take its heaps in turn (up to stream_heaps of them), so they do
+ * not share that lock either; a block one of them frees goes straight back
+ * to the heap it came from. Larger requests go to the shared heap under
+ * one lock. A stream heap keeps at most cache_size
  * bytes of wholly free spans; more go back to the shared heap at once, and
  * other streams take back a heap's free spans before the pool grows.
  *
@@ -83,14 +86,14 @@
  * or lent to stream heaps as spans), "reserved_peak", "largest_free",
  * "limit" (absent without one), "regions" (chunks or reservations),
  * "graph_pools" and "graph_bytes" (CUDA graph private pools: below),
- * "spans" (lent to stream heaps), "cached" (free bytes inside stream
- * heaps), "streams", "event_records", "event_waits", "event_queries",
+ * "spans" (lent to stream heaps), "heaps" (stream heaps, of every
+ * stream), "cached" (free bytes inside stream heaps), "streams", "event_records", "event_waits", "event_queries",
  * "device_syncs", "grows" (upstream allocations or mappings), "shrinks"
  * (upstream frees or unmappings), "adoptions" (times a stream short of
  * memory waited on another stream's event and took all of that stream's
  * covered frees, rather than growing past its budget), and one text field "stream" per stream:
- * "NAME in_use=BYTES cached=BYTES pending=BYTES" (pending: free bytes in
- * the shared heap waiting for that stream's work).
+ * "NAME in_use=BYTES cached=BYTES pending=BYTES heaps=N" (pending: free
+ * bytes in the shared heap waiting for that stream's work).
  *
  * Thread-safe; see "Two levels" for what is shared.
  */
@@ -171,12 +174,17 @@ typedef struct rmmc_pool_options {
   /* cache=: wholly free span bytes a stream heap keeps (default 8 MiB: two
    * spans; more go back to the shared heap at once). */
   size_t cache_size;
+  /* stream_heaps=: most heaps per stream: threads sharing a stream take its
+   * heaps in turn (thread number modulo this), so they do not share a lock
+   * (default 0: the machine's online CPUs, at most 64; 1: one heap per
+   * stream; at most 1024). */
+  unsigned stream_heaps;
 } rmmc_pool_options_t;
 
 #define RMMC_POOL_OPTIONS_INIT                                                                 \
   {sizeof(rmmc_pool_options_t), 0, SIZE_MAX, (size_t)32 << 20, (size_t)2 << 20,              \
    (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 1, (size_t)256 << 20, 0.02, 8.0, -1,         \
-   (size_t)32 << 20, 0, (size_t)8 << 20}
+   (size_t)32 << 20, 0, (size_t)8 << 20, 0}
 
 /* Creates a pool over `upstream`, which it retains (the caller keeps its
  * own reference); NULL options mean defaults. Reserves initial_size at

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../spec.h"
 #include "pool_internal.h"
@@ -77,34 +78,61 @@ static inline pool_sheap_t *heap_cached(const pool_t *p, const void *key) {
   return NULL;
 }
 
-static rmmc_status_t owner_init(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot) {
+/* A thread's number, given on its first call into any pool: threads on one
+ * stream take the stream's heaps in turn (number modulo the stripes). */
+static _Thread_local unsigned tl_number;
+static unsigned next_thread_number;
+
+static inline unsigned thread_stripe(const pool_t *p) {
+  if (tl_number == 0) tl_number = __atomic_add_fetch(&next_thread_number, 1, __ATOMIC_RELAXED);
+  return (tl_number - 1) % p->stripes;
+}
+
+static pool_sheap_t *heap_of_stripe(pool_owner_t *o, unsigned stripe) {
+  pool_sheap_t *h = __atomic_load_n(&o->heap, __ATOMIC_ACQUIRE);
+  while (h != NULL && h->stripe != stripe) h = h->onext;
+  return h;
+}
+
+/* Stripe `stripe`'s heap of o's stream, made (shared lock held); o joins
+ * the pool's owners with its first heap. */
+static rmmc_status_t heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot,
+                              unsigned stripe) {
   pool_sheap_t *h = aligned_alloc(64, sizeof *h);
   if (h == NULL) return rmmc__pool_no_host_memory();
   memset(h, 0, sizeof *h);
   h->pool = p;
   h->owner = o;
+  h->stripe = stripe;
   rmmc__ptrmap_init(&h->used);
-  o->slot = slot;
-  o->next = p->owners;
-  p->owners = o;
-  p->nowners++;
+  if (o->slot == NULL) {
+    o->slot = slot;
+    o->next = p->owners;
+    p->owners = o;
+    p->nowners++;
+  }
+  h->onext = o->heap;
+  p->nheaps++;
   __atomic_store_n(&o->heap, h, __ATOMIC_RELEASE);
   return RMMC_SUCCESS;
 }
 
-/* The heap of `stream` (key `key`), made on first use, and cached for this
- * thread. */
+/* The calling thread's heap of `stream` (key `key`), made on first use, and
+ * cached for this thread. */
 static POOL_NOINLINE rmmc_status_t heap_find(pool_t *p, cudaStream_t stream, const void *key,
                                              pool_sheap_t **out) {
   rmmc__stream_slot_t *slot;
   rmmc_status_t st = rmmc__stream_set_get(&p->streams, stream, &slot);
   if (st != RMMC_SUCCESS) return st;
   pool_owner_t *o = rmmc__stream_slot_user(slot);
-  pool_sheap_t *h = __atomic_load_n(&o->heap, __ATOMIC_ACQUIRE);
+  unsigned stripe = thread_stripe(p);
+  pool_sheap_t *h = heap_of_stripe(o, stripe);
   if (h == NULL) {
     rmmc__lock(&p->lock);
-    if (o->heap == NULL) st = owner_init(p, o, slot);
-    h = o->heap;
+    if ((h = heap_of_stripe(o, stripe)) == NULL) {
+      st = heap_new(p, o, slot, stripe);
+      h = o->heap;
+    }
     rmmc__unlock(&p->lock);
     if (st != RMMC_SUCCESS) return st;
   }
@@ -385,15 +413,15 @@ static size_t retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bo
 
 static size_t reclaim_spans(pool_t *p, pool_sheap_t *skip) {
   size_t n = 0;
-  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
-    pool_sheap_t *x = q->heap;
-    /* nidle and nforeign change under x's lock only: read them there (a
-     * peek without it is a data race, which the TSan pass reported). */
-    if (x == NULL || x == skip || !rmmc__lock_try(&x->lock)) continue;
-    if (x->nforeign > 0) (void)retire_foreign(p, x, NULL, false); /* finished ones */
-    n += heap_release_idle(p, x, 0, NULL, false);
-    rmmc__unlock(&x->lock);
-  }
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next)
+    for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext) {
+      /* nidle and nforeign change under x's lock only: read them there (a
+       * peek without it is a data race, which the TSan pass reported). */
+      if (x == skip || !rmmc__lock_try(&x->lock)) continue;
+      if (x->nforeign > 0) (void)retire_foreign(p, x, NULL, false); /* finished ones */
+      n += heap_release_idle(p, x, 0, NULL, false);
+      rmmc__unlock(&x->lock);
+    }
   return n;
 }
 
@@ -1027,8 +1055,8 @@ static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_sheap_t *h, void *p
   if (e == NULL) {
     st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
                         "pool: %p was not allocated by this pool, or was freed already", ptr);
-  } else if (a == h) {
-    st = small_free(p, h, e, ptr, bytes, stream);
+  } else if (a->owner == h->owner) { /* this stream's: another thread's heap of it */
+    st = small_free(p, a, e, ptr, bytes, stream);
   } else {
     pool_block_t *b = e->value;
     if (b->requested != bytes) {
@@ -1133,25 +1161,47 @@ static inline rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t byte
 }
 
 /* Locks every stream heap, then the shared heap (describe, check): heap
- * locks come first, so the list of heaps is read, locked, and read again
- * under the shared lock until no heap was added meanwhile. */
+ * locks come first, so the heaps are read, locked, and counted again under
+ * the shared lock until none was added meanwhile (heap_find adds under the
+ * shared lock, at the head of a stream's list). */
+/* Locks the heaps of `owners` from each one's head as it is now, and
+ * remembers that head in locked_head (written only by whoever holds all of
+ * that stream's heaps' locks, so two callers do not mix them up). */
+static void heaps_lock(pool_owner_t *owners) {
+  for (pool_owner_t *q = owners; q != NULL; q = q->next) {
+    pool_sheap_t *head = __atomic_load_n(&q->heap, __ATOMIC_ACQUIRE);
+    for (pool_sheap_t *x = head; x != NULL; x = x->onext) rmmc__lock(&x->lock);
+    q->locked_head = head;
+  }
+}
+
+/* Unlocks what heaps_lock(owners) locked: heaps added since are left. */
+static void heaps_unlock(pool_owner_t *owners) {
+  for (pool_owner_t *q = owners; q != NULL; q = q->next)
+    for (pool_sheap_t *x = q->locked_head, *next; x != NULL; x = next) {
+      next = x->onext;
+      rmmc__unlock(&x->lock);
+    }
+}
+
 static void lock_all(pool_t *p) {
   for (;;) {
     rmmc__lock(&p->lock);
     pool_owner_t *owners = p->owners;
+    size_t nheaps = p->nheaps;
     rmmc__unlock(&p->lock);
-    for (pool_owner_t *q = owners; q != NULL; q = q->next) rmmc__lock(&q->heap->lock);
+    heaps_lock(owners);
     rmmc__lock(&p->lock);
-    if (p->owners == owners) return;
+    if (p->nheaps == nheaps) return; /* none added meanwhile: all are locked */
     rmmc__unlock(&p->lock);
-    for (pool_owner_t *q = owners; q != NULL; q = q->next) rmmc__unlock(&q->heap->lock);
+    heaps_unlock(owners);
   }
 }
 
 static void unlock_all(pool_t *p) {
   pool_owner_t *owners = p->owners; /* the heaps lock_all locked: none added since */
   rmmc__unlock(&p->lock);
-  for (pool_owner_t *q = owners; q != NULL; q = q->next) rmmc__unlock(&q->heap->lock);
+  heaps_unlock(owners);
 }
 
 static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
@@ -1163,15 +1213,15 @@ static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
   rmmc__lock(&p->lock);
   pool_owner_t *owners = p->owners;
   rmmc__unlock(&p->lock);
-  for (pool_owner_t *q = owners; q != NULL; q = q->next) {
-    pool_sheap_t *x = q->heap;
-    rmmc__lock(&x->lock);
-    (void)retire_foreign(p, x, NULL, false);
-    rmmc__lock(&p->lock);
-    (void)heap_release_idle(p, x, 0, NULL, false);
+  for (pool_owner_t *q = owners; q != NULL; q = q->next)
+    for (pool_sheap_t *x = __atomic_load_n(&q->heap, __ATOMIC_ACQUIRE); x != NULL; x = x->onext) {
+      rmmc__lock(&x->lock);
+      (void)retire_foreign(p, x, NULL, false);
+      rmmc__lock(&p->lock);
+      (void)heap_release_idle(p, x, 0, NULL, false);
       rmmc__unlock(&p->lock);
-    rmmc__unlock(&x->lock);
-  }
+      rmmc__unlock(&x->lock);
+    }
   rmmc__lock(&p->lock);
   if (st == RMMC_SUCCESS) graph_drain(p);
   consolidate(p, true);
@@ -1188,13 +1238,18 @@ typedef struct totals {
   size_t in_use, cached, pending, spans, largest;
 } totals_t;
 
+static inline size_t heap_cached_bytes(const pool_sheap_t *x) {
+  return x->idx.bytes + (x->hot != NULL ? pool_bsize(x->hot) : 0);
+}
+
 static void add_totals(pool_t *p, totals_t *t) {
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
-    pool_sheap_t *x = q->heap;
-    t->in_use += x->in_use;
-    t->cached += x->idx.bytes + (x->hot != NULL ? pool_bsize(x->hot) : 0);
+    for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext) {
+      t->in_use += x->in_use;
+      t->cached += heap_cached_bytes(x);
+      t->spans += x->nspans;
+    }
     t->pending += q->idx.bytes;
-    t->spans += x->nspans;
     size_t l = rmmc__tlsf_largest(&q->idx);
     if (l > t->largest) t->largest = l;
   }
@@ -1209,7 +1264,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   totals_t t = {0};
   add_totals(p, &t);
   size_t reserved = p->reserved, reserved_peak = p->reserved_peak, peak = p->committed_peak;
-  size_t regions = p->nregions, graphs = 0, graph_bytes = 0;
+  size_t regions = p->nregions, heaps = p->nheaps, graphs = 0, graph_bytes = 0;
   for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
     graphs++, graph_bytes += g->used_bytes + g->idx.bytes;
   uint64_t grows = p->grows, shrinks = p->shrinks, peers = p->peers, adoptions = p->adoptions;
@@ -1227,6 +1282,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "graph_pools", graphs);
   rmmc__emit_bytes(emit, ctx, "graph_bytes", graph_bytes);
   rmmc__emit_count(emit, ctx, "spans", t.spans);
+  rmmc__emit_count(emit, ctx, "heaps", heaps);
   rmmc__emit_count(emit, ctx, "grows", grows);
   rmmc__emit_count(emit, ctx, "shrinks", shrinks);
   rmmc__emit_count(emit, ctx, "adoptions", adoptions);
@@ -1240,13 +1296,14 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   /* One line per stream. */
   lock_all(p);
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
-    pool_sheap_t *x = q->heap;
+    size_t in_use = 0, cached = 0, nheaps = 0;
+    for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext)
+      in_use += x->in_use, cached += heap_cached_bytes(x), nheaps++;
     char name[40], a[32], b[32], c[32], line[200];
-    snprintf(line, sizeof line, "%s in_use=%s cached=%s pending=%s",
+    snprintf(line, sizeof line, "%s in_use=%s cached=%s pending=%s heaps=%zu",
              rmmc__stream_name(q->slot->stream, name, sizeof name),
-             rmmc__format_bytes(x->in_use, a, sizeof a),
-             rmmc__format_bytes(x->idx.bytes + (x->hot != NULL ? pool_bsize(x->hot) : 0), b, sizeof b),
-             rmmc__format_bytes(q->idx.bytes, c, sizeof c));
+             rmmc__format_bytes(in_use, a, sizeof a), rmmc__format_bytes(cached, b, sizeof b),
+             rmmc__format_bytes(q->idx.bytes, c, sizeof c), nheaps);
     rmmc__emit_text(emit, ctx, "stream", line);
   }
   unlock_all(p);
@@ -1343,7 +1400,7 @@ static bool check_heap(pool_t *p, pool_sheap_t *h, char *msg, size_t len) {
 }
 
 static bool check_locked(pool_t *p, char *msg, size_t len) {
-  size_t nfree = 0, free_bytes = 0, committed = 0, spans = 0, nused = 0;
+  size_t nfree = 0, free_bytes = 0, committed = 0, spans = 0, nused = 0, heaps = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
     uintptr_t at = r->base;
     for (pool_block_t *b = r->first, *prev = NULL; b != NULL; prev = b, b = b->next) {
@@ -1392,7 +1449,15 @@ static bool check_locked(pool_t *p, char *msg, size_t len) {
     CHECK(listed == q->idx.count, "a stream's list and index differ");
     indexed += q->idx.count;
     indexed_bytes += q->idx.bytes;
-    if (!check_heap(p, q->heap, msg, len)) return false;
+    size_t nheaps = 0;
+    for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext, nheaps++) {
+      CHECK(x->owner == q && x->stripe < p->stripes, "a heap is listed under another stream");
+      for (pool_sheap_t *y = x->onext; y != NULL; y = y->onext)
+        CHECK(y->stripe != x->stripe, "a stream has two heaps of stripe %u", x->stripe);
+      if (!check_heap(p, x, msg, len)) return false;
+    }
+    CHECK(nheaps >= 1, "a stream has no heap");
+    heaps += nheaps;
   }
   for (pool_owner_t *g = p->graphs; g != NULL; g = g->next) {
     CHECK(g->slot == NULL && rmmc__tlsf_valid(&g->idx), "a graph pool's index is inconsistent");
@@ -1403,6 +1468,7 @@ static bool check_locked(pool_t *p, char *msg, size_t len) {
     indexed += g->idx.count;
     indexed_bytes += g->idx.bytes;
   }
+  CHECK(heaps == p->nheaps, "%zu heaps listed, %zu made", heaps, p->nheaps);
   CHECK(indexed == nfree && indexed_bytes == free_bytes && free_bytes == p->free_bytes,
         "indices hold %zu blocks (%zu bytes), the regions %zu free (%zu bytes)", indexed,
         indexed_bytes, nfree, free_bytes);
@@ -1436,16 +1502,17 @@ static void pool_destroy(rmmc_resource_t *r) {
   pool_t *p = (pool_t *)r;
   if (p->cuda && p->regions != NULL) (void)rmmc__stream_set_sync(&p->streams);
   if (p->be != NULL) p->be->fini(p);
-  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
-    pool_sheap_t *x = q->heap;
-    for (pool_region_t *sp = x->spans, *next; sp != NULL; sp = next) {
-      next = sp->next;
-      free(sp);
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next)
+    for (pool_sheap_t *x = q->heap, *xnext; x != NULL; x = xnext) {
+      xnext = x->onext;
+      for (pool_region_t *sp = x->spans, *next; sp != NULL; sp = next) {
+        next = sp->next;
+        free(sp);
+      }
+      rmmc__pool_meta_fini(&x->meta);
+      rmmc__ptrmap_fini(&x->used);
+      free(x);
     }
-    rmmc__pool_meta_fini(&x->meta);
-    rmmc__ptrmap_fini(&x->used);
-    free(x);
-  }
   for (pool_owner_t *g = p->graphs, *next; g != NULL; g = next) {
     next = g->next;
     free(g);
@@ -1493,6 +1560,8 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
     bad = "initial_size and min_growth must be at most 128 TiB";
   else if (o->expandable < -1 || o->expandable > 1)
     bad = "expandable must be -1 (when the upstream can), 0 or 1";
+  else if (o->stream_heaps > 1024)
+    bad = "stream_heaps must be 0 (one per CPU) to 1024";
   if (bad != NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resource_create: %s", bad);
   p->max_size = o->maximum_size == 0 || o->maximum_size == SIZE_MAX
                     ? SIZE_MAX
@@ -1506,6 +1575,11 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   p->small_max = o->small_max > 0 ? rmmc__align_up(o->small_max, POOL_GRANULE) : 0;
   p->span = o->small_chunk;
   p->cache_bytes = o->cache_size;
+  p->stripes = o->stream_heaps;
+  if (p->stripes == 0) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    p->stripes = cpus < 1 ? 1 : cpus > 64 ? 64 : (unsigned)cpus;
+  }
   p->release_before_grow = o->release_before_grow;
   p->slack = o->release_slack;
   p->band = 3.0;
@@ -1627,6 +1701,7 @@ static const rmmc__spec_option_t pool_spec_options[] = {
     {"small_max", RMMC__OPT_BYTES, "requests up to this size go to the stream heaps (default 1MiB; 0: off)"},
     {"small_chunk", RMMC__OPT_BYTES, "bytes of one span lent to a stream heap (default 4MiB)"},
     {"cache", RMMC__OPT_BYTES, "wholly free span bytes a stream heap keeps (default 8MiB)"},
+    {"stream_heaps", RMMC__OPT_INT, "most heaps per stream, for threads sharing one (default: one per CPU up to 64)"},
     {"gc_threshold", RMMC__OPT_DOUBLE, "fraction of max/device memory above which growth gives back first (default 0: off)"},
     {"release_before_grow", RMMC__OPT_BOOL, "keep reserved within the budget before growing (default true)"},
     {"release_slack", RMMC__OPT_DOUBLE, "the budget: reserved within (1 + this) x peak (default 0.02)"},
@@ -1667,6 +1742,13 @@ static rmmc_status_t pool_build(const rmmc__spec_args_t *args, rmmc_resource_t *
                             "pool: event_interval=%lld is out of range (1 to %u)", interval,
                             UINT_MAX);
     o.event_interval = (unsigned)interval;
+  }
+  long long heaps;
+  if (rmmc__spec_int(args, "stream_heaps", &heaps)) {
+    if (heaps < 0 || heaps > 1024)
+      return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                            "pool: stream_heaps=%lld is out of range (0 to 1024)", heaps);
+    o.stream_heaps = (unsigned)heaps;
   }
   return rmmc_pool_resource_create(upstream, &o, out);
 }

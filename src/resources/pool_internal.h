@@ -13,10 +13,14 @@
  *
  * Two levels. The shared heap (one lock, `lock`) holds every region and
  * the free blocks between large ones, indexed by TLSF. Each stream the pool
- * has seen has a stream heap (its own lock, uncontended while one thread
- * uses the stream) that owns spans of the shared heap and serves requests
- * up to small_max from them with an index of its own: the common case, a
- * small block allocated and freed on one stream, takes no shared lock.
+ * has seen has stream heaps (each its own lock) that own spans of the
+ * shared heap and serve requests up to small_max from them with an index of
+ * their own: the common case, a small block allocated and freed on one
+ * stream, takes no shared lock. A stream has one heap per stripe its
+ * threads use (a thread's stripe is its number modulo `stripes`), so
+ * threads sharing a stream do not share a lock; they share the stream's
+ * owner (its shared free blocks and epochs), and a block one of them frees
+ * goes straight back to the heap it came from.
  * Lock order: a stream heap's lock, then the shared one; the shared lock
  * never waits for a heap lock (it only try-locks them, to reclaim spans).
  *
@@ -92,7 +96,8 @@ struct pool_region {
  * back to the shared heap only when the pool is released. */
 struct pool_owner {
   rmmc__stream_slot_t *slot;     /* NULL: a graph pool */
-  pool_sheap_t *heap;
+  pool_sheap_t *heap;            /* its heaps, one per stripe in use (atomic head) */
+  pool_sheap_t *locked_head;     /* lock_all: the heaps it locked begin here */
   rmmc__tlsf_t idx;              /* its free blocks in the shared heap */
   pool_block_t *qhead;           /* the same, listed */
   uint64_t seen_done;            /* its finished epoch at the last consolidation */
@@ -124,6 +129,8 @@ struct pool_sheap {
   rmmc__lock_t lock;
   pool_t *pool;
   pool_owner_t *owner;
+  pool_sheap_t *onext; /* the next heap of the same stream (owner->heap lists them) */
+  unsigned stripe;     /* which of the stream's heaps: threads map to stripes */
   pool_block_t *hot; /* its last free, kept out of idx for an exact-size reuse */
   rmmc__tlsf_t idx;
   rmmc__ptrmap_t used;
@@ -175,6 +182,7 @@ struct pool {
   uint64_t id; /* never reused: thread caches key on it */
   bool cuda;   /* device memory: streams are real */
   size_t small_max, span;
+  unsigned stripes; /* heaps per stream: threads on one stream spread over them */
   int graphs_routing; /* atomic: graph pools being routed to */
   const pool_backend_t *be;
   /* options, resolved */
@@ -196,7 +204,7 @@ struct pool {
   pool_block_t *holes;  /* vm: unmapped blocks */
   rmmc__stream_set_t streams;
   pool_owner_t *owners;
-  size_t nowners;
+  size_t nowners, nheaps;
   pool_meta_t meta;
   uint64_t clock; /* shared-heap frees and slow paths: the time base of idleness */
   uint64_t peak_clock;    /* the clock when committed_peak last rose */
