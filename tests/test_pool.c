@@ -786,11 +786,12 @@ START_TEST(test_pool_foreign_frees_keep_the_cache_bound) {
 }
 END_TEST
 
-/* 64 threads on their own stream keys. */
+/* 64 threads on their own stream keys (or all on one: shared). */
 typedef struct cache_user {
   rmmc_resource_t *pool;
   int index, failures;
   double worst_cached, worst_bound;
+  bool shared;
 } cache_user_t;
 
 enum { CACHE_THREADS = 64, CACHE_LIVE = 32 };
@@ -799,6 +800,7 @@ enum { CACHE_THREADS = 64, CACHE_LIVE = 32 };
 
 static void *cache_user_main(void *arg) {
   cache_user_t *u = arg;
+  cudaStream_t s = STREAM(u->shared ? 99 : 100 + u->index);
   void *b[CACHE_LIVE] = {0};
   size_t n[CACHE_LIVE] = {0};
   unsigned seed = 7u + (unsigned)u->index * 977u;
@@ -807,14 +809,14 @@ static void *cache_user_main(void *arg) {
     int k = (int)((seed >> 8) % CACHE_LIVE);
     if (b[k] == NULL) {
       n[k] = 1 + (seed >> 12) % (16 * KiB);
-      if (rmmc_resource_allocate(u->pool, n[k], 256, STREAM(100 + u->index), &b[k]) != RMMC_SUCCESS)
+      if (rmmc_resource_allocate(u->pool, n[k], 256, s, &b[k]) != RMMC_SUCCESS)
         u->failures++;
     } else {
-      if (rmmc_resource_deallocate(u->pool, b[k], n[k], 256, STREAM(100 + u->index)) != RMMC_SUCCESS)
+      if (rmmc_resource_deallocate(u->pool, b[k], n[k], 256, s) != RMMC_SUCCESS)
         u->failures++;
       b[k] = NULL;
     }
-    if (step % 250 == 249) {
+    if (step % 250 == 249 && !u->shared) {
       /* Wholly free spans: at most cache= bytes; each other span holds a
        * live block of this thread, so it caches less than a span. */
       int live = 0;
@@ -830,12 +832,12 @@ static void *cache_user_main(void *arg) {
     }
   }
   for (int i = 0; i < CACHE_LIVE; i++)
-    if (b[i] != NULL &&
-        rmmc_resource_deallocate(u->pool, b[i], n[i], 256, STREAM(100 + u->index)) != RMMC_SUCCESS)
+    if (b[i] != NULL && rmmc_resource_deallocate(u->pool, b[i], n[i], 256, s) != RMMC_SUCCESS)
       u->failures++;
   /* Everything freed: only wholly free spans, at most cache= bytes. */
   pool_stream_line_t l;
-  if (!pool_stream_line(u->pool, STREAM(100 + u->index), &l) || l.in_use != 0 || l.cached > CACHE_BYTES)
+  if (!u->shared &&
+      (!pool_stream_line(u->pool, s, &l) || l.in_use != 0 || l.cached > CACHE_BYTES))
     u->failures++;
   return NULL;
 }
@@ -851,7 +853,7 @@ START_TEST(test_pool_stream_heaps_stay_within_cache_bound) {
   pthread_t th[CACHE_THREADS];
   cache_user_t u[CACHE_THREADS];
   for (int i = 0; i < CACHE_THREADS; i++) {
-    u[i] = (cache_user_t){f.pool, i, 0, 0, 0};
+    u[i] = (cache_user_t){f.pool, i, 0, 0, 0, false};
     ck_assert_int_eq(pthread_create(&th[i], NULL, cache_user_main, &u[i]), 0);
   }
   for (int i = 0; i < CACHE_THREADS; i++) {
@@ -867,6 +869,42 @@ START_TEST(test_pool_stream_heaps_stay_within_cache_bound) {
   ck_assert_uint_le(g.cached, (size_t)CACHE_THREADS * CACHE_BYTES);
   ck_assert_uint_le(field(f.pool, "spans"), (uint64_t)CACHE_THREADS * (CACHE_BYTES / CACHE_SPAN));
   ck_assert_uint_eq(g.cached, field(f.pool, "spans") * CACHE_SPAN);
+  drop_fixture(&f);
+}
+END_TEST
+
+START_TEST(test_pool_threads_on_one_stream_stay_within_cache_bound) {
+  /* 64 threads on one stream key, stream_heaps=8: the stream has 8 heaps
+   * (64 new threads cover every stripe), each caching at most cache=
+   * bytes of wholly free spans once everything is freed. */
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.small_chunk = CACHE_SPAN;
+  o.small_max = 16 * KiB;
+  o.cache_size = CACHE_BYTES;
+  o.min_growth = 1 * MiB;
+  o.growth_granularity = 64 * KiB;
+  o.stream_heaps = 8;
+  fixture_t f = make_fixture(&o);
+  pthread_t th[CACHE_THREADS];
+  cache_user_t u[CACHE_THREADS];
+  for (int i = 0; i < CACHE_THREADS; i++) {
+    u[i] = (cache_user_t){f.pool, i, 0, 0, 0, true};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, cache_user_main, &u[i]), 0);
+  }
+  for (int i = 0; i < CACHE_THREADS; i++) {
+    ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+    ck_assert_msg(u[i].failures == 0, "thread %d: %d failures", i, u[i].failures);
+  }
+  CHECK_POOL(f.pool);
+  ck_assert_uint_eq(field(f.pool, "streams"), 1);
+  ck_assert_uint_eq(field(f.pool, "heaps"), 8);
+  rmmc_pool_figures_t g = pool_figures(f.pool);
+  ck_assert_uint_eq(g.in_use, 0);
+  ck_assert_uint_le(g.cached, (size_t)8 * CACHE_BYTES);
+  ck_assert_uint_eq(g.cached, field(f.pool, "spans") * CACHE_SPAN);
+  pool_stream_line_t l;
+  ck_assert(pool_stream_line(f.pool, STREAM(99), &l));
+  ck_assert_uint_eq((uint64_t)l.cached, g.cached);
   drop_fixture(&f);
 }
 END_TEST
@@ -1926,6 +1964,7 @@ int main(void) {
   tcase_add_test(tc, test_pool_idle_stream_spans_serve_others_before_growth);
   tcase_add_test(tc, test_pool_foreign_frees_keep_the_cache_bound);
   tcase_add_test(tc, test_pool_stream_heaps_stay_within_cache_bound);
+  tcase_add_test(tc, test_pool_threads_on_one_stream_stay_within_cache_bound);
   tcase_add_test(tc, test_pool_check_while_streams_appear);
   tcase_add_test(tc, test_pool_freeing_stream_reuses_at_once);
   tcase_add_test(tc, test_pool_other_stream_reuses_once_covered);
