@@ -159,15 +159,20 @@ static inline rmmc_status_t heap_of(pool_t *p, cudaStream_t stream, pool_sheap_t
 
 /* ---- streams' epochs ---- */
 
-/* A free of `bytes` in the shared heap on o's stream: cover o's frees when
- * enough wait, or another stream asked, and other streams use the pool. */
+/* Are o's frees in the shared heap due an event: enough wait, or another
+ * stream asked, and other streams use the pool? (Shared lock.) */
+static inline bool cover_due(const pool_t *p, const pool_owner_t *o) {
+  return RMMC_UNLIKELY(__atomic_load_n(&o->slot->want, __ATOMIC_RELAXED)) ||
+         (p->nowners > 1 &&
+          (o->uncovered >= p->event_interval || o->uncovered_bytes >= p->event_bytes));
+}
+
+/* A free of `bytes` into the shared heap on o's stream, which `stream`
+ * is: covers o's frees when due. */
 static inline void note_free(pool_t *p, pool_owner_t *o, size_t bytes, cudaStream_t stream) {
   o->uncovered++;
   o->uncovered_bytes += bytes;
-  if (RMMC_UNLIKELY(__atomic_load_n(&o->slot->want, __ATOMIC_RELAXED)) ||
-      (p->nowners > 1 &&
-       (o->uncovered >= p->event_interval || o->uncovered_bytes >= p->event_bytes)))
-    rmmc__pool_cover(p, o, stream);
+  if (cover_due(p, o)) rmmc__pool_cover(p, o, stream);
 }
 
 /* Relabels clean q's shared free blocks whose epoch is known finished and
@@ -798,9 +803,12 @@ unlock:
   return st;
 }
 
-/* Frees the large block of map entry e on o's stream (shared lock held). */
+/* Frees the large block of map entry e on o's stream (shared lock held).
+ * *cover: o's frees are due an event, which the caller records once it has
+ * dropped the shared lock (a record is a driver call, 0.3 us and more:
+ * under the lock it made every other thread's large calls wait for it). */
 static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t *e, void *ptr,
-                                size_t bytes, cudaStream_t stream) {
+                                size_t bytes, bool *cover) {
   pool_block_t *b = e->value;
   if (RMMC_UNLIKELY(b->requested != bytes))
     return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
@@ -824,7 +832,13 @@ static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t
   b->tag = rmmc__stream_slot_tag(o->slot);
   p->clock++;
   rmmc__pool_put_free(p, b);
-  note_free(p, o, size, stream);
+  o->uncovered++;
+  o->uncovered_bytes += size;
+  if (cover_due(p, o)) { /* claimed: the counts start again, the record follows */
+    o->uncovered = 0;
+    o->uncovered_bytes = 0;
+    *cover = true;
+  }
   return RMMC_SUCCESS;
 }
 
@@ -1037,8 +1051,10 @@ static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_sheap_t *h, void *p
   rmmc__lock(&p->lock);
   rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, ptr);
   if (e != NULL) {
-    rmmc_status_t st = large_free(p, o, e, ptr, bytes, stream);
-      rmmc__unlock(&p->lock);
+    bool cover = false;
+    rmmc_status_t st = large_free(p, o, e, ptr, bytes, &cover);
+    rmmc__unlock(&p->lock);
+    if (cover) (void)rmmc__stream_slot_try_record(&p->streams, o->slot, stream);
     return st;
   }
   e = p->span > 0 ? rmmc__ptrmap_find(&p->spans, (void *)((uintptr_t)ptr & ~(p->span - 1))) : NULL;
