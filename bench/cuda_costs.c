@@ -4,7 +4,11 @@
  * figures; docs/design.md quotes them). Each figure is the mean over many
  * calls, in nanoseconds, on an idle device unless said otherwise.
  *
- *   cc -O2 -I/usr/local/cuda/include bench/cuda_costs.c -L/usr/local/cuda/lib64 -lcudart
+ *   cc -O2 -I/usr/local/cuda/include bench/cuda_costs.c -L/usr/local/cuda/lib64 -lcudart -lpthread
+ *
+ * `cuda_costs threads` runs only the last part: runtime calls a free might
+ * make (cudaEventRecord, cudaStreamGetCaptureInfo, cudaGetDevice) from 1, 4
+ * and 16 threads at once, each on its own stream: do they scale?
  *
  * Driver entry points come through cudaGetDriverEntryPointByVersion (no
  * libcuda link), as src/resources/cuda.c does.
@@ -13,6 +17,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,9 +63,75 @@ static void report(const char *what, double total_ns, int n) {
   fflush(stdout);
 }
 
-int main(void) {
+/* ---- runtime calls from several threads at once ---- */
+
+enum { T_RECORD, T_CAPTURE_INFO, T_GET_DEVICE };
+typedef struct {
+  int call, calls;
+  pthread_barrier_t *start;
+  double ns;
+} tcall_t;
+
+static void *tcall_run(void *arg) {
+  tcall_t *t = arg;
+  CK(cudaSetDevice(0));
+  cudaStream_t s;
+  cudaEvent_t e;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  pthread_barrier_wait(t->start);
+  double t0 = now_ns();
+  for (int i = 0; i < t->calls; i++) {
+    if (t->call == T_RECORD) {
+      CK(cudaEventRecord(e, s));
+    } else if (t->call == T_CAPTURE_INFO) {
+      enum cudaStreamCaptureStatus cs;
+      CK(cudaStreamGetCaptureInfo(s, &cs, NULL, NULL, NULL, NULL, NULL));
+    } else {
+      int d;
+      CK(cudaGetDevice(&d));
+    }
+  }
+  t->ns = now_ns() - t0;
+  CK(cudaStreamSynchronize(s));
+  CK(cudaEventDestroy(e));
+  CK(cudaStreamDestroy(s));
+  return NULL;
+}
+
+static void threads_section(void) {
+  static const char *names[] = {"cudaEventRecord", "cudaStreamGetCaptureInfo", "cudaGetDevice"};
+  enum { CALLS = 50000, MAXT = 16 };
+  for (int call = 0; call < 3; call++)
+    for (int n = 1; n <= MAXT; n *= 4) {
+      pthread_barrier_t start;
+      pthread_barrier_init(&start, NULL, (unsigned)n);
+      pthread_t th[MAXT];
+      tcall_t t[MAXT];
+      for (int i = 0; i < n; i++) {
+        t[i] = (tcall_t){.call = call, .calls = CALLS, .start = &start};
+        if (pthread_create(&th[i], NULL, tcall_run, &t[i]) != 0) exit(1);
+      }
+      double slowest = 0;
+      for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        if (t[i].ns > slowest) slowest = t[i].ns;
+      }
+      pthread_barrier_destroy(&start);
+      char what[80];
+      snprintf(what, sizeof what, "%s, %d thread%s at once (per call, per thread)", names[call], n,
+               n > 1 ? "s" : "");
+      report(what, slowest, CALLS);
+    }
+}
+
+int main(int argc, char **argv) {
   CK(cudaSetDevice(0));
   CK(cudaFree(0));
+  if (argc > 1 && strcmp(argv[1], "threads") == 0) {
+    threads_section();
+    return 0;
+  }
   struct cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   printf("device: %s\n", prop.name);
@@ -273,5 +344,6 @@ int main(void) {
     CK(cudaStreamSynchronize(s2));
     CK(cudaFree(big));
   }
+  threads_section();
   return 0;
 }
