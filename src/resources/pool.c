@@ -159,20 +159,32 @@ static inline rmmc_status_t heap_of(pool_t *p, cudaStream_t stream, pool_sheap_t
 
 /* ---- streams' epochs ---- */
 
-/* Are o's frees in the shared heap due an event: enough wait, or another
- * stream asked, and other streams use the pool? (Shared lock.) */
-static inline bool cover_due(const pool_t *p, const pool_owner_t *o) {
-  return RMMC_UNLIKELY(__atomic_load_n(&o->slot->want, __ATOMIC_RELAXED)) ||
-         (p->nowners > 1 &&
-          (o->uncovered >= p->event_interval || o->uncovered_bytes >= p->event_bytes));
-}
-
-/* A free of `bytes` into the shared heap on o's stream, which `stream`
- * is: covers o's frees when due. */
-static inline void note_free(pool_t *p, pool_owner_t *o, size_t bytes, cudaStream_t stream) {
+/* Counts a free of `bytes` into the shared heap on o's stream (shared
+ * lock). True when o's frees are now due an event (enough wait, or another
+ * stream asked, and other streams use the pool): the counts start again
+ * and the caller records o's event on o's stream, after dropping the
+ * shared lock where it can (a record is a driver call, 0.3 us and more,
+ * and the runtime serializes it across threads). */
+static inline bool cover_claim(const pool_t *p, pool_owner_t *o, size_t bytes) {
   o->uncovered++;
   o->uncovered_bytes += bytes;
-  if (cover_due(p, o)) rmmc__pool_cover(p, o, stream);
+  if (!RMMC_UNLIKELY(__atomic_load_n(&o->slot->want, __ATOMIC_RELAXED)) &&
+      !(p->nowners > 1 &&
+        (o->uncovered >= p->event_interval || o->uncovered_bytes >= p->event_bytes)))
+    return false;
+  o->uncovered = 0;
+  o->uncovered_bytes = 0;
+  return true;
+}
+
+/* Covers o's frees now, from outside the shared lock: its counts start
+ * again under the lock, the record (on `stream`, o's) follows outside. */
+static void cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream) {
+  rmmc__lock(&p->lock);
+  o->uncovered = 0;
+  o->uncovered_bytes = 0;
+  rmmc__unlock(&p->lock);
+  (void)rmmc__stream_slot_try_record(&p->streams, o->slot, stream);
 }
 
 /* Relabels clean q's shared free blocks whose epoch is known finished and
@@ -395,7 +407,8 @@ static void span_give_back(pool_t *p, pool_sheap_t *x, pool_region_t *sp, cudaSt
   p->committed -= sp->size;
   p->span_bytes -= sp->size;
   rmmc__pool_put_free(p, b);
-  if (in_call) note_free(p, x->owner, sp->size, stream);
+  if (in_call && cover_claim(p, x->owner, sp->size)) /* stream: x's */
+    (void)rmmc__stream_slot_try_record(&p->streams, x->owner->slot, stream);
   free(sp);
 }
 
@@ -805,8 +818,7 @@ unlock:
 
 /* Frees the large block of map entry e on o's stream (shared lock held).
  * *cover: o's frees are due an event, which the caller records once it has
- * dropped the shared lock (a record is a driver call, 0.3 us and more:
- * under the lock it made every other thread's large calls wait for it). */
+ * dropped the shared lock (cover_claim). */
 static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t *e, void *ptr,
                                 size_t bytes, bool *cover) {
   pool_block_t *b = e->value;
@@ -832,13 +844,7 @@ static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t
   b->tag = rmmc__stream_slot_tag(o->slot);
   p->clock++;
   rmmc__pool_put_free(p, b);
-  o->uncovered++;
-  o->uncovered_bytes += size;
-  if (cover_due(p, o)) { /* claimed: the counts start again, the record follows */
-    o->uncovered = 0;
-    o->uncovered_bytes = 0;
-    *cover = true;
-  }
+  *cover = cover_claim(p, o, size);
   return RMMC_SUCCESS;
 }
 
@@ -946,11 +952,8 @@ static POOL_NOINLINE rmmc_status_t small_general(pool_t *p, pool_sheap_t *h, cud
                                                  size_t n, size_t need, size_t align,
                                                  size_t bytes, pool_block_t **out) {
   if (!pool_meta_room(&h->meta)) return rmmc__pool_no_host_memory();
-  if (RMMC_UNLIKELY(__atomic_load_n(&h->owner->slot->want, __ATOMIC_RELAXED))) {
-    rmmc__lock(&p->lock);
-    rmmc__pool_cover(p, h->owner, stream);
-    rmmc__unlock(&p->lock);
-  }
+  if (RMMC_UNLIKELY(__atomic_load_n(&h->owner->slot->want, __ATOMIC_RELAXED)))
+    cover_now(p, h->owner, stream);
   pool_block_t *b = heap_search(h, need);
   if (b == NULL && h->nforeign > 0 &&
       retire_foreign(p, h, stream, !p->cuda || !rmmc__stream_is_capturing(stream)) > 0) {
@@ -1092,11 +1095,7 @@ static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_sheap_t *h, void *p
     }
   }
   rmmc__unlock(&a->lock);
-  if (foreign && !rmmc__stream_slot_covered(o->slot, tag)) {
-    rmmc__lock(&p->lock);
-    rmmc__pool_cover(p, o, stream);
-    rmmc__unlock(&p->lock);
-  }
+  if (foreign && !rmmc__stream_slot_covered(o->slot, tag)) cover_now(p, o, stream);
   return st;
 }
 
