@@ -842,18 +842,22 @@ static void *cache_user_main(void *arg) {
   return NULL;
 }
 
-START_TEST(test_pool_stream_heaps_stay_within_cache_bound) {
+/* A pool of CACHE_SPAN spans caching at most CACHE_BYTES per heap, run by
+ * CACHE_THREADS cache users (on one stream key when `shared`); every user
+ * must finish with no failure. */
+static fixture_t run_cache_users(unsigned stream_heaps, bool shared) {
   rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
   o.small_chunk = CACHE_SPAN;
   o.small_max = 16 * KiB;
   o.cache_size = CACHE_BYTES;
   o.min_growth = 1 * MiB;
   o.growth_granularity = 64 * KiB;
+  o.stream_heaps = stream_heaps;
   fixture_t f = make_fixture(&o);
   pthread_t th[CACHE_THREADS];
   cache_user_t u[CACHE_THREADS];
   for (int i = 0; i < CACHE_THREADS; i++) {
-    u[i] = (cache_user_t){f.pool, i, 0, 0, 0, false};
+    u[i] = (cache_user_t){f.pool, i, 0, 0, 0, shared};
     ck_assert_int_eq(pthread_create(&th[i], NULL, cache_user_main, &u[i]), 0);
   }
   for (int i = 0; i < CACHE_THREADS; i++) {
@@ -862,6 +866,11 @@ START_TEST(test_pool_stream_heaps_stay_within_cache_bound) {
                   u[i].failures, u[i].worst_cached, u[i].worst_bound);
   }
   CHECK_POOL(f.pool);
+  return f;
+}
+
+START_TEST(test_pool_stream_heaps_stay_within_cache_bound) {
+  fixture_t f = run_cache_users(0, false);
   ck_assert_uint_eq(field(f.pool, "streams"), CACHE_THREADS);
   ck_assert_int_eq(pool_stream_lines(f.pool), CACHE_THREADS);
   rmmc_pool_figures_t g = pool_figures(f.pool);
@@ -877,25 +886,7 @@ START_TEST(test_pool_threads_on_one_stream_stay_within_cache_bound) {
   /* 64 threads on one stream key, stream_heaps=8: the stream has 8 heaps
    * (64 new threads cover every stripe), each caching at most cache=
    * bytes of wholly free spans once everything is freed. */
-  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
-  o.small_chunk = CACHE_SPAN;
-  o.small_max = 16 * KiB;
-  o.cache_size = CACHE_BYTES;
-  o.min_growth = 1 * MiB;
-  o.growth_granularity = 64 * KiB;
-  o.stream_heaps = 8;
-  fixture_t f = make_fixture(&o);
-  pthread_t th[CACHE_THREADS];
-  cache_user_t u[CACHE_THREADS];
-  for (int i = 0; i < CACHE_THREADS; i++) {
-    u[i] = (cache_user_t){f.pool, i, 0, 0, 0, true};
-    ck_assert_int_eq(pthread_create(&th[i], NULL, cache_user_main, &u[i]), 0);
-  }
-  for (int i = 0; i < CACHE_THREADS; i++) {
-    ck_assert_int_eq(pthread_join(th[i], NULL), 0);
-    ck_assert_msg(u[i].failures == 0, "thread %d: %d failures", i, u[i].failures);
-  }
-  CHECK_POOL(f.pool);
+  fixture_t f = run_cache_users(8, true);
   ck_assert_uint_eq(field(f.pool, "streams"), 1);
   ck_assert_uint_eq(field(f.pool, "heaps"), 8);
   rmmc_pool_figures_t g = pool_figures(f.pool);
