@@ -52,14 +52,52 @@ typedef struct tl_entry {
   pool_sheap_t *heap;
 } tl_entry_t;
 
+/* A thread's number, given on its first call into any pool: threads on one
+ * stream take the stream's heaps in turn (number modulo the stripes). A
+ * thread that exits gives its number back and the next new thread takes
+ * the lowest free one, so threads that come and go (a pool of workers made
+ * anew, each epoch of a replay) keep using the same heaps of a stream
+ * instead of making a new one each time, which strands the old ones' spans
+ * (on 16 CPUs the 4-stream log's warm epoch reserved 1.060x instead of
+ * 1.045x over sim, the server log's 1.245x instead of 1.225x). Numbers past
+ * THREAD_NUMBERS are never given back. */
+enum { THREAD_NUMBERS = 4096 };
+static _Thread_local unsigned tl_number;
+static pthread_mutex_t numbers_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool number_taken[THREAD_NUMBERS];
+static unsigned next_thread_number = THREAD_NUMBERS;
+
+static unsigned thread_number_take(void) {
+  pthread_mutex_lock(&numbers_lock);
+  unsigned n = 0;
+  while (n < THREAD_NUMBERS && number_taken[n]) n++;
+  if (n < THREAD_NUMBERS) number_taken[n] = true;
+  pthread_mutex_unlock(&numbers_lock);
+  return n < THREAD_NUMBERS ? n + 1 : __atomic_add_fetch(&next_thread_number, 1, __ATOMIC_RELAXED);
+}
+
+static void thread_number_give(unsigned n) {
+  if (n == 0 || n > THREAD_NUMBERS) return;
+  pthread_mutex_lock(&numbers_lock);
+  number_taken[n - 1] = false;
+  pthread_mutex_unlock(&numbers_lock);
+}
+
+static inline unsigned thread_stripe(const pool_t *p) {
+  if (tl_number == 0) tl_number = thread_number_take();
+  return (tl_number - 1) % p->stripes;
+}
+
 static _Thread_local tl_entry_t *tl_cache RMMC_TLS_FAST;
 static pthread_key_t tl_key;
 static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
 static bool tl_key_ok;
 
-static void tl_free(void *c) {
+static void tl_free(void *c) { /* the thread exits */
   free(c);
   tl_cache = NULL;
+  thread_number_give(tl_number);
+  tl_number = 0;
 }
 
 static void tl_init(void) { tl_key_ok = pthread_key_create(&tl_key, tl_free) == 0; }
@@ -78,15 +116,6 @@ static inline pool_sheap_t *heap_cached(const pool_t *p, const void *key) {
   return NULL;
 }
 
-/* A thread's number, given on its first call into any pool: threads on one
- * stream take the stream's heaps in turn (number modulo the stripes). */
-static _Thread_local unsigned tl_number;
-static unsigned next_thread_number;
-
-static inline unsigned thread_stripe(const pool_t *p) {
-  if (tl_number == 0) tl_number = __atomic_add_fetch(&next_thread_number, 1, __ATOMIC_RELAXED);
-  return (tl_number - 1) % p->stripes;
-}
 
 static pool_sheap_t *heap_of_stripe(pool_owner_t *o, unsigned stripe) {
   pool_sheap_t *h = __atomic_load_n(&o->heap, __ATOMIC_ACQUIRE);
