@@ -323,6 +323,35 @@ START_TEST(test_pool_threads_on_one_stream_take_their_own_heaps) {
 }
 END_TEST
 
+/* One round of a thread made anew: a block on stream 0x5E, freed. */
+static void *one_round_main(void *arg) {
+  void *b = NULL;
+  if (rmmc_resource_allocate(arg, 4096, 256, STREAM(0x5E), &b) != RMMC_SUCCESS) return arg;
+  return rmmc_resource_deallocate(arg, b, 4096, 256, STREAM(0x5E)) == RMMC_SUCCESS ? NULL : arg;
+}
+
+START_TEST(test_pool_threads_made_anew_keep_the_streams_heap) {
+  /* Six rounds, each a new thread on the same stream, one at a time: a
+   * thread that exits gives its number back and the next takes it, so the
+   * stream keeps one heap (with numbers never reused, each round took a
+   * new stripe of the eight and a new heap). */
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.stream_heaps = 8;
+  fixture_t f = make_fixture(&o);
+  for (int round = 0; round < 6; round++) {
+    pthread_t th;
+    void *failed = f.pool;
+    ck_assert_int_eq(pthread_create(&th, NULL, one_round_main, f.pool), 0);
+    ck_assert_int_eq(pthread_join(th, &failed), 0);
+    ck_assert_msg(failed == NULL, "round %d: %s", round, rmmc_last_error_message());
+  }
+  CHECK_POOL(f.pool);
+  ck_assert_uint_eq(field(f.pool, "heaps"), 1);
+  ck_assert_uint_eq(field(f.pool, "in_use"), 0);
+  drop_fixture(&f);
+}
+END_TEST
+
 START_TEST(test_pool_many_live_blocks) {
   /* Enough live blocks to grow the pointer maps many times. */
   fixture_t f = make_fixture(NULL);
@@ -792,6 +821,7 @@ typedef struct cache_user {
   int index, failures;
   double worst_cached, worst_bound;
   bool shared;
+  pthread_barrier_t *started; /* every thread has made its first call */
 } cache_user_t;
 
 enum { CACHE_THREADS = 64, CACHE_LIVE = 32 };
@@ -805,6 +835,9 @@ static void *cache_user_main(void *arg) {
   size_t n[CACHE_LIVE] = {0};
   unsigned seed = 7u + (unsigned)u->index * 977u;
   for (int step = 0; step < pool_steps(3000); step++) {
+    /* All threads live at once, each with its own number (numbers of
+     * exited threads are reused): 64 threads cover every stripe. */
+    if (step == 1) pthread_barrier_wait(u->started);
     seed = seed * 1103515245u + 12345u;
     int k = (int)((seed >> 8) % CACHE_LIVE);
     if (b[k] == NULL) {
@@ -856,8 +889,10 @@ static fixture_t run_cache_users(unsigned stream_heaps, bool shared) {
   fixture_t f = make_fixture(&o);
   pthread_t th[CACHE_THREADS];
   cache_user_t u[CACHE_THREADS];
+  pthread_barrier_t started;
+  ck_assert_int_eq(pthread_barrier_init(&started, NULL, CACHE_THREADS), 0);
   for (int i = 0; i < CACHE_THREADS; i++) {
-    u[i] = (cache_user_t){f.pool, i, 0, 0, 0, shared};
+    u[i] = (cache_user_t){f.pool, i, 0, 0, 0, shared, &started};
     ck_assert_int_eq(pthread_create(&th[i], NULL, cache_user_main, &u[i]), 0);
   }
   for (int i = 0; i < CACHE_THREADS; i++) {
@@ -865,6 +900,7 @@ static fixture_t run_cache_users(unsigned stream_heaps, bool shared) {
     ck_assert_msg(u[i].failures == 0, "thread %d: %d failures (cached %.0f, bound %.0f)", i,
                   u[i].failures, u[i].worst_cached, u[i].worst_bound);
   }
+  pthread_barrier_destroy(&started);
   CHECK_POOL(f.pool);
   return f;
 }
@@ -1942,6 +1978,7 @@ int main(void) {
   tcase_add_test(tc, test_pool_random_run_with_maximum_keeps_invariants);
   tcase_add_test(tc, test_pool_threads_keep_invariants);
   tcase_add_test(tc, test_pool_threads_on_one_stream_take_their_own_heaps);
+  tcase_add_test(tc, test_pool_threads_made_anew_keep_the_streams_heap);
   tcase_add_test(tc, test_pool_many_live_blocks);
   tcase_add_test(tc, test_pool_alignments);
   tcase_add_test(tc, test_pool_release_cached_returns_everything);
