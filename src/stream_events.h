@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stream identities and their events, for resources that reuse memory in
- * stream order (fixed_size, binning's bins, arena; any pool).
+ * stream order (fixed_size, binning's bins; any pool, the arena among them).
  *
  * A stream set maps stream handles to slots, one per stream the resource
  * has seen. Two handles name the same slot exactly when they are the same

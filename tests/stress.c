@@ -102,11 +102,7 @@ static const char *const host_default_stacks[] = {
     "statistics > pool > host",
     "statistics > pool(expandable=true, page=2MiB) > host",
     "statistics > binning > pool > host",
-    /* Unbounded, the arena reserves 15-25 GiB of host memory for this
-     * workload's ~0.4 GiB live set (16 threads x 4 streams): bounded so the
-     * host run fits a small machine; its clean out-of-memory failures count
-     * in the oom column. */
-    "statistics > arena(max=4GiB) > host",
+    "statistics > arena > host", /* a mode of the pool since issue 12 */
     "statistics > limiting(limit=1GiB) > tracking > pool > host",
     "statistics > aligned(alignment=4KiB, threshold=64KiB) > binning > pool > host",
     NULL,

@@ -759,7 +759,7 @@ START_TEST(test_create_options_out_of_range) {
   ao.superblock_size = 3 << 20;
   EXPECT(rmmc_arena_resource_create(spy, &ao, &r), INVAL);
   ao = (rmmc_arena_options_t)RMMC_ARENA_OPTIONS_INIT;
-  ao.chunk_size = 0;
+  ao.keep_superblocks = SIZE_MAX / 2;
   EXPECT(rmmc_arena_resource_create(spy, &ao, &r), INVAL);
   ao = (rmmc_arena_options_t)RMMC_ARENA_OPTIONS_INIT;
   ao.chunk_size = SIZE_MAX;

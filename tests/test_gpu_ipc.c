@@ -580,7 +580,7 @@ START_TEST(test_gpu_refused) {
   expect_refused("pool(expandable=false) > cuda_async", "cuda_async");
   expect_refused("fixed_size(block=4MiB, blocks_per_chunk=2) > cuda", "fixed_size");
   expect_refused("binning > pool > cuda", "binning");
-  expect_refused("arena > cuda", "arena");
+  expect_refused("arena > cuda", "cuda(ipc=true)"); /* a pool: cuda's pages must be shareable */
   devvm_t *dv = calloc(1, sizeof *dv);
   rmmc_resource_init(&dv->base, &dv_ops, RMMC_MEMORY_DEVICE, 0);
   ck_assert_int_eq(rmmc_host_resource_create(&dv->up), RMMC_SUCCESS);

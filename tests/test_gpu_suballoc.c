@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fixed_size, binning and arena over the cuda resource on a real GPU:
+ * fixed_size, binning and arena (a mode of the pool) over the cuda resource
+ * on a real GPU:
  * data written and checked by kernels on several streams, and stream-ordered
  * reuse: a block written by a slow kernel on stream A and freed on A is
  * handed to stream B (the same pointer, asserted, so the check means
@@ -28,7 +29,8 @@ static const char *kind_name(kind_t k) {
 
 /* Each configured so that a block freed on A can only reach B as the very
  * same block: one block per chunk, or an arena whose limit leaves no
- * other room. */
+ * other room (1 MiB superblocks: blocks up to 256 KiB are the stream
+ * heaps', larger ones the shared heap's). */
 static rmmc_resource_t *make(kind_t k, rmmc_resource_t *cuda) {
   rmmc_resource_t *r = NULL;
   rmmc_status_t st = RMMC_ERROR_INTERNAL;
@@ -45,14 +47,13 @@ static rmmc_resource_t *make(kind_t k, rmmc_resource_t *cuda) {
     rmmc_arena_options_t o = RMMC_ARENA_OPTIONS_INIT;
     o.superblock_size = MiB;
     o.chunk_size = 2 * MiB;
-    o.max_size = 2 * MiB;     /* room for exactly two 1 MiB large blocks */
-    o.large_cache_size = 0; /* freed large blocks go back at once, with an event */
+    o.max_size = 2 * MiB; /* room for exactly two 1 MiB large blocks */
     st = rmmc_arena_resource_create(cuda, &o, &r);
   } else {
     rmmc_arena_options_t o = RMMC_ARENA_OPTIONS_INIT;
     o.superblock_size = MiB;
     o.chunk_size = MiB;
-    o.max_size = MiB; /* one superblock in all */
+    o.max_size = MiB; /* one span in all: B takes A's idle span back */
     st = rmmc_arena_resource_create(cuda, &o, &r);
   }
   ck_assert_msg(st == RMMC_SUCCESS, "%s: %s", kind_name(k), rmmc_last_error_message());
@@ -78,7 +79,7 @@ static void expect_bytes(const void *p, size_t n, unsigned char v, const char *w
 
 /* Several streams, each allocating blocks of several sizes: the arena gets
  * its default options here (the tight ones of make() hold one or two
- * superblocks, too few for four streams' arenas). */
+ * superblocks, too few for four streams' heaps). */
 static void roundtrip_on_streams(kind_t k) {
   rmmc_resource_t *cuda = cuda_resource(), *r = NULL;
   if (k == ARENA_LARGE) ck_assert_int_eq(rmmc_arena_resource_create(cuda, NULL, &r), RMMC_SUCCESS);
@@ -89,10 +90,10 @@ static void roundtrip_on_streams(kind_t k) {
   unsigned long long *errors;
   CUDA_OK(cudaMallocManaged((void **)&errors, sizeof *errors, cudaMemAttachGlobal));
   *errors = 0;
-  /* Up to 1 MiB: fixed_size's block; bins from 256 B to 1 MiB; arena
-   * classes from 256 B to its largest (1 MiB) and a large block. */
+  /* Up to 1 MiB: fixed_size's block; bins from 256 B to 1 MiB; the
+   * arena's stream heaps (up to 4 MiB) and a shared-heap block. */
   size_t sizes[PER] = {256, 4096, 70000, 200000, 1000, MiB};
-  if (k == ARENA_LARGE) sizes[5] = 3 * MiB + 1000;
+  if (k == ARENA_LARGE) sizes[5] = 5 * MiB + 1000;
   for (int round = 0; round < 3; round++) {
     void *p[NS][PER];
     for (int i = 0; i < NS; i++)
@@ -134,7 +135,10 @@ static void reuse_waits_for_the_freeing_stream(kind_t k) {
   void *w = NULL, *x, *y;
   /* B takes a block first: for fixed_size and binning B then had to take a
    * chunk, so A's free records A's event for B; in the arena it takes the
-   * other block its limit allows. */
+   * other block its limit allows, and A's free of a large block records
+   * A's event while two streams use it. A small block's span, idle in A's
+   * heap with no event (the free was on its own stream), reaches B after
+   * the last resort, a device synchronization. */
   if (k != ARENA_SMALL) ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, b, &w), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, a, &x), RMMC_SUCCESS);
   CUDA_OK(gpu_slow_fill(x, n, 0xaa, SLOW_NS, a));

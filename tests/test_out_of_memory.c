@@ -163,9 +163,12 @@ START_TEST(test_out_of_memory_binning_gives_back_its_bins) {
   static const char *const specs[] = {
       "binning > sim(capacity=64MiB)",
       "binning > pool(max=64MiB) > sim",
-      "binning > arena > sim(capacity=200MiB)",
+      "binning > arena > sim(capacity=192MiB)",
   };
-  static const int blocks[] = {15, 15, 49}; /* all that fit: 4 MiB-aligned chunks */
+  /* All that fit: 4 MiB-aligned chunks; the arena, a pool with 16 MiB
+   * spans on 192 MiB of sim, maps 12 spans and fits 3 such chunks in each
+   * (an aligned search asks for size + alignment - 256 bytes). */
+  static const int blocks[] = {15, 15, 36};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     rmmc_resource_t *r = stack(specs[i]);
     fill_and_free(r, blocks[i], 4 * MiB);
@@ -334,15 +337,18 @@ END_TEST
 
 START_TEST(test_out_of_memory_layers_own_fallbacks_release_nothing) {
   /* A caching layer's own attempts do not trigger the rule below it: the
-   * arena asks binning for a whole 256 MiB chunk first (past the largest
-   * bin: binning's upstream, capped at 64 MiB, refuses), then for the 4 MiB
-   * the request needs. The 2 MiB bin chunk binning caches must survive
-   * that speculative refusal; only the arena's caller may ask it back. */
+   * arena (a pool over binning: chunks) asks binning for a whole 256 MiB
+   * chunk first (past the largest bin: binning's upstream, capped at 64
+   * MiB, refuses), then for halves down to what the request needs. The
+   * 2 MiB bin chunk binning caches must survive those speculative
+   * refusals; only the arena's caller may ask it back. */
   rmmc_resource_t *spy = new_spy(), *bin = NULL, *r = NULL;
   spy_t *s = spy_of(spy);
   spy_set_capacity(s, 64 * MiB);
   ck_assert_int_eq(rmmc_binning_resource_create(spy, NULL, &bin), RMMC_SUCCESS);
-  ck_assert_int_eq(rmmc_arena_resource_create(bin, NULL, &r), RMMC_SUCCESS);
+  rmmc_arena_options_t ao = RMMC_ARENA_OPTIONS_INIT;
+  ao.chunk_size = 256 * MiB;
+  ck_assert_int_eq(rmmc_arena_resource_create(bin, &ao, &r), RMMC_SUCCESS);
   void *p;
   ck_assert_int_eq(rmmc_resource_allocate(bin, 2 * MiB, 256, NULL, &p), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_deallocate(bin, p, 2 * MiB, 256, NULL), RMMC_SUCCESS);

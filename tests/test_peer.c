@@ -641,7 +641,7 @@ END_TEST
 /* Memory no device can reach, and stacks that cannot grant their pages. */
 START_TEST(test_peer_host_memory_is_refused) {
   const char *specs[] = {"host", "sim", "statistics > pool(expandable=false) > host",
-                         "statistics > binning > arena > sim"};
+                         "statistics > binning > fixed_size > sim"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     rmmc_resource_t *r = NULL;
     OK(rmmc_stack_create(specs[i], -1, &r));
@@ -649,10 +649,11 @@ START_TEST(test_peer_host_memory_is_refused) {
                "hands out host memory, which kernels cannot reach");
     rmmc_resource_release(r);
   }
-  /* The expandable pool over host or sim: refused by the pool, which
-   * names the upstream, before it holds anything or after. */
-  const char *vm_specs[] = {"pool(expandable=true) > host", "pool(expandable=true) > sim"};
-  for (size_t i = 0; i < 2; i++) {
+  /* The expandable pool (the arena is one) over host or sim: refused by
+   * the pool, which names the upstream, before it holds anything or after. */
+  const char *vm_specs[] = {"pool(expandable=true) > host", "pool(expandable=true) > sim",
+                            "statistics > binning > arena > sim"};
+  for (size_t i = 0; i < 3; i++) {
     rmmc_resource_t *r = NULL;
     OK(rmmc_stack_create(vm_specs[i], -1, &r));
     FAILS_WITH(rmmc_resource_enable_peer_access(r, 1), RMMC_ERROR_NOT_SUPPORTED,

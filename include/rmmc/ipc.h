@@ -26,7 +26,8 @@
  *
  * Memory of any other kind (host, pinned, managed, cuda_async, sim) or
  * under a layer that cannot tell which block holds a pointer (fixed_size,
- * binning, arena) cannot be exported: RMMC_ERROR_NOT_SUPPORTED, naming it.
+ * binning) cannot be exported: RMMC_ERROR_NOT_SUPPORTED, naming it. The
+ * arena is a pool and exports as one.
  *
  * Lifetime and staleness. An export lasts until its block is freed through
  * rmmc_resource_deallocate() (on any stack the block belongs to), the layer

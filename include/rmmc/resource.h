@@ -255,7 +255,7 @@ typedef struct rmmc_allocation {
  * out, or an out->size below the first version of the struct;
  * RMMC_ERROR_UNKNOWN_POINTER when no live block of the stack holds ptr;
  * RMMC_ERROR_NOT_SUPPORTED when a layer cannot tell (fixed_size, binning,
- * arena, cuda_async, managed, pinned, host, sim, or a resource of your own
+ * cuda_async, managed, pinned, host, sim, or a resource of your own
  * without the get_allocation slot). Thread-safe. */
 RMMC_EXPORT rmmc_status_t rmmc_resource_get_allocation(rmmc_resource_t *r, const void *ptr,
                                                        rmmc_allocation_t *out);

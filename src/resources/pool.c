@@ -41,7 +41,12 @@
 #define POOL_NOINLINE
 #endif
 
-static const rmmc_resource_ops_t pool_ops;
+static const rmmc_resource_ops_t pool_ops, arena_ops;
+
+/* The arena (arena.c) is this pool under another name: both tables. */
+static inline bool is_pool(const rmmc_resource_t *r) {
+  return r != NULL && (r->ops == &pool_ops || r->ops == &arena_ops);
+}
 static uint64_t next_pool_id;
 
 /* ---- the thread cache: (pool id, stream key) -> stream heap ---- */
@@ -703,7 +708,7 @@ unlock:
 /* The pool layer of a stack (r itself, or the first pool below it). */
 static pool_t *pool_in(rmmc_resource_t *r) {
   for (; r != NULL; r = rmmc_resource_upstream(r))
-    if (r->ops == &pool_ops) return (pool_t *)r;
+    if (is_pool(r)) return (pool_t *)r;
   return NULL;
 }
 
@@ -1320,6 +1325,9 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_bytes(emit, ctx, "reserved_peak", reserved_peak);
   rmmc__emit_bytes(emit, ctx, "largest_free", t.largest);
   if (p->max_size != SIZE_MAX) rmmc__emit_bytes(emit, ctx, "limit", p->max_size);
+  rmmc__emit_bytes(emit, ctx, "small_max", p->small_max); /* the settings of the stream heaps */
+  rmmc__emit_bytes(emit, ctx, "span_size", p->span);
+  rmmc__emit_bytes(emit, ctx, "heap_cache", p->cache_bytes);
   rmmc__emit_bytes(emit, ctx, "cached", t.cached);
   rmmc__emit_bytes(emit, ctx, "pending", t.pending);
   rmmc__emit_count(emit, ctx, "regions", regions);
@@ -1355,8 +1363,9 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
 
 RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
                                                   rmmc_pool_figures_t *figures) {
-  rmmc_status_t st = rmmc__check_kind(pool, &pool_ops, "pool_resource_figures");
-  if (st != RMMC_SUCCESS) return st;
+  if (!is_pool(pool))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resource_figures: %s is not a pool",
+                          pool == NULL ? "NULL" : pool->ops->name);
   if (figures == NULL || figures->size < sizeof(size_t))
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "pool_resource_figures: figures must be set with RMMC_POOL_FIGURES_INIT");
@@ -1529,7 +1538,7 @@ static bool check_locked(pool_t *p, char *msg, size_t len) {
 #undef CHECK
 
 RMMC_API rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool) {
-  if (pool == NULL || pool->ops != &pool_ops)
+  if (!is_pool(pool))
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resource_check: %s is not a pool",
                           pool == NULL ? "NULL" : pool->ops->name);
   pool_t *p = (pool_t *)pool;
@@ -1569,19 +1578,16 @@ static void pool_destroy(rmmc_resource_t *r) {
   free(p);
 }
 
-static const rmmc_resource_ops_t pool_ops = {
-    .version = RMMC_RESOURCE_OPS_VERSION,
-    .name = "pool",
-    .allocate = pool_allocate,
-    .deallocate = pool_deallocate,
-    .release_cached = pool_release_cached,
-    .describe = pool_describe,
-    .destroy = pool_destroy,
-    .upstream = rmmc__adaptor_upstream,
-    .get_allocation = rmmc__pool_get_allocation,
-    .set_memory_hooks = rmmc__pool_set_memory_hooks,
-    .enable_peer_access = rmmc__pool_enable_peer_access,
-};
+#define POOL_OPS(NAME)                                                                         \
+  {                                                                                            \
+    .version = RMMC_RESOURCE_OPS_VERSION, .name = NAME, .allocate = pool_allocate,             \
+    .deallocate = pool_deallocate, .release_cached = pool_release_cached,                      \
+    .describe = pool_describe, .destroy = pool_destroy, .upstream = rmmc__adaptor_upstream,    \
+    .get_allocation = rmmc__pool_get_allocation,                                               \
+    .set_memory_hooks = rmmc__pool_set_memory_hooks,                                           \
+    .enable_peer_access = rmmc__pool_enable_peer_access,                                       \
+  }
+static const rmmc_resource_ops_t pool_ops = POOL_OPS("pool"), arena_ops = POOL_OPS("arena");
 
 /* Checks the options and resolves them into p. */
 static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
@@ -1699,6 +1705,11 @@ static rmmc_status_t choose_backend(pool_t *p, const rmmc_pool_options_t *o) {
 RMMC_API rmmc_status_t rmmc_pool_resource_create(rmmc_resource_t *upstream,
                                                  const rmmc_pool_options_t *options,
                                                  rmmc_resource_t **out) {
+  return rmmc__pool_create(upstream, options, false, out);
+}
+
+rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_options_t *options,
+                                bool arena, rmmc_resource_t **out) {
   rmmc_status_t st = rmmc__check_create("pool_resource_create", upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
@@ -1706,7 +1717,7 @@ RMMC_API rmmc_status_t rmmc_pool_resource_create(rmmc_resource_t *upstream,
   if (st != RMMC_SUCCESS) return st;
   pool_t *p = calloc(1, sizeof *p);
   if (p == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool_resource_create: no host memory");
-  rmmc__adaptor_init(&p->base, &pool_ops, upstream);
+  rmmc__adaptor_init(&p->base, arena ? &arena_ops : &pool_ops, upstream);
   p->id = __atomic_add_fetch(&next_pool_id, 1, __ATOMIC_RELAXED);
   p->cuda = upstream->kind != RMMC_MEMORY_HOST;
   rmmc__ptrmap_init(&p->used);
@@ -1734,6 +1745,8 @@ destroy:
   pool_destroy(&p->base.base);
   return st;
 }
+
+bool rmmc__pool_is_arena(const rmmc_resource_t *r) { return r != NULL && r->ops == &arena_ops; }
 
 /* ---- stack spec ---- */
 

@@ -219,6 +219,12 @@ struct pool {
   uint64_t peers; /* devices given access (bit d; shared lock; pool_query.c): every mapping's */
 };
 
+/* Creates a pool; `arena`: named "arena" (the arena mode, arena.c). */
+rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_options_t *options,
+                                bool arena, rmmc_resource_t **out);
+/* True if r is a pool made by rmmc_arena_resource_create. */
+bool rmmc__pool_is_arena(const rmmc_resource_t *r);
+
 /* ---- the shared heap (pool_heap.c): what the core and backends call ---- */
 
 rmmc_status_t rmmc__pool_no_host_memory(void);
