@@ -81,11 +81,12 @@ static const order_case_t order_cases[] = {
      "device_syncs"},
     {"binning(chunk=2MiB) > limiting(limit=2052KiB) > cuda", 2 * MiB, false, "device_syncs"},
     /* The arena (a pool whose stream heaps serve up to 4 MiB): A's idle
-     * span, all the room there is, is taken back for B behind A's event;
-     * a block above a quarter superblock, freed before B was known, with
-     * no room to grow: the last resort synchronizes the device. */
-    {"arena(max=16MiB) > cuda", 4 * MiB, false, "event_waits"},
-    {"arena(superblock=1MiB, max=1MiB) > cuda", MiB, false, "device_syncs"},
+     * span is all the room there is, and A's free, on A's own heap,
+     * recorded no event; or a block above a quarter superblock, freed
+     * before B was known, with no room to grow: either way the last resort
+     * synchronizes the device. */
+    {"arena(max=16MiB) > cuda", 4 * MiB, false, "device_syncs"},
+    {"arena(superblock=1MiB, max=2MiB) > cuda", 2 * MiB, false, "device_syncs"},
 };
 
 START_TEST(test_gpu_stream_order_reuse_is_safe) {

@@ -51,9 +51,9 @@ static rmmc_resource_t *make(kind_t k, rmmc_resource_t *cuda) {
     st = rmmc_arena_resource_create(cuda, &o, &r);
   } else {
     rmmc_arena_options_t o = RMMC_ARENA_OPTIONS_INIT;
-    o.superblock_size = MiB;
-    o.chunk_size = MiB;
-    o.max_size = MiB; /* one span in all: B takes A's idle span back */
+    o.superblock_size = 2 * MiB; /* cuda's page: the least a pool maps */
+    o.chunk_size = 2 * MiB;
+    o.max_size = 2 * MiB; /* one span in all: B takes A's idle span back */
     st = rmmc_arena_resource_create(cuda, &o, &r);
   }
   ck_assert_msg(st == RMMC_SUCCESS, "%s: %s", kind_name(k), rmmc_last_error_message());
