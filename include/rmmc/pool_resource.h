@@ -172,7 +172,11 @@ typedef struct rmmc_pool_options {
    * another is reserved when a request does not fit. */
   size_t address_space;
   /* cache=: wholly free span bytes a stream heap keeps (default 8 MiB: two
-   * spans; more go back to the shared heap at once). */
+   * spans; more go back to the shared heap at once). Below one span
+   * (small_chunk) a heap keeps none, and a thread that allocates and frees
+   * one block takes a span and gives it back every time (on the H100 with
+   * small_chunk=16MiB and this default: 182 ns per pair call, 28 ns with
+   * cache=16MiB). */
   size_t cache_size;
   /* stream_heaps=: most heaps per stream: threads sharing a stream take its
    * heaps in turn (thread number modulo this), so they do not share a lock
