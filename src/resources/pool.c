@@ -47,6 +47,10 @@ static const rmmc_resource_ops_t pool_ops, arena_ops;
 static inline bool is_pool(const rmmc_resource_t *r) {
   return r != NULL && (r->ops == &pool_ops || r->ops == &arena_ops);
 }
+static rmmc_status_t not_a_pool(const char *what, const rmmc_resource_t *r) {
+  return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: %s is not a pool", what,
+                        r == NULL ? "NULL" : r->ops->name);
+}
 static uint64_t next_pool_id;
 
 /* ---- the thread cache: (pool id, stream key) -> stream heap ---- */
@@ -1363,9 +1367,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
 
 RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
                                                   rmmc_pool_figures_t *figures) {
-  if (!is_pool(pool))
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resource_figures: %s is not a pool",
-                          pool == NULL ? "NULL" : pool->ops->name);
+  if (!is_pool(pool)) return not_a_pool("pool_resource_figures", pool);
   if (figures == NULL || figures->size < sizeof(size_t))
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "pool_resource_figures: figures must be set with RMMC_POOL_FIGURES_INIT");
@@ -1538,9 +1540,7 @@ static bool check_locked(pool_t *p, char *msg, size_t len) {
 #undef CHECK
 
 RMMC_API rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool) {
-  if (!is_pool(pool))
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resource_check: %s is not a pool",
-                          pool == NULL ? "NULL" : pool->ops->name);
+  if (!is_pool(pool)) return not_a_pool("pool_resource_check", pool);
   pool_t *p = (pool_t *)pool;
   char msg[512];
   lock_all(p);
