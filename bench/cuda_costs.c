@@ -6,9 +6,11 @@
  *
  *   cc -O2 -I/usr/local/cuda/include bench/cuda_costs.c -L/usr/local/cuda/lib64 -lcudart -lpthread
  *
- * `cuda_costs threads` runs only the last part: runtime calls a free might
- * make (cudaEventRecord, cudaStreamGetCaptureInfo, cudaGetDevice) from 1, 4
- * and 16 threads at once, each on its own stream: do they scale?
+ * `cuda_costs threads` runs only the last part: the calls a free might make
+ * (an event record, a capture check, a device check), through the runtime
+ * and through the driver, from 1, 4 and 16 threads at once, each on its own
+ * stream: do they scale? It first checks that the driver's cuEventRecord
+ * and cuEventQuery work from a thread with no current context.
  *
  * Driver entry points come through cudaGetDriverEntryPointByVersion (no
  * libcuda link), as src/resources/cuda.c does.
@@ -65,7 +67,23 @@ static void report(const char *what, double total_ns, int n) {
 
 /* ---- runtime calls from several threads at once ---- */
 
-enum { T_RECORD, T_CAPTURE_INFO, T_GET_DEVICE };
+enum {
+  T_RECORD,
+  T_CAPTURE_INFO,
+  T_GET_DEVICE,
+  T_POOL_RUNTIME, /* what a pool's record makes today: capture info, device, record */
+  T_CU_RECORD,
+  T_CU_IS_CAPTURING,
+  T_CU_CTX_CURRENT,
+  T_CU_CTX_DEVICE,
+  T_POOL_DRIVER, /* the same through the driver: is-capturing, record */
+  T_CALLS
+};
+static PFN_cuEventRecord_v2000 cu_record;
+static PFN_cuEventQuery_v2000 cu_query;
+static PFN_cuStreamIsCapturing_v10000 cu_is_capturing;
+static PFN_cuCtxGetCurrent_v4000 cu_ctx_current;
+static PFN_cuCtxGetDevice_v2000 cu_ctx_device;
 typedef struct {
   int call, calls;
   pthread_barrier_t *start;
@@ -87,9 +105,30 @@ static void *tcall_run(void *arg) {
     } else if (t->call == T_CAPTURE_INFO) {
       enum cudaStreamCaptureStatus cs;
       CK(cudaStreamGetCaptureInfo(s, &cs, NULL, NULL, NULL, NULL, NULL));
-    } else {
+    } else if (t->call == T_GET_DEVICE) {
       int d;
       CK(cudaGetDevice(&d));
+    } else if (t->call == T_POOL_RUNTIME) {
+      enum cudaStreamCaptureStatus cs;
+      int d;
+      CK(cudaStreamGetCaptureInfo(s, &cs, NULL, NULL, NULL, NULL, NULL));
+      CK(cudaGetDevice(&d));
+      CK(cudaEventRecord(e, s));
+    } else if (t->call == T_CU_RECORD) {
+      CU(cu_record((CUevent)e, (CUstream)s));
+    } else if (t->call == T_CU_IS_CAPTURING) {
+      CUstreamCaptureStatus cs;
+      CU(cu_is_capturing((CUstream)s, &cs));
+    } else if (t->call == T_CU_CTX_CURRENT) {
+      CUcontext c;
+      CU(cu_ctx_current(&c));
+    } else if (t->call == T_CU_CTX_DEVICE) {
+      CUdevice d;
+      CU(cu_ctx_device(&d));
+    } else {
+      CUstreamCaptureStatus cs;
+      CU(cu_is_capturing((CUstream)s, &cs));
+      CU(cu_record((CUevent)e, (CUstream)s));
     }
   }
   t->ns = now_ns() - t0;
@@ -99,10 +138,54 @@ static void *tcall_run(void *arg) {
   return NULL;
 }
 
+/* Does the driver's record need the calling thread to have a current
+ * context? A new thread that made no CUDA call has none. */
+typedef struct {
+  cudaEvent_t e;
+  cudaStream_t s;
+  CUresult rec, query;
+  CUcontext ctx;
+} nocontext_t;
+
+static void *nocontext_run(void *arg) {
+  nocontext_t *t = arg;
+  CU(cu_ctx_current(&t->ctx));
+  t->rec = cu_record((CUevent)t->e, (CUstream)t->s);
+  t->query = cu_query((CUevent)t->e);
+  if (t->query == CUDA_ERROR_NOT_READY) t->query = CUDA_SUCCESS;
+  return NULL;
+}
+
 static void threads_section(void) {
-  static const char *names[] = {"cudaEventRecord", "cudaStreamGetCaptureInfo", "cudaGetDevice"};
+  static const char *names[] = {"cudaEventRecord",
+                                "cudaStreamGetCaptureInfo",
+                                "cudaGetDevice",
+                                "capture info + cudaGetDevice + cudaEventRecord",
+                                "cuEventRecord",
+                                "cuStreamIsCapturing",
+                                "cuCtxGetCurrent",
+                                "cuCtxGetDevice",
+                                "cuStreamIsCapturing + cuEventRecord"};
   enum { CALLS = 50000, MAXT = 16 };
-  for (int call = 0; call < 3; call++)
+  cu_record = sym("cuEventRecord", 2000);
+  cu_query = sym("cuEventQuery", 2000);
+  cu_is_capturing = sym("cuStreamIsCapturing", 10000);
+  cu_ctx_current = sym("cuCtxGetCurrent", 4000);
+  cu_ctx_device = sym("cuCtxGetDevice", 2000);
+  {
+    nocontext_t t;
+    CK(cudaStreamCreateWithFlags(&t.s, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&t.e, cudaEventDisableTiming));
+    pthread_t th;
+    if (pthread_create(&th, NULL, nocontext_run, &t) != 0) exit(1);
+    pthread_join(th, NULL);
+    printf("a thread with no current context (%s): cuEventRecord %d, cuEventQuery %d (0: works)\n",
+           t.ctx == NULL ? "none" : "has one", (int)t.rec, (int)t.query);
+    CK(cudaStreamSynchronize(t.s));
+    CK(cudaEventDestroy(t.e));
+    CK(cudaStreamDestroy(t.s));
+  }
+  for (int call = 0; call < T_CALLS; call++)
     for (int n = 1; n <= MAXT; n *= 4) {
       pthread_barrier_t start;
       pthread_barrier_init(&start, NULL, (unsigned)n);
