@@ -247,8 +247,14 @@ uint64_t rmmc__thread_id(void);
 /* True if the CUDA runtime sees at least one device; never fails. */
 bool rmmc__cuda_available(void);
 
+/* Is `device` the device of the calling thread's current context? One
+ * driver call (cuCtxGetDevice), no error set; false when unsure (no
+ * context yet, no driver table). */
+bool rmmc__device_is_current(int device);
+
 /* Makes `device` current for the calling thread and remembers the previous
- * one in *saved (-1 if nothing had to change). */
+ * one in *saved (-1 if nothing had to change). Asks the driver first
+ * (rmmc__device_is_current), the runtime only when that says no. */
 rmmc_status_t rmmc__device_push(int device, int *saved);
 void rmmc__device_pop(int saved);
 

@@ -6,6 +6,8 @@
  */
 #include "stream_events.h"
 
+#include "driver.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,7 +104,20 @@ rmmc_status_t rmmc__stream_set_get(rmmc__stream_set_t *s, cudaStream_t stream,
 
 int rmmc__captures_underway;
 
+/* Each CUDA call here goes to the driver when its table is there (the
+ * runtime's entry point does not scale with threads: driver.h) and to the
+ * runtime otherwise. */
+
 bool rmmc__stream_is_capturing(cudaStream_t stream) {
+  const rmmc__driver_t *d = rmmc__driver();
+  if (d != NULL) {
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult res = d->stream_is_capturing((CUstream)stream, &cs);
+    if (res == CUDA_SUCCESS) return cs != CU_STREAM_CAPTURE_STATUS_NONE;
+    /* No context yet (a default stream on a thread's first call): the
+     * runtime's call below makes one. Any other error: the safe answer. */
+    if (res != CUDA_ERROR_INVALID_CONTEXT) return true;
+  }
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   cudaError_t err = cudaStreamGetCaptureInfo(stream, &cs, NULL, NULL, NULL, NULL, NULL);
   if (err != cudaSuccess) {
@@ -112,7 +127,13 @@ bool rmmc__stream_is_capturing(cudaStream_t stream) {
   return cs != cudaStreamCaptureStatusNone;
 }
 
+/* The driver's capture modes are the runtime's, value for value. */
 int rmmc__capture_relax(void) {
+  const rmmc__driver_t *d = rmmc__driver();
+  if (d != NULL) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    return d->exchange_capture_mode(&mode) == CUDA_SUCCESS ? (int)mode : -1;
+  }
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -123,28 +144,63 @@ int rmmc__capture_relax(void) {
 
 void rmmc__capture_restore(int mode) {
   if (mode < 0) return;
+  const rmmc__driver_t *d = rmmc__driver();
+  if (d != NULL) {
+    CUstreamCaptureMode m = (CUstreamCaptureMode)mode;
+    (void)d->exchange_capture_mode(&m);
+    return;
+  }
   enum cudaStreamCaptureMode m = (enum cudaStreamCaptureMode)mode;
   if (cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess) (void)cudaGetLastError();
+}
+
+/* rmmc__device_push, leaving the thread's error state as it was when it
+ * fails (a slow path: the device was not current). */
+static rmmc_status_t push_quiet(int device, int *saved) {
+  *saved = -1;
+  if (rmmc__device_is_current(device)) return RMMC_SUCCESS;
+  rmmc__error_state_t e;
+  rmmc__error_save(&e);
+  rmmc_status_t st = rmmc__device_push(device, saved);
+  if (st != RMMC_SUCCESS) rmmc__error_restore(&e);
+  return st;
 }
 
 /* Records slot's event on `stream` and closes an epoch: the epoch number is
  * taken before the record is issued and published after it, so a free
  * whose tag (taken before the number moved) is at most epoch_recorded was
  * made before an issued record. Declined, with RMMC_ERROR_NOT_SUPPORTED,
- * on a stream being captured (the record would land in the graph). */
-rmmc_status_t rmmc__stream_slot_record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
-                                       cudaStream_t stream) {
-  if (!s->host && rmmc__stream_is_capturing(stream))
-    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
-                          "stream-ordered free: the stream is being captured into a graph");
+ * on a stream being captured (the record would land in the graph).
+ * `quiet`: a failure writes no error (the caller goes on without it), so
+ * the common case needs no copy of the thread's error state (1 KiB). */
+static rmmc_status_t record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
+                            cudaStream_t stream, bool quiet) {
+  int saved = -1;
+  if (!s->host) {
+    /* The device first: the default streams are the current device's. */
+    rmmc_status_t st = quiet ? push_quiet(s->device, &saved) : rmmc__device_push(s->device, &saved);
+    if (st != RMMC_SUCCESS) return st;
+    if (rmmc__stream_is_capturing(stream)) {
+      rmmc__device_pop(saved);
+      return quiet ? RMMC_ERROR_NOT_SUPPORTED
+                   : rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                                    "stream-ordered free: the stream is being captured into a graph");
+    }
+  }
   uint64_t e = __atomic_add_fetch(&slot->epoch_next, 1, __ATOMIC_ACQ_REL);
   rmmc__atomic_add_u64(&s->records, 1);
   if (!s->host) {
-    int saved;
-    rmmc_status_t st = rmmc__device_push(s->device, &saved);
-    if (st != RMMC_SUCCESS) return st;
-    cudaError_t err = cudaEventRecord(slot->event, stream);
+    const rmmc__driver_t *d = rmmc__driver();
+    CUresult res = CUDA_SUCCESS;
+    cudaError_t err = cudaSuccess;
+    if (d != NULL) res = d->event_record((CUevent)slot->event, (CUstream)stream);
+    else err = cudaEventRecord(slot->event, stream);
     rmmc__device_pop(saved);
+    if (quiet && (res != CUDA_SUCCESS || err != cudaSuccess)) {
+      if (err != cudaSuccess) (void)cudaGetLastError();
+      return RMMC_ERROR_CUDA;
+    }
+    if (res != CUDA_SUCCESS) return rmmc__set_driver_error(res, "cuEventRecord (stream-ordered free)");
     if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaEventRecord (stream-ordered free)");
   }
   rmmc__atomic_max_u64(&slot->epoch_recorded, e);
@@ -154,34 +210,43 @@ rmmc_status_t rmmc__stream_slot_record(rmmc__stream_set_t *s, rmmc__stream_slot_
   return RMMC_SUCCESS;
 }
 
+rmmc_status_t rmmc__stream_slot_record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
+                                       cudaStream_t stream) {
+  return record(s, slot, stream, false);
+}
+
+bool rmmc__stream_slot_try_record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
+                                  cudaStream_t stream) {
+  return record(s, slot, stream, true) == RMMC_SUCCESS;
+}
+
 bool rmmc__stream_slot_done(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, uint64_t tag) {
   if (rmmc__stream_slot_known_done(slot, tag)) return true;
   uint64_t rec = __atomic_load_n(&slot->epoch_recorded, __ATOMIC_ACQUIRE);
   if (rec < tag || s->host) return false;
-  int saved;
-  if (rmmc__device_push(s->device, &saved) != RMMC_SUCCESS) return false;
+  /* An event needs no current context: the driver's query goes without the
+   * device switch. */
+  const rmmc__driver_t *d = rmmc__driver();
+  bool done;
   int mode = rmmc__capture_relax();
-  cudaError_t err = cudaEventQuery(slot->event);
-  rmmc__capture_restore(mode);
-  rmmc__device_pop(saved);
-  rmmc__atomic_add_u64(&s->queries, 1);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError(); /* cudaErrorNotReady, or an error: not finished */
-    return false;
+  if (d != NULL) {
+    done = d->event_query((CUevent)slot->event) == CUDA_SUCCESS;
+  } else {
+    int saved;
+    if (rmmc__device_push(s->device, &saved) != RMMC_SUCCESS) {
+      rmmc__capture_restore(mode);
+      return false;
+    }
+    cudaError_t err = cudaEventQuery(slot->event);
+    rmmc__device_pop(saved);
+    if (err != cudaSuccess) (void)cudaGetLastError(); /* cudaErrorNotReady, or an error */
+    done = err == cudaSuccess;
   }
+  rmmc__capture_restore(mode);
+  rmmc__atomic_add_u64(&s->queries, 1);
+  if (!done) return false; /* not ready, or an error: not finished */
   rmmc__atomic_max_u64(&slot->epoch_done, rec);
   return true;
-}
-
-
-bool rmmc__stream_slot_try_record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
-                                  cudaStream_t stream) {
-  if (s->host) return rmmc__stream_slot_record(s, slot, stream) == RMMC_SUCCESS;
-  rmmc__error_state_t saved;
-  rmmc__error_save(&saved);
-  if (rmmc__stream_slot_record(s, slot, stream) == RMMC_SUCCESS) return true;
-  rmmc__error_restore(&saved);
-  return false;
 }
 
 rmmc_status_t rmmc__stream_slot_wait(rmmc__stream_set_t *s, const rmmc__stream_slot_t *producer,
@@ -197,10 +262,16 @@ rmmc_status_t rmmc__stream_slot_wait(rmmc__stream_set_t *s, const rmmc__stream_s
   int saved;
   rmmc_status_t st = rmmc__device_push(s->device, &saved);
   if (st != RMMC_SUCCESS) return st;
-  cudaError_t err = cudaStreamWaitEvent(consumer, producer->event, 0);
+  const rmmc__driver_t *d = rmmc__driver();
+  if (d != NULL) {
+    CUresult res = d->stream_wait_event((CUstream)consumer, (CUevent)producer->event, 0);
+    if (res != CUDA_SUCCESS) st = rmmc__set_driver_error(res, "cuStreamWaitEvent (cross-stream reuse)");
+  } else {
+    cudaError_t err = cudaStreamWaitEvent(consumer, producer->event, 0);
+    if (err != cudaSuccess) st = rmmc_set_cuda_error(err, "cudaStreamWaitEvent (cross-stream reuse)");
+  }
   rmmc__device_pop(saved);
-  if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaStreamWaitEvent (cross-stream reuse)");
-  return RMMC_SUCCESS;
+  return st;
 }
 
 rmmc_status_t rmmc__stream_set_sync(rmmc__stream_set_t *s) {

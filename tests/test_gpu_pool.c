@@ -3,10 +3,11 @@
  * The pool on a real GPU, and the stream-order safety of any sub-allocator
  * named by spec: a block written by a slow kernel on stream A, freed on A
  * and handed to stream B must not be overwritten by A's kernel after B
- * wrote it. Also: a block freed on a stream that is then destroyed,
- * per-thread default streams, and the pool over cuda with patterns read
- * back, describe, release_cached (device memory comes back) and out of
- * memory. Suite cuda: exits 77 without a GPU, runs without fork.
+ * wrote it. Also: a block freed on a stream that is then destroyed, a free
+ * from a thread that made no CUDA call before, per-thread default streams,
+ * and the pool over cuda with patterns read back, describe, release_cached
+ * (device memory comes back) and out of memory. Suite cuda: exits 77
+ * without a GPU, runs without fork.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -242,6 +243,63 @@ START_TEST(test_gpu_cross_stream_reuse_with_threads) {
   ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "in_use"), 0);
   pthread_barrier_destroy(&round);
+  rmmc_resource_release(r);
+  CUDA_OK(cudaGetLastError());
+}
+END_TEST
+
+/* ---- a thread's first CUDA call is a free ----
+ * The pool's event calls go to the driver (src/driver.h), which knows no
+ * current device for a thread that has made no CUDA call: its default
+ * stream has no context until the runtime makes one. A free from such a
+ * thread on the default stream must still be covered by an event, and the
+ * block must reach another stream only after the kernel queued on the
+ * default stream before the free. */
+typedef struct nc_arg {
+  rmmc_resource_t *r;
+  void *p;
+  size_t n;
+  int device;
+  rmmc_status_t st_device, st_free;
+  char err[200];
+} nc_arg_t;
+
+static void *nocontext_free(void *arg) {
+  nc_arg_t *a = arg;
+  a->device = -1;
+  a->st_device = rmmc_get_current_device(&a->device); /* the runtime's answer */
+  a->st_free = rmmc_resource_deallocate(a->r, a->p, a->n, 256, NULL);
+  snprintf(a->err, sizeof a->err, "%s", rmmc_last_error_message());
+  return NULL;
+}
+
+START_TEST(test_gpu_free_from_a_thread_with_no_context) {
+  CUDA_OK(cudaSetDevice(0));
+  rmmc_resource_t *r = stack("pool > cuda");
+  cudaStream_t b;
+  CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  void *p, *q, *known;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 256, 256, b, &known), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, NULL, &p), RMMC_SUCCESS);
+  CUDA_OK(gpu_slow_fill(p, 2 * MiB, A_VALUE, SLOW_NS, NULL));
+  uint64_t records = field(r, "event_records");
+  nc_arg_t a = {.r = r, .p = p, .n = 2 * MiB};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, nocontext_free, &a), 0);
+  pthread_join(th, NULL);
+  ck_assert_int_eq(a.st_device, RMMC_SUCCESS);
+  ck_assert_int_eq(a.device, 0);
+  ck_assert_msg(a.st_free == RMMC_SUCCESS, "free: %s", a.err);
+  ck_assert_uint_eq(field(r, "event_records"), records + 1); /* covered at the free */
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, b, &q), RMMC_SUCCESS);
+  ck_assert_msg(q == p, "stream B got %p, not the freed block %p: the case proves nothing", q, p);
+  ck_assert_uint_ge(field(r, "event_waits"), 1);
+  CUDA_OK(cudaMemsetAsync(q, B_VALUE, 2 * MiB, b));
+  expect_all(q, 2 * MiB, B_VALUE, "free from a thread with no context");
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 2 * MiB, 256, b), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, known, 256, 256, b), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  CUDA_OK(cudaStreamDestroy(b));
   rmmc_resource_release(r);
   CUDA_OK(cudaGetLastError());
 }
@@ -632,6 +690,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_foreign_free_waits_for_the_freeing_stream);
   tcase_add_test(tc, test_gpu_cross_stream_reuse_with_threads);
   tcase_add_test(tc, test_gpu_frees_of_two_streams_join_without_a_sync);
+  tcase_add_test(tc, test_gpu_free_from_a_thread_with_no_context);
   tcase_add_loop_test(tc, test_gpu_free_on_stream_then_destroy_it, 0,
                       (int)(sizeof destroyed_specs / sizeof destroyed_specs[0]));
   tcase_add_loop_test(tc, test_gpu_per_thread_default_streams_are_distinct, 0,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../driver.h"
 #include "../spec.h"
 #include "cuda_internal.h"
 #include "rmmc/cuda_resource.h"
@@ -54,9 +55,9 @@ static void cuda_destroy(rmmc_resource_t *r) { free(r); }
 
 /* ---- virtual memory: the driver's cuMemCreate/cuMemMap family ----
  *
- * The driver entry points come from the runtime
- * (cudaGetDriverEntryPointByVersion), so nothing links against libcuda and
- * a machine without a driver still loads the library. One physical
+ * The driver entry points come through rmmc__driver_load (driver.h), so
+ * nothing links against libcuda and a machine without a driver still loads
+ * the library. One physical
  * allocation backs each range given to map; unmap finds it again from the
  * address (cuMemRetainAllocationHandle), so no table is kept. */
 
@@ -85,11 +86,7 @@ static vm_driver_t vm;
 static pthread_once_t vm_once = PTHREAD_ONCE_INIT;
 
 static void vm_load(void) {
-  struct {
-    const char *name;
-    void **fn;
-    unsigned version;
-  } syms[] = {
+  const rmmc__driver_sym_t syms[] = {
       {"cuMemAddressReserve", (void **)&vm.reserve, 10020},
       {"cuMemAddressFree", (void **)&vm.address_free, 10020},
       {"cuMemCreate", (void **)&vm.create, 10020},
@@ -106,18 +103,7 @@ static void vm_load(void) {
       {"cuMemGetAddressRange", (void **)&vm.address_range, 3020},
       {"cuDeviceGetUuid", (void **)&vm.uuid, 11040},
   };
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    cudaError_t err = cudaGetDriverEntryPointByVersion(syms[i].name, syms[i].fn, syms[i].version,
-                                                       cudaEnableDefault, &q);
-    if (err != cudaSuccess || q != cudaDriverEntryPointSuccess || *syms[i].fn == NULL) {
-      (void)cudaGetLastError();
-      snprintf(vm.why, sizeof vm.why, "the driver has no %s (%s)", syms[i].name,
-               err != cudaSuccess ? cudaGetErrorString(err) : "symbol not found");
-      return;
-    }
-  }
-  vm.ok = true;
+  vm.ok = rmmc__driver_load(syms, sizeof syms / sizeof syms[0], vm.why, sizeof vm.why);
 }
 
 static void vm_prop(const rmmc_resource_t *r, CUmemAllocationProp *prop) {
