@@ -13,7 +13,9 @@
  * quarter of its blocks handed to the other device's thread, which checks
  * them with a kernel of its own device and frees them with rmmc_deallocate
  * while its own device is current: every block goes back to the stack it
- * came from (each stack's statistics end at zero, counts equal).
+ * came from (each stack's statistics end at zero, counts equal). A pool of
+ * device 1 used while device 0 is current: its events cover a free and
+ * order the reuse by another stream, and device 0 stays current.
  *
  * On one GPU only the refusals run (a device as its own peer, devices that
  * do not exist; the current device left as it was), then the program says
@@ -461,6 +463,62 @@ START_TEST(test_gpu_peer_one_thread_per_device) {
 }
 END_TEST
 
+/* ---- stream events of device 1 while device 0 is current ----
+ * The pool's device check asks the driver (the current context's device
+ * against the driver's handle of the pool's device) and switches through
+ * the runtime when they differ. A large free on a stream of device 1, made
+ * while device 0 is current, must be covered by device 1's event, another
+ * stream of device 1 must get the block only after the kernel queued
+ * before the free, and device 0 must be current again after each call. */
+START_TEST(test_gpu_peer_events_of_device_1_with_0_current) {
+  const size_t n = (size_t)2 << 20;
+  const uint64_t slow_ns = (uint64_t)50 * 1000 * 1000;
+  CUDA_OK(cudaSetDevice(1));
+  cudaStream_t a, b;
+  CUDA_OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  CUDA_OK(cudaSetDevice(0));
+  rmmc_resource_t *r = stack_on("pool > cuda", 1);
+  void *known, *p, *q;
+  OK(rmmc_resource_allocate(r, 256, 256, b, &known)); /* two streams: frees record */
+  OK(rmmc_resource_allocate(r, n, 256, a, &p));
+  CUDA_OK(cudaSetDevice(1));
+  CUDA_OK(gpu_slow_fill(p, n, 0xA5, slow_ns, a));
+  CUDA_OK(cudaSetDevice(0));
+  uint64_t records = field(r, "event_records");
+  OK(rmmc_resource_deallocate(r, p, n, 256, a));
+  ck_assert_uint_eq(field(r, "event_records"), records + 1);
+  int cur = -1;
+  OK(rmmc_get_current_device(&cur));
+  ck_assert_int_eq(cur, 0);
+  OK(rmmc_resource_allocate(r, n, 256, b, &q));
+  ck_assert_msg(q == p, "stream b got %p, not the freed block %p: the case proves nothing", q, p);
+  ck_assert_uint_ge(field(r, "event_waits"), 1);
+  OK(rmmc_get_current_device(&cur));
+  ck_assert_int_eq(cur, 0);
+  CUDA_OK(cudaSetDevice(1));
+  CUDA_OK(cudaMemsetAsync(q, 0x3C, n, b));
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned char *h = malloc(n);
+  ck_assert_ptr_nonnull(h);
+  CUDA_OK(cudaMemcpy(h, q, n, cudaMemcpyDeviceToHost));
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += h[i] != 0x3C;
+  free(h);
+  ck_assert_msg(bad == 0, "%zu of %zu bytes were overwritten after the block changed streams", bad,
+                n);
+  CUDA_OK(cudaSetDevice(0));
+  OK(rmmc_resource_deallocate(r, q, n, 256, b));
+  OK(rmmc_resource_deallocate(r, known, 256, 256, b));
+  OK(rmmc_pool_resource_check(r));
+  rmmc_resource_release(r);
+  CUDA_OK(cudaSetDevice(1));
+  CUDA_OK(cudaStreamDestroy(a));
+  CUDA_OK(cudaStreamDestroy(b));
+  CUDA_OK(cudaSetDevice(0));
+}
+END_TEST
+
 int main(void) {
   ndev = rmmc_device_count();
   if (ndev == 0) {
@@ -482,6 +540,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_gpu_peer_copies_between_pools, 0,
                         (int)(sizeof copy_cases / sizeof copy_cases[0]));
     tcase_add_test(tc, test_gpu_peer_one_thread_per_device);
+    tcase_add_test(tc, test_gpu_peer_events_of_device_1_with_0_current);
     suite_add_tcase(s, tc);
   }
   SRunner *sr = srunner_create(s);
