@@ -82,8 +82,8 @@ const rmmc__driver_t *rmmc__driver(void) {
 }
 
 /* The runtime number of the device of the calling thread's current
- * context, from the driver (cuCtxGetDevice: 15 ns at any thread count,
- * where cudaGetDevice took 47 ns alone and 1.9 us with 16 threads at once
+ * context, from the driver (cuCtxGetDevice: 17-34 ns at any thread count,
+ * where cudaGetDevice took 49 ns alone and 1.7 us with 16 threads at once
  * on the H100); false when there is no context or no driver table. */
 static bool driver_current(int *out) {
   const rmmc__driver_t *d = rmmc__driver();

@@ -11,13 +11,11 @@
  * makes on a hot path. The runtime's versions go through an entry point
  * that does not scale with threads: on the H100 (bench/cuda_costs.c
  * threads; per call and thread at 1, 4 and 16 threads at once, each on its
- * own stream) cudaGetDevice took 47, 431 and 1,902 ns and
- * cudaStreamGetCaptureInfo 105, 469 and 1,920 ns, where cuCtxGetDevice's
- * neighbour cuCtxGetCurrent took 13-15 ns and cuStreamIsCapturing 30-41 ns
- * at every count; cuEventRecord 284, 813 and 4,653 ns against
- * cudaEventRecord's 387, 998 and 4,902. A record with its capture check
- * and device check: 600, 1,596 and 6,114 ns through the runtime, 241, 946
- * and 4,751 through the driver.
+ * own stream) cudaGetDevice took 49, 383 and 1,707 ns and
+ * cudaStreamGetCaptureInfo 106, 458 and 2,041 ns, where cuCtxGetDevice took
+ * 17-34 ns and cuStreamIsCapturing 26-31 ns at every count; cuEventRecord
+ * 269, 956 and 4,664 ns against cudaEventRecord's 376, 1,053 and 5,031
+ * (docs/design.md, "Driver calls on the stream-ordered path").
  */
 #ifndef RMMC_DRIVER_H
 #define RMMC_DRIVER_H

@@ -57,9 +57,9 @@ static void cuda_destroy(rmmc_resource_t *r) { free(r); }
  *
  * The driver entry points come through rmmc__driver_load (driver.h), so
  * nothing links against libcuda and a machine without a driver still loads
- * the library. One physical
- * allocation backs each range given to map; unmap finds it again from the
- * address (cuMemRetainAllocationHandle), so no table is kept. */
+ * the library. One physical allocation backs each range given to map;
+ * unmap finds it again from the address (cuMemRetainAllocationHandle), so
+ * no table is kept. */
 
 typedef struct vm_driver {
   bool ok;
