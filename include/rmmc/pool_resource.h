@@ -145,9 +145,15 @@ typedef struct rmmc_pool_options {
   /* event_interval=: while several streams use the pool, record a
    * stream's event after this many frees in the shared heap that no event
    * covers yet (default 1: another stream may want the memory at once; a
-   * record costs ~0.3 us on an H100; at least 1). */
+   * record costs ~0.3 us on an H100; at least 1). Raising it costs memory
+   * when streams share: an uncovered free merges with the free memory
+   * beside it and keeps all of it from other streams until the record
+   * (event_interval=8: 4.1x the live bytes on a 4-stream transformer log,
+   * 2.6x on an 8-stream server log, against 1.05x and 1.25x; docs/
+   * design.md, "Session 9"). */
   unsigned event_interval;
-  /* event_bytes=: ... or when that many freed bytes wait (default 256 MiB). */
+  /* event_bytes=: ... or when that many freed bytes wait (default 256 MiB;
+   * the same cost as event_interval). */
   size_t event_bytes;
   /* release_slack=: the budget is (1 + release_slack) x the peak (default
    * 0.02). */
