@@ -155,6 +155,13 @@ class Rmmc:
         """Builds PyTorch's CUDAPluggableAllocator over rmmc with every hook
         rmmc provides and makes it current. Call before any CUDA use."""
         import torch
+        if os.environ.get("RMMC_TORCH_BACKEND", "").strip().lower() == "native":
+            # rmmc's native PyTorch backend (the rmmc package, python/ on
+            # PYTHONPATH), over this same library.
+            os.environ["RMMC_LIB"] = self.path
+            import rmmc.torch
+            self._native = rmmc.torch.use(backend="native", fraction=fraction)
+            return self._native
         alloc = torch.cuda.memory.CUDAPluggableAllocator(
             self.path, "rmmc_torch_alloc", "rmmc_torch_free")
         hooks = alloc.allocator()
@@ -192,6 +199,17 @@ class Rmmc:
     # ---- figures ----
 
     def plugin_stats(self, device=-1):
+        if getattr(self, "_native", None) is not None:
+            # The native backend keeps PyTorch's own figures: the same keys.
+            import torch
+            m = torch.cuda.memory_stats(None if device < 0 else device)
+            return {"allocations": m.get("allocation.all.allocated", 0),
+                    "allocation_failures": m.get("num_ooms", 0),
+                    "deallocations": m.get("allocation.all.freed", 0),
+                    "deallocation_failures": 0, "unknown_frees": 0, "recorded_streams": 0,
+                    "live_blocks": m.get("allocation.all.current", 0),
+                    "bytes_in_use": m.get("requested_bytes.all.current", 0),
+                    "peak_bytes": m.get("requested_bytes.all.peak", 0), "limit": 0}
         s = PluginStats()
         s.size = ctypes.sizeof(PluginStats)
         self._check(self.lib.rmmc_plugin_get_stats(device, ctypes.byref(s)), "plugin_get_stats")

@@ -242,7 +242,7 @@ typedef struct rmmc_allocation {
                               * them; only the first max_mappings are written) */
 } rmmc_allocation_t;
 
-#define RMMC_ALLOCATION_INIT {sizeof(rmmc_allocation_t), NULL, 0, NULL, 0, {NULL, 0}, NULL, 0, 0}
+#define RMMC_ALLOCATION_INIT {sizeof(rmmc_allocation_t), NULL, 0, NULL, (rmmc_backing_t)0, {NULL, 0}, NULL, 0, 0}
 
 /* Finds the block of r's stack that holds `ptr` (its first byte or any byte
  * inside it) and fills *out: the block, the layer that handed it out, and

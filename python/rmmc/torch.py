@@ -4,18 +4,39 @@
     import rmmc.torch
     rmmc.torch.use("pool > cuda")   # before any CUDA use
 
-use() installs rmmc's plug-in as PyTorch's CUDA allocator
-(torch.cuda.memory.CUDAPluggableAllocator) with every hook rmmc offers:
-init, empty_cache, set_per_process_memory_fraction, record_stream and the
-CUDA graph pool hooks (torch.cuda.graph captures into a private pool).
+use() installs rmmc as PyTorch's CUDA allocator. By default it is the
+native backend (rmmc/_torch_native.cpp): PyTorch's whole CUDAAllocator
+interface over rmmc, compiled against the installed torch with
+torch.utils.cpp_extension the first time (a C++ compiler and the CUDA
+toolkit's headers are needed; cached per torch version under
+~/.cache/torch_extensions, or $RMMC_TORCH_BUILD_DIR). With it PyTorch's
+own tools work as with its native allocator: memory_allocated / memory_stats
+/ memory_summary, cudnn.benchmark (cacheInfo), torch.cuda.MemPool and
+use_mem_pool, torch.cuda.graph, torch.compile(mode="reduce-overhead"),
+memory history and snapshots, torch.OutOfMemoryError, torch.multiprocessing
+sharing CUDA tensors (both processes on the native backend), and
+torch.cuda.memory.get_allocator_backend() == "rmmc".
+
+If the backend cannot be built, use() falls back to the plug-in
+(torch.cuda.memory.CUDAPluggableAllocator over librmmc's rmmc_torch_*
+functions) with one warning naming what does not work then.
+backend="plugin" (or RMMC_TORCH_BACKEND=plugin) asks for the plug-in;
+backend="native" raises instead of falling back.
+
+No code change: `python -m rmmc.torch --spec "pool > cuda" train.py ARGS`
+runs train.py with rmmc installed (in processes it spawns too), and
+RMMC_TORCH_AUTOLOAD=1 with RMMC_ALLOC_CONF installs it at `import torch`
+(PyTorch's torch.backends entry points).
+
 PyTorch cannot swap an allocator it has started, so use() raises if CUDA is
-already initialized in PyTorch. An allocation rmmc cannot serve raises
-RuntimeError with rmmc's message (PyTorch does not check a pluggable
-allocator's NULL, so the plug-in throws; PyTorch raises OutOfMemoryError
-only for its own allocator, pytorch/pytorch#133280); stats() and
-last_error() have the figures.
+already initialized in PyTorch.
 """
-from ._lib import address, lib
+import ctypes
+import os
+import sys
+import warnings
+
+from ._lib import address, lib, library_path
 from ._plugin import prepare
 from . import plugin_last_error, plugin_stats
 
@@ -30,20 +51,120 @@ _HOOKS = (("set_init_fn", "rmmc_torch_init"),
           # getBaseAllocation: the chunk under a block (CUDA IPC in older PyTorch)
           ("set_base_alloc_fn", "rmmc_torch_base_alloc"))
 
+_PLUGIN_LOSES = ("torch.cuda.memory_stats/memory_allocated/memory_summary, cudnn.benchmark "
+                 "(cacheInfo), torch.cuda.MemPool, torch.compile(mode='reduce-overhead'), "
+                 "memory history and snapshots, torch.OutOfMemoryError (a RuntimeError "
+                 "comes instead) and torch.multiprocessing sharing of CUDA tensors")
 
-def use(spec=None, device=None, fraction=None):
-    """Makes rmmc PyTorch's CUDA allocator. `spec` (optional) becomes the
-    default stack (rmmc.set_default(spec, device)); without one,
-    RMMC_ALLOC_CONF or a default set earlier is used, and a broken
-    RMMC_ALLOC_CONF raises ParseError here. `fraction` caps the bytes
-    PyTorch may hold through rmmc per device
-    (torch.cuda.set_per_process_memory_fraction). Returns the allocator.
-    Raises RuntimeError if PyTorch has initialized CUDA already."""
+_native_lib = None  # the loaded backend (ctypes.CDLL)
+_backend = None     # "native" or "plugin" once use() succeeded
+
+
+class NativeBackend:
+    """What use() returns for the native backend: `path` (the compiled
+    library), `torch_version` (the torch it was compiled against)."""
+
+    def __init__(self, dll, path):
+        self._dll = dll
+        self.path = path
+        self.torch_version = dll.rmmc_torch_native_torch_version().decode()
+
+    def pool_resource(self, pool_id, device=None):
+        """The rmmc stack of a private pool (a MemPool's .id, a graph's
+        pool) as an rmmc.Resource, or None if the pool has no memory."""
+        from . import Resource
+        import torch
+        dev = torch.cuda.current_device() if device is None else int(device)
+        h = self._dll.rmmc_torch_native_pool_resource(dev, int(pool_id[0]), int(pool_id[1]))
+        if not h:
+            return None
+        r = Resource._adopt(h, "<private pool %s>" % (tuple(pool_id),))
+        lib().rmmc_resource_release(h)
+        return r
+
+    def pool_count(self, device=None):
+        """Private pools alive on the device."""
+        import torch
+        dev = torch.cuda.current_device() if device is None else int(device)
+        return self._dll.rmmc_torch_native_pool_count(dev)
+
+    def bytes_out(self, device=None):
+        """Bytes handed to PyTorch on the device (each block rounded up to
+        256, as rmmc hands them out)."""
+        import torch
+        dev = torch.cuda.current_device() if device is None else int(device)
+        return self._dll.rmmc_torch_native_bytes_out(dev)
+
+    def __repr__(self):
+        return "<rmmc native PyTorch backend for torch %s: %s>" % (self.torch_version, self.path)
+
+
+def _include_dir():
+    """Where rmmc's public headers are: $RMMC_INCLUDE, the package's copy,
+    or the checkout a development library (RMMC_LIB) was built in."""
+    env = os.environ.get("RMMC_INCLUDE")
+    candidates = [env] if env else []
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates.append(os.path.join(here, "include"))
+    d = os.path.dirname(library_path())
+    for _ in range(4):
+        candidates.append(os.path.join(d, "include"))
+        d = os.path.dirname(d)
+    for c in candidates:
+        if c and os.path.exists(os.path.join(c, "rmmc", "resource.h")):
+            return c
+    raise FileNotFoundError("rmmc's headers were not found (looked in %s); set RMMC_INCLUDE"
+                            % ", ".join(c for c in candidates if c))
+
+
+def build_native(verbose=False):
+    """Compiles (or finds in the cache) the native backend for the installed
+    torch and loads it. Returns the NativeBackend. Raises on failure."""
+    global _native_lib
+    if _native_lib is not None:
+        return _native_lib
     import torch
-    if torch.cuda.is_initialized():
-        raise RuntimeError("rmmc.torch.use() must run before PyTorch initializes CUDA (it did "
-                           "already: call use() first thing, before any tensor goes to the GPU)")
-    prepare(spec, device)
+    import torch.utils.cpp_extension as ext
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_native.cpp")
+    libpath = library_path()
+    libdir = os.path.dirname(libpath)
+    tag = "".join(c if c.isalnum() else "_" for c in torch.__version__)
+    name = "rmmc_torch_native_" + tag
+    build_dir = os.environ.get("RMMC_TORCH_BUILD_DIR")
+    if build_dir:
+        build_dir = os.path.join(build_dir, name)
+        os.makedirs(build_dir, exist_ok=True)
+    lib()  # librmmc first, so the backend binds to the same copy
+    path = ext.load(name=name, sources=[src], extra_include_paths=[_include_dir()],
+                    extra_cflags=["-O2", "-Wall"],
+                    extra_ldflags=[libpath, "-Wl,-rpath," + libdir],
+                    with_cuda=True, is_python_module=False, build_directory=build_dir,
+                    verbose=verbose)
+    dll = ctypes.CDLL(path)
+    dll.rmmc_torch_native_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    dll.rmmc_torch_native_install.restype = ctypes.c_int
+    dll.rmmc_torch_native_torch_version.restype = ctypes.c_char_p
+    dll.rmmc_torch_native_pool_resource.argtypes = [ctypes.c_int, ctypes.c_uint64,
+                                                    ctypes.c_uint64]
+    dll.rmmc_torch_native_pool_resource.restype = ctypes.c_void_p
+    dll.rmmc_torch_native_pool_count.argtypes = [ctypes.c_int]
+    dll.rmmc_torch_native_pool_count.restype = ctypes.c_long
+    dll.rmmc_torch_native_bytes_out.argtypes = [ctypes.c_int]
+    dll.rmmc_torch_native_bytes_out.restype = ctypes.c_longlong
+    _native_lib = NativeBackend(dll, path)
+    return _native_lib
+
+
+def _install_native():
+    native = build_native(verbose=os.environ.get("RMMC_TORCH_VERBOSE", "") == "1")
+    buf = ctypes.create_string_buffer(1024)
+    if native._dll.rmmc_torch_native_install(buf, len(buf)) != 0:
+        raise RuntimeError("rmmc.torch: " + buf.value.decode(errors="replace"))
+    return native
+
+
+def _install_plugin():
+    import torch
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib().path, "rmmc_torch_alloc",
                                                       "rmmc_torch_free")
     lib().rmmc_torch_raise_on_failure(1)
@@ -52,16 +173,111 @@ def use(spec=None, device=None, fraction=None):
         if hasattr(hooks, setter):  # older PyTorch versions lack some
             getattr(hooks, setter)(address(fn))
     torch.cuda.memory.change_current_allocator(alloc)
-    if fraction is not None:
-        torch.cuda.set_per_process_memory_fraction(fraction)
     return alloc
 
 
+def use(spec=None, device=None, fraction=None, backend=None):
+    """Makes rmmc PyTorch's CUDA allocator. `spec` (optional) becomes the
+    default stack (rmmc.set_default(spec, device)); without one,
+    RMMC_ALLOC_CONF or a default set earlier is used, and a broken
+    RMMC_ALLOC_CONF raises ParseError here. `fraction` caps the bytes
+    PyTorch may hold through rmmc per device
+    (torch.cuda.set_per_process_memory_fraction). `backend`: "native"
+    (PyTorch's whole allocator interface; raise if it cannot be built),
+    "plugin" (CUDAPluggableAllocator), or None / "auto" (native, else the
+    plug-in with a warning); RMMC_TORCH_BACKEND sets the default. Returns
+    the NativeBackend or the CUDAPluggableAllocator. Raises RuntimeError if
+    PyTorch has initialized CUDA already."""
+    global _backend
+    import torch
+    if torch.cuda.is_initialized():
+        raise RuntimeError("rmmc.torch.use() must run before PyTorch initializes CUDA (it did "
+                           "already: call use() first thing, before any tensor goes to the GPU)")
+    choice = (backend or os.environ.get("RMMC_TORCH_BACKEND") or "auto").strip().lower()
+    if choice not in ("auto", "native", "plugin"):
+        raise ValueError("rmmc.torch.use: backend must be 'native', 'plugin' or 'auto', not %r"
+                         % choice)
+    prepare(spec, device)
+    result = None
+    if choice != "plugin":
+        try:
+            result = _install_native()
+            _backend = "native"
+        except Exception as e:  # a compiler, headers or torch's build tools missing
+            if choice == "native":
+                raise
+            warnings.warn("rmmc.torch: the native PyTorch backend could not be built (%s: %s); "
+                          "using the plug-in (CUDAPluggableAllocator), with which %s do not "
+                          "work" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "",
+                                    _PLUGIN_LOSES), RuntimeWarning, stacklevel=2)
+    if result is None:
+        result = _install_plugin()
+        _backend = "plugin"
+    if fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(fraction)
+    return result
+
+
+def backend():
+    """"native", "plugin", or None before use()."""
+    return _backend
+
+
 def stats(device=-1):
-    """The plug-in's figures: allocations, bytes_in_use, peak_bytes, ..."""
+    """The plug-in's figures: allocations, bytes_in_use, peak_bytes, ...
+    (the plug-in only; with the native backend use torch.cuda.memory_stats)."""
     return plugin_stats(device)
 
 
 def last_error():
     """Why the last allocation through the plug-in failed ("" if none)."""
     return plugin_last_error()
+
+
+def _autoload():
+    """PyTorch's torch.backends entry point (runs at the end of `import
+    torch`): installs rmmc when RMMC_TORCH_AUTOLOAD=1, from RMMC_ALLOC_CONF.
+    A failure warns; it never breaks `import torch`."""
+    if os.environ.get("RMMC_TORCH_AUTOLOAD", "").strip().lower() not in ("1", "true", "yes", "on"):
+        return
+    try:
+        use()
+    except Exception as e:
+        warnings.warn("rmmc.torch autoload (RMMC_TORCH_AUTOLOAD=1) failed: %s" % e,
+                      RuntimeWarning)
+
+
+def _main(argv=None):
+    """python -m rmmc.torch [--spec SPEC] [--backend B] SCRIPT [ARGS...]"""
+    import argparse
+    import runpy
+    parser = argparse.ArgumentParser(
+        prog="python -m rmmc.torch",
+        description="Run a PyTorch script with rmmc as its CUDA allocator, with no code change "
+                    "(processes it spawns get rmmc too).")
+    parser.add_argument("--spec", help="the stack, e.g. 'pool > cuda' (default: RMMC_ALLOC_CONF)")
+    parser.add_argument("--backend", choices=("auto", "native", "plugin"), default=None)
+    parser.add_argument("-m", dest="module", help="run a module as python -m does")
+    parser.add_argument("script", nargs="?")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    a = parser.parse_args(argv)
+    if a.module is None and a.script is None:
+        parser.error("a script or -m MODULE is needed")
+    if a.spec:
+        os.environ["RMMC_ALLOC_CONF"] = a.spec
+    if a.backend:
+        os.environ["RMMC_TORCH_BACKEND"] = a.backend
+    os.environ["RMMC_TORCH_AUTOLOAD"] = "1"  # spawned children (torch.multiprocessing)
+    import rmmc.torch as this  # the package's module, not __main__
+    this.use(a.spec)
+    if a.module:
+        sys.argv = [a.module] + ([a.script] if a.script else []) + a.args
+        runpy.run_module(a.module, run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = [a.script] + a.args
+        sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
+        runpy.run_path(a.script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,1676 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// rmmc as PyTorch's native CUDA allocator backend: the whole
+// c10::cuda::CUDACachingAllocator::CUDAAllocator interface over rmmc's public
+// C API, installed with CUDACachingAllocator::allocator.store() (what
+// torch.cuda.memory.change_current_allocator does), so PyTorch's memory tools
+// keep working: statistics, cacheInfo (cudnn.benchmark), private pools
+// (torch.cuda.MemPool, use_mem_pool, torch.cuda.graph, torch.compile's CUDA
+// graph trees), history and snapshots, c10::OutOfMemoryError, and
+// torch.multiprocessing's CUDA IPC through rmmc's IPC.
+//
+// rmmc.torch.use() compiles this file against the installed torch with
+// torch.utils.cpp_extension (once per torch version; cached) and calls
+// rmmc_torch_native_install() through ctypes. Nothing here is Python.
+//
+// Where memory comes from. Default allocations of device D go to the
+// registry resource of D (rmmc_get_device_resource: what RMMC_ALLOC_CONF or
+// rmmc.set_default chose). Each private pool (a MempoolId_t) is a stack of
+// its own, built from the same spec as D's default (rmmc_stack_create): its
+// memory serves nothing else, and when the pool is released and its last
+// block freed the stack is destroyed, which gives all of its memory back.
+// Which pool an allocation goes to is decided as PyTorch's allocator
+// decides: the filters given to beginAllocateToPool, evaluated on the
+// allocating stream, newest first.
+//
+// Bookkeeping. Every block handed out is in a map (pointer -> size, stream,
+// pool, recorded streams, context); figures PyTorch asks for come from those
+// counts plus the stacks' own figures (rmmc_resource_get_field), mapped by
+// fill_device_stats() below, a pure function the host selftest checks
+// (-DRMMC_TORCH_NATIVE_SELFTEST builds only it and a main()).
+//
+// Versions: PyTorch 2.9, 2.10 and 2.11 (RMMC_TORCH_AT_LEAST guards the
+// differences of the interface).
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <torch/version.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#define RMMC_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||       \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace rmmc_torch {
+
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatArray;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+// PyTorch's split between its small and large pools (kSmallSize).
+constexpr size_t kSmallSize = 1 << 20;
+// Every rmmc block is a multiple of this (contract 2: 256-byte alignment).
+constexpr size_t kRound = 256;
+
+inline size_t round_size(size_t n) {
+  return (n + kRound - 1) / kRound * kRound;
+}
+
+// What the layer counts itself, per device. Allocation-side figures are
+// exact: they change with every block handed to PyTorch or taken back.
+struct Counters {
+  StatArray allocation;      // blocks out
+  StatArray allocated_bytes; // their sizes rounded as rmmc rounds them
+  StatArray requested_bytes; // their sizes as PyTorch asked
+  int64_t num_ooms = 0;
+  int64_t num_alloc_retries = 0;
+  int64_t num_sync_all_streams = 0; // emptyCache calls that synchronized
+};
+
+// What the stacks under the device report (summed over the default stack and
+// the private pools' stacks). has_cache: some layer caches (a pool), so
+// `reserved` is its figure; otherwise reserved is the bytes out.
+struct StackFigures {
+  bool has_cache = false;
+  uint64_t reserved = 0;      // "reserved"
+  uint64_t reserved_peak = 0; // "reserved_peak"
+  uint64_t regions = 0;       // "regions": chunks or reservations
+  uint64_t grows = 0;         // "grows": upstream allocations or mappings
+  uint64_t shrinks = 0;       // "shrinks"
+  uint64_t device_syncs = 0;  // "device_syncs"
+};
+
+// What resetPeakStats / resetAccumulatedStats leave for the stack figures,
+// which rmmc does not reset: the values at the last reset.
+struct ResetBase {
+  uint64_t reserved_peak_at_reset = 0; // rmmc's reserved_peak then
+  uint64_t reserved_at_reset = 0;      // reserved then
+  uint64_t grows_at_reset = 0;
+  uint64_t shrinks_at_reset = 0;
+  uint64_t regions_peak = 0; // highest regions seen since the reset
+};
+
+// Fills PyTorch's DeviceStats from the layer's counts and the stacks'
+// figures. Pure: the host selftest checks it.
+//
+//   allocation, allocated_bytes, requested_bytes: the layer's counts (small
+//     and large split at 1 MiB as PyTorch splits them).
+//   active, active_bytes: the same as allocated: a block freed with
+//     recorded streams goes back to rmmc at once behind GPU-side waits, so
+//     no block is active without being allocated.
+//   reserved_bytes: the stacks' "reserved" (all in the aggregate and large
+//     rows: rmmc has one heap, not PyTorch's two); peak: rmmc's
+//     reserved_peak if it rose after the last reset, else the larger of
+//     reserved then and now. Without a caching layer: the bytes out.
+//   segment: current = "regions", peak = highest seen since the reset
+//     (sampled when stats are read), allocated/freed = "grows"/"shrinks"
+//     since the reset; num_device_alloc / num_device_free the same.
+//   inactive_split_bytes: reserved - allocated (free bytes the stacks
+//     cache); inactive_split count: 0 (rmmc does not count free blocks).
+//   num_ooms, num_alloc_retries: the layer's (a retry is an allocation
+//     that failed, released every cache of the device and was tried again).
+//   num_sync_all_streams: rmmc's "device_syncs" plus the layer's own.
+//   oversize_allocations, oversize_segments: 0 (rmmc has no oversize
+//     class); max_split_size: SIZE_MAX as PyTorch reports with no limit.
+inline DeviceStats fill_device_stats(const Counters& c, const StackFigures& f,
+                                     ResetBase& base) {
+  DeviceStats s;
+  s.allocation = c.allocation;
+  s.allocated_bytes = c.allocated_bytes;
+  s.requested_bytes = c.requested_bytes;
+  s.active = c.allocation;
+  s.active_bytes = c.allocated_bytes;
+
+  const int64_t out = c.allocated_bytes[0].current;
+  Stat reserved;
+  if (f.has_cache) {
+    reserved.current = static_cast<int64_t>(f.reserved);
+    uint64_t peak = f.reserved_peak > base.reserved_peak_at_reset
+                        ? f.reserved_peak
+                        : std::max(base.reserved_at_reset, f.reserved);
+    reserved.peak = static_cast<int64_t>(std::max<uint64_t>(peak, f.reserved));
+  } else {
+    reserved = c.allocated_bytes[0];
+  }
+  if (f.has_cache) {
+    reserved.allocated = static_cast<int64_t>(f.grows - base.grows_at_reset);
+    reserved.freed = static_cast<int64_t>(f.shrinks - base.shrinks_at_reset);
+  }
+  s.reserved_bytes[0] = reserved;
+  s.reserved_bytes[2] = reserved;
+
+  Stat inactive;
+  inactive.current = std::max<int64_t>(0, reserved.current - out);
+  inactive.peak = std::max<int64_t>(0, reserved.peak - c.allocated_bytes[0].peak);
+  s.inactive_split_bytes[0] = inactive;
+  s.inactive_split_bytes[2] = inactive;
+
+  Stat segment;
+  if (f.has_cache) {
+    base.regions_peak = std::max(base.regions_peak, f.regions);
+    segment.current = static_cast<int64_t>(f.regions);
+    segment.peak = static_cast<int64_t>(base.regions_peak);
+    segment.allocated = static_cast<int64_t>(f.grows - base.grows_at_reset);
+    segment.freed = static_cast<int64_t>(f.shrinks - base.shrinks_at_reset);
+  } else {
+    segment = c.allocation[0];
+  }
+  s.segment[0] = segment;
+  s.segment[2] = segment;
+
+  s.num_ooms = c.num_ooms;
+  s.num_alloc_retries = c.num_alloc_retries;
+  s.num_sync_all_streams =
+      static_cast<int64_t>(f.device_syncs) + c.num_sync_all_streams;
+  s.num_device_alloc = segment.allocated;
+  s.num_device_free = segment.freed;
+  s.max_split_size = static_cast<int64_t>(SIZE_MAX);
+  return s;
+}
+
+// Counts one block in or out (type: 1 small, 2 large, as PyTorch's rows).
+inline void count_block(Counters& c, size_t requested, bool in) {
+  const size_t rounded = round_size(requested);
+  const size_t type = requested <= kSmallSize ? 1 : 2;
+  for (size_t t : {size_t(0), type}) {
+    if (in) {
+      c.allocation[t].increase(1);
+      c.allocated_bytes[t].increase(rounded);
+      c.requested_bytes[t].increase(requested);
+    } else {
+      c.allocation[t].decrease(1);
+      c.allocated_bytes[t].decrease(rounded);
+      c.requested_bytes[t].decrease(requested);
+    }
+  }
+}
+
+// PyTorch's byte format in its messages ("20.00 GiB", "512 bytes").
+inline std::string format_size(uint64_t size) {
+  char buf[64];
+  if (size <= 1024) {
+    std::snprintf(buf, sizeof buf, "%llu bytes", (unsigned long long)size);
+  } else if (size <= 1048576) {
+    std::snprintf(buf, sizeof buf, "%.2f KiB", size / 1024.0);
+  } else if (size <= 1073741824ULL) {
+    std::snprintf(buf, sizeof buf, "%.2f MiB", size / 1048576.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", size / 1073741824.0);
+  }
+  return buf;
+}
+
+} // namespace rmmc_torch
+
+#ifdef RMMC_TORCH_NATIVE_SELFTEST
+// ---- host selftest of the pure parts (no GPU, no libtorch) ----
+#include <cstdlib>
+
+static int failures = 0;
+#define EXPECT_EQ(a, b)                                                     \
+  do {                                                                      \
+    long long va = (long long)(a), vb = (long long)(b);                     \
+    if (va != vb) {                                                         \
+      std::fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n",      \
+                   __FILE__, __LINE__, #a, va, #b, vb);                     \
+      failures++;                                                           \
+    }                                                                       \
+  } while (0)
+
+int main() {
+  using namespace rmmc_torch;
+  Counters c;
+  // 100 bytes (small) and 3 MiB + 1 (large) out; then the small one back.
+  count_block(c, 100, true);
+  count_block(c, (3u << 20) + 1, true);
+  EXPECT_EQ(c.allocated_bytes[0].current, 256 + (3 << 20) + 256);
+  EXPECT_EQ(c.requested_bytes[0].current, 100 + (3 << 20) + 1);
+  EXPECT_EQ(c.allocation[1].current, 1);
+  EXPECT_EQ(c.allocation[2].current, 1);
+  count_block(c, 100, false);
+  EXPECT_EQ(c.allocated_bytes[0].current, (3 << 20) + 256);
+  EXPECT_EQ(c.allocated_bytes[0].peak, 256 + (3 << 20) + 256);
+  EXPECT_EQ(c.allocated_bytes[0].freed, 256);
+  EXPECT_EQ(c.allocated_bytes[1].current, 0);
+  c.num_ooms = 2;
+  c.num_alloc_retries = 3;
+
+  // A pool holding 32 MiB in 2 regions after 3 grows and 1 shrink.
+  StackFigures f;
+  f.has_cache = true;
+  f.reserved = 32u << 20;
+  f.reserved_peak = 40u << 20;
+  f.regions = 2;
+  f.grows = 3;
+  f.shrinks = 1;
+  f.device_syncs = 4;
+  ResetBase base;
+  DeviceStats s = fill_device_stats(c, f, base);
+  EXPECT_EQ(s.allocated_bytes[0].current, (3 << 20) + 256);
+  EXPECT_EQ(s.active_bytes[0].current, (3 << 20) + 256);
+  EXPECT_EQ(s.requested_bytes[0].current, (3 << 20) + 1);
+  EXPECT_EQ(s.reserved_bytes[0].current, 32 << 20);
+  EXPECT_EQ(s.reserved_bytes[0].peak, 40 << 20);
+  EXPECT_EQ(s.reserved_bytes[2].current, 32 << 20);
+  EXPECT_EQ(s.reserved_bytes[1].current, 0);
+  EXPECT_EQ(s.inactive_split_bytes[0].current, (32 << 20) - (3 << 20) - 256);
+  EXPECT_EQ(s.segment[0].current, 2);
+  EXPECT_EQ(s.segment[0].allocated, 3);
+  EXPECT_EQ(s.segment[0].freed, 1);
+  EXPECT_EQ(s.num_device_alloc, 3);
+  EXPECT_EQ(s.num_device_free, 1);
+  EXPECT_EQ(s.num_ooms, 2);
+  EXPECT_EQ(s.num_alloc_retries, 3);
+  EXPECT_EQ(s.num_sync_all_streams, 4);
+  EXPECT_EQ(s.oversize_allocations.current, 0);
+
+  // resetPeakStats + resetAccumulatedStats: the peak starts again from now.
+  base.reserved_peak_at_reset = f.reserved_peak;
+  base.reserved_at_reset = f.reserved;
+  base.grows_at_reset = f.grows;
+  base.shrinks_at_reset = f.shrinks;
+  base.regions_peak = f.regions;
+  f.reserved = 16u << 20; // shrank since
+  s = fill_device_stats(c, f, base);
+  EXPECT_EQ(s.reserved_bytes[0].peak, 32 << 20);
+  EXPECT_EQ(s.segment[0].allocated, 0);
+  f.reserved_peak = 48u << 20; // a new peak after the reset
+  f.reserved = 48u << 20;
+  f.grows = 5;
+  f.regions = 3;
+  s = fill_device_stats(c, f, base);
+  EXPECT_EQ(s.reserved_bytes[0].peak, 48 << 20);
+  EXPECT_EQ(s.segment[0].allocated, 2);
+  EXPECT_EQ(s.segment[0].peak, 3);
+
+  // A stack without a cache (plain cuda): reserved is the bytes out.
+  StackFigures none;
+  ResetBase b2;
+  s = fill_device_stats(c, none, b2);
+  EXPECT_EQ(s.reserved_bytes[0].current, (3 << 20) + 256);
+  EXPECT_EQ(s.segment[0].current, 1);
+  EXPECT_EQ(s.inactive_split_bytes[0].current, 0);
+
+  EXPECT_EQ(std::string(format_size(512)) == "512 bytes", 1);
+  EXPECT_EQ(std::string(format_size(20ull << 30)) == "20.00 GiB", 1);
+  EXPECT_EQ(std::string(format_size(3u << 20)) == "3.00 MiB", 1);
+  EXPECT_EQ(std::string(format_size(1536)) == "1.50 KiB", 1);
+  if (failures == 0)
+    std::printf("torch-native selftest: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}
+
+#else // !RMMC_TORCH_NATIVE_SELFTEST
+// ---- the allocator ----
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/ApproximateClock.h>
+#include <c10/util/Exception.h>
+
+#include <cuda_runtime_api.h>
+#include <rmmc/defaults.h>
+#include <rmmc/ipc.h>
+#include <rmmc/registry.h>
+#include <rmmc/resource.h>
+#include <rmmc/spec.h>
+#include <rmmc/status.h>
+#include <rmmc/stream.h>
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace rmmc_torch {
+
+namespace CCA = c10::cuda::CUDACachingAllocator;
+using c10::DeviceIndex;
+using c10::MempoolId_t;
+using CCA::SegmentInfo;
+using CCA::TraceEntry;
+
+struct MempoolHash {
+  size_t operator()(const MempoolId_t& id) const noexcept {
+    return std::hash<unsigned long long>()(id.first * 1000003ULL ^ id.second);
+  }
+};
+
+// A private pool: an rmmc stack of its own (or another CUDAAllocator that
+// torch.cuda.MemPool(allocator=...) named).
+struct Pool {
+  MempoolId_t id;
+  DeviceIndex device = 0;
+  rmmc_resource_t* stack = nullptr;               // owned (one reference)
+  std::shared_ptr<CCA::CUDAAllocator> allocator;  // instead of a stack
+  int use_count = 0;
+  size_t live = 0;          // blocks out (zombies included)
+  bool use_on_oom = false;
+};
+
+// A block handed to PyTorch.
+struct Block {
+  size_t size = 0;          // as requested
+  cudaStream_t stream = nullptr;
+  DeviceIndex device = 0;
+  Pool* pool = nullptr;     // nullptr: the device's default stack
+  rmmc_resource_t* res = nullptr; // the stack it came from (borrowed)
+  std::vector<cudaStream_t> streams; // recorded by recordStream
+  std::shared_ptr<c10::GatheredContext> context;
+  bool zombie = false;      // freed by PyTorch, kept for a checkpoint
+  int checkpoints = 0;      // checkpoint states that hold it
+  std::string ipc;          // the handle shareIpcHandle made, if any
+  std::vector<int> ipc_fds; // descriptors it refers to (closed at free)
+};
+
+struct Route {
+  MempoolId_t id;
+  std::function<bool(cudaStream_t)> filter;
+};
+
+struct DeviceState {
+  std::mutex mutex; // everything below, and the blocks of this device
+  rmmc_resource_t* stack = nullptr; // the registry's resource (one reference)
+  std::unordered_map<void*, Block> blocks;
+  std::unordered_map<MempoolId_t, std::unique_ptr<Pool>, MempoolHash> pools;
+  std::vector<Route> routes; // beginAllocateToPool, oldest first
+  Counters counters;
+  ResetBase base;
+  double fraction = 0; // setMemoryFraction (0: none)
+  size_t limit = 0;
+};
+
+// What getCheckpointState keeps: the blocks of a pool live then.
+struct CheckpointState : CCA::AllocatorState {
+  DeviceIndex device = 0;
+  MempoolId_t id;
+  std::vector<std::pair<void*, size_t>> live; // pointer, size
+  ~CheckpointState() override;
+};
+
+class RmmcAllocator;
+RmmcAllocator* the_allocator = nullptr;
+
+void raw_delete_fn(void* ptr);
+
+// Sums one stack's figures into *f (the first layer from the top that
+// reports "reserved" is the cache).
+void add_stack_figures(rmmc_resource_t* stack, StackFigures* f) {
+  for (rmmc_resource_t* r = stack; r != nullptr; r = rmmc_resource_upstream(r)) {
+    uint64_t v = 0;
+    if (!rmmc_resource_get_field(r, "reserved", &v))
+      continue;
+    f->has_cache = true;
+    f->reserved += v;
+    if (rmmc_resource_get_field(r, "reserved_peak", &v))
+      f->reserved_peak += v;
+    if (rmmc_resource_get_field(r, "regions", &v))
+      f->regions += v;
+    if (rmmc_resource_get_field(r, "grows", &v))
+      f->grows += v;
+    if (rmmc_resource_get_field(r, "shrinks", &v))
+      f->shrinks += v;
+    if (rmmc_resource_get_field(r, "device_syncs", &v))
+      f->device_syncs += v;
+    return;
+  }
+}
+
+uint64_t largest_free(rmmc_resource_t* stack) {
+  for (rmmc_resource_t* r = stack; r != nullptr; r = rmmc_resource_upstream(r)) {
+    uint64_t v = 0;
+    if (rmmc_resource_get_field(r, "largest_free", &v))
+      return v;
+  }
+  return 0;
+}
+
+std::string last_error() {
+  const char* m = rmmc_last_error_message();
+  return m != nullptr ? m : "";
+}
+
+class RmmcAllocator final : public CCA::CUDAAllocator {
+ public:
+  // ---- c10::Allocator ----
+  c10::DataPtr allocate(size_t size) override {
+    DeviceIndex device = 0;
+    C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+    void* p = alloc_block(size, device, stream);
+    return {p, p, &raw_delete_fn, c10::Device(c10::DeviceType::CUDA, device)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &raw_delete_fn;
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
+  }
+
+  // ---- raw ----
+  void* raw_alloc(size_t nbytes) override {
+    DeviceIndex device = 0;
+    C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+    return alloc_block(nbytes, device, c10::cuda::getCurrentCUDAStream(device).stream());
+  }
+  void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
+    DeviceIndex device = 0;
+    C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+    return alloc_block(nbytes, device, stream);
+  }
+  void raw_delete(void* ptr) override {
+    free_block(ptr);
+  }
+
+  // ---- life ----
+  void init(int device_count) override {
+    std::lock_guard<std::mutex> g(init_mutex_);
+    if (static_cast<int>(devices_.size()) < device_count) {
+      std::vector<std::unique_ptr<DeviceState>> d(device_count);
+      for (size_t i = 0; i < devices_.size(); i++)
+        d[i] = std::move(devices_[i]);
+      for (auto& s : d)
+        if (!s)
+          s = std::make_unique<DeviceState>();
+      devices_.swap(d);
+    }
+    initialized_ = true;
+  }
+  bool initialized() override {
+    return initialized_;
+  }
+  void enable(bool value) override {
+    enabled_ = value;
+  }
+  bool isEnabled() const override {
+    return enabled_;
+  }
+  std::string name() override {
+    return "rmmc";
+  }
+
+  // ---- limits and caches ----
+  double getMemoryFraction(DeviceIndex device) override {
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    return d.fraction == 0 ? 1.0 : d.fraction;
+  }
+  void setMemoryFraction(double fraction, DeviceIndex device) override {
+    TORCH_CHECK(fraction > 0 && fraction <= 1, "rmmc: invalid memory fraction ", fraction,
+                " (0 < fraction <= 1)");
+    size_t free = 0, total = 0;
+    {
+      c10::cuda::CUDAGuard guard(device);
+      C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    }
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    d.fraction = fraction;
+    d.limit = static_cast<size_t>(fraction * static_cast<double>(total));
+  }
+  void emptyCache(MempoolId_t mempool_id) override {
+    for (size_t i = 0; i < devices_.size(); i++) {
+      DeviceState& d = *devices_[i];
+      std::vector<rmmc_resource_t*> stacks;
+      {
+        std::lock_guard<std::mutex> g(d.mutex);
+        if (mempool_id == MempoolId_t{0, 0}) {
+          if (d.stack != nullptr)
+            stacks.push_back(rmmc_resource_retain(d.stack));
+        } else {
+          auto it = d.pools.find(mempool_id);
+          if (it != d.pools.end() && it->second->stack != nullptr)
+            stacks.push_back(rmmc_resource_retain(it->second->stack));
+        }
+      }
+      for (rmmc_resource_t* s : stacks) {
+        rmmc_status_t st = rmmc_resource_release_cached(s);
+        std::string msg = last_error();
+        rmmc_resource_release(s);
+        TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: emptyCache: ", msg);
+      }
+    }
+  }
+  void cacheInfo(DeviceIndex device, size_t* largestBlock) override {
+    if (*largestBlock == 0) {
+      size_t total = 0;
+      c10::cuda::CUDAGuard guard(device);
+      C10_CUDA_CHECK(cudaMemGetInfo(largestBlock, &total));
+    }
+    DeviceState& d = dev(device);
+    std::vector<rmmc_resource_t*> stacks;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      if (d.stack != nullptr)
+        stacks.push_back(rmmc_resource_retain(d.stack));
+    }
+    for (rmmc_resource_t* s : stacks) {
+      *largestBlock = std::max<size_t>(*largestBlock, largest_free(s));
+      rmmc_resource_release(s);
+    }
+  }
+  void* getBaseAllocation(void* ptr, size_t* size) override {
+    // The block itself: shareIpcHandle exports exactly the block.
+    DeviceState* d = find_device(ptr);
+    TORCH_CHECK(d != nullptr, "rmmc: getBaseAllocation: unknown pointer ", ptr);
+    std::lock_guard<std::mutex> g(d->mutex);
+    if (size != nullptr)
+      *size = d->blocks.at(ptr).size;
+    return ptr;
+  }
+#if RMMC_TORCH_AT_LEAST(2, 10)
+  std::vector<CCA::StreamSegmentSize> getExpandableSegmentSizes(DeviceIndex) override {
+    return {}; // rmmc's pool has no per-stream expandable segments
+  }
+#endif
+
+  // ---- streams ----
+  void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
+    if (ptr.get() == nullptr || ptr.get_deleter() != &raw_delete_fn)
+      return; // not ours (PyTorch ignores those too)
+    DeviceState* d = find_device(ptr.get());
+    if (d == nullptr)
+      return;
+    std::lock_guard<std::mutex> g(d->mutex);
+    Block& b = d->blocks.at(ptr.get());
+    if (stream.stream() == b.stream)
+      return;
+    if (std::find(b.streams.begin(), b.streams.end(), stream.stream()) == b.streams.end())
+      b.streams.push_back(stream.stream());
+  }
+
+  // ---- statistics ----
+  DeviceStats getDeviceStats(DeviceIndex device) override {
+    DeviceState& d = dev(device);
+    std::vector<rmmc_resource_t*> stacks;
+    Counters c;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      c = d.counters;
+      if (d.stack != nullptr)
+        stacks.push_back(rmmc_resource_retain(d.stack));
+      for (auto& p : d.pools)
+        if (p.second->stack != nullptr)
+          stacks.push_back(rmmc_resource_retain(p.second->stack));
+    }
+    StackFigures f;
+    for (rmmc_resource_t* s : stacks) {
+      add_stack_figures(s, &f);
+      rmmc_resource_release(s);
+    }
+    std::lock_guard<std::mutex> g(d.mutex);
+    return fill_device_stats(c, f, d.base);
+  }
+  void resetAccumulatedStats(DeviceIndex device) override {
+    DeviceState& d = dev(device);
+    StackFigures f = figures(d);
+    std::lock_guard<std::mutex> g(d.mutex);
+    for (auto* a : {&d.counters.allocation, &d.counters.allocated_bytes,
+                    &d.counters.requested_bytes})
+      for (Stat& s : *a)
+        s.reset_accumulated();
+    d.counters.num_ooms = 0;
+    d.counters.num_alloc_retries = 0;
+    d.counters.num_sync_all_streams = 0;
+    d.base.grows_at_reset = f.grows;
+    d.base.shrinks_at_reset = f.shrinks;
+  }
+  void resetPeakStats(DeviceIndex device) override {
+    DeviceState& d = dev(device);
+    StackFigures f = figures(d);
+    std::lock_guard<std::mutex> g(d.mutex);
+    for (auto* a : {&d.counters.allocation, &d.counters.allocated_bytes,
+                    &d.counters.requested_bytes})
+      for (Stat& s : *a)
+        s.reset_peak();
+    d.base.reserved_peak_at_reset = f.reserved_peak;
+    d.base.reserved_at_reset = f.reserved;
+    d.base.regions_peak = f.regions;
+  }
+
+  // ---- private pools ----
+#if RMMC_TORCH_AT_LEAST(2, 11)
+  void createOrIncrefPool(DeviceIndex device, MempoolId_t id,
+                          std::shared_ptr<CCA::CUDAAllocator> allocator) override {
+#else
+  void createOrIncrefPool(DeviceIndex device, MempoolId_t id,
+                          CCA::CUDAAllocator* raw) override {
+    // PyTorch keeps the allocator alive as long as the MemPool holding it.
+    std::shared_ptr<CCA::CUDAAllocator> allocator(raw, [](CCA::CUDAAllocator*) {});
+    if (raw == nullptr)
+      allocator.reset();
+#endif
+    DeviceState& d = dev(device);
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      Pool& p = pool_locked(d, device, id);
+      if (allocator && !p.allocator && p.stack == nullptr)
+        p.allocator = std::move(allocator);
+      p.use_count++;
+    }
+    ensure_stack(d, device, id);
+  }
+  int getPoolUseCount(DeviceIndex device, MempoolId_t id) override {
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    auto it = d.pools.find(id);
+    return it == d.pools.end() ? 0 : it->second->use_count;
+  }
+  void beginAllocateToPool(DeviceIndex device, MempoolId_t id,
+                           std::function<bool(cudaStream_t)> filter) override {
+    DeviceState& d = dev(device);
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      pool_locked(d, device, id).use_count++;
+      d.routes.push_back({id, std::move(filter)});
+    }
+    // Now, before PyTorch begins the capture: building a stack calls CUDA.
+    ensure_stack(d, device, id);
+  }
+  void endAllocateToPool(DeviceIndex device, MempoolId_t id) override {
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    for (auto it = d.routes.begin(); it != d.routes.end(); ++it) {
+      if (it->id == id) {
+        d.routes.erase(it);
+        return;
+      }
+    }
+    TORCH_CHECK(false, "rmmc: endAllocateToPool: pool (", id.first, ", ", id.second,
+                ") is not being allocated to");
+  }
+  void releasePool(DeviceIndex device, MempoolId_t id) override {
+    DeviceState& d = dev(device);
+    rmmc_resource_t* dead = nullptr;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      auto it = d.pools.find(id);
+      TORCH_CHECK(it != d.pools.end(), "rmmc: releasePool: unknown pool (", id.first, ", ",
+                  id.second, ")");
+      TORCH_CHECK(it->second->use_count > 0, "rmmc: releasePool: pool (", id.first, ", ",
+                  id.second, ") released more often than created");
+      it->second->use_count--;
+      dead = reap_locked(d, it);
+    }
+    rmmc_resource_release(dead);
+  }
+#if RMMC_TORCH_AT_LEAST(2, 11)
+  void setUseOnOOM(DeviceIndex device, MempoolId_t id, bool use_on_oom) override {
+#else
+  void setUseOnOOM(DeviceIndex device, MempoolId_t id) override {
+    const bool use_on_oom = true;
+#endif
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    pool_locked(d, device, id).use_on_oom = use_on_oom;
+  }
+  bool checkPoolLiveAllocations(DeviceIndex device, MempoolId_t id,
+                                const std::unordered_set<void*>& expected) override {
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    auto it = d.pools.find(id);
+    Pool* p = it == d.pools.end() ? nullptr : it->second.get();
+    size_t live = 0;
+    for (auto& kv : d.blocks) {
+      if (kv.second.pool != p || p == nullptr || kv.second.zombie)
+        continue;
+      if (expected.count(kv.first) == 0)
+        return false;
+      live++;
+    }
+    return live == expected.size();
+  }
+  std::shared_ptr<CCA::AllocatorState> getCheckpointState(DeviceIndex device,
+                                                          MempoolId_t id) override {
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    auto it = d.pools.find(id);
+    TORCH_CHECK(it != d.pools.end(), "rmmc: getCheckpointState: unknown pool (", id.first,
+                ", ", id.second, ")");
+    auto state = std::make_shared<CheckpointState>();
+    state->device = device;
+    state->id = id;
+    for (auto& kv : d.blocks) {
+      if (kv.second.pool == it->second.get() && !kv.second.zombie) {
+        state->live.emplace_back(kv.first, kv.second.size);
+        kv.second.checkpoints++;
+      }
+    }
+    return state;
+  }
+  // Brings the pool back to the checkpoint: blocks live now but not then are
+  // freed; blocks live then are live again at the same addresses. A block
+  // a checkpoint holds is kept (a zombie) when PyTorch frees it, so it can
+  // come back; it goes to rmmc when no checkpoint holds it any more.
+  CCA::CheckpointDelta setCheckpointPoolState(
+      DeviceIndex device, std::shared_ptr<CCA::AllocatorState> as) override {
+    auto* state = dynamic_cast<CheckpointState*>(as.get());
+    TORCH_CHECK(state != nullptr, "rmmc: setCheckpointPoolState: not an rmmc state");
+    DeviceState& d = dev(device);
+    CCA::CheckpointDelta delta;
+    std::vector<void*> to_free;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      auto it = d.pools.find(state->id);
+      TORCH_CHECK(it != d.pools.end(), "rmmc: setCheckpointPoolState: the pool is gone");
+      std::unordered_set<void*> then;
+      for (auto& pr : state->live)
+        then.insert(pr.first);
+      for (auto& kv : d.blocks) {
+        if (kv.second.pool != it->second.get() || kv.second.zombie)
+          continue;
+        delta.ptrs_freed.push_back(kv.first);
+        if (then.count(kv.first) == 0)
+          to_free.push_back(kv.first);
+      }
+      for (auto& pr : state->live) {
+        auto b = d.blocks.find(pr.first);
+        TORCH_CHECK(b != d.blocks.end() && b->second.size == pr.second,
+                    "rmmc: setCheckpointPoolState: block ", pr.first, " is gone");
+        if (b->second.zombie) {
+          b->second.zombie = false;
+          count_block(d.counters, b->second.size, true);
+        }
+        delta.dataptrs_allocd.emplace_back(pr.first, pr.first, &raw_delete_fn,
+                                           c10::Device(c10::DeviceType::CUDA, device));
+      }
+    }
+    for (void* p : to_free)
+      free_block(p);
+    return delta;
+  }
+  void release_checkpoint(CheckpointState* s) {
+    if (static_cast<size_t>(s->device) >= devices_.size())
+      return;
+    DeviceState& d = *devices_[s->device];
+    std::vector<void*> dead;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      for (auto& pr : s->live) {
+        auto b = d.blocks.find(pr.first);
+        if (b == d.blocks.end())
+          continue;
+        if (--b->second.checkpoints == 0 && b->second.zombie)
+          dead.push_back(pr.first);
+      }
+    }
+    for (void* p : dead)
+      give_back(p);
+  }
+
+  // ---- history and snapshots ----
+  void recordHistory(bool enabled, CCA::CreateContextFn context_recorder,
+                     size_t alloc_trace_max_entries, CCA::RecordContext when,
+#if RMMC_TORCH_AT_LEAST(2, 11)
+                     bool clearHistory,
+                     const std::vector<std::string>& skip_actions) override {
+#else
+                     bool clearHistory) override {
+    const std::vector<std::string> skip_actions;
+#endif
+    std::lock_guard<std::mutex> g(history_mutex_);
+    history_ = enabled;
+    tracing_ = enabled || !trackers_.empty();
+    recorder_ = enabled ? context_recorder : nullptr;
+    when_ = enabled ? when : CCA::RecordContext::NEVER;
+    max_entries_ = std::max<size_t>(alloc_trace_max_entries, 1);
+    skip_.clear();
+    for (const std::string& a : skip_actions)
+      skip_.insert(a);
+    if (clearHistory) {
+      trace_.clear();
+      trace_next_ = 0;
+    }
+  }
+  bool isHistoryEnabled() override {
+    return history_;
+  }
+  void attachOutOfMemoryObserver(CCA::OutOfMemoryObserver observer) override {
+    std::lock_guard<std::mutex> g(history_mutex_);
+    oom_observers_.push_back(std::move(observer));
+  }
+  void attachAllocatorTraceTracker(CCA::AllocatorTraceTracker tracker) override {
+    std::lock_guard<std::mutex> g(history_mutex_);
+    trackers_.push_back(std::move(tracker));
+    tracing_ = true;
+  }
+#if RMMC_TORCH_AT_LEAST(2, 11)
+  CCA::SnapshotInfo snapshot(MempoolId_t mempool_id, bool include_traces) override {
+#else
+  CCA::SnapshotInfo snapshot(MempoolId_t mempool_id) override {
+    const bool include_traces = true;
+#endif
+    CCA::SnapshotInfo info;
+    for (size_t i = 0; i < devices_.size(); i++)
+      snapshot_device(static_cast<DeviceIndex>(i), mempool_id, &info.segments);
+    info.device_traces.resize(devices_.size());
+    if (include_traces) {
+      record(TraceEntry::SNAPSHOT, 0, 0, 0, nullptr, {0, 0}, nullptr);
+      std::lock_guard<std::mutex> g(history_mutex_);
+      auto to_unix = clock_.makeConverter();
+      size_t n = trace_.size();
+      for (size_t k = 0; k < n; k++) {
+        TraceEntry te = trace_[(trace_next_ + k) % n];
+        if (static_cast<size_t>(te.device_) < info.device_traces.size()) {
+          te.time_.t_ = to_unix(te.time_.approx_t_);
+          info.device_traces[te.device_].push_back(std::move(te));
+        }
+      }
+    }
+    return info;
+  }
+
+  // ---- IPC (torch.multiprocessing) ----
+  CCA::ShareableHandle shareIpcHandle(void* ptr) override;
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) override;
+
+  // ---- peers and copies ----
+  void enablePeerAccess(DeviceIndex dev_, DeviceIndex dev_to_access) override {
+    c10::cuda::CUDAGuard guard(dev_);
+    cudaError_t err = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();
+    } else {
+      C10_CUDA_CHECK(err);
+    }
+    // Memory rmmc maps itself (an expandable pool's pages) needs its own
+    // access grant; chunks of cudaMalloc follow the context's.
+    rmmc_resource_t* s = stack_of(dev_);
+    rmmc_status_t st = rmmc_resource_enable_peer_access(s, dev_to_access);
+    std::string msg = last_error();
+    rmmc_resource_release(s);
+    TORCH_CHECK(st == RMMC_SUCCESS || st == RMMC_ERROR_NOT_SUPPORTED,
+                "rmmc: enablePeerAccess: ", msg);
+  }
+  cudaError_t memcpyAsync(void* dst, int dstDevice, const void* src, int srcDevice,
+                          size_t count, cudaStream_t stream, bool p2p_enabled) override {
+    // Pages rmmc maps itself need the Peer copy when P2P is off (as
+    // cudaMallocAsync memory does); the Peer copy works for every kind.
+    if (p2p_enabled || dstDevice == srcDevice)
+      return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+    return cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
+  }
+
+  // ---- for rmmc.torch (tests and reports) ----
+  // The stack of private pool `id` (one new reference), or nullptr.
+  rmmc_resource_t* pool_stack(DeviceIndex device, MempoolId_t id) {
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    auto it = d.pools.find(id);
+    if (it == d.pools.end() || it->second->stack == nullptr)
+      return nullptr;
+    return rmmc_resource_retain(it->second->stack);
+  }
+  size_t pool_count(DeviceIndex device) {
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    return d.pools.size();
+  }
+  // Bytes handed to PyTorch now, rounded as rmmc rounds them.
+  size_t bytes_out(DeviceIndex device) {
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    return static_cast<size_t>(d.counters.allocated_bytes[0].current);
+  }
+
+  // ---- the block path ----
+  void* alloc_block(size_t size, DeviceIndex device, cudaStream_t stream);
+  void free_block(void* ptr);
+  void give_back(void* ptr);
+
+ private:
+  DeviceState& dev(DeviceIndex device) {
+    TORCH_CHECK(device >= 0 && static_cast<size_t>(device) < devices_.size(),
+                "rmmc: invalid device ", static_cast<int>(device), " (",
+                devices_.size(), " devices)");
+    return *devices_[device];
+  }
+  DeviceState* find_device(void* ptr) {
+    for (auto& d : devices_) {
+      std::lock_guard<std::mutex> g(d->mutex);
+      if (d->blocks.count(ptr) != 0)
+        return d.get();
+    }
+    return nullptr;
+  }
+  // The device's registry stack (one new reference), built on first use.
+  rmmc_resource_t* stack_of(DeviceIndex device) {
+    DeviceState& d = dev(device);
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      if (d.stack != nullptr)
+        return rmmc_resource_retain(d.stack);
+    }
+    rmmc_resource_t* r = nullptr;
+    rmmc_status_t st;
+    {
+      c10::cuda::CUDAGuard guard(device);
+      st = rmmc_get_device_resource(device, &r);
+    }
+    TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: no resource for device ", static_cast<int>(device),
+                ": ", last_error());
+    std::lock_guard<std::mutex> g(d.mutex);
+    if (d.stack == nullptr)
+      d.stack = rmmc_resource_retain(r);
+    rmmc_resource_release(r);
+    return rmmc_resource_retain(d.stack);
+  }
+  Pool& pool_locked(DeviceState& d, DeviceIndex device, MempoolId_t id) {
+    auto& slot = d.pools[id];
+    if (!slot) {
+      slot = std::make_unique<Pool>();
+      slot->id = id;
+      slot->device = device;
+    }
+    return *slot;
+  }
+  // Builds a pool's stack from the device's spec (outside the device lock).
+  rmmc_resource_t* build_pool_stack(DeviceIndex device) {
+    const char* config = nullptr;
+    rmmc_default_config_status(&config, nullptr);
+    char spec[4096];
+    rmmc_status_t st = rmmc_default_config_device_spec(config != nullptr ? config : "cuda",
+                                                       device, spec, sizeof spec);
+    TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: private pool: ", last_error());
+    rmmc_resource_t* r = nullptr;
+    c10::cuda::CUDAGuard guard(device);
+    // Never break a capture another thread (or this one) has underway.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    C10_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    st = rmmc_stack_create(spec, device, &r);
+    C10_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: private pool: cannot build \"", spec, "\": ",
+                last_error());
+    return r;
+  }
+  // Gives pool `id` its stack unless it has one (or another allocator).
+  void ensure_stack(DeviceState& d, DeviceIndex device, MempoolId_t id) {
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      auto it = d.pools.find(id);
+      if (it == d.pools.end() || it->second->stack != nullptr || it->second->allocator)
+        return;
+    }
+    rmmc_resource_t* built = build_pool_stack(device);
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      auto it = d.pools.find(id);
+      if (it != d.pools.end() && it->second->stack == nullptr && !it->second->allocator) {
+        it->second->stack = built;
+        built = nullptr;
+      }
+    }
+    rmmc_resource_release(built); // another thread built it first
+  }
+  // The pool's stack to destroy if it is released and empty (the caller
+  // releases it outside the lock); removes the pool then.
+  rmmc_resource_t* reap_locked(DeviceState& d, decltype(d.pools)::iterator it) {
+    Pool& p = *it->second;
+    if (p.use_count > 0 || p.live > 0)
+      return nullptr;
+    rmmc_resource_t* s = p.stack;
+    d.pools.erase(it);
+    return s;
+  }
+  StackFigures figures(DeviceState& d) {
+    std::vector<rmmc_resource_t*> stacks;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      if (d.stack != nullptr)
+        stacks.push_back(rmmc_resource_retain(d.stack));
+      for (auto& p : d.pools)
+        if (p.second->stack != nullptr)
+          stacks.push_back(rmmc_resource_retain(p.second->stack));
+    }
+    StackFigures f;
+    for (rmmc_resource_t* s : stacks) {
+      add_stack_figures(s, &f);
+      rmmc_resource_release(s);
+    }
+    return f;
+  }
+  void snapshot_device(DeviceIndex device, MempoolId_t only,
+                       std::vector<SegmentInfo>* out);
+  [[noreturn]] void out_of_memory(size_t size, DeviceIndex device, cudaStream_t stream,
+                                  const std::string& why);
+
+ public:
+  // Adds a trace entry (and tells the trackers) if history is on.
+  void record(TraceEntry::Action action, DeviceIndex device, size_t addr, size_t size,
+              cudaStream_t stream, MempoolId_t pool,
+              std::shared_ptr<c10::GatheredContext> context) {
+    if (!tracing_)
+      return;
+    static const char* const names[] = {"alloc",       "free_requested", "free_completed",
+                                        "segment_alloc", "segment_free",  "segment_map",
+                                        "segment_unmap", "snapshot",      "oom"};
+    std::lock_guard<std::mutex> g(history_mutex_);
+    if (!skip_.empty() && skip_.count(names[action]) != 0)
+      return;
+    TraceEntry te(action, device, addr, size, stream, pool, c10::getApproximateTime(),
+                  when_ >= CCA::RecordContext::ALLOC ? std::move(context) : nullptr);
+    for (auto& t : trackers_)
+      t(te);
+    if (!history_)
+      return;
+    if (trace_.size() < max_entries_) {
+      trace_.push_back(std::move(te));
+    } else {
+      trace_[trace_next_] = std::move(te);
+      trace_next_ = (trace_next_ + 1) % max_entries_;
+    }
+  }
+  // The context PyTorch's recorder gives now (the Python and C++ frames),
+  // if history keeps contexts.
+  std::shared_ptr<c10::GatheredContext> context() {
+    CCA::CreateContextFn fn = nullptr;
+    {
+      std::lock_guard<std::mutex> g(history_mutex_);
+      if (when_ >= CCA::RecordContext::STATE)
+        fn = recorder_;
+    }
+    return fn != nullptr ? fn() : nullptr;
+  }
+  bool record_frees() {
+    std::lock_guard<std::mutex> g(history_mutex_);
+    return history_ && when_ == CCA::RecordContext::ALL;
+  }
+
+ private:
+  std::mutex init_mutex_;
+  std::vector<std::unique_ptr<DeviceState>> devices_;
+  std::atomic<bool> initialized_{false};
+  bool enabled_ = true;
+
+  std::mutex history_mutex_;
+  std::atomic<bool> history_{false};
+  std::atomic<bool> tracing_{false}; // history_ or a tracker attached
+  CCA::CreateContextFn recorder_ = nullptr;
+  CCA::RecordContext when_ = CCA::RecordContext::NEVER;
+  size_t max_entries_ = 1;
+  std::unordered_set<std::string> skip_;
+  std::vector<TraceEntry> trace_;
+  size_t trace_next_ = 0;
+  std::vector<CCA::OutOfMemoryObserver> oom_observers_;
+  std::vector<CCA::AllocatorTraceTracker> trackers_;
+  c10::ApproximateClockToUnixTimeConverter clock_;
+};
+
+CheckpointState::~CheckpointState() {
+  if (the_allocator != nullptr)
+    the_allocator->release_checkpoint(this);
+}
+
+void raw_delete_fn(void* ptr) {
+  the_allocator->free_block(ptr);
+}
+
+void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t stream) {
+  if (size == 0)
+    return nullptr;
+  DeviceState& d = dev(device);
+  Pool* pool = nullptr;
+  rmmc_resource_t* res = nullptr;
+  std::shared_ptr<CCA::CUDAAllocator> other;
+  bool need_stack = false;
+  std::string over_limit;
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    if (d.limit != 0 &&
+        static_cast<size_t>(d.counters.allocated_bytes[0].current) + round_size(size) >
+            d.limit) {
+      over_limit = "the memory fraction " + std::to_string(d.fraction) + " allows " +
+                   format_size(d.limit) + " through rmmc on this device";
+      d.counters.num_ooms++;
+    }
+    for (auto it = d.routes.rbegin(); it != d.routes.rend(); ++it) {
+      if (it->filter(stream)) {
+        pool = &pool_locked(d, device, it->id);
+        break;
+      }
+    }
+    if (pool != nullptr) {
+      if (pool->allocator) {
+        other = pool->allocator;
+      } else if (pool->stack == nullptr) {
+        need_stack = true;
+      } else {
+        res = rmmc_resource_retain(pool->stack);
+      }
+      pool->live++; // keeps the pool while the block is being made
+    } else if (d.stack != nullptr) {
+      res = rmmc_resource_retain(d.stack);
+    }
+  }
+  if (!over_limit.empty()) {
+    rmmc_resource_release(res);
+    if (pool != nullptr) {
+      std::lock_guard<std::mutex> g(d.mutex);
+      pool->live--;
+    }
+    out_of_memory(size, device, stream, over_limit);
+  }
+  if (pool == nullptr && res == nullptr)
+    res = stack_of(device);
+  if (need_stack) {
+    rmmc_resource_t* built = nullptr;
+    try {
+      built = build_pool_stack(device);
+    } catch (...) {
+      std::lock_guard<std::mutex> g(d.mutex);
+      pool->live--;
+      throw;
+    }
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      if (pool->stack == nullptr) {
+        pool->stack = built;
+        built = nullptr;
+      }
+      res = rmmc_resource_retain(pool->stack);
+    }
+    rmmc_resource_release(built); // another thread built it first
+  }
+
+  void* p = nullptr;
+  if (other) {
+    p = other->raw_alloc_with_stream(size, stream);
+  } else {
+    rmmc_status_t st = rmmc_resource_allocate(res, size, 0, stream, &p);
+    std::string why = st != RMMC_SUCCESS ? last_error() : std::string();
+    if (st == RMMC_ERROR_OUT_OF_MEMORY) {
+      // Retry once after every cache of the device gave back what it can
+      // (PyTorch's retry after freeing cached blocks), then pools marked
+      // use_on_oom.
+      std::vector<rmmc_resource_t*> stacks;
+      {
+        std::lock_guard<std::mutex> g(d.mutex);
+        d.counters.num_alloc_retries++;
+        if (d.stack != nullptr)
+          stacks.push_back(rmmc_resource_retain(d.stack));
+        for (auto& kv : d.pools) {
+          if (kv.second->stack != nullptr && kv.second->use_count == 0)
+            stacks.push_back(rmmc_resource_retain(kv.second->stack));
+        }
+      }
+      for (rmmc_resource_t* s : stacks) {
+        rmmc_resource_release_cached(s);
+        rmmc_resource_release(s);
+      }
+      st = rmmc_resource_allocate(res, size, 0, stream, &p);
+      if (st != RMMC_SUCCESS)
+        why = last_error();
+      if (st == RMMC_ERROR_OUT_OF_MEMORY && pool == nullptr) {
+        rmmc_resource_t* alt = nullptr;
+        Pool* alt_pool = nullptr;
+        {
+          std::lock_guard<std::mutex> g(d.mutex);
+          for (auto& kv : d.pools) {
+            if (kv.second->use_on_oom && kv.second->stack != nullptr) {
+              alt_pool = kv.second.get();
+              alt = rmmc_resource_retain(alt_pool->stack);
+              alt_pool->live++;
+              break;
+            }
+          }
+        }
+        if (alt != nullptr &&
+            rmmc_resource_allocate(alt, size, 0, stream, &p) == RMMC_SUCCESS) {
+          rmmc_resource_release(res);
+          res = alt;
+          pool = alt_pool;
+          st = RMMC_SUCCESS;
+        } else if (alt != nullptr) {
+          rmmc_resource_release(alt);
+          std::lock_guard<std::mutex> g(d.mutex);
+          alt_pool->live--;
+        }
+      }
+    }
+    if (st != RMMC_SUCCESS) {
+      rmmc_resource_release(res);
+      {
+        std::lock_guard<std::mutex> g(d.mutex);
+        if (pool != nullptr)
+          pool->live--;
+        if (st == RMMC_ERROR_OUT_OF_MEMORY)
+          d.counters.num_ooms++;
+      }
+      if (st == RMMC_ERROR_OUT_OF_MEMORY)
+        out_of_memory(size, device, stream, why);
+      TORCH_CHECK(false, "rmmc: allocating ", size, " bytes on device ",
+                  static_cast<int>(device), " failed: ", why);
+    }
+  }
+  rmmc_resource_release(res); // the stack lives while a block of it does
+
+  Block b;
+  b.size = size;
+  b.stream = stream;
+  b.device = device;
+  b.pool = pool;
+  b.res = other ? nullptr : res;
+  std::shared_ptr<c10::GatheredContext> ctx = history_ ? context() : nullptr;
+  b.context = ctx;
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    count_block(d.counters, size, true);
+    d.blocks.emplace(p, std::move(b));
+  }
+  record(TraceEntry::ALLOC, device, reinterpret_cast<size_t>(p), size, stream,
+         pool != nullptr ? pool->id : MempoolId_t{0, 0}, std::move(ctx));
+  return p;
+}
+
+// PyTorch let go of ptr: back to rmmc, unless a checkpoint holds it.
+void RmmcAllocator::free_block(void* ptr) {
+  if (ptr == nullptr)
+    return;
+  DeviceState* d = find_device(ptr);
+  TORCH_CHECK(d != nullptr, "rmmc: freeing ", ptr, ", which rmmc did not hand out");
+  DeviceIndex device = 0;
+  size_t size = 0;
+  cudaStream_t stream = nullptr;
+  MempoolId_t id{0, 0};
+  bool keep = false;
+  {
+    std::lock_guard<std::mutex> g(d->mutex);
+    Block& b = d->blocks.at(ptr);
+    TORCH_CHECK(!b.zombie, "rmmc: ", ptr, " freed twice");
+    device = b.device;
+    size = b.size;
+    stream = b.stream;
+    if (b.pool != nullptr)
+      id = b.pool->id;
+    count_block(d->counters, size, false);
+    if (b.checkpoints > 0) {
+      b.zombie = true;
+      keep = true;
+    }
+  }
+  record(TraceEntry::FREE_REQUESTED, device, reinterpret_cast<size_t>(ptr), size, stream, id,
+         tracing_ && record_frees() ? context() : nullptr);
+  if (!keep)
+    give_back(ptr);
+}
+
+// Returns a block to the stack it came from, after its stream waits for the
+// streams recordStream named (GPU-side waits, no host stall).
+void RmmcAllocator::give_back(void* ptr) {
+  DeviceState* d = find_device(ptr);
+  if (d == nullptr)
+    return;
+  Block b;
+  {
+    std::lock_guard<std::mutex> g(d->mutex);
+    auto it = d->blocks.find(ptr);
+    b = std::move(it->second);
+    d->blocks.erase(it);
+  }
+  c10::cuda::CUDAGuard guard(b.device);
+  for (cudaStream_t s : b.streams) {
+    if (rmmc_stream_wait(b.stream, s) != RMMC_SUCCESS)
+      C10_CUDA_CHECK(cudaDeviceSynchronize()); // the free must not race that work
+  }
+  for (int fd : b.ipc_fds)
+    close(fd);
+  rmmc_status_t st = RMMC_SUCCESS;
+  std::string why;
+  if (b.res != nullptr) {
+    st = rmmc_resource_deallocate(b.res, ptr, b.size, 0, b.stream);
+    if (st != RMMC_SUCCESS)
+      why = last_error();
+  } else if (b.pool != nullptr && b.pool->allocator) {
+    b.pool->allocator->raw_delete(ptr);
+  }
+  rmmc_resource_t* dead = nullptr;
+  MempoolId_t id{0, 0};
+  {
+    std::lock_guard<std::mutex> g(d->mutex);
+    if (b.pool != nullptr) {
+      id = b.pool->id;
+      b.pool->live--;
+      dead = reap_locked(*d, d->pools.find(id));
+    }
+  }
+  rmmc_resource_release(dead);
+  record(TraceEntry::FREE_COMPLETED, b.device, reinterpret_cast<size_t>(ptr), b.size,
+         b.stream, id, nullptr);
+  if (st != RMMC_SUCCESS) // a free runs in a destructor: warn, never throw
+    TORCH_WARN("rmmc: freeing ", ptr, " failed: ", why);
+}
+
+void RmmcAllocator::out_of_memory(size_t size, DeviceIndex device, cudaStream_t stream,
+                                  const std::string& why) {
+  size_t free = 0, total = 0;
+  {
+    c10::cuda::CUDAGuard guard(device);
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess)
+      (void)cudaGetLastError();
+  }
+  DeviceStats s = getDeviceStats(device);
+  const size_t allocated = static_cast<size_t>(s.allocated_bytes[0].current);
+  const size_t reserved = static_cast<size_t>(s.reserved_bytes[0].current);
+  record(TraceEntry::OOM, device, free, size, stream, {0, 0}, nullptr);
+  std::vector<CCA::OutOfMemoryObserver> observers;
+  {
+    std::lock_guard<std::mutex> g(history_mutex_);
+    observers = oom_observers_;
+  }
+  for (auto& o : observers)
+    o(device, allocated, total, free);
+  std::string proc;
+  if (total != 0 && total - free > 0)
+    proc = " Including non-PyTorch memory, this process has " + format_size(total - free) +
+           " memory in use.";
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ",
+                   format_size(size), ". GPU ", static_cast<int>(device),
+                   " has a total capacity of ", format_size(total), " of which ",
+                   format_size(free), " is free.", proc,
+                   " Of the allocated memory ", format_size(allocated),
+                   " is allocated by PyTorch, and ",
+                   format_size(reserved > allocated ? reserved - allocated : 0),
+                   " is reserved by PyTorch but unallocated (allocator: rmmc). rmmc: ", why);
+}
+
+// Segments as PyTorch's snapshot has them: the memory under each live block
+// (rmmc_resource_get_allocation: a pool's chunk, or the mappings an
+// expandable pool's block lies on), the blocks in it in address order, the
+// gaps between them inactive. Memory no block lies in is not listed.
+void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
+                                    std::vector<SegmentInfo>* out) {
+  DeviceState& d = *devices_[device];
+  struct Item {
+    uintptr_t addr;
+    size_t size;
+    cudaStream_t stream;
+    rmmc_resource_t* res;
+    MempoolId_t pool;
+    std::shared_ptr<c10::GatheredContext> ctx;
+  };
+  std::vector<Item> items;
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    for (auto& kv : d.blocks) {
+      if (kv.second.zombie || kv.second.res == nullptr)
+        continue;
+      MempoolId_t pid = kv.second.pool != nullptr ? kv.second.pool->id : MempoolId_t{0, 0};
+      if (only != MempoolId_t{0, 0} && pid != only)
+        continue;
+      items.push_back({reinterpret_cast<uintptr_t>(kv.first), kv.second.size, kv.second.stream,
+                       rmmc_resource_retain(kv.second.res), pid, kv.second.context});
+    }
+  }
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.addr < b.addr; });
+  std::map<uintptr_t, size_t> index; // segment address -> position in out
+  for (Item& it : items) {
+    rmmc_allocation_t a = RMMC_ALLOCATION_INIT;
+    uintptr_t base = it.addr;
+    size_t bytes = round_size(it.size);
+    bool expandable = false;
+    if (rmmc_resource_get_allocation(it.res, reinterpret_cast<void*>(it.addr), &a) ==
+        RMMC_SUCCESS) {
+      // Walk down to the memory the stack took from the system.
+      rmmc_allocation_t cur = a;
+      while (cur.backing == RMMC_BACKING_BLOCK && cur.resource != nullptr) {
+        rmmc_resource_t* up = rmmc_resource_upstream(cur.resource);
+        rmmc_allocation_t next = RMMC_ALLOCATION_INIT;
+        if (up == nullptr ||
+            rmmc_resource_get_allocation(up, cur.upstream.ptr, &next) != RMMC_SUCCESS)
+          break;
+        cur = next;
+      }
+      if (cur.upstream.ptr != nullptr && cur.upstream.bytes != 0) {
+        base = reinterpret_cast<uintptr_t>(cur.upstream.ptr);
+        bytes = cur.upstream.bytes;
+        expandable = cur.backing == RMMC_BACKING_MAPPINGS;
+      }
+    }
+    rmmc_resource_release(it.res);
+    auto found = index.find(base);
+    if (found == index.end()) {
+      // A block may begin before the last segment's end if segments overlap
+      // (mappings spanning several blocks): merge into the one that covers.
+      if (!out->empty()) {
+        SegmentInfo& last = out->back();
+        if (last.device == device && last.address <= base &&
+            base < last.address + last.total_size) {
+          found = index.find(last.address);
+        }
+      }
+    }
+    if (found == index.end()) {
+      SegmentInfo seg;
+      seg.device = device;
+      seg.address = base;
+      seg.total_size = bytes;
+      seg.stream = reinterpret_cast<decltype(seg.stream)>(it.stream);
+      seg.is_large = true;
+      seg.is_expandable = expandable;
+      seg.owner_private_pool_id = it.pool;
+      seg.context_when_allocated = it.ctx;
+      index[base] = out->size();
+      out->push_back(std::move(seg));
+      found = index.find(base);
+    }
+    SegmentInfo& seg = (*out)[found->second];
+    uintptr_t end = seg.address;
+    for (auto& b : seg.blocks)
+      end += b.size;
+    if (it.addr > end) {
+      CCA::BlockInfo gap;
+      gap.size = it.addr - end;
+      seg.blocks.push_back(gap);
+    }
+    if (it.addr < end)
+      continue; // cannot happen for disjoint blocks; never list one twice
+    CCA::BlockInfo blk;
+    blk.size = round_size(it.size);
+    blk.requested_size = it.size;
+    blk.allocated = true;
+    blk.active = true;
+    blk.context_when_allocated = it.ctx;
+    seg.blocks.push_back(blk);
+    seg.allocated_size += blk.size;
+    seg.active_size += blk.size;
+    seg.requested_size += it.size;
+    if (it.addr + blk.size > seg.address + seg.total_size)
+      seg.total_size = it.addr + blk.size - seg.address;
+  }
+  for (auto& kv : index) {
+    SegmentInfo& seg = (*out)[kv.second];
+    size_t used = 0;
+    for (auto& b : seg.blocks)
+      used += b.size;
+    if (used < seg.total_size) {
+      CCA::BlockInfo tail;
+      tail.size = seg.total_size - used;
+      seg.blocks.push_back(tail);
+    }
+  }
+}
+
+// ---- IPC ----
+// The handle torch.multiprocessing passes: "rmmc-ipc1", the exporter's pid,
+// the number of descriptors and their numbers in the exporter (the importer
+// takes them with pidfd_getfd, as PyTorch's expandable segments do), then the
+// rmmc handle's meaningful bytes.
+constexpr char kIpcMagic[] = "rmmc-ipc1";
+
+CCA::ShareableHandle RmmcAllocator::shareIpcHandle(void* ptr) {
+  DeviceState* d = find_device(ptr);
+  TORCH_CHECK(d != nullptr, "rmmc: shareIpcHandle: ", ptr, " is not a block rmmc handed out");
+  rmmc_resource_t* res = nullptr;
+  {
+    std::lock_guard<std::mutex> g(d->mutex);
+    Block& b = d->blocks.at(ptr);
+    if (!b.ipc.empty())
+      return {0, b.ipc};
+    TORCH_CHECK(b.res != nullptr, "rmmc: shareIpcHandle: the block came from another allocator");
+    res = rmmc_resource_retain(b.res);
+  }
+  rmmc_ipc_handle_t h;
+  std::vector<int> fds(RMMC_IPC_MAX_FDS);
+  size_t nfds = 0;
+  rmmc_status_t st = rmmc_ipc_export(res, ptr, &h, fds.data(), fds.size(), &nfds);
+  std::string why = last_error();
+  rmmc_resource_release(res);
+  TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: cannot share this CUDA tensor: ", why,
+              " (share memory from `pool(expandable=false) > cuda` or `pool > cuda(ipc=true)`)");
+  rmmc_ipc_info_t info = RMMC_IPC_INFO_INIT;
+  TORCH_CHECK(rmmc_ipc_handle_info(&h, &info) == RMMC_SUCCESS, "rmmc: shareIpcHandle: ",
+              last_error());
+  fds.resize(nfds);
+  std::string s(kIpcMagic, sizeof kIpcMagic);
+  int32_t pid = static_cast<int32_t>(getpid());
+  uint32_t n = static_cast<uint32_t>(nfds);
+  s.append(reinterpret_cast<const char*>(&pid), sizeof pid);
+  s.append(reinterpret_cast<const char*>(&n), sizeof n);
+  for (int fd : fds) {
+    int32_t v = fd;
+    s.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  s.append(reinterpret_cast<const char*>(h.bytes), info.handle_bytes);
+  std::lock_guard<std::mutex> g(d->mutex);
+  Block& b = d->blocks.at(ptr);
+  if (!b.ipc.empty()) { // another thread shared it meanwhile
+    for (int fd : fds)
+      close(fd);
+    return {0, b.ipc};
+  }
+  b.ipc = s;
+  b.ipc_fds = std::move(fds);
+  return {0, s};
+}
+
+std::shared_ptr<void> RmmcAllocator::getIpcDevPtr(std::string handle) {
+  const size_t head = sizeof kIpcMagic + 8;
+  TORCH_CHECK(handle.size() > head && std::memcmp(handle.data(), kIpcMagic, sizeof kIpcMagic) == 0,
+              "rmmc: getIpcDevPtr: not an rmmc handle (was the tensor shared by a process "
+              "whose CUDA allocator is not rmmc's native backend?)");
+  int32_t pid = 0;
+  uint32_t n = 0;
+  std::memcpy(&pid, handle.data() + sizeof kIpcMagic, sizeof pid);
+  std::memcpy(&n, handle.data() + sizeof kIpcMagic + 4, sizeof n);
+  TORCH_CHECK(n <= RMMC_IPC_MAX_FDS && handle.size() >= head + 4 * size_t(n),
+              "rmmc: getIpcDevPtr: damaged handle");
+  rmmc_ipc_handle_t h;
+  std::memset(&h, 0, sizeof h);
+  size_t rest = handle.size() - head - 4 * size_t(n);
+  TORCH_CHECK(rest <= sizeof h.bytes, "rmmc: getIpcDevPtr: damaged handle");
+  std::memcpy(h.bytes, handle.data() + head + 4 * size_t(n), rest);
+  std::vector<int> fds;
+  std::string failure;
+  if (n > 0) {
+    int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) {
+      failure = "pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno);
+    } else {
+      for (uint32_t k = 0; k < n && failure.empty(); k++) {
+        int32_t remote = 0;
+        std::memcpy(&remote, handle.data() + head + 4 * k, sizeof remote);
+        int fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, remote, 0));
+        if (fd < 0)
+          failure = std::string("pidfd_getfd: ") + std::strerror(errno) +
+                    " (the importer may not read the exporter's descriptors: ptrace "
+                    "permission; share from `pool(expandable=false) > cuda` instead)";
+        else
+          fds.push_back(fd);
+      }
+      close(pidfd);
+    }
+  }
+  void* p = nullptr;
+  rmmc_status_t st = RMMC_SUCCESS;
+  if (failure.empty()) {
+    st = rmmc_ipc_import(&h, fds.data(), fds.size(), &p);
+    if (st != RMMC_SUCCESS)
+      failure = last_error();
+  }
+  for (int fd : fds)
+    close(fd);
+  TORCH_CHECK(failure.empty(), "rmmc: getIpcDevPtr: ", failure);
+  return std::shared_ptr<void>(p, [](void* q) { rmmc_ipc_close(q); });
+}
+
+RmmcAllocator instance;
+
+} // namespace rmmc_torch
+
+// ---- the C entry points rmmc.torch calls through ctypes ----
+extern "C" {
+
+// Installs the backend as PyTorch's CUDA allocator. Returns 0, or -1 with
+// the reason in buf (PyTorch already initialized its allocator).
+__attribute__((visibility("default"))) int rmmc_torch_native_install(char* buf, size_t len) {
+  try {
+    namespace CCA = c10::cuda::CUDACachingAllocator;
+    CCA::CUDAAllocator* current = CCA::allocator.load();
+    if (current == &rmmc_torch::instance)
+      return 0;
+    TORCH_CHECK(current == nullptr || !current->initialized(),
+                "PyTorch has initialized its CUDA allocator already (",
+                current != nullptr ? current->name() : std::string("none"),
+                "): install rmmc before any CUDA use");
+    rmmc_torch::the_allocator = &rmmc_torch::instance;
+    CCA::allocator.store(&rmmc_torch::instance);
+    c10::SetAllocator(c10::DeviceType::CUDA, &rmmc_torch::instance);
+    return 0;
+  } catch (const std::exception& e) {
+    if (buf != nullptr && len > 0)
+      std::snprintf(buf, len, "%s", e.what());
+    return -1;
+  }
+}
+
+// The stack of private pool (id0, id1) on `device` (one reference the
+// caller releases), or NULL if the pool has none (yet) or does not exist.
+__attribute__((visibility("default"))) rmmc_resource_t* rmmc_torch_native_pool_resource(
+    int device, uint64_t id0, uint64_t id1) {
+  try {
+    return rmmc_torch::instance.pool_stack(static_cast<c10::DeviceIndex>(device), {id0, id1});
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+// Private pools alive on `device` (-1 for a bad device).
+__attribute__((visibility("default"))) long rmmc_torch_native_pool_count(int device) {
+  try {
+    return static_cast<long>(rmmc_torch::instance.pool_count(static_cast<c10::DeviceIndex>(device)));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// Bytes out to PyTorch on `device`, each block rounded to 256 (-1 for a bad
+// device).
+__attribute__((visibility("default"))) long long rmmc_torch_native_bytes_out(int device) {
+  try {
+    return static_cast<long long>(
+        rmmc_torch::instance.bytes_out(static_cast<c10::DeviceIndex>(device)));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// Which PyTorch version the backend was compiled for ("2.11").
+__attribute__((visibility("default"))) const char* rmmc_torch_native_torch_version(void) {
+  return TORCH_VERSION;
+}
+
+} // extern "C"
+
+#endif // RMMC_TORCH_NATIVE_SELFTEST

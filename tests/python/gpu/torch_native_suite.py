@@ -1,0 +1,523 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""rmmc's native PyTorch backend against PyTorch's own allocator, case by case.
+
+Every case (one per row of issue 26's table) runs twice, each time in a
+fresh process: once with PyTorch's native allocator ("torch"), once with
+rmmc's native backend ("rmmc", rmmc.torch.use(SPEC, backend="native")).
+Each run prints one JSON line of results; the driver compares the two runs
+of a case (what must be equal is equal) and checks the rmmc run's own
+assertions (rmmc's figures against PyTorch's), then prints a pass/fail
+table and writes torch_native.json under $OUT (or --json). It never stops
+at a failing case.
+
+    PYTHONPATH=python RMMC_LIB=build/librmmc.so \
+        python3 tests/python/gpu/torch_native_suite.py [--only CASE,...]
+
+Exit status: 0 all passed, 1 a case failed, 77 no GPU or no torch (skip).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+TAG = "TORCH_NATIVE_CASE "
+MODE = os.environ.get("RMMC_CASE_MODE")   # set in the case processes
+SPEC = os.environ.get("RMMC_CASE_SPEC", "pool > cuda")
+
+if MODE == "rmmc":
+    # At import, so that torch.multiprocessing's spawned children (which
+    # import this file as __mp_main__) install rmmc before they rebuild a
+    # shared CUDA tensor.
+    import rmmc.torch as _rt
+    _BACKEND = _rt.use(SPEC, backend="native")
+else:
+    _BACKEND = None
+
+
+class CaseFailure(AssertionError):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise CaseFailure(what)
+
+
+# ---------------------------------------------------------------- the cases
+
+def case_backend_name():
+    import torch
+    torch.zeros(1, device="cuda")
+    name = torch.cuda.memory.get_allocator_backend()
+    if MODE == "rmmc":
+        check(name == "rmmc", "get_allocator_backend() is %r" % name)
+    return {"compare": {"initialized": True}, "name": name}
+
+
+def case_statistics():
+    """A random sequence of allocations and frees: memory_allocated equals
+    the bytes rmmc handed to PyTorch at every step; requested bytes and
+    counts equal native PyTorch's."""
+    import random
+    import torch
+    import rmmc
+    rng = random.Random(7)
+    live, requested_seq, count_seq = [], [], []
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_stats().get("requested_bytes.all.current", 0)
+    base_count = torch.cuda.memory_stats().get("allocation.all.current", 0)
+    peak = torch.cuda.memory_allocated()
+    for step in range(400):
+        if live and rng.random() < 0.45:
+            live.pop(rng.randrange(len(live)))
+        else:
+            n = rng.choice([1, 100, 511, 512, 4096, 100000, 1 << 20, (1 << 20) + 1, 5 << 20,
+                            rng.randint(1, 40 << 20)])
+            live.append(torch.empty(n, dtype=torch.uint8, device="cuda"))
+        m = torch.cuda.memory_stats()
+        requested_seq.append(m["requested_bytes.all.current"] - base)
+        count_seq.append(m["allocation.all.current"] - base_count)
+        alloc = torch.cuda.memory_allocated()
+        peak = max(peak, alloc)
+        check(torch.cuda.max_memory_allocated() == peak,
+              "step %d: max_memory_allocated %d != %d" % (step, torch.cuda.max_memory_allocated(),
+                                                         peak))
+        check(torch.cuda.memory_reserved() >= alloc, "step %d: reserved < allocated" % step)
+        if MODE == "rmmc":
+            out = _BACKEND.bytes_out()
+            check(alloc == out, "step %d: memory_allocated %d != bytes rmmc handed out %d"
+                  % (step, alloc, out))
+            figs = dict(rmmc.stack_figures()[0][1])
+            if "in_use" in figs:
+                check(figs["in_use"] == out, "step %d: pool in_use %d != %d"
+                      % (step, figs["in_use"], out))
+                check(torch.cuda.memory_reserved() == figs["reserved"],
+                      "step %d: memory_reserved %d != pool reserved %d"
+                      % (step, torch.cuda.memory_reserved(), figs["reserved"]))
+    torch.cuda.reset_peak_memory_stats()
+    check(torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated(),
+          "reset_peak_memory_stats left the peak above the current value")
+    summary = torch.cuda.memory_summary()
+    check("Allocated memory" in summary, "memory_summary() lacks its table")
+    keys = sorted(torch.cuda.memory_stats().keys())
+    del live
+    return {"compare": {"requested": requested_seq, "counts": count_seq, "keys": keys}}
+
+
+def case_empty_cache():
+    import torch
+    xs = [torch.empty(8 << 20, dtype=torch.uint8, device="cuda") for _ in range(8)]
+    before = torch.cuda.memory_reserved()
+    del xs
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    after = torch.cuda.memory_reserved()
+    check(after < before, "empty_cache left reserved at %d (from %d)" % (after, before))
+    return {"compare": {"shrank": after < before, "allocated": torch.cuda.memory_allocated()}}
+
+
+def case_cudnn_resnet():
+    """cudnn.benchmark (cacheInfo) while training a ResNet-18."""
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = True
+    model = torchvision.models.resnet18(weights=None, num_classes=10).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    g = torch.Generator(device="cuda")
+    g.manual_seed(0)
+    losses = []
+    for _ in range(5):
+        x = torch.randn(16, 3, 64, 64, device="cuda", generator=g)
+        y = torch.randint(0, 10, (16,), device="cuda", generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"compare_close": {"losses": losses}}
+
+
+def case_compile_reduce_overhead():
+    """torch.compile(mode="reduce-overhead"): CUDA graph trees over private
+    pools, checkPoolLiveAllocations and checkpoints."""
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 64)).cuda()
+    f = torch.compile(model, mode="reduce-overhead")
+    outs = []
+    for i in range(6):
+        x = torch.full((32, 64), float(i) / 10, device="cuda")
+        y = f(x)
+        outs.append(float(y.sum().item()))
+        y = f(x * 2)  # a second call before the first output is read again
+        outs.append(float(y.sum().item()))
+    with torch.no_grad():
+        ref = float(model(torch.full((32, 64), 0.5, device="cuda")).sum().item())
+    return {"compare_close": {"outputs": outs, "eager": [ref]}}
+
+
+def case_cuda_graph():
+    import torch
+    s = torch.cuda.Stream()
+    x = torch.ones(1 << 20, device="cuda")
+    g = torch.cuda.CUDAGraph()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            y = x * 2 + 1  # warm-up
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        t = x * 2
+        y = t + 1
+        del t
+    results = []
+    for v in (1.0, 3.0):
+        x.fill_(v)
+        g.replay()
+        torch.cuda.synchronize()
+        results.append(float(y.sum().item()))
+    pool = g.pool()
+    if MODE == "rmmc":
+        r = _BACKEND.pool_resource(pool)
+        check(r is not None, "the graph's pool has no rmmc stack")
+        figs = dict(r.layers()[0][1])
+        check(figs.get("in_use", 1) > 0, "the graph pool holds nothing: %s" % figs)
+    del g, y
+    return {"compare": {"results": results}}
+
+
+def case_mempool():
+    """torch.cuda.MemPool + use_mem_pool: allocations land in the pool's
+    own rmmc stack, and its memory goes back when the pool dies."""
+    import gc
+    import torch
+    torch.zeros(1, device="cuda")
+    pool = torch.cuda.MemPool()
+    counts = [pool.use_count()]
+    with torch.cuda.use_mem_pool(pool):
+        counts.append(pool.use_count())
+        x = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+    y = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")  # outside: default pool
+    counts.append(pool.use_count())
+    snap = torch.cuda.memory_snapshot(pool.id) if hasattr(torch.cuda, "memory_snapshot") else []
+    in_pool = sum(b["size"] for s in snap for b in s["blocks"]
+                  if b["state"] == "active_allocated")
+    result = {"compare": {"use_counts": counts, "in_pool_at_least_x": in_pool >= x.numel()}}
+    if MODE == "rmmc":
+        r = _BACKEND.pool_resource(pool.id)
+        check(r is not None, "MemPool has no rmmc stack of its own")
+        figs = dict(r.layers()[0][1])
+        check(figs.get("in_use") == 3 << 20, "the pool's stack has in_use %s, not %d"
+              % (figs.get("in_use"), 3 << 20))
+        r.close()
+        check(_BACKEND.pool_count() >= 1, "no private pool alive")
+    pid = pool.id
+    del x, pool
+    gc.collect()
+    torch.cuda.synchronize()
+    if MODE == "rmmc":
+        check(_BACKEND.pool_resource(pid) is None, "the pool's stack outlived the pool")
+        check(_BACKEND.pool_count() == 0, "%d private pools left" % _BACKEND.pool_count())
+    del y
+    return result
+
+
+def case_snapshot():
+    """_record_memory_history + _snapshot/_dump_snapshot: _memory_viz
+    renders it, tools/torch_snapshot_to_csv.py reads it, segments hold
+    every live block and add up to memory_allocated."""
+    import pickle
+    import tempfile
+    import torch
+    from torch.cuda import _memory_viz
+    torch.zeros(1, device="cuda")
+    torch.cuda.memory._record_memory_history(max_entries=10000)
+    keep = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in (1000, 2 << 20, 7 << 20)]
+    tmp = torch.empty(5 << 20, dtype=torch.uint8, device="cuda")
+    del tmp
+    snap = torch.cuda.memory._snapshot()
+    path = os.path.join(tempfile.mkdtemp(), "snap.pickle")
+    torch.cuda.memory._dump_snapshot(path)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    html = _memory_viz.trace_plot(snap)
+    seg_html = _memory_viz.segment_plot(snap)
+    check(len(html) > 1000 and len(seg_html) > 1000, "_memory_viz rendered nothing")
+    allocated = sum(b["size"] for s in snap["segments"] for b in s["blocks"]
+                    if b["state"] == "active_allocated")
+    check(allocated == torch.cuda.memory_allocated(),
+          "snapshot blocks add up to %d, memory_allocated is %d"
+          % (allocated, torch.cuda.memory_allocated()))
+    for t in keep:
+        p = t.data_ptr()
+        check(any(s["address"] <= p < s["address"] + s["total_size"] for s in snap["segments"]),
+              "block %#x is in no segment" % p)
+    for s in snap["segments"]:
+        check(sum(b["size"] for b in s["blocks"]) == s["total_size"],
+              "segment %#x: blocks do not tile it" % s["address"])
+    trace = snap["device_traces"][torch.cuda.current_device()]
+    actions = [e["action"] for e in trace if e["action"] in ("alloc", "free_requested")]
+    sizes = [e["size"] for e in trace if e["action"] == "alloc"]
+    frames = any(e.get("frames") for e in trace if e["action"] == "alloc")
+    check(frames, "no trace entry has frames")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    tool = os.path.join(root, "tools", "torch_snapshot_to_csv.py")
+    rows = None
+    if os.path.exists(tool):
+        out = subprocess.run([sys.executable, tool, path], capture_output=True, text=True)
+        check(out.returncode == 0, "torch_snapshot_to_csv.py failed: %s" % out.stderr[-500:])
+        rows = len([l for l in out.stdout.splitlines()[1:] if l.strip()])
+    with open(path, "rb") as f:
+        check("segments" in pickle.load(f), "the dumped snapshot has no segments")
+    if MODE == "rmmc":
+        import rmmc
+        figs = dict(rmmc.stack_figures()[0][1])
+        if "reserved" in figs:
+            total = sum(s["total_size"] for s in snap["segments"])
+            check(total <= figs["reserved"], "segments (%d) exceed rmmc's reserved (%d)"
+                  % (total, figs["reserved"]))
+    del keep
+    return {"compare": {"actions": actions, "allocs": len(sizes), "csv_rows": rows},
+            "sizes": sizes}
+
+
+def case_out_of_memory():
+    """torch.OutOfMemoryError with PyTorch's first sentence, the observers
+    called, and the process allocating again."""
+    import torch
+    torch.zeros(1, device="cuda")
+    seen = []
+    torch._C._cuda_attach_out_of_memory_observer(
+        lambda device, alloc, total, free: seen.append((device, total)))
+    _, total = torch.cuda.mem_get_info()
+    caught, message = None, ""
+    try:
+        torch.empty(total * 2, dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError as e:
+        caught, message = "OutOfMemoryError", str(e)
+    except Exception as e:  # noqa: BLE001 (the wrong type is what we report)
+        caught, message = type(e).__name__, str(e)
+    check(caught == "OutOfMemoryError", "caught %s: %s" % (caught, message[:300]))
+    check(message.startswith("CUDA out of memory. Tried to allocate "),
+          "message: %r" % message[:200])
+    check(" has a total capacity of " in message, "no capacity in %r" % message[:300])
+    x = torch.ones(1 << 20, device="cuda")
+    ok = float(x.sum().item()) == float(1 << 20)
+    check(ok, "allocating after the OOM failed")
+    ooms = torch.cuda.memory_stats().get("num_ooms", 0)
+    return {"compare": {"caught": caught, "observer_calls": len(seen), "num_ooms": ooms,
+                        "first_sentence": message.split(". ")[0], "after": ok},
+            "message": message[:600]}
+
+
+def case_memory_fraction():
+    import torch
+    torch.zeros(1, device="cuda")
+    torch.cuda.set_per_process_memory_fraction(0.05)
+    _, total = torch.cuda.mem_get_info()
+    try:
+        torch.empty(int(total * 0.2), dtype=torch.uint8, device="cuda")
+        refused = False
+    except torch.OutOfMemoryError:
+        refused = True
+    small = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    frac = None
+    if hasattr(torch.cuda, "get_per_process_memory_fraction"):
+        frac = torch.cuda.get_per_process_memory_fraction()
+    del small
+    return {"compare": {"refused": refused, "fraction": frac}}
+
+
+def case_record_stream():
+    """A block used on another stream and freed: its memory is not reused
+    before that stream's work is done."""
+    import torch
+    side = torch.cuda.Stream()
+    results = []
+    for _ in range(5):
+        x = torch.ones(16 << 20, device="cuda")
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(50_000_000)  # ~ tens of ms of GPU time first
+            y = x * 3
+        x.record_stream(side)
+        del x
+        z = torch.zeros(16 << 20, device="cuda")  # may reuse x's memory: must wait
+        z += 7
+        torch.cuda.synchronize()
+        results.append(float(y.sum().item()))
+        del y, z
+    return {"compare": {"sums": results}}
+
+
+def _ipc_child(q_in, q_out):
+    import torch
+    t = q_in.get()
+    s = float(t.sum().item())
+    t.add_(1)
+    torch.cuda.synchronize()
+    q_out.put((s, torch.cuda.memory.get_allocator_backend()))
+    q_in.get()  # hold the tensor until the parent has read it
+
+
+def case_multiprocessing():
+    """Two processes share a CUDA tensor through torch.multiprocessing."""
+    import torch
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_ipc_child, args=(q_in, q_out))
+    p.start()
+    t = torch.arange(1 << 16, dtype=torch.float32, device="cuda")
+    q_in.put(t)
+    s, child_backend = q_out.get(timeout=300)
+    torch.cuda.synchronize()
+    after = float(t.sum().item())
+    q_in.put(None)
+    p.join(120)
+    check(p.exitcode == 0, "the child exited with %s" % p.exitcode)
+    if MODE == "rmmc":
+        check(child_backend == "rmmc", "the child's allocator is %r" % child_backend)
+    return {"compare": {"child_sum": s, "parent_after": after}}
+
+
+CASES = {
+    "backend_name": case_backend_name,
+    "statistics": case_statistics,
+    "empty_cache": case_empty_cache,
+    "cudnn_resnet": case_cudnn_resnet,
+    "compile_reduce_overhead": case_compile_reduce_overhead,
+    "cuda_graph": case_cuda_graph,
+    "mempool": case_mempool,
+    "snapshot": case_snapshot,
+    "out_of_memory": case_out_of_memory,
+    "memory_fraction": case_memory_fraction,
+    "record_stream": case_record_stream,
+    "multiprocessing": case_multiprocessing,
+    # the same sharing over an expandable pool (descriptors via pidfd_getfd)
+    "multiprocessing_vm": case_multiprocessing,
+}
+# Cases whose rmmc run uses another spec than --spec.
+CASE_SPECS = {"multiprocessing": "pool(expandable=false) > cuda",
+              "multiprocessing_vm": "pool > cuda(ipc=true)"}
+
+
+def run_case(name):
+    t0 = time.time()
+    try:
+        out = CASES[name]()
+        out["ok"] = True
+    except CaseFailure as e:
+        out = {"ok": False, "error": "check failed: %s" % e}
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        out = {"ok": False, "error": "%s: %s" % (type(e).__name__, e),
+               "traceback": traceback.format_exc()[-2000:]}
+    out["seconds"] = round(time.time() - t0, 2)
+    print(TAG + json.dumps(out), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------- the driver
+
+def spawn(name, mode, spec, timeout):
+    env = dict(os.environ)
+    env["RMMC_CASE_MODE"] = mode
+    env["RMMC_CASE_SPEC"] = spec
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    env.pop("RMMC_TORCH_AUTOLOAD", None)
+    cmd = [sys.executable, os.path.abspath(__file__), "--case", name]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        return {"ok": False, "error": "timed out after %d s" % timeout,
+                "log": ((e.stdout or b"") if isinstance(e.stdout, str) else "")[-1500:]}
+    for line in p.stdout.splitlines():
+        if line.startswith(TAG):
+            return json.loads(line[len(TAG):])
+    return {"ok": False, "error": "no result (exit status %d)" % p.returncode,
+            "log": (p.stdout + p.stderr)[-3000:]}
+
+
+def close(a, b, rtol=1e-3, atol=1e-4):
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(close(x, y, rtol, atol) for x, y in zip(a, b))
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
+def compare(t, r):
+    """Why the rmmc run differs from the torch run ("" if it does not)."""
+    if not t.get("ok"):
+        return "the native PyTorch run failed: %s" % t.get("error")
+    if not r.get("ok"):
+        return r.get("error", "failed")
+    for k, v in t.get("compare", {}).items():
+        if r.get("compare", {}).get(k) != v:
+            return "%s differs: torch %s, rmmc %s" % (k, str(v)[:200],
+                                                      str(r.get("compare", {}).get(k))[:200])
+    for k, v in t.get("compare_close", {}).items():
+        rv = r.get("compare_close", {}).get(k)
+        if rv is None or not close(rv, v):
+            return "%s not close: torch %s, rmmc %s" % (k, str(v)[:200], str(rv)[:200])
+    return ""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", help=argparse.SUPPRESS)
+    ap.add_argument("--only", help="comma-separated cases (default: all)")
+    ap.add_argument("--spec", default="pool > cuda")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per process")
+    ap.add_argument("--json", help="default: $OUT/torch_native.json")
+    args = ap.parse_args()
+    if args.case:
+        return run_case(args.case)
+    try:
+        import torch
+    except ImportError:
+        print("torch_native_suite: no torch: skipped")
+        return 77
+    if not torch.cuda.is_available():
+        print("torch_native_suite: no GPU: skipped")
+        return 77
+    names = args.only.split(",") if args.only else list(CASES)
+    rows, failed = [], 0
+    for name in names:
+        spec = CASE_SPECS.get(name, args.spec)
+        t = spawn(name, "torch", spec, args.timeout)
+        r = spawn(name, "rmmc", spec, args.timeout)
+        why = compare(t, r)
+        status = "PASS" if not why else "FAIL"
+        failed += bool(why)
+        rows.append({"case": name, "status": status, "why": why, "spec": spec,
+                     "torch": t, "rmmc": r})
+        print("%-26s %s  (torch %.1fs, rmmc %.1fs)%s" % (
+            name, status, t.get("seconds", 0) or 0, r.get("seconds", 0) or 0,
+            "" if not why else "\n    " + why), flush=True)
+        if why:
+            for side, res in (("torch", t), ("rmmc", r)):
+                if res.get("traceback") or res.get("log"):
+                    print("    [%s] %s" % (side, (res.get("traceback") or res.get("log"))
+                                          .replace("\n", "\n    [%s] " % side)[-2500:]))
+    print("\n%-26s %s" % ("case", "result"))
+    for row in rows:
+        print("%-26s %s%s" % (row["case"], row["status"],
+                              "" if not row["why"] else "  " + row["why"][:150]))
+    print("torch_native_suite: %d of %d cases passed (torch %s, %s)"
+          % (len(rows) - failed, len(rows), torch.__version__, torch.cuda.get_device_name()))
+    path = args.json or (os.path.join(os.environ["OUT"], "torch_native.json")
+                         if os.environ.get("OUT") else None)
+    if path:
+        with open(path, "w") as f:
+            json.dump({"torch": torch.__version__, "spec": args.spec, "cases": rows}, f,
+                      indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
