@@ -962,8 +962,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
                 ": ", last_error());
     std::lock_guard<std::mutex> g(d.mutex);
     if (d.stack == nullptr)
-      d.stack = rmmc_resource_retain(r);
-    rmmc_resource_release(r);
+      d.stack = rmmc_resource_retain(r); // r is the registry's, borrowed
     return rmmc_resource_retain(d.stack);
   }
   Pool& pool_locked(DeviceState& d, DeviceIndex device, MempoolId_t id) {
@@ -1605,7 +1604,9 @@ std::shared_ptr<void> RmmcAllocator::getIpcDevPtr(std::string handle) {
   return std::shared_ptr<void>(p, [](void* q) { rmmc_ipc_close(q); });
 }
 
-RmmcAllocator instance;
+// Never destroyed: PyTorch frees tensors during exit, after static
+// destructors may have run (its own allocator is never destroyed either).
+RmmcAllocator& instance = *new RmmcAllocator;
 
 } // namespace rmmc_torch
 

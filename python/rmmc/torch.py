@@ -135,11 +135,20 @@ def build_native(verbose=False):
         build_dir = os.path.join(build_dir, name)
         os.makedirs(build_dir, exist_ok=True)
     lib()  # librmmc first, so the backend binds to the same copy
-    path = ext.load(name=name, sources=[src], extra_include_paths=[_include_dir()],
-                    extra_cflags=["-O2", "-Wall"],
-                    extra_ldflags=[libpath, "-Wl,-rpath," + libdir],
-                    with_cuda=True, is_python_module=False, build_directory=build_dir,
-                    verbose=verbose)
+    # The backend has no device code, but cpp_extension asks for
+    # architectures when it cannot see a GPU: any value serves (restored).
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if arch is None and not torch.cuda.is_available():
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
+    try:
+        path = ext.load(name=name, sources=[src], extra_include_paths=[_include_dir()],
+                        extra_cflags=["-O2", "-Wall"],
+                        extra_ldflags=[libpath, "-Wl,-rpath," + libdir],
+                        with_cuda=True, is_python_module=False, build_directory=build_dir,
+                        verbose=verbose)
+    finally:
+        if arch is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
     dll = ctypes.CDLL(path)
     dll.rmmc_torch_native_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     dll.rmmc_torch_native_install.restype = ctypes.c_int
@@ -189,14 +198,17 @@ def use(spec=None, device=None, fraction=None, backend=None):
     the NativeBackend or the CUDAPluggableAllocator. Raises RuntimeError if
     PyTorch has initialized CUDA already."""
     global _backend
-    import torch
-    if torch.cuda.is_initialized():
-        raise RuntimeError("rmmc.torch.use() must run before PyTorch initializes CUDA (it did "
-                           "already: call use() first thing, before any tensor goes to the GPU)")
     choice = (backend or os.environ.get("RMMC_TORCH_BACKEND") or "auto").strip().lower()
     if choice not in ("auto", "native", "plugin"):
         raise ValueError("rmmc.torch.use: backend must be 'native', 'plugin' or 'auto', not %r"
                          % choice)
+    import torch
+    if _backend == "native" and choice != "plugin" and _native_lib is not None:
+        prepare(spec, device)  # installed already (the autoload, then the script)
+        return _native_lib
+    if torch.cuda.is_initialized():
+        raise RuntimeError("rmmc.torch.use() must run before PyTorch initializes CUDA (it did "
+                           "already: call use() first thing, before any tensor goes to the GPU)")
     prepare(spec, device)
     result = None
     if choice != "plugin":

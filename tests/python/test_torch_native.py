@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The native PyTorch backend's packaging and installation, without a GPU.
+
+Always: the package ships the backend's source and rmmc's headers (what
+rmmc.torch.use() compiles), the launcher answers --help, a bad backend
+name is refused before torch is touched. With a CUDA build of torch
+importable (a GPU is not needed): the backend compiles through
+torch.utils.cpp_extension, installs, and PyTorch names it "rmmc"; a build
+that cannot compile falls back to the plug-in with exactly one warning; a
+second use() in the process is harmless. The behaviour on a GPU is
+tests/python/gpu/torch_native_suite.py (scripts/gpu-torch)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import rmmc.torch as rt
+from conftest import run_python
+
+
+def _cuda_torch():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.version.cuda is not None
+
+
+needs_cuda_torch = pytest.mark.skipif(not _cuda_torch(),
+                                      reason="no CUDA build of PyTorch installed")
+
+
+def test_package_ships_the_backend_source_and_headers():
+    here = os.path.dirname(os.path.abspath(rt.__file__))
+    src = os.path.join(here, "_torch_native.cpp")
+    assert os.path.exists(src)
+    with open(src) as f:
+        text = f.read()
+    assert "class RmmcAllocator final : public CCA::CUDAAllocator" in text
+    inc = rt._include_dir()
+    for h in ("resource.h", "registry.h", "ipc.h", "spec.h", "defaults.h", "stream.h"):
+        assert os.path.exists(os.path.join(inc, "rmmc", h)), h
+
+
+def test_include_dir_honours_rmmc_include(tmp_path, monkeypatch):
+    (tmp_path / "rmmc").mkdir()
+    (tmp_path / "rmmc" / "resource.h").write_text("/* test */\n")
+    monkeypatch.setenv("RMMC_INCLUDE", str(tmp_path))
+    assert rt._include_dir() == str(tmp_path)
+
+
+def test_launcher_help():
+    p = subprocess.run([sys.executable, "-m", "rmmc.torch", "--help"], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert p.returncode == 0, p.stderr
+    assert "--spec" in p.stdout and "--backend" in p.stdout
+
+
+def test_launcher_needs_a_script():
+    p = subprocess.run([sys.executable, "-m", "rmmc.torch", "--spec", "pool > cuda"],
+                       capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert p.returncode == 2
+    assert "a script or -m MODULE is needed" in p.stderr
+
+
+def test_bad_backend_is_refused_before_torch():
+    with pytest.raises(ValueError, match="backend must be 'native', 'plugin' or 'auto'"):
+        rt.use("pool > cuda", backend="cudaMallocAsync")
+
+
+def test_autoload_does_nothing_unless_asked(monkeypatch):
+    monkeypatch.delenv("RMMC_TORCH_AUTOLOAD", raising=False)
+    assert rt._autoload() is None
+    assert rt.backend() is None
+
+
+@needs_cuda_torch
+def test_builds_installs_and_is_named_rmmc(tmp_path):
+    r = run_python(r'''
+import torch, rmmc.torch as t
+b = t.use("pool > cuda", backend="native")
+assert t.backend() == "native", t.backend()
+assert b.torch_version == torch.__version__.split("+")[0], (b.torch_version, torch.__version__)
+print("NAME", torch._C._cuda_getAllocatorBackend())
+again = t.use("pool > cuda", backend="native")   # a second install is a no-op
+assert again is b
+''', env={"RMMC_TORCH_BUILD_DIR": str(tmp_path), "CUDA_HOME": os.environ.get(
+        "CUDA_HOME", "/usr/local/cuda")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "NAME rmmc" in r.stdout
+
+
+@needs_cuda_torch
+def test_falls_back_to_the_plugin_with_one_warning(tmp_path):
+    r = run_python(r'''
+import warnings, torch, rmmc.torch as t
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    a = t.use("pool > cuda")
+mine = [x for x in w if "rmmc.torch" in str(x.message)]
+assert len(mine) == 1, [str(x.message) for x in w]
+assert "torch.OutOfMemoryError" in str(mine[0].message)
+assert "torch.cuda.MemPool" in str(mine[0].message)
+assert t.backend() == "plugin"
+assert type(a).__name__ == "CUDAPluggableAllocator"
+print("FELL BACK")
+''', env={"RMMC_TORCH_BUILD_DIR": str(tmp_path), "CXX": "/bin/false"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "FELL BACK" in r.stdout
+
+
+@needs_cuda_torch
+def test_native_only_raises_when_it_cannot_build(tmp_path):
+    r = run_python(r'''
+import torch, rmmc.torch as t
+try:
+    t.use("pool > cuda", backend="native")
+except Exception as e:
+    print("RAISED", type(e).__name__)
+''', env={"RMMC_TORCH_BUILD_DIR": str(tmp_path), "CXX": "/bin/false"})
+    assert "RAISED" in r.stdout, r.stdout + r.stderr
