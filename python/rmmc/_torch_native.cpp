@@ -526,8 +526,13 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       {
         std::lock_guard<std::mutex> g(d.mutex);
         if (mempool_id == MempoolId_t{0, 0}) {
+          // The default stack and the private pools nothing uses any more
+          // (as PyTorch's own): a live pool's free memory may be a graph's.
           if (d.stack != nullptr)
             stacks.push_back(rmmc_resource_retain(d.stack));
+          for (auto& p : d.pools)
+            if (p.second->stack != nullptr && p.second->use_count == 0)
+              stacks.push_back(rmmc_resource_retain(p.second->stack));
         } else {
           auto it = d.pools.find(mempool_id);
           if (it != d.pools.end() && it->second->stack != nullptr)
@@ -736,11 +741,11 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     DeviceState& d = dev(device);
     std::lock_guard<std::mutex> g(d.mutex);
     auto it = d.pools.find(id);
-    TORCH_CHECK(it != d.pools.end(), "rmmc: getCheckpointState: unknown pool (", id.first,
-                ", ", id.second, ")");
     auto state = std::make_shared<CheckpointState>();
     state->device = device;
     state->id = id;
+    if (it == d.pools.end())
+      return state; // a pool with nothing in it (PyTorch's would be empty too)
     for (auto& kv : d.blocks) {
       if (kv.second.pool == it->second.get() && !kv.second.zombie) {
         state->live.emplace_back(kv.first, kv.second.size);
@@ -763,7 +768,10 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     {
       std::lock_guard<std::mutex> g(d.mutex);
       auto it = d.pools.find(state->id);
-      TORCH_CHECK(it != d.pools.end(), "rmmc: setCheckpointPoolState: the pool is gone");
+      if (it == d.pools.end()) {
+        TORCH_CHECK(state->live.empty(), "rmmc: setCheckpointPoolState: the pool is gone");
+        return delta;
+      }
       std::unordered_set<void*> then;
       for (auto& pr : state->live)
         then.insert(pr.first);
@@ -928,6 +936,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   void* alloc_block(size_t size, DeviceIndex device, cudaStream_t stream);
   void free_block(void* ptr);
   void give_back(void* ptr);
+  void release_block(DeviceState& d, void* ptr, Block&& b);
 
  private:
   DeviceState& dev(DeviceIndex device) {
@@ -1184,7 +1193,13 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
 
   void* p = nullptr;
   if (other) {
-    p = other->raw_alloc_with_stream(size, stream);
+    try {
+      p = other->raw_alloc_with_stream(size, stream);
+    } catch (...) {
+      std::lock_guard<std::mutex> g(d.mutex);
+      pool->live--;
+      throw;
+    }
   } else {
     rmmc_status_t st = rmmc_resource_allocate(res, size, 0, stream, &p);
     std::string why = st != RMMC_SUCCESS ? last_error() : std::string();
@@ -1276,51 +1291,73 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
 void RmmcAllocator::free_block(void* ptr) {
   if (ptr == nullptr)
     return;
-  DeviceState* d = find_device(ptr);
-  TORCH_CHECK(d != nullptr, "rmmc: freeing ", ptr, ", which rmmc did not hand out");
-  DeviceIndex device = 0;
-  size_t size = 0;
-  cudaStream_t stream = nullptr;
+  DeviceState* d = nullptr;
+  Block b;
   MempoolId_t id{0, 0};
   bool keep = false;
-  {
-    std::lock_guard<std::mutex> g(d->mutex);
-    Block& b = d->blocks.at(ptr);
-    TORCH_CHECK(!b.zombie, "rmmc: ", ptr, " freed twice");
-    device = b.device;
-    size = b.size;
-    stream = b.stream;
-    if (b.pool != nullptr)
-      id = b.pool->id;
-    count_block(d->counters, size, false);
-    if (b.checkpoints > 0) {
-      b.zombie = true;
+  for (auto& ds : devices_) {
+    std::lock_guard<std::mutex> g(ds->mutex);
+    auto it = ds->blocks.find(ptr);
+    if (it == ds->blocks.end())
+      continue;
+    d = ds.get();
+    Block& blk = it->second;
+    TORCH_CHECK(!blk.zombie, "rmmc: ", ptr, " freed twice");
+    count_block(d->counters, blk.size, false);
+    if (blk.pool != nullptr)
+      id = blk.pool->id;
+    if (blk.checkpoints > 0) {
+      blk.zombie = true; // a checkpoint may bring it back
       keep = true;
+      b.size = blk.size;
+      b.stream = blk.stream;
+      b.device = blk.device;
+    } else {
+      b = std::move(blk);
+      ds->blocks.erase(it);
     }
+    break;
   }
-  record(TraceEntry::FREE_REQUESTED, device, reinterpret_cast<size_t>(ptr), size, stream, id,
-         tracing_ && record_frees() ? context() : nullptr);
+  TORCH_CHECK(d != nullptr, "rmmc: freeing ", ptr, ", which rmmc did not hand out");
+  if (tracing_)
+    record(TraceEntry::FREE_REQUESTED, b.device, reinterpret_cast<size_t>(ptr), b.size,
+           b.stream, id, record_frees() ? context() : nullptr);
   if (!keep)
-    give_back(ptr);
+    release_block(*d, ptr, std::move(b));
 }
 
-// Returns a block to the stack it came from, after its stream waits for the
-// streams recordStream named (GPU-side waits, no host stall).
+// A zombie no checkpoint holds any more goes back to rmmc.
 void RmmcAllocator::give_back(void* ptr) {
-  DeviceState* d = find_device(ptr);
-  if (d == nullptr)
+  for (auto& ds : devices_) {
+    Block b;
+    {
+      std::lock_guard<std::mutex> g(ds->mutex);
+      auto it = ds->blocks.find(ptr);
+      if (it == ds->blocks.end())
+        continue;
+      b = std::move(it->second);
+      ds->blocks.erase(it);
+    }
+    release_block(*ds, ptr, std::move(b));
     return;
-  Block b;
-  {
-    std::lock_guard<std::mutex> g(d->mutex);
-    auto it = d->blocks.find(ptr);
-    b = std::move(it->second);
-    d->blocks.erase(it);
   }
+}
+
+// Returns a block (out of the map) to the stack it came from, after its
+// stream waits for the streams recordStream named (GPU-side waits, no host
+// stall); destroys its private pool if that was the pool's last block and
+// the pool is released. Runs in destructors: warns, never throws.
+void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
   c10::cuda::CUDAGuard guard(b.device);
   for (cudaStream_t s : b.streams) {
-    if (rmmc_stream_wait(b.stream, s) != RMMC_SUCCESS)
-      C10_CUDA_CHECK(cudaDeviceSynchronize()); // the free must not race that work
+    if (rmmc_stream_wait(b.stream, s) != RMMC_SUCCESS) {
+      // The free must not race that work: wait for all of it.
+      if (cudaDeviceSynchronize() != cudaSuccess) {
+        (void)cudaGetLastError();
+        TORCH_WARN("rmmc: freeing ", ptr, ": cannot order it after a recorded stream");
+      }
+      break;
+    }
   }
   for (int fd : b.ipc_fds)
     close(fd);
@@ -1335,18 +1372,17 @@ void RmmcAllocator::give_back(void* ptr) {
   }
   rmmc_resource_t* dead = nullptr;
   MempoolId_t id{0, 0};
-  {
-    std::lock_guard<std::mutex> g(d->mutex);
-    if (b.pool != nullptr) {
-      id = b.pool->id;
-      b.pool->live--;
-      dead = reap_locked(*d, d->pools.find(id));
-    }
+  if (b.pool != nullptr) {
+    std::lock_guard<std::mutex> g(d.mutex);
+    id = b.pool->id;
+    b.pool->live--;
+    dead = reap_locked(d, d.pools.find(id));
   }
   rmmc_resource_release(dead);
-  record(TraceEntry::FREE_COMPLETED, b.device, reinterpret_cast<size_t>(ptr), b.size,
-         b.stream, id, nullptr);
-  if (st != RMMC_SUCCESS) // a free runs in a destructor: warn, never throw
+  if (tracing_)
+    record(TraceEntry::FREE_COMPLETED, b.device, reinterpret_cast<size_t>(ptr), b.size,
+           b.stream, id, nullptr);
+  if (st != RMMC_SUCCESS)
     TORCH_WARN("rmmc: freeing ", ptr, " failed: ", why);
 }
 
