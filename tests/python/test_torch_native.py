@@ -121,3 +121,40 @@ except Exception as e:
     print("RAISED", type(e).__name__)
 ''', env={"RMMC_TORCH_BUILD_DIR": str(tmp_path), "CXX": "/bin/false"})
     assert "RAISED" in r.stdout, r.stdout + r.stderr
+
+
+@needs_cuda_torch
+def test_launcher_installs_rmmc_and_runs_the_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import sys, torch, rmmc.torch as t\n"
+                      "print('SCRIPT', __name__, sys.argv[1:], "
+                      "torch._C._cuda_getAllocatorBackend(), t.backend())\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path),
+               RMMC_TORCH_BUILD_DIR=str(tmp_path / "ext"))
+    env.setdefault("CUDA_HOME", "/usr/local/cuda")
+    p = subprocess.run([sys.executable, "-m", "rmmc.torch", "--spec", "pool > cuda",
+                        str(script), "a", "b"], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "SCRIPT __main__ ['a', 'b'] rmmc native" in p.stdout, p.stdout
+
+
+def _autoload_registered():
+    try:
+        from importlib.metadata import entry_points
+        return any(e.value == "rmmc.torch:_autoload"
+                   for e in entry_points(group="torch.backends"))
+    except Exception:  # noqa: BLE001 (Python without group selection)
+        return False
+
+
+@needs_cuda_torch
+@pytest.mark.skipif(not _autoload_registered(),
+                    reason="rmmc is not installed (its torch.backends entry point is not)")
+def test_autoload_at_import_torch(tmp_path):
+    r = run_python("import torch, rmmc.torch as t\n"
+                   "print('AUTO', torch._C._cuda_getAllocatorBackend(), t.backend())\n",
+                   env={"RMMC_TORCH_AUTOLOAD": "1", "RMMC_ALLOC_CONF": "pool > cuda",
+                        "RMMC_TORCH_BUILD_DIR": str(tmp_path),
+                        "CUDA_HOME": os.environ.get("CUDA_HOME", "/usr/local/cuda")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "AUTO rmmc native" in r.stdout, r.stdout + r.stderr

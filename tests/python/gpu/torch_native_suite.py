@@ -70,6 +70,7 @@ def case_statistics():
     base = torch.cuda.memory_stats().get("requested_bytes.all.current", 0)
     base_count = torch.cuda.memory_stats().get("allocation.all.current", 0)
     peak = torch.cuda.memory_allocated()
+    slack = 0  # most bytes the pool's in_use exceeded the bytes handed out
     for step in range(400):
         if live and rng.random() < 0.45:
             live.pop(rng.randrange(len(live)))
@@ -92,8 +93,10 @@ def case_statistics():
                   % (step, alloc, out))
             figs = dict(rmmc.stack_figures()[0][1])
             if "in_use" in figs:
-                check(figs["in_use"] == out, "step %d: pool in_use %d != %d"
+                # The pool may keep a sliver it does not split off a block.
+                check(figs["in_use"] >= out, "step %d: pool in_use %d < %d"
                       % (step, figs["in_use"], out))
+                slack = max(slack, figs["in_use"] - out)
                 check(torch.cuda.memory_reserved() == figs["reserved"],
                       "step %d: memory_reserved %d != pool reserved %d"
                       % (step, torch.cuda.memory_reserved(), figs["reserved"]))
@@ -104,7 +107,8 @@ def case_statistics():
     check("Allocated memory" in summary, "memory_summary() lacks its table")
     keys = sorted(torch.cuda.memory_stats().keys())
     del live
-    return {"compare": {"requested": requested_seq, "counts": count_seq, "keys": keys}}
+    return {"compare": {"requested": requested_seq, "counts": count_seq, "keys": keys},
+            "pool_in_use_slack": slack}
 
 
 def case_empty_cache():
@@ -247,6 +251,8 @@ def case_snapshot():
     html = _memory_viz.trace_plot(snap)
     seg_html = _memory_viz.segment_plot(snap)
     check(len(html) > 1000 and len(seg_html) > 1000, "_memory_viz rendered nothing")
+    check(len(_memory_viz.segsum(snap)) > 0 and len(_memory_viz.trace(snap)) > 0,
+          "_memory_viz.segsum/trace produced nothing")
     allocated = sum(b["size"] for s in snap["segments"] for b in s["blocks"]
                     if b["state"] == "active_allocated")
     check(allocated == torch.cuda.memory_allocated(),
