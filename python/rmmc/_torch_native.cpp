@@ -324,6 +324,7 @@ int main() {
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -475,16 +476,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
 
   // ---- life ----
   void init(int device_count) override {
-    std::lock_guard<std::mutex> g(init_mutex_);
-    if (static_cast<int>(devices_.size()) < device_count) {
-      std::vector<std::unique_ptr<DeviceState>> d(device_count);
-      for (size_t i = 0; i < devices_.size(); i++)
-        d[i] = std::move(devices_[i]);
-      for (auto& s : d)
-        if (!s)
-          s = std::make_unique<DeviceState>();
-      devices_.swap(d);
-    }
+    count_ = std::min(std::max(device_count, 0), kMaxDevices);
     initialized_ = true;
   }
   bool initialized() override {
@@ -520,8 +512,8 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     d.limit = static_cast<size_t>(fraction * static_cast<double>(total));
   }
   void emptyCache(MempoolId_t mempool_id) override {
-    for (size_t i = 0; i < devices_.size(); i++) {
-      DeviceState& d = *devices_[i];
+    for (int i = 0; i < ndev(); i++) {
+      DeviceState& d = devices_[i];
       std::vector<rmmc_resource_t*> stacks;
       {
         std::lock_guard<std::mutex> g(d.mutex);
@@ -799,9 +791,9 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     return delta;
   }
   void release_checkpoint(CheckpointState* s) {
-    if (static_cast<size_t>(s->device) >= devices_.size())
+    if (s->device < 0 || s->device >= ndev())
       return;
-    DeviceState& d = *devices_[s->device];
+    DeviceState& d = devices_[s->device];
     std::vector<void*> dead;
     {
       std::lock_guard<std::mutex> g(d.mutex);
@@ -860,9 +852,9 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     const bool include_traces = true;
 #endif
     CCA::SnapshotInfo info;
-    for (size_t i = 0; i < devices_.size(); i++)
+    for (int i = 0; i < ndev(); i++)
       snapshot_device(static_cast<DeviceIndex>(i), mempool_id, &info.segments);
-    info.device_traces.resize(devices_.size());
+    info.device_traces.resize(ndev());
     if (include_traces) {
       record(TraceEntry::SNAPSHOT, 0, 0, 0, nullptr, {0, 0}, nullptr);
       std::lock_guard<std::mutex> g(history_mutex_);
@@ -939,17 +931,25 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   void release_block(DeviceState& d, void* ptr, Block&& b);
 
  private:
+  // Devices PyTorch counted (init), or CUDA counts if init has not run.
+  int ndev() {
+    int n = count_.load(std::memory_order_relaxed);
+    if (n == 0) {
+      n = std::min(static_cast<int>(c10::cuda::device_count()), kMaxDevices);
+      count_ = n;
+    }
+    return n;
+  }
   DeviceState& dev(DeviceIndex device) {
-    TORCH_CHECK(device >= 0 && static_cast<size_t>(device) < devices_.size(),
-                "rmmc: invalid device ", static_cast<int>(device), " (",
-                devices_.size(), " devices)");
-    return *devices_[device];
+    TORCH_CHECK(device >= 0 && device < ndev(), "rmmc: invalid device ",
+                static_cast<int>(device), " (", ndev(), " devices)");
+    return devices_[device];
   }
   DeviceState* find_device(void* ptr) {
-    for (auto& d : devices_) {
-      std::lock_guard<std::mutex> g(d->mutex);
-      if (d->blocks.count(ptr) != 0)
-        return d.get();
+    for (int i = 0; i < ndev(); i++) {
+      std::lock_guard<std::mutex> g(devices_[i].mutex);
+      if (devices_[i].blocks.count(ptr) != 0)
+        return &devices_[i];
     }
     return nullptr;
   }
@@ -1096,8 +1096,9 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   }
 
  private:
-  std::mutex init_mutex_;
-  std::vector<std::unique_ptr<DeviceState>> devices_;
+  static constexpr int kMaxDevices = 64; // rmmc's registry holds 64
+  std::array<DeviceState, kMaxDevices> devices_;
+  std::atomic<int> count_{0};
   std::atomic<bool> initialized_{false};
   bool enabled_ = true;
 
@@ -1295,12 +1296,13 @@ void RmmcAllocator::free_block(void* ptr) {
   Block b;
   MempoolId_t id{0, 0};
   bool keep = false;
-  for (auto& ds : devices_) {
+  for (int i = 0; i < ndev(); i++) {
+    DeviceState* ds = &devices_[i];
     std::lock_guard<std::mutex> g(ds->mutex);
     auto it = ds->blocks.find(ptr);
     if (it == ds->blocks.end())
       continue;
-    d = ds.get();
+    d = ds;
     Block& blk = it->second;
     TORCH_CHECK(!blk.zombie, "rmmc: ", ptr, " freed twice");
     count_block(d->counters, blk.size, false);
@@ -1328,17 +1330,18 @@ void RmmcAllocator::free_block(void* ptr) {
 
 // A zombie no checkpoint holds any more goes back to rmmc.
 void RmmcAllocator::give_back(void* ptr) {
-  for (auto& ds : devices_) {
+  for (int i = 0; i < ndev(); i++) {
+    DeviceState& ds = devices_[i];
     Block b;
     {
-      std::lock_guard<std::mutex> g(ds->mutex);
-      auto it = ds->blocks.find(ptr);
-      if (it == ds->blocks.end())
+      std::lock_guard<std::mutex> g(ds.mutex);
+      auto it = ds.blocks.find(ptr);
+      if (it == ds.blocks.end())
         continue;
       b = std::move(it->second);
-      ds->blocks.erase(it);
+      ds.blocks.erase(it);
     }
-    release_block(*ds, ptr, std::move(b));
+    release_block(ds, ptr, std::move(b));
     return;
   }
 }
@@ -1425,7 +1428,7 @@ void RmmcAllocator::out_of_memory(size_t size, DeviceIndex device, cudaStream_t 
 // gaps between them inactive. Memory no block lies in is not listed.
 void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
                                     std::vector<SegmentInfo>* out) {
-  DeviceState& d = *devices_[device];
+  DeviceState& d = devices_[device];
   struct Item {
     uintptr_t addr;
     size_t size;
