@@ -78,7 +78,7 @@ struct StackFigures {
   uint64_t reserved_peak = 0; // "reserved_peak"
   uint64_t regions = 0;       // "regions": chunks or reservations
   uint64_t grows = 0;         // "grows": upstream allocations or mappings
-  uint64_t shrinks = 0;       // "shrinks"
+  uint64_t shrinks = 0;       // "shrinks" (a destroyed private pool's regions too)
   uint64_t device_syncs = 0;  // "device_syncs"
 };
 
@@ -114,6 +114,10 @@ struct ResetBase {
 //   num_sync_all_streams: rmmc's "device_syncs" plus the layer's own.
 //   oversize_allocations, oversize_segments: 0 (rmmc has no oversize
 //     class); max_split_size: SIZE_MAX as PyTorch reports with no limit.
+inline int64_t since(uint64_t now, uint64_t then) {
+  return now > then ? static_cast<int64_t>(now - then) : 0;
+}
+
 inline DeviceStats fill_device_stats(const Counters& c, const StackFigures& f,
                                      ResetBase& base) {
   DeviceStats s;
@@ -135,8 +139,8 @@ inline DeviceStats fill_device_stats(const Counters& c, const StackFigures& f,
     reserved = c.allocated_bytes[0];
   }
   if (f.has_cache) {
-    reserved.allocated = static_cast<int64_t>(f.grows - base.grows_at_reset);
-    reserved.freed = static_cast<int64_t>(f.shrinks - base.shrinks_at_reset);
+    reserved.allocated = since(f.grows, base.grows_at_reset);
+    reserved.freed = since(f.shrinks, base.shrinks_at_reset);
   }
   s.reserved_bytes[0] = reserved;
   s.reserved_bytes[2] = reserved;
@@ -152,8 +156,8 @@ inline DeviceStats fill_device_stats(const Counters& c, const StackFigures& f,
     base.regions_peak = std::max(base.regions_peak, f.regions);
     segment.current = static_cast<int64_t>(f.regions);
     segment.peak = static_cast<int64_t>(base.regions_peak);
-    segment.allocated = static_cast<int64_t>(f.grows - base.grows_at_reset);
-    segment.freed = static_cast<int64_t>(f.shrinks - base.shrinks_at_reset);
+    segment.allocated = since(f.grows, base.grows_at_reset);
+    segment.freed = since(f.shrinks, base.shrinks_at_reset);
   } else {
     segment = c.allocation[0];
   }
@@ -285,6 +289,15 @@ int main() {
   EXPECT_EQ(s.segment[0].allocated, 2);
   EXPECT_EQ(s.segment[0].peak, 3);
 
+  // A private pool destroyed since the reset took its counts with it: the
+  // differences never go negative.
+  f.grows = 1;
+  f.shrinks = 0;
+  s = fill_device_stats(c, f, base);
+  EXPECT_EQ(s.segment[0].allocated, 0);
+  EXPECT_EQ(s.segment[0].freed, 0);
+  EXPECT_EQ(s.num_device_alloc, 0);
+
   // A stack without a cache (plain cuda): reserved is the bytes out.
   StackFigures none;
   ResetBase b2;
@@ -388,6 +401,7 @@ struct DeviceState {
   std::vector<Route> routes; // beginAllocateToPool, oldest first
   Counters counters;
   ResetBase base;
+  StackFigures retired; // grows and shrinks of private pools destroyed
   double fraction = 0; // setMemoryFraction (0: none)
   size_t limit = 0;
 };
@@ -607,6 +621,8 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       rmmc_resource_release(s);
     }
     std::lock_guard<std::mutex> g(d.mutex);
+    f.grows += d.retired.grows;
+    f.shrinks += d.retired.shrinks;
     return fill_device_stats(c, f, d.base);
   }
   void resetAccumulatedStats(DeviceIndex device) override {
@@ -700,7 +716,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       it->second->use_count--;
       dead = reap_locked(d, it);
     }
-    rmmc_resource_release(dead);
+    destroy_pool_stack(d, dead);
   }
 #if RMMC_TORCH_AT_LEAST(2, 11)
   void setUseOnOOM(DeviceIndex device, MempoolId_t id, bool use_on_oom) override {
@@ -1046,7 +1062,27 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       add_stack_figures(s, &f);
       rmmc_resource_release(s);
     }
+    std::lock_guard<std::mutex> g(d.mutex);
+    f.grows += d.retired.grows;
+    f.shrinks += d.retired.shrinks;
     return f;
+  }
+  // Destroys a private pool's stack (its memory goes back to the device),
+  // keeping its counts in the device's figures. nullptr: nothing to do.
+  void destroy_pool_stack(DeviceState& d, rmmc_resource_t* dead) {
+    if (dead == nullptr)
+      return;
+    StackFigures f;
+    add_stack_figures(dead, &f);
+    // Unmapping must not break a capture another thread has underway.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    bool swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+    rmmc_resource_release(dead);
+    if (swapped)
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    std::lock_guard<std::mutex> g(d.mutex);
+    d.retired.grows += f.grows;
+    d.retired.shrinks += f.shrinks + f.regions;
   }
   void snapshot_device(DeviceIndex device, MempoolId_t only,
                        std::vector<SegmentInfo>* out);
@@ -1381,7 +1417,7 @@ void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
     b.pool->live--;
     dead = reap_locked(d, d.pools.find(id));
   }
-  rmmc_resource_release(dead);
+  destroy_pool_stack(d, dead);
   if (tracing_)
     record(TraceEntry::FREE_COMPLETED, b.device, reinterpret_cast<size_t>(ptr), b.size,
            b.stream, id, nullptr);
