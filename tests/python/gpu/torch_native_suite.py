@@ -392,6 +392,55 @@ def case_multiprocessing():
     return {"compare": {"child_sum": s, "parent_after": after}}
 
 
+def _ddp_worker():
+    """One rank of the ddp case (under torchrun): 5 DDP steps, rank 0 prints
+    the losses."""
+    import torch
+    import torch.distributed as dist
+    rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                                torch.nn.Linear(512, 10)).cuda()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    g = torch.Generator(device="cuda")
+    g.manual_seed(rank)
+    losses = []
+    for _ in range(5):
+        x = torch.randn(64, 256, device="cuda", generator=g)
+        y = torch.randint(0, 10, (64,), device="cuda", generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    backend = torch.cuda.memory.get_allocator_backend()
+    dist.destroy_process_group()
+    if rank == 0:
+        print("DDP_RESULT " + json.dumps({"losses": losses, "backend": backend}), flush=True)
+
+
+def case_ddp():
+    """DDP over NCCL on two GPUs (torchrun); skipped with fewer."""
+    import torch
+    if torch.cuda.device_count() < 2:
+        return {"compare": {"skipped": "fewer than 2 GPUs"}, "skip": True}
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+               NVSHMEM_DISABLE_NVLS="1")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc_per_node=2", os.path.abspath(__file__), "--ddp-worker"],
+                       capture_output=True, text=True, env=env, timeout=240)
+    check(p.returncode == 0, "torchrun exited %d: %s" % (p.returncode, (p.stdout + p.stderr)[-800:]))
+    out = [l for l in p.stdout.splitlines() if l.startswith("DDP_RESULT ")]
+    check(out, "no result from rank 0")
+    r = json.loads(out[-1][len("DDP_RESULT "):])
+    if MODE == "rmmc":
+        check(r["backend"] == "rmmc", "the ranks' allocator is %r" % r["backend"])
+    return {"compare_close": {"losses": r["losses"]}}
+
+
 CASES = {
     "backend_name": case_backend_name,
     "statistics": case_statistics,
@@ -407,6 +456,7 @@ CASES = {
     "multiprocessing": case_multiprocessing,
     # the same sharing over an expandable pool (descriptors via pidfd_getfd)
     "multiprocessing_vm": case_multiprocessing,
+    "ddp": case_ddp,
 }
 # Cases whose rmmc run uses another spec than --spec.
 CASE_SPECS = {"multiprocessing": "pool(expandable=false) > cuda",
@@ -476,11 +526,14 @@ def compare(t, r):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", help=argparse.SUPPRESS)
+    ap.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--only", help="comma-separated cases (default: all)")
     ap.add_argument("--spec", default="pool > cuda")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per process")
     ap.add_argument("--json", help="default: $OUT/torch_native.json")
     args = ap.parse_args()
+    if args.ddp_worker:
+        return _ddp_worker()
     if args.case:
         return run_case(args.case)
     try:
@@ -499,6 +552,8 @@ def main():
         r = spawn(name, "rmmc", spec, args.timeout)
         why = compare(t, r)
         status = "PASS" if not why else "FAIL"
+        if not why and t.get("skip"):
+            status, why = "SKIP", t["compare"].get("skipped", "skipped")
         if why and name == "multiprocessing_vm" and "Operation not permitted" in why:
             # pidfd_getfd needs ptrace permission over the exporter (Yama
             # ptrace_scope=1 refuses a child reading its parent), as
