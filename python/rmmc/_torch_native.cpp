@@ -451,6 +451,14 @@ uint64_t largest_free(rmmc_resource_t* stack) {
   return 0;
 }
 
+// A CUDA failure that is the device running out of memory counts as out
+// of memory (PyTorch raises OutOfMemoryError for it too).
+rmmc_status_t as_oom(rmmc_status_t st) {
+  if (st == RMMC_ERROR_CUDA && rmmc_last_cuda_error() == cudaErrorMemoryAllocation)
+    return RMMC_ERROR_OUT_OF_MEMORY;
+  return st;
+}
+
 std::string last_error() {
   const char* m = rmmc_last_error_message();
   return m != nullptr ? m : "";
@@ -1240,6 +1248,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
   } else {
     rmmc_status_t st = rmmc_resource_allocate(res, size, 0, stream, &p);
     std::string why = st != RMMC_SUCCESS ? last_error() : std::string();
+    st = as_oom(st);
     if (st == RMMC_ERROR_OUT_OF_MEMORY) {
       // Retry once after every cache of the device gave back what it can
       // (PyTorch's retry after freeing cached blocks), then pools marked
@@ -1262,6 +1271,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
       st = rmmc_resource_allocate(res, size, 0, stream, &p);
       if (st != RMMC_SUCCESS)
         why = last_error();
+      st = as_oom(st);
       if (st == RMMC_ERROR_OUT_OF_MEMORY && pool == nullptr) {
         rmmc_resource_t* alt = nullptr;
         Pool* alt_pool = nullptr;
