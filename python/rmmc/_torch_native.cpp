@@ -1199,23 +1199,25 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
       } else if (pool->stack == nullptr) {
         need_stack = true;
       } else {
-        res = rmmc_resource_retain(pool->stack);
+        res = pool->stack;
       }
-      pool->live++; // keeps the pool while the block is being made
-    } else if (d.stack != nullptr) {
-      res = rmmc_resource_retain(d.stack);
+      pool->live++; // keeps the pool (and its stack) while the block is made
+    } else {
+      res = d.stack; // held by the device until the process ends
     }
   }
   if (!over_limit.empty()) {
-    rmmc_resource_release(res);
     if (pool != nullptr) {
       std::lock_guard<std::mutex> g(d.mutex);
       pool->live--;
     }
     out_of_memory(size, device, stream, over_limit);
   }
-  if (pool == nullptr && res == nullptr)
-    res = stack_of(device);
+  if (pool == nullptr && res == nullptr) {
+    rmmc_resource_t* s = stack_of(device); // builds it on the device's first use
+    res = s;
+    rmmc_resource_release(s); // d.stack keeps its own reference
+  }
   if (need_stack) {
     rmmc_resource_t* built = nullptr;
     try {
@@ -1231,7 +1233,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
         pool->stack = built;
         built = nullptr;
       }
-      res = rmmc_resource_retain(pool->stack);
+      res = pool->stack;
     }
     rmmc_resource_release(built); // another thread built it first
   }
@@ -1280,7 +1282,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
           for (auto& kv : d.pools) {
             if (kv.second->use_on_oom && kv.second->stack != nullptr) {
               alt_pool = kv.second.get();
-              alt = rmmc_resource_retain(alt_pool->stack);
+              alt = alt_pool->stack; // alive while alt_pool->live > 0
               alt_pool->live++;
               break;
             }
@@ -1288,19 +1290,16 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
         }
         if (alt != nullptr &&
             rmmc_resource_allocate(alt, size, 0, stream, &p) == RMMC_SUCCESS) {
-          rmmc_resource_release(res);
           res = alt;
           pool = alt_pool;
           st = RMMC_SUCCESS;
         } else if (alt != nullptr) {
-          rmmc_resource_release(alt);
           std::lock_guard<std::mutex> g(d.mutex);
           alt_pool->live--;
         }
       }
     }
     if (st != RMMC_SUCCESS) {
-      rmmc_resource_release(res);
       {
         std::lock_guard<std::mutex> g(d.mutex);
         if (pool != nullptr)
@@ -1314,7 +1313,6 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
                   static_cast<int>(device), " failed: ", why);
     }
   }
-  rmmc_resource_release(res); // the stack lives while a block of it does
 
   Block b;
   b.size = size;
