@@ -680,7 +680,12 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
         p.allocator = std::move(allocator);
       p.use_count++;
     }
-    ensure_stack(d, device, id);
+    try {
+      ensure_stack(d, device, id);
+    } catch (...) {
+      undo_incref(d, id, false);
+      throw;
+    }
   }
   int getPoolUseCount(DeviceIndex device, MempoolId_t id) override {
     DeviceState& d = dev(device);
@@ -697,7 +702,33 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       d.routes.push_back({id, std::move(filter)});
     }
     // Now, before PyTorch begins the capture: building a stack calls CUDA.
-    ensure_stack(d, device, id);
+    try {
+      ensure_stack(d, device, id);
+    } catch (...) {
+      undo_incref(d, id, true);
+      throw;
+    }
+  }
+  // Takes back what a create or begin that failed did (nothing leaks).
+  void undo_incref(DeviceState& d, MempoolId_t id, bool routed) {
+    rmmc_resource_t* dead = nullptr;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      if (routed) {
+        for (auto it = d.routes.rbegin(); it != d.routes.rend(); ++it) {
+          if (it->id == id) {
+            d.routes.erase(std::next(it).base());
+            break;
+          }
+        }
+      }
+      auto it = d.pools.find(id);
+      if (it != d.pools.end()) {
+        it->second->use_count--;
+        dead = reap_locked(d, it);
+      }
+    }
+    destroy_pool_stack(d, dead);
   }
   void endAllocateToPool(DeviceIndex device, MempoolId_t id) override {
     DeviceState& d = dev(device);
