@@ -1008,6 +1008,16 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     }
     return nullptr;
   }
+  // The device to look in first for a block being freed: the current one
+  // (frees mostly happen where the block lives), else 0.
+  int first_device() {
+    int cur = 0;
+    if (ndev() > 1 && cudaGetDevice(&cur) != cudaSuccess) {
+      (void)cudaGetLastError();
+      cur = 0;
+    }
+    return cur >= 0 && cur < ndev() ? cur : 0;
+  }
   // The device's registry stack (one new reference), built on first use.
   rmmc_resource_t* stack_of(DeviceIndex device) {
     DeviceState& d = dev(device);
@@ -1371,8 +1381,9 @@ void RmmcAllocator::free_block(void* ptr) {
   Block b;
   MempoolId_t id{0, 0};
   bool keep = false;
-  for (int i = 0; i < ndev(); i++) {
-    DeviceState* ds = &devices_[i];
+  const int n = ndev(), first = first_device();
+  for (int k = 0; k < n; k++) {
+    DeviceState* ds = &devices_[(first + k) % n];
     std::lock_guard<std::mutex> g(ds->mutex);
     auto it = ds->blocks.find(ptr);
     if (it == ds->blocks.end())
