@@ -175,8 +175,8 @@ typedef struct pool_backend {
   rmmc_status_t (*grant)(pool_t *p, int d);
   /* Sleep mode (pool_sleep.c), under every lock, no work pending on the
    * pool's memory. sleep unmaps every mapping still mapped (on_release
-   * before each), marking it off; it stops at the first the upstream
-   * refuses and returns that status, the ones before it off. wake maps
+   * before each), marking it off; one the upstream refuses stays on, the
+   * others still go, and the first refusal's status is returned. wake maps
    * every mapping that is off again at its address (peers granted,
    * on_acquire after each), all or nothing: on a refusal it unmaps what it
    * mapped (a mapping whose unmap is refused too stays mapped, not off) and

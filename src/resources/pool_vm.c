@@ -483,19 +483,30 @@ take_back: {
 /* ---- sleep mode (pool_sleep.c has the whole of it) ---- */
 
 /* Unmaps every mapping that is on, lowest first, each announced before it
- * goes; stops at the first refusal (it stays on). */
+ * goes; one the upstream refuses stays on (announced held again) and the
+ * rest still go. Returns the first refusal's status and message. */
 static rmmc_status_t vm_sleep(pool_t *p) {
+  rmmc_status_t first = RMMC_SUCCESS;
+  rmmc__error_state_t why;
+  size_t refused = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next)
     for (size_t i = 0; i < r->nsegs; i++) {
       pool_seg_t *s = &r->segs[i];
       if (s->off != SEG_ON) continue;
       rmmc_status_t st = unmap_announced(p, s->addr, s->size);
-      if (st != RMMC_SUCCESS) return st;
+      if (st != RMMC_SUCCESS) {
+        if (refused++ == 0) first = st, rmmc__error_save(&why);
+        continue;
+      }
       s->off = SEG_OFF;
       p->off_bytes += s->size;
       p->page_unmaps++;
     }
-  return RMMC_SUCCESS;
+  if (first != RMMC_SUCCESS) {
+    rmmc__error_restore(&why);
+    rmmc__append_error(" (the upstream refused to unmap %zu of the pool's mappings)", refused);
+  }
+  return first;
 }
 
 /* Maps [a, a + n), a mapping that is off, again and grants it to every
