@@ -29,7 +29,8 @@ import contextlib
 import ctypes
 import warnings
 
-from ._lib import (FIELD_BYTES, FIELD_CB, FIELD_TEXT, MEMORY_HOOK, STATUS_NAMES,
+from ._lib import (FIELD_BYTES, FIELD_CB, FIELD_TEXT, MEMORY_HOOK, PAUSE_MODES, SleepState,
+                   STATUS_NAMES,
                    InvalidArgumentError, MemoryHooks, NoDeviceError, NotSupportedError,
                    OutOfMemoryError, ParseError, PluginStats, RmmcError, StaleError,
                    Statistics as _StatisticsStruct, UnknownPointerError, check, error_for,
@@ -206,6 +207,33 @@ class Resource:
         check(lib().rmmc_resource_set_memory_hooks(self._h(), hooks), "set_memory_hooks")
         _HOOKS_ALIVE[("resource", self._handle)] = hooks
 
+    def pause(self, mode="backup", stream=0):
+        """Sleep mode: gives every page of the stack's pool back to the
+        driver, keeping its addresses (include/rmmc/pool_resource.h, "Sleep
+        mode"). mode "backup" copies the live blocks to pinned host memory
+        (restored by resume()), "discard" drops their contents. Synchronizes
+        the device; the backup is copied on `stream`. While paused,
+        allocations raise OutOfMemoryError; frees are accepted.
+        NotSupportedError for a pool without virtual memory (chunks)."""
+        if mode not in PAUSE_MODES:
+            raise InvalidArgumentError(-1, "pause: mode must be 'backup' or 'discard', not %r"
+                                       % (mode,))
+        check(lib().rmmc_pool_pause(self._h(), PAUSE_MODES[mode], stream or None),
+              "pause(%r)" % mode)
+
+    def resume(self, stream=0):
+        """Maps the paused pool's pages again at the same addresses and
+        enqueues the backup's copies back on `stream`: the contents are in
+        place for work on that stream. OutOfMemoryError (still paused,
+        backup kept) when the device lacks the memory."""
+        check(lib().rmmc_pool_resume(self._h(), stream or None), "resume")
+
+    def sleep_state(self):
+        """{"paused", "mode" ("backup"/"discard"/None), "held", "unmapped",
+        "backed_up", "backup_ranges", "host_bytes", "pauses", "resumes",
+        "can_sleep"} of the stack's pool."""
+        return _sleep_state(self._h())
+
     def close(self):
         """Drops this object's reference (idempotent)."""
         if self._handle is None:
@@ -233,6 +261,17 @@ class Resource:
         state = "closed" if self._handle is None else "%s memory, device %d" % (
             self.memory_kind, self.device)
         return "rmmc.Resource(%r) [%s]" % (self.spec, state)
+
+
+def _sleep_state(handle):
+    st = SleepState()
+    st.size = ctypes.sizeof(SleepState)
+    check(lib().rmmc_pool_sleep_state(handle, ctypes.byref(st)), "sleep_state")
+    out = {name: getattr(st, name) for name, _ in SleepState._fields_ if name != "size"}
+    out["mode"] = {v: k for k, v in PAUSE_MODES.items()}.get(st.mode)
+    for k in ("held", "unmapped", "backed_up", "host_bytes"):
+        out[k] = Bytes(out[k])
+    return out
 
 
 def validate(spec):

@@ -104,6 +104,18 @@ class MemoryHooks(ctypes.Structure):
                 ("on_release", MEMORY_HOOK), ("user", ctypes.c_void_p)]
 
 
+class SleepState(ctypes.Structure):
+    """rmmc_pool_sleep_state_t (include/rmmc/pool_resource.h)."""
+    _fields_ = [("size", ctypes.c_size_t), ("can_sleep", ctypes.c_bool),
+                ("paused", ctypes.c_bool), ("mode", ctypes.c_int), ("held", ctypes.c_size_t),
+                ("unmapped", ctypes.c_size_t), ("backed_up", ctypes.c_size_t),
+                ("backup_ranges", ctypes.c_size_t), ("host_bytes", ctypes.c_size_t),
+                ("pauses", ctypes.c_uint64), ("resumes", ctypes.c_uint64)]
+
+
+PAUSE_MODES = {"backup": 1, "discard": 2}  # rmmc_pool_pause_mode_t
+
+
 IPC_HANDLE_BYTES = 4096
 IPC_MAX_FDS = 976
 IpcHandle = ctypes.c_ubyte * IPC_HANDLE_BYTES
@@ -191,6 +203,9 @@ _SIGNATURES = {
     "rmmc_torch_record_stream": (None, [_vp, _vp]),
     "rmmc_torch_base_alloc": (_vp, [_vp, ctypes.POINTER(_sz)]),
     "rmmc_resource_set_memory_hooks": (_st, [_vp, ctypes.POINTER(MemoryHooks)]),
+    "rmmc_pool_pause": (_st, [_vp, _i, _vp]),
+    "rmmc_pool_resume": (_st, [_vp, _vp]),
+    "rmmc_pool_sleep_state": (_st, [_vp, ctypes.POINTER(SleepState)]),
     "rmmc_plugin_set_memory_hooks": (_st, [_i, ctypes.POINTER(MemoryHooks)]),
     "rmmc_ipc_export": (_st, [_vp, _vp, ctypes.POINTER(IpcHandle), ctypes.POINTER(_i), _sz,
                               ctypes.POINTER(_sz)]),
