@@ -1181,6 +1181,16 @@ static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes
   return POOL_EXPENSIVE(p, pool_deallocate_in(p, ptr, bytes, stream), "deallocate");
 }
 
+/* An allocation while paused (pool_sleep.c): refused. */
+static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes) {
+  char b[32];
+  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
+                        "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) "
+                        "and holds no memory until rmmc_pool_resume (%s of its pages are given "
+                        "back)",
+                        bytes, rmmc__format_bytes(p->off_bytes, b, sizeof b));
+}
+
 static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
                                              cudaStream_t stream, void **out) {
   pool_sheap_t *h;
@@ -1188,7 +1198,7 @@ static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t ali
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
   size_t n = rmmc__align_up(bytes, POOL_GRANULE);
   if (RMMC_UNLIKELY(__atomic_load_n(&p->graphs_routing, __ATOMIC_RELAXED) > 0)) {
-    if (__atomic_load_n(&p->paused, __ATOMIC_RELAXED)) return rmmc__pool_paused_error(p, bytes);
+    if (__atomic_load_n(&p->paused, __ATOMIC_RELAXED)) return paused_error(p, bytes);
     pool_owner_t *g = graph_route(p, stream);
     if (g != NULL) return graph_allocate(p, g, stream, n, alignment, bytes, out);
   }
@@ -1285,7 +1295,7 @@ static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
   p->trim_min_age = 0;
   st = p->be->trim(p, 0);
   rmmc__unlock(&p->lock);
-  rmmc__pool_sleep_drop(p, false);
+  if (p->sleep != NULL) p->sleep->drop(p, false);
   st = POOL_EXPENSIVE(p, st, "release_cached");
   return st == RMMC_SUCCESS ? rmmc_resource_release_cached(p->base.upstream) : st;
 }
@@ -1354,7 +1364,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   }
   rmmc__stream_set_describe(&p->streams, emit, ctx);
   p->be->describe(p, emit, ctx);
-  rmmc__pool_sleep_describe(p, emit, ctx);
+  if (p->sleep != NULL) p->sleep->describe(p, emit, ctx);
   /* One line per stream. */
   lock_all(p);
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
@@ -1561,7 +1571,7 @@ static void pool_destroy(rmmc_resource_t *r) {
   pool_t *p = (pool_t *)r;
   if (p->cuda && p->regions != NULL) (void)rmmc__stream_set_sync(&p->streams);
   if (p->be != NULL) p->be->fini(p);
-  rmmc__pool_sleep_drop(p, true);
+  if (p->sleep != NULL) p->sleep->drop(p, true);
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next)
     for (pool_sheap_t *x = q->heap, *xnext; x != NULL; x = xnext) {
       xnext = x->onext;

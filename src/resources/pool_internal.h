@@ -235,7 +235,7 @@ struct pool {
   /* sleep mode (pool_sleep.c; every lock to write) */
   int paused;               /* atomic read: allocations are refused */
   size_t off_bytes;         /* bytes of mappings that are off (counted in reserved) */
-  struct pool_sleep *sleep; /* the backup and counts; NULL before the first pause */
+  struct pool_sleep_head *sleep; /* the backup and counts; NULL before the first pause */
 };
 
 /* Creates a pool; `arena`: named "arena" (the arena mode, arena.c). */
@@ -302,15 +302,18 @@ pool_t *rmmc__pool_in(rmmc_resource_t *r);
 /* Every lock of the pool: stream heaps first, then the shared one. */
 void rmmc__pool_lock_all(pool_t *p);
 void rmmc__pool_unlock_all(pool_t *p);
-/* The refusal of an allocation of `bytes` while paused. */
-rmmc_status_t rmmc__pool_paused_error(pool_t *p, size_t bytes);
 /* Bytes held from the upstream now: reserved less what is off. */
 static inline size_t pool_held(const pool_t *p) { return p->reserved - p->off_bytes; }
-/* Frees the backup's host memory once its copies are done (release_cached
- * while awake; destroy). */
-void rmmc__pool_sleep_drop(pool_t *p, bool destroying);
-/* describe's sleep fields (after the first pause). */
-void rmmc__pool_sleep_describe(pool_t *p, rmmc_field_cb emit, void *ctx);
+/* The head of the sleep state, which the first pause makes: pool.c calls
+ * the sleep code through it, so the core does not depend on pool_sleep.c
+ * (no cycle) and a program that never pauses links none of it. */
+typedef struct pool_sleep_head {
+  /* Frees the backup's host memory once its copies are done (release_cached
+   * while awake: !destroying); destroying: everything. */
+  void (*drop)(pool_t *p, bool destroying);
+  /* describe's sleep fields. */
+  void (*describe)(pool_t *p, rmmc_field_cb emit, void *ctx);
+} pool_sleep_head_t;
 
 /* ---- queries, memory hooks and peer access (pool_query.c) ---- */
 

@@ -47,6 +47,7 @@ typedef struct sleep_range {
 } sleep_range_t;
 
 struct pool_sleep {
+  pool_sleep_head_t head; /* first: p->sleep points here */
   rmmc_pool_pause_mode_t mode; /* of the pause in effect; 0 while awake */
   sleep_range_t *ranges;
   size_t nranges, cap;
@@ -202,6 +203,8 @@ static rmmc_status_t copy_ranges(pool_t *p, struct pool_sleep *s, bool to_host,
   return st;
 }
 
+static rmmc_status_t sleep_new(pool_t *p);
+
 static void gate(pool_t *p, int paused) {
   __atomic_store_n(&p->paused, paused, __ATOMIC_RELAXED);
   __atomic_add_fetch(&p->graphs_routing, paused ? 1 : -1, __ATOMIC_RELAXED);
@@ -254,11 +257,8 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
     st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_pause: the pool is paused already");
     goto unlock;
   }
-  if (p->sleep == NULL && (p->sleep = calloc(1, sizeof *p->sleep)) == NULL) {
-    st = rmmc__pool_no_host_memory();
-    goto unlock;
-  }
-  struct pool_sleep *s = p->sleep;
+  if (p->sleep == NULL && (st = sleep_new(p)) != RMMC_SUCCESS) goto unlock;
+  struct pool_sleep *s = (struct pool_sleep *)p->sleep;
   if ((st = copies_done(s)) != RMMC_SUCCESS) goto unlock;
   s->nranges = 0;
   s->backed_up = 0;
@@ -317,7 +317,7 @@ RMMC_API rmmc_status_t rmmc_pool_resume(rmmc_resource_t *stack, cudaStream_t str
   pool_t *p = sleep_pool(stack, "pool_resume", &st);
   if (p == NULL) return st;
   rmmc__pool_lock_all(p);
-  struct pool_sleep *s = p->sleep;
+  struct pool_sleep *s = (struct pool_sleep *)p->sleep;
   if (!p->paused) {
     st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resume: the pool is not paused");
     goto unlock;
@@ -360,7 +360,7 @@ RMMC_API rmmc_status_t rmmc_pool_sleep_state(rmmc_resource_t *stack,
                           stack == NULL ? "NULL" : rmmc_resource_name(stack));
   rmmc_pool_sleep_state_t f = RMMC_POOL_SLEEP_STATE_INIT;
   rmmc__lock(&p->lock);
-  const struct pool_sleep *s = p->sleep;
+  const struct pool_sleep *s = (const struct pool_sleep *)p->sleep;
   f.can_sleep = p->be->sleep != NULL;
   f.paused = p->paused != 0;
   f.held = pool_held(p);
@@ -380,8 +380,7 @@ RMMC_API rmmc_status_t rmmc_pool_sleep_state(rmmc_resource_t *stack,
   return RMMC_SUCCESS;
 }
 
-void rmmc__pool_sleep_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
-  if (p->sleep == NULL) return;
+static void sleep_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
   rmmc_pool_sleep_state_t f = RMMC_POOL_SLEEP_STATE_INIT;
   if (rmmc_pool_sleep_state(&p->base.base, &f) != RMMC_SUCCESS) return;
   rmmc__emit_text(emit, ctx, "sleep", f.paused ? mode_name((rmmc_pool_pause_mode_t)f.mode)
@@ -393,18 +392,8 @@ void rmmc__pool_sleep_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "resumes", f.resumes);
 }
 
-rmmc_status_t rmmc__pool_paused_error(pool_t *p, size_t bytes) {
-  char b[32];
-  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
-                        "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) "
-                        "and holds no memory until rmmc_pool_resume (%s of its pages are given "
-                        "back)",
-                        bytes, rmmc__format_bytes(p->off_bytes, b, sizeof b));
-}
-
-void rmmc__pool_sleep_drop(pool_t *p, bool destroying) {
-  struct pool_sleep *s = p->sleep;
-  if (s == NULL) return;
+static void sleep_drop(pool_t *p, bool destroying) {
+  struct pool_sleep *s = (struct pool_sleep *)p->sleep;
   rmmc__lock(&p->lock);
   if (destroying || !p->paused) {
     if (copies_done(s) != RMMC_SUCCESS) s->copying = false; /* the stream failed: nothing runs */
@@ -416,4 +405,13 @@ void rmmc__pool_sleep_drop(pool_t *p, bool destroying) {
   free(s->ranges);
   free(s);
   p->sleep = NULL;
+}
+
+static rmmc_status_t sleep_new(pool_t *p) {
+  struct pool_sleep *s = calloc(1, sizeof *s);
+  if (s == NULL) return rmmc__pool_no_host_memory();
+  s->head.drop = sleep_drop;
+  s->head.describe = sleep_describe;
+  p->sleep = &s->head;
+  return RMMC_SUCCESS;
 }
