@@ -73,10 +73,10 @@ def main():
         return 77
     import rmmc
     import rmmc.torch
-    if rmmc.device_count() == 0:
+    if not torch.cuda.is_available():  # does not initialize CUDA in PyTorch
         print("torch_sleep: no CUDA device: skipped")
         return 77
-    rmmc.torch.use("pool > cuda")
+    rmmc.torch.use("pool > cuda")  # before PyTorch initializes CUDA
     failures, out = [], {}
 
     def expect(ok, what):
