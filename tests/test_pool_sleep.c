@@ -10,7 +10,8 @@
  * come back, once, in address order; allocation refused while paused,
  * frees accepted; figures and describe; release_cached while paused;
  * refusals halfway through a pause or a resume leave the pool awake or
- * paused, whole (rmmc_pool_resource_check), nothing leaked; chunk pools and
+ * paused, whole (rmmc_pool_resource_check), nothing leaked; graph pools'
+ * blocks sleep too and routing works after; chunk pools and
  * upstreams without virtual memory refused with NOT_SUPPORTED; several
  * pools independent; through adaptors; bad input. Host suite.
  */
@@ -639,6 +640,41 @@ START_TEST(test_pool_sleep_over_host_with_threads_after) {
 }
 END_TEST
 
+START_TEST(test_pool_sleep_graph_pools_sleep_too) {
+  /* A graph pool's blocks (routed by stream, as a capture would be) are
+   * live blocks like any: backed up and restored. While paused a routed
+   * allocation is refused too; after resume routing works as before. */
+  fix_t f;
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  fix_open(&f, &o);
+  ck_assert_int_eq(rmmc_pool_graph_begin(f.pool, 7, 1, true, STREAM(5)), RMMC_SUCCESS);
+  void *g = alloc_ok(f.pool, 3 * PAGE + 512, STREAM(5)), *h = alloc_ok(f.pool, 2048, STREAM(5));
+  pool_fill(g, 3 * PAGE + 512, 21);
+  pool_fill(h, 2048, 22);
+  ck_assert_uint_gt(field(f.pool, "graph_bytes"), 3 * PAGE);
+  ck_assert_int_eq(rmmc_pool_pause(f.pool, RMMC_POOL_PAUSE_BACKUP, NULL), RMMC_SUCCESS);
+  ck_assert_uint_ge(state(f.pool).backed_up, 3 * PAGE + 512 + 2048);
+  void *x = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(f.pool, 4096, 256, STREAM(5), &x),
+                   RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(x);
+  ck_assert_int_eq(rmmc_pool_resume(f.pool, STREAM(5)), RMMC_SUCCESS);
+  ck_assert(pool_filled(g, 3 * PAGE + 512, 21));
+  ck_assert(pool_filled(h, 2048, 22));
+  size_t before = field(f.pool, "graph_bytes");
+  void *k = alloc_ok(f.pool, 4096, STREAM(5)); /* routed to the graph pool again */
+  ck_assert_uint_gt(field(f.pool, "graph_bytes"), before);
+  CHECK_POOL(f.pool);
+  free_ok(f.pool, k, 4096, STREAM(5));
+  free_ok(f.pool, g, 3 * PAGE + 512, STREAM(5));
+  free_ok(f.pool, h, 2048, STREAM(5));
+  ck_assert_int_eq(rmmc_pool_graph_end(f.pool, 7, 1), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_graph_release(f.pool, 7, 1), RMMC_SUCCESS);
+  CHECK_POOL(f.pool);
+  fix_close(&f);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("pool_sleep");
   TCase *tc = tcase_create("sleep");
@@ -655,6 +691,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_sleep_hooks_and_peers_set_while_paused);
   tcase_add_test(tc, test_pool_sleep_destroy_while_paused_leaks_nothing);
   tcase_add_test(tc, test_pool_sleep_over_host_with_threads_after);
+  tcase_add_test(tc, test_pool_sleep_graph_pools_sleep_too);
   suite_add_tcase(s, tc);
   return s;
 }
