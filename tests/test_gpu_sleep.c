@@ -10,7 +10,8 @@
  * and writes them too, and both give them back. rmmc_pool_resume: the same
  * pointers, every block's pattern read back equal by a kernel on the
  * resume's stream, new allocations and kernels work. Discard: the same
- * memory back, nothing copied, the blocks writable again. Suite cuda:
+ * memory back, nothing copied, the blocks writable again. An IPC export
+ * of a block goes stale at the pause and exports again after. Suite cuda:
  * exits 77 without a GPU, runs without fork.
  */
 #include <spawn.h>
@@ -229,6 +230,33 @@ START_TEST(test_gpu_sleep_refusals) {
 }
 END_TEST
 
+START_TEST(test_gpu_sleep_revokes_ipc_exports) {
+  /* An export of a block of a pool over cuda(ipc=true) goes stale at the
+   * pause (its pages are gone from this process); after resume the block
+   * exports again. */
+  rmmc_resource_t *r = NULL;
+  ck_assert_int_eq(rmmc_stack_create("pool > cuda(ipc=true)", -1, &r), RMMC_SUCCESS);
+  void *p = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 40 * MiB, 256, NULL, &p), RMMC_SUCCESS);
+  rmmc_ipc_handle_t h;
+  int fds[RMMC_IPC_MAX_FDS];
+  size_t n = 0;
+  rmmc_status_t st = rmmc_ipc_export(r, p, &h, fds, RMMC_IPC_MAX_FDS, &n);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_ipc_check(&h), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_pause(r, RMMC_POOL_PAUSE_BACKUP, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_ipc_check(&h), RMMC_ERROR_STALE);
+  ck_assert_int_eq(rmmc_pool_resume(r, NULL), RMMC_SUCCESS);
+  for (size_t i = 0; i < n; i++) close(fds[i]);
+  st = rmmc_ipc_export(r, p, &h, fds, RMMC_IPC_MAX_FDS, &n);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_ipc_check(&h), RMMC_SUCCESS);
+  for (size_t i = 0; i < n; i++) close(fds[i]);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 40 * MiB, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("gpu_sleep");
   TCase *tc = tcase_create("sleep");
@@ -236,6 +264,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_gpu_sleep_backup_gives_memory_back_and_restores);
   tcase_add_test(tc, test_gpu_sleep_discard_and_a_second_cycle);
   tcase_add_test(tc, test_gpu_sleep_refusals);
+  tcase_add_test(tc, test_gpu_sleep_revokes_ipc_exports);
   suite_add_tcase(s, tc);
   return s;
 }
