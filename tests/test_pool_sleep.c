@@ -11,13 +11,16 @@
  * frees accepted; figures and describe; release_cached while paused;
  * refusals halfway through a pause or a resume leave the pool awake or
  * paused, whole (rmmc_pool_resource_check), nothing leaked; graph pools'
- * blocks sleep too and routing works after; chunk pools and
+ * blocks sleep too and routing works after; threads freeing and allocating
+ * while pauses and resumes run; chunk pools and
  * upstreams without virtual memory refused with NOT_SUPPORTED; several
  * pools independent; through adaptors; bad input. Host suite.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "faulty.h"
 #include "pool_util.h"
@@ -50,7 +53,7 @@ typedef struct event {
 } event_t;
 
 typedef struct rec {
-  event_t ev[4096];
+  event_t ev[1 << 18];
   size_t n;
 } rec_t;
 
@@ -675,6 +678,77 @@ START_TEST(test_pool_sleep_graph_pools_sleep_too) {
 }
 END_TEST
 
+/* Threads that free (and try to allocate) while the main thread pauses
+ * and resumes; they never touch the memory, which may be unmapped. */
+typedef struct churn {
+  rmmc_resource_t *pool;
+  void *p[64];
+  size_t n[64];
+  int id, refused, served, bad;
+} churn_t;
+
+static void *churn_run(void *arg) {
+  churn_t *c = arg;
+  cudaStream_t s = STREAM(10 + c->id);
+  for (int i = 0; i < 64; i++) {
+    void *q = NULL;
+    size_t n = (size_t)(i % 7 + 1) * 5000 + (i % 3 == 0 ? 300 * KiB : 0);
+    rmmc_status_t st = rmmc_resource_allocate(c->pool, n, 256, s, &q);
+    if (st == RMMC_SUCCESS) {
+      c->served++;
+      if (rmmc_resource_deallocate(c->pool, q, n, 256, s) != RMMC_SUCCESS) c->bad++;
+    } else if (st == RMMC_ERROR_OUT_OF_MEMORY &&
+               strstr(rmmc_last_error_message(), "paused") != NULL) {
+      c->refused++;
+    } else {
+      c->bad++;
+    }
+    if (rmmc_resource_deallocate(c->pool, c->p[i], c->n[i], 256, s) != RMMC_SUCCESS) c->bad++;
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+START_TEST(test_pool_sleep_frees_race_with_pause_and_resume) {
+  fix_t f;
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.small_chunk = 256 * KiB;
+  o.small_max = 64 * KiB;
+  fix_open(&f, &o);
+  churn_t c[4];
+  pthread_t t[4];
+  for (int k = 0; k < 4; k++) {
+    c[k] = (churn_t){.pool = f.pool, .id = k};
+    for (int i = 0; i < 64; i++) {
+      c[k].n[i] = (size_t)(i * 37 % 50 + 1) * 3000 + (i % 5 == 0 ? 200 * KiB : 0);
+      c[k].p[i] = alloc_ok(f.pool, c[k].n[i], STREAM(10 + k));
+    }
+  }
+  for (int k = 0; k < 4; k++) ck_assert_int_eq(pthread_create(&t[k], NULL, churn_run, &c[k]), 0);
+  int cycles = 0;
+  for (; cycles < 40; cycles++) {
+    rmmc_pool_pause_mode_t m = cycles % 2 ? RMMC_POOL_PAUSE_DISCARD : RMMC_POOL_PAUSE_BACKUP;
+    ck_assert_int_eq(rmmc_pool_pause(f.pool, m, NULL), RMMC_SUCCESS);
+    CHECK_POOL(f.pool);
+    ck_assert_int_eq(rmmc_pool_resume(f.pool, NULL), RMMC_SUCCESS);
+    CHECK_POOL(f.pool);
+  }
+  for (int k = 0; k < 4; k++) ck_assert_int_eq(pthread_join(t[k], NULL), 0);
+  int refused = 0;
+  for (int k = 0; k < 4; k++) {
+    ck_assert_int_eq(c[k].bad, 0);
+    ck_assert_int_eq(c[k].served + c[k].refused, 64);
+    refused += c[k].refused;
+  }
+  ck_assert_uint_eq(field(f.pool, "in_use"), 0);
+  ck_assert_uint_eq(state(f.pool).pauses, (uint64_t)cycles);
+  CHECK_POOL(f.pool);
+  printf("race: %d of 256 allocations met a pause\n", refused); /* timing decides */
+  fix_close(&f);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("pool_sleep");
   TCase *tc = tcase_create("sleep");
@@ -692,6 +766,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_sleep_destroy_while_paused_leaks_nothing);
   tcase_add_test(tc, test_pool_sleep_over_host_with_threads_after);
   tcase_add_test(tc, test_pool_sleep_graph_pools_sleep_too);
+  tcase_add_test(tc, test_pool_sleep_frees_race_with_pause_and_resume);
   suite_add_tcase(s, tc);
   return s;
 }
