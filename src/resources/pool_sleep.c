@@ -205,6 +205,13 @@ static rmmc_status_t copy_ranges(pool_t *p, struct pool_sleep *s, bool to_host,
 
 static rmmc_status_t sleep_new(pool_t *p);
 
+/* Another process's import maps the old pages, which the driver keeps
+ * until it closes them, and never sees the new ones: every export of the
+ * pool's blocks is revoked, so importers see their handles stale. */
+static void revoke_exports(pool_t *p) {
+  if (rmmc__exports_live() > 0) rmmc__exports_forget_owner(&p->base.base);
+}
+
 static void gate(pool_t *p, int paused) {
   __atomic_store_n(&p->paused, paused, __ATOMIC_RELAXED);
   __atomic_add_fetch(&p->graphs_routing, paused ? 1 : -1, __ATOMIC_RELAXED);
@@ -300,13 +307,12 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
                          "with %s still held and its backup kept: rmmc_pool_resume retries)",
                          detail, rmmc__format_bytes(pool_held(p), b, sizeof b));
       s->pauses++;
+      revoke_exports(p);
     }
     goto unlock;
   }
   s->pauses++;
-  /* Another process's import maps the old pages, which the driver keeps
-   * until it closes them: its handle is revoked, so it sees it stale. */
-  if (rmmc__exports_live() > 0) rmmc__exports_forget_owner(&p->base.base);
+  revoke_exports(p);
 unlock:
   rmmc__pool_unlock_all(p);
   return st;
