@@ -18,7 +18,7 @@
  *   rmmc-sleep-costs [--json FILE] [--discard GiB] [GiB ...]
  *
  * Sizes that do not fit the device's free memory (less 2 GiB) or half the
- * host's memory are skipped with a line saying so. Exit 1 on any failure,
+ * host's memory (pinned) are skipped with a line saying so. Exit 1 on any failure,
  * with the call named; the data of the backed-up block is checked after
  * every resume.
  */
@@ -243,13 +243,14 @@ int main(int argc, char **argv) {
   FILE *jf = json != NULL ? fopen(json, "w") : NULL;
   if (json != NULL && jf == NULL) die(json, "cannot write");
   if (jf) fprintf(jf, "{\"device\": \"%s\", \"backup\": [", prop.name);
-  int worst_ok = 1;
+  int worst_ok = 1, written = 0;
   for (int k = 0; k < nsizes; k++) {
     size_t n = (size_t)(sizes[k] * (double)GiB);
     size_t fr = 0, tot = 0;
     CK(cudaMemGetInfo(&fr, &tot));
-    /* copy_time holds n on the device and n pinned, then the pool does */
-    if (n + 2 * GiB > fr || 2 * n > host / 2) {
+    /* copy_time holds n on the device and n pinned, then the pool does
+     * (one after the other) */
+    if (n + 2 * GiB > fr || n > host / 2) {
       printf("backup %6.1f GiB: skipped (device free %.1f GiB, host %.0f GiB)\n", sizes[k],
              (double)fr / GiB, (double)host / GiB);
       continue;
@@ -267,7 +268,7 @@ int main(int argc, char **argv) {
       fprintf(jf,
               "%s{\"gib\": %g, \"copy_s\": %.6f, \"sleep_s\": %.6f, \"pause_s\": %.6f, "
               "\"resume_s\": %.6f, \"first_s\": %.6f, \"ratio\": %.4f}",
-              k ? ", " : "", sizes[k], b.copy_s, b.steady_s, b.pause_s, b.resume_s, b.first_s,
+              written++ ? ", " : "", sizes[k], b.copy_s, b.steady_s, b.pause_s, b.resume_s, b.first_s,
               ratio);
   }
   size_t fr = 0, tot = 0;
