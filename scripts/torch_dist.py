@@ -169,7 +169,8 @@ def rank_main(args):
             times.append(time.perf_counter() - t0)
             losses.append(loss.item())
     except Exception as e:  # the capped rank: its error, then out at once
-        print("rank %d failed: %s: %s" % (rank, type(e).__name__, e), file=sys.stderr, flush=True)
+        print("rank %d failed: %s: %s" % (rank, type(e).__name__, " | ".join(str(e).splitlines())),
+              file=sys.stderr, flush=True)
         os._exit(1)
 
     mempool = None

@@ -207,10 +207,15 @@ static int load_nccl(void) {
 /* The value rank r holds at index i: small integers, exact in float sums. */
 static float value(int r, size_t i) { return (float)((r + 1) * 10 + (int)(i % 13)); }
 
+/* Rank `rank`'s values into its device's buffer. The copy runs on the
+ * legacy stream, which the collectives' non-blocking streams do not wait
+ * for: the device is synchronized before they start. */
 static void fill(float *dev_ptr, int rank, size_t count, size_t offset) {
   float *h = malloc(count * sizeof(float));
   for (size_t i = 0; i < count; i++) h[i] = value(rank, offset + i);
+  CUDA_OK(cudaSetDevice(rank));
   CUDA_OK(cudaMemcpy(dev_ptr, h, count * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize());
   free(h);
 }
 
@@ -373,6 +378,7 @@ static void bandwidth(size_t bytes, int iters, int rounds, double tolerance) {
     CUDA_OK(cudaMalloc((void **)&cr[d], bytes));
     fill(ps[d], d, bytes / sizeof(float) < 1024 ? bytes / sizeof(float) : 1024, 0);
     CUDA_OK(cudaMemset(cs[d], 0, bytes));
+    CUDA_OK(cudaDeviceSynchronize());
   }
   double tp[64], tc[64];
   if (rounds > 64) rounds = 64;
