@@ -32,9 +32,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def gpu_identity():
+    """The PCI bus id of the one GPU this worker sees ("0000:1B:00.0")."""
     import cupy
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    return "%s/%s" % (props.get("pciBusID"), props.get("pciDeviceID"))
+    return cupy.cuda.Device(0).pci_bus_id
 
 
 def torch_task(n):

@@ -164,9 +164,10 @@ def test_capped_worker_fails_its_task_with_rmmcs_message_and_the_cluster_serves(
                       per_worker={"1": "limiting(limit=1MiB) > pool > host"})
     by_name = _addresses(client)
     big = client.submit(_allocate_through_rmmc, 4 * MiB, workers=[by_name["1"]], pure=False)
-    with pytest.raises(MemoryError) as e:
+    with pytest.raises(rmmc.OutOfMemoryError) as e:
         big.result(timeout=60)
-    assert "out of memory" in str(e.value) and "limit 1.00 MiB" in str(e.value)
+    assert e.value.status == -2 and isinstance(e.value, MemoryError)
+    assert "out of memory" in e.value.message and "limit 1.00 MiB" in e.value.message
     # The same request on the other worker, and a small one on the capped
     # worker, still succeed: the cluster keeps serving.
     assert client.submit(_allocate_through_rmmc, 4 * MiB, workers=[by_name["0"]],
