@@ -21,6 +21,7 @@ stack by rmmc.dask's plugin with CuPy and PyTorch routed through it.
 Prints a PASS/FAIL line per check and writes JSON (--json). Exit status 0
 when every check passed.
     python3 scripts/dask_gpu.py [--workers N] [--spec SPEC] [--json out.json]
+    python3 scripts/dask_gpu.py --host 2     # the same checks on host stacks, no GPU
 """
 import argparse
 import json
@@ -46,10 +47,41 @@ def torch_task(n):
     return total, rmmc.torch.stats(0)["allocations"] - before
 
 
-def cupy_task(nbytes):
+def cupy_task(nbytes, host=False):
+    """Sums nbytes / 8 ones made on the GPU (CuPy through rmmc), or, with
+    host=True, in memory from the worker's rmmc stack."""
+    if host:
+        import ctypes
+        import numpy as np
+        import rmmc
+        r = rmmc.get_default(0)
+        p = r.allocate(nbytes)
+        try:
+            a = np.frombuffer((ctypes.c_char * nbytes).from_address(p), dtype=np.int64)
+            a[:] = 1
+            return int(a.sum())
+        finally:
+            r.deallocate(p, nbytes)
     import cupy
     a = cupy.ones(nbytes // 8, dtype=cupy.int64)
     return int(a.sum().get())
+
+
+def through_host_stack(block):
+    """--host: a block copied into memory from the worker's rmmc stack and
+    back (the data go through rmmc as CuPy's blocks do on the GPU)."""
+    import ctypes
+    import numpy as np
+    import rmmc
+    r = rmmc.get_default(0)
+    p = r.allocate(block.nbytes)
+    try:
+        ctypes.memmove(p, block.ctypes.data, block.nbytes)
+        out = np.empty_like(block)
+        ctypes.memmove(out.ctypes.data, p, block.nbytes)
+    finally:
+        r.deallocate(p, block.nbytes)
+    return out
 
 
 def main():
@@ -57,9 +89,15 @@ def main():
     ap.add_argument("--workers", type=int, default=None, help="default: every visible GPU")
     ap.add_argument("--spec", default="statistics > pool > cuda")
     ap.add_argument("--cap", default="64MiB", help="the capped worker's limit")
-    ap.add_argument("--rows", type=int, default=16000)
+    ap.add_argument("--rows", type=int, default=8000)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--host", type=int, default=0, metavar="N",
+                    help="N host workers on host stacks, NumPy blocks: the script's own check "
+                         "without a GPU (the spec's base becomes host)")
     args = ap.parse_args()
+    host = args.host > 0
+    if host:
+        args.spec = args.spec.rsplit(">", 1)[0] + "> host" if ">" in args.spec else "host"
     try:
         import rmmc.dask
     except ImportError:
@@ -77,7 +115,8 @@ def main():
               flush=True)
 
     t0 = time.time()
-    cluster = rmmc.dask.gpu_cluster(args.workers)
+    cluster = rmmc.dask.gpu_cluster(devices=list(range(args.host))) if host else \
+        rmmc.dask.gpu_cluster(args.workers)
     client = Client(cluster)
     n = len(cluster.workers)
     client.wait_for_workers(n, timeout=180)
@@ -85,14 +124,21 @@ def main():
     print("%d workers up in %.1f s" % (n, time.time() - t0), flush=True)
     result = {"workers": n, "spec": args.spec, "checks": checks}
     try:
-        rmmc.dask.install(client, args.spec, cupy=True, torch=True)
-        ids = client.run(gpu_identity)
-        check("a worker per GPU", len(set(ids.values())) == n, "%s" % sorted(ids.values()))
+        rmmc.dask.install(client, args.spec, cupy=not host, torch=not host)
+        visible = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
+        ids = visible if host else client.run(gpu_identity)
+        check("a worker per GPU", len(set(ids.values())) == n and len(set(visible.values())) == n,
+              "%s" % sorted(ids.values()))
 
-        import cupy
         rng = np.random.default_rng(27)
         x = rng.integers(0, 1000, size=(args.rows, 1000)).astype(np.int64)
-        dx = da.from_array(x, chunks=(args.rows // 16, 1000)).map_blocks(cupy.asarray)
+        if host:
+            to_device, meta = through_host_stack, np.empty((0, 0), dtype=np.int64)
+        else:
+            import cupy
+            to_device, meta = cupy.asarray, cupy.empty((0, 0), dtype=cupy.int64)
+        dx = da.from_array(x, chunks=(args.rows // 16, 1000)).map_blocks(
+            to_device, dtype=np.int64, meta=meta)
         y = dx * 3 + 1
         expr = (y.T @ y).sum(axis=0) + y.max(axis=1).sum() - (y % 7).sum()
         t1 = time.time()
@@ -101,20 +147,22 @@ def main():
         elapsed = time.time() - t1
         yx = x * 3 + 1
         want = (yx.T @ yx).sum(axis=0) + yx.max(axis=1).sum() - (yx % 7).sum()
-        check("CuPy dask.array pipeline equals NumPy", np.array_equal(got, want),
-              "%d values, %.2f s on %d GPUs" % (want.size, elapsed, n))
+        check("dask.array pipeline (%s blocks) equals NumPy" % ("host" if host else "CuPy"),
+              np.array_equal(got, want),
+              "%d values, %.2f s on %d %s" % (want.size, elapsed, n, "workers" if host else "GPUs"))
         figs = rmmc.dask.collect_figures(client)
         used = {f["worker"]: f["peak_live"] for f in figs.values()}
         check("every worker computed through its own stack", all(v and v > 0 for v in used.values()),
               "peak live per worker: %s" % used)
 
-        tasks = {name: client.submit(torch_task, 1 << 20, workers=[addr], pure=False)
-                 for name, addr in by_name.items()}
-        tres = {name: t.result(timeout=300) for name, t in tasks.items()}
-        want_sum = (1 << 20) * ((1 << 20) - 1) // 2
-        check("PyTorch on every worker allocates through rmmc",
-              all(s == want_sum and a > 0 for s, a in tres.values()),
-              "plug-in allocations per worker: %s" % {k: v[1] for k, v in tres.items()})
+        if not host:
+            tasks = {name: client.submit(torch_task, 1 << 20, workers=[addr], pure=False)
+                     for name, addr in by_name.items()}
+            tres = {name: t.result(timeout=300) for name, t in tasks.items()}
+            want_sum = (1 << 20) * ((1 << 20) - 1) // 2
+            check("PyTorch on every worker allocates through rmmc",
+                  all(s == want_sum and a > 0 for s, a in tres.values()),
+                  "plug-in allocations per worker: %s" % {k: v[1] for k, v in tres.items()})
 
         table = rmmc.dask.figures_table(client)
         print(table, flush=True)
@@ -123,10 +171,10 @@ def main():
             for f in rmmc.dask.collect_figures(client).values()}
 
         capped = sorted(by_name)[-1]
-        rmmc.dask.install(client, args.spec, cupy=True, torch=False,
+        rmmc.dask.install(client, args.spec, cupy=not host, torch=False,
                           per_worker={capped: "limiting(limit=%s) > %s" % (args.cap, args.spec)})
         need = 4 * rmmc.parse_size(args.cap)
-        futs = {name: client.submit(cupy_task, need, workers=[addr], pure=False)
+        futs = {name: client.submit(cupy_task, need, host, workers=[addr], pure=False)
                 for name, addr in by_name.items()}
         errors, sums = {}, {}
         for name, fut in futs.items():
@@ -141,7 +189,7 @@ def main():
         others = [name for name in by_name if name != capped]
         check("the other workers finish the same task",
               all(sums.get(name) == need // 8 for name in others), "%s" % sums)
-        small = client.submit(cupy_task, 1 << 20, workers=[by_name[capped]], pure=False)
+        small = client.submit(cupy_task, 1 << 20, host, workers=[by_name[capped]], pure=False)
         check("the capped worker still serves", small.result(timeout=120) == (1 << 17))
         result["capped_error"] = msg
     except Exception as e:

@@ -316,7 +316,7 @@ def compare_main(paths):
             print("compare: %s: %s" % (p, e), file=sys.stderr)
     rows = compare(runs)
     for check, ok, detail in rows:
-        print("%-6s %s: %s" % ({True: "PASS", False: "FAIL", None: "SKIP"}[ok], check, detail))
+        print("%-6s %s | %s" % ({True: "PASS", False: "FAIL", None: "SKIP"}[ok], check, detail))
     return 0 if rows and all(ok is not False for _, ok, _ in rows) and runs else 1
 
 
