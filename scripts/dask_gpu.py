@@ -151,6 +151,10 @@ def main():
               np.array_equal(got, want),
               "%d values, %.2f s on %d %s" % (want.size, elapsed, n, "workers" if host else "GPUs"))
         figs = rmmc.dask.collect_figures(client)
+        if not host:
+            routes = {f["worker"]: f["routed"] for f in figs.values()}
+            check("CuPy and PyTorch routed through rmmc on every worker",
+                  all(v == "cupy,torch" for v in routes.values()), "%s" % routes)
         used = {f["worker"]: f["peak_live"] for f in figs.values()}
         check("every worker computed through its own stack", all(v and v > 0 for v in used.values()),
               "peak live per worker: %s" % used)
@@ -171,7 +175,7 @@ def main():
             for f in rmmc.dask.collect_figures(client).values()}
 
         capped = sorted(by_name)[-1]
-        rmmc.dask.install(client, args.spec, cupy=not host, torch=False,
+        rmmc.dask.install(client, args.spec, cupy=not host, torch=not host,
                           per_worker={capped: "limiting(limit=%s) > %s" % (args.cap, args.spec)})
         need = 4 * rmmc.parse_size(args.cap)
         futs = {name: client.submit(cupy_task, need, host, workers=[addr], pure=False)

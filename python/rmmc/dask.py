@@ -41,6 +41,9 @@ PLUGIN_NAME = "rmmc"
 
 # The stack each worker process installed: worker_figures() reads it.
 _WORKER = {}
+# Frameworks this process routed through rmmc (PyTorch's allocator cannot
+# be installed twice).
+_ROUTED = set()
 
 
 def _size(value, what):
@@ -179,12 +182,18 @@ class RmmcPlugin(_WorkerPlugin):
                 except ImportError:
                     if self.cupy is True:
                         raise
-            if self.torch:
+            if self.torch and "torch" in _ROUTED:
+                # Routed by an earlier plugin in this worker: PyTorch's
+                # allocator is rmmc's already and cannot be swapped again;
+                # it allocates from the registry, which now holds `stack`.
+                routed.append("torch")
+            elif self.torch:
                 if self.torch is True or not _torch_started():
                     try:
                         from . import torch as rtorch
                         rtorch.use()
                         routed.append("torch")
+                        _ROUTED.add("torch")
                     except ImportError:
                         if self.torch is True:
                             raise
