@@ -156,8 +156,14 @@ START_TEST(test_gpu_sleep_backup_gives_memory_back_and_restores) {
   CUDA_OK(cudaStreamSynchronize(s2));
   t1 = now_s();
   ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
-  printf("sleep: resume %.3f s\n", t1 - t0);
-  ck_assert_uint_eq(field(r, "reserved"), reserved);
+  printf("sleep: resume %.3f s, %.2f GiB mapped again\n", t1 - t0,
+         (double)field(r, "reserved") / GiB);
+  /* The refused allocation above ran the out-of-memory rule, whose
+   * release_cached drops the free mappings of a paused pool (resume then
+   * maps less): what comes back is at most what went and covers the
+   * backup. */
+  ck_assert_uint_le(field(r, "reserved"), reserved);
+  ck_assert_uint_ge(field(r, "reserved"), ss.backed_up);
   ck_assert_uint_eq(check(&b, 1000u, s2), 0);
   for (int i = 0; i < NBLOCKS; i++) {
     rmmc_allocation_t a = RMMC_ALLOCATION_INIT;
