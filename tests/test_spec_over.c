@@ -147,6 +147,33 @@ START_TEST(test_spec_over_help_of_one_resource) {
 }
 END_TEST
 
+/* Every option of every resource says its default (or that it has none):
+ * rmmc.stack_help(name) is where a Python user reads them. */
+START_TEST(test_spec_over_every_option_states_its_default) {
+  size_t n = rmmc_stack_help(NULL, 0);
+  char *all = malloc(n + 1);
+  rmmc_stack_help(all, n + 1);
+  int resources = 0, options = 0;
+  for (char *line = strtok(all, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+    char name[64];
+    if (sscanf(line, " %63s", name) != 1) continue;
+    char text[8192];
+    ck_assert_int_eq(rmmc_stack_help_resource(name, text, sizeof text, NULL), RMMC_SUCCESS);
+    resources++;
+    char *save = NULL;
+    strtok_r(text, "\n", &save); /* the resource's own line */
+    for (char *o = strtok_r(NULL, "\n", &save); o != NULL; o = strtok_r(NULL, "\n", &save)) {
+      if (strcmp(o, "  (no options)") == 0) continue;
+      options++;
+      ck_assert_msg(strstr(o, "default") != NULL, "%s: no default in '%s'", name, o);
+    }
+  }
+  free(all);
+  ck_assert_int_ge(resources, 18);
+  ck_assert_int_ge(options, 40);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("spec_over");
   TCase *tc = tcase_create("host");
@@ -155,6 +182,7 @@ int main(void) {
   tcase_add_test(tc, test_spec_over_a_failed_layer_keeps_nothing);
   tcase_add_test(tc, test_spec_over_null_arguments);
   tcase_add_test(tc, test_spec_over_help_of_one_resource);
+  tcase_add_test(tc, test_spec_over_every_option_states_its_default);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }
