@@ -72,9 +72,12 @@ def _capsule_destructor(capsule):
         _EXPORTS.pop(_api.PyCapsule_GetPointer(capsule, _CAPSULE_NAME), None)
 
 
-def _mr_handle(mr):
+def _mr_handle(mr, what):
+    """The resource to allocate from: mr's, or the current device's (with
+    the Python answer when there is no GPU and none was set)."""
     if mr is None:
-        return None
+        from . import _device, _device_resource
+        return _device_resource(_device(None), what).value
     from .mr import DeviceMemoryResource
     if not isinstance(mr, DeviceMemoryResource):
         raise TypeError("mr must be a memory resource object (rmmc.mr), not %s"
@@ -97,7 +100,7 @@ class DeviceBuffer:
 
     def __init__(self, ptr=None, size=0, stream=0, mr=None):
         self._b = Buffer(None, 0, 0, None, None, -1)
-        h = _mr_handle(mr)
+        h = _mr_handle(mr, "DeviceBuffer")
         self._mr = mr
         if ptr is None:
             check(clib().rmmc_buffer_create(ctypes.byref(self._b), _nbytes(size), stream or None,
@@ -210,8 +213,10 @@ class DeviceBuffer:
         if self.memory_kind == "host":
             raise AttributeError("host memory has no __cuda_array_interface__ (it has "
                                  "__array_interface__ and DLPack)")
+        # The copies wait for the buffer's stream; work on a stream of the
+        # caller's (allocate, resize) is for the consumer to wait on.
         return {"shape": (self.size,), "strides": None, "typestr": "|u1",
-                "data": (self.ptr, False), "version": 3, "stream": None}
+                "data": (self.ptr, False), "version": 3, "stream": self.stream or None}
 
     @property
     def __array_interface__(self):

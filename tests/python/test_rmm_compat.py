@@ -234,6 +234,9 @@ def test_no_gpu_answers_in_python_terms():
             pass
     assert 'rmmc.set_default("host", device=0)' in str(e.value)
     assert "rmmc_set_device_resource" not in str(e.value)
+    with pytest.raises(rmmc.NoDeviceError) as e:
+        rmmc.DeviceBuffer(size=16)
+    assert "rmmc.mr.set_current_device_resource" in str(e.value)
     with pytest.raises(rmmc.NoDeviceError):
         mr.available_device_memory()
 
