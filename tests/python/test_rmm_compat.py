@@ -450,3 +450,33 @@ def test_one_set_of_figure_names():
         r.deallocate(p, 1000)
     ps = rmmc.plugin_stats()
     assert ps["current_bytes"] == ps["bytes_in_use"] and "peak_bytes" in ps
+
+
+def test_device_buffer_into_torch_and_cupy_on_a_gpu():
+    """GPU machine (scripts/gpu-python): device memory through DLPack into
+    PyTorch and through __cuda_array_interface__ into CuPy, no copy."""
+    if rmmc.device_count() == 0:
+        pytest.skip("no GPU")
+    torch = pytest.importorskip("torch")
+    s = mr.StatisticsResourceAdaptor(mr.PoolMemoryResource(mr.CudaMemoryResource()))
+    mr.set_current_device_resource(s)
+    b = rmmc.DeviceBuffer.to_device(bytes(range(256)))
+    assert b.memory_kind == "device" and b.__dlpack_device__() == (2, b.device)
+    t = torch.from_dlpack(b)
+    assert t.is_cuda and t.dtype == torch.uint8 and t.data_ptr() == b.ptr
+    assert t.cpu().tolist() == list(range(256))
+    t += 1  # the consumer writes the buffer's memory
+    assert b.tobytes() == bytes((i + 1) % 256 for i in range(256))
+    del t
+    import gc
+    gc.collect()
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    if cupy is not None:
+        a = cupy.asarray(b)
+        assert a.data.ptr == b.ptr and int(a.sum()) == sum((i + 1) % 256 for i in range(256))
+        del a
+    b.close()
+    assert s.allocation_counts.current_bytes == 0
