@@ -31,8 +31,13 @@ class RmmcError(RuntimeError):
         self.status = status
         self.status_name = STATUS_NAMES.get(status, "UNKNOWN_STATUS")
         self.message = message
+        self.what = what
         text = "%s: %s" % (self.status_name, message)
         super().__init__("%s: %s" % (what, text) if what else text)
+
+    def __reduce__(self):
+        # Pickled whole (Dask and multiprocessing send a worker's error back).
+        return (type(self), (self.status, self.message, self.what))
 
 
 class OutOfMemoryError(RmmcError, MemoryError):
