@@ -16,6 +16,7 @@ alive. Sizes are ints (bytes) or spec sizes ("256MiB"). HostMemoryResource
 lets every layer run on a machine without a GPU.
 """
 import ctypes
+import os
 
 from . import InvalidArgumentError, Resource, _device, _device_resource, parse_size
 from ._capi import FAILURE_CB, TRACKED_CB, clib
@@ -298,7 +299,6 @@ class LoggingResourceAdaptor(DeviceMemoryResource):
     format: ``logging(path=)``."""
 
     def __init__(self, upstream, log_file_name=None):
-        import os
         if log_file_name is None:
             log_file_name = os.environ.get("RMM_LOG_FILE")
         if not log_file_name:

@@ -20,6 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from . import statistics as _scope_statistics
+from .mr import (StatisticsResourceAdaptor, get_current_device_resource,
+                 set_current_device_resource)
 from ._capi import clib
 from ._lib import Statistics as _Struct, check
 
@@ -75,7 +77,6 @@ def _pop(handle):
 
 def _current_statistics_handle():
     """The current device's resource if its outermost layer is statistics."""
-    from .mr import get_current_device_resource
     mr = get_current_device_resource()
     return mr.handle if clib().rmmc_resource_name(mr.handle).decode() == "statistics" else None
 
@@ -83,8 +84,6 @@ def _current_statistics_handle():
 def enable_statistics():
     """Wraps the current device's resource in a StatisticsResourceAdaptor,
     unless its outermost layer already is one."""
-    from .mr import (StatisticsResourceAdaptor, get_current_device_resource,
-                     set_current_device_resource)
     if _current_statistics_handle() is None:
         set_current_device_resource(StatisticsResourceAdaptor(get_current_device_resource()))
 
