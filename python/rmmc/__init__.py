@@ -96,6 +96,12 @@ def _describe(handle):
         else:
             out[key] = Bytes(f.value) if f.kind == FIELD_BYTES else int(f.value)
     lib().rmmc_resource_describe(handle, FIELD_CB(emit), None)
+    # One set of figure names across the Python API (RMM's, as statistics()
+    # and rmmc.stats use): in_use and peak stay as the library's own names.
+    if "in_use" in out:
+        out["current_bytes"] = out["in_use"]
+    if "peak" in out:
+        out["peak_bytes"] = out["peak"]
     return out
 
 
@@ -286,8 +292,13 @@ def parse_size(text):
     return out.value
 
 
-def stack_help():
-    """Every resource a spec may name, with its options, one per line."""
+def stack_help(resource=None):
+    """Every resource a spec may name, with its options, one per line; or,
+    for one `resource` ("pool"), each option with the unit of its value,
+    what it does and its default. ParseError for an unknown name."""
+    if resource is not None:
+        from ._capi import stack_help_resource
+        return stack_help_resource(resource)
     n = lib().rmmc_stack_help(None, 0)
     buf = ctypes.create_string_buffer(n + 1)
     lib().rmmc_stack_help(buf, n + 1)
@@ -361,12 +372,25 @@ def device_spec(config, device):
     return buf.value.decode()
 
 
+def _device_resource(dev, what):
+    """The registry's rmmc_resource_t * for device `dev` (borrowed), with
+    NoDeviceError saying what to call from Python when there is no GPU."""
+    handle = ctypes.c_void_p()
+    st = lib().rmmc_get_device_resource(dev, ctypes.byref(handle))
+    if st == -6:
+        raise NoDeviceError(st, "no CUDA device is available, so device %d has no default "
+                            "resource: set one first, e.g. rmmc.set_default(\"host\", device=%d) "
+                            "or rmmc.mr.set_current_device_resource(rmmc.mr.HostMemoryResource())"
+                            % (dev, dev), what)
+    check(st, what)
+    return handle
+
+
 def get_default(device=None):
     """The device's current resource (built from the default spec on first
     use) as a Resource holding its own reference."""
-    handle = ctypes.c_void_p()
     dev = _device(device)
-    check(lib().rmmc_get_device_resource(dev, ctypes.byref(handle)), "get_default(%d)" % dev)
+    handle = _device_resource(dev, "get_default(%d)" % dev)
     return Resource._adopt(handle.value, "<device %d>" % dev)
 
 
@@ -387,7 +411,9 @@ def plugin_stats(device=-1):
     s = PluginStats()
     s.size = ctypes.sizeof(PluginStats)
     check(lib().rmmc_plugin_get_stats(device, ctypes.byref(s)), "plugin_stats")
-    return {name: getattr(s, name) for name, _ in PluginStats._fields_ if name != "size"}
+    out = {name: getattr(s, name) for name, _ in PluginStats._fields_ if name != "size"}
+    out["current_bytes"] = out["bytes_in_use"]  # the Python API's name; bytes_in_use stays
+    return out
 
 
 def plugin_last_error():
@@ -446,8 +472,7 @@ def statistics(device=None):
     StatisticsScope. Raises RmmcError if the registry's resource was
     changed inside the block."""
     dev = _device(device)
-    current = ctypes.c_void_p()
-    check(lib().rmmc_get_device_resource(dev, ctypes.byref(current)), "statistics")
+    current = _device_resource(dev, "statistics")
     previous = None
     if lib().rmmc_resource_name(current).decode() == "statistics":
         stats = lib().rmmc_resource_retain(current.value)
@@ -482,3 +507,14 @@ def statistics(device=None):
             lib().rmmc_set_device_resource(dev, previous, None)
             lib().rmmc_resource_release(previous)
         lib().rmmc_resource_release(stats)
+
+
+# The RMM-style layer (issue 30): rmmc.mr, rmmc.stats, DeviceBuffer and
+# RMM's top-level calls. Imported here, after everything they use.
+from . import mr, stats  # noqa: E402
+from .buffer import DeviceBuffer, to_device  # noqa: E402
+from .rmm_compat import (is_initialized, register_reinitialize_hook,  # noqa: E402
+                         reinitialize, reinitialize_spec, unregister_reinitialize_hook)
+
+__all__ += ["mr", "stats", "DeviceBuffer", "to_device", "reinitialize", "reinitialize_spec",
+            "is_initialized", "register_reinitialize_hook", "unregister_reinitialize_hook"]

@@ -8,6 +8,8 @@ import ctypes
 import os
 import threading
 
+from ._runtime import load as _load
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 # rmmc_status_t (include/rmmc/status.h): values are stable.
@@ -237,7 +239,7 @@ def lib():
     with _lock:
         if _loaded is None:
             path = library_path()
-            handle = ctypes.CDLL(path)
+            handle = _load(path)
             for name, (res, args) in _SIGNATURES.items():
                 fn = getattr(handle, name)
                 fn.restype = res
