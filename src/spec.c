@@ -31,6 +31,7 @@ typedef struct layer {
 typedef struct parser {
   const char *spec;
   size_t pos;
+  bool over; /* rmmc_stack_create_over: layers above an existing resource, no base */
   int nlayers;
   layer_t layers[MAX_LAYERS];
   /* The values' texts, each NUL-terminated: together no longer than the
@@ -280,10 +281,15 @@ static rmmc_status_t parse(parser_t *p) {
       if (near != NULL)
         return parse_error(p, col, len, "unknown resource '%.*s'; did you mean '%s'?", (int)len,
                            p->spec + col, near);
-      return parse_error(p, col, len, "unknown resource '%.*s' (rmmc-bench --list names them all)",
+      return parse_error(p, col, len, "unknown resource '%.*s' (rmmc-bench --list or Python's rmmc.stack_help() names them all)",
                          (int)len, p->spec + col);
     }
     if (p->nlayers == MAX_LAYERS) return parse_error(p, col, len, "too many layers");
+    if (p->over && !e->needs_upstream)
+      return parse_error(p, col, len,
+                         "%s is a base resource: layers built over an existing resource are "
+                         "adaptors and sub-allocators only",
+                         e->name);
     layer_t *l = &p->layers[p->nlayers++];
     memset(l, 0, sizeof *l);
     l->entry = e;
@@ -303,7 +309,7 @@ static rmmc_status_t parse(parser_t *p) {
     p->pos++;
   }
   layer_t *last = &p->layers[p->nlayers - 1];
-  if (last->entry->needs_upstream)
+  if (last->entry->needs_upstream && !p->over)
     return parse_error(p, last->column, strlen(last->entry->name),
                        "%s needs an upstream: end the spec with a base resource such as "
                        "'> cuda' or '> host'",
@@ -311,9 +317,10 @@ static rmmc_status_t parse(parser_t *p) {
   return RMMC_SUCCESS;
 }
 
-static rmmc_status_t parse_spec(parser_t *p, const char *spec) {
+static rmmc_status_t parse_spec(parser_t *p, const char *spec, bool over) {
   memset(p, 0, sizeof *p);
   p->spec = spec;
+  p->over = over;
   if (strlen(spec) > RMMC__SPEC_MAX_LENGTH)
     return rmmc_set_error(RMMC_ERROR_PARSE, "stack spec: longer than %d characters",
                           RMMC__SPEC_MAX_LENGTH);
@@ -324,7 +331,7 @@ RMMC_API rmmc_status_t rmmc_stack_validate(const char *spec) {
   if (spec == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "stack spec is NULL");
   parser_t *p = malloc(sizeof *p);
   if (p == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "stack spec: no host memory");
-  rmmc_status_t st = parse_spec(p, spec);
+  rmmc_status_t st = parse_spec(p, spec, false);
   free(p);
   return st;
 }
@@ -341,7 +348,7 @@ RMMC_API rmmc_status_t rmmc__stack_create_hooked(const char *spec, int device,
   if (spec == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "stack spec is NULL");
   parser_t *p = malloc(sizeof *p);
   if (p == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "stack spec: no host memory");
-  rmmc_status_t st = parse_spec(p, spec);
+  rmmc_status_t st = parse_spec(p, spec, false);
   if (st == RMMC_SUCCESS && device == -1 && rmmc__cuda_available())
     st = rmmc_get_current_device(&device);
   rmmc_resource_t *upstream = NULL;
@@ -368,6 +375,90 @@ RMMC_API rmmc_status_t rmmc__stack_create_hooked(const char *spec, int device,
   free(p);
   if (st == RMMC_SUCCESS) *out = upstream;
   return st;
+}
+
+/* Parses `spec` in over-mode and builds its layers innermost first on
+ * `upstream`, which the innermost layer retains. */
+RMMC_API rmmc_status_t rmmc_stack_create_over(const char *spec, rmmc_resource_t *upstream,
+                                              rmmc_resource_t **out) {
+  if (out == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "stack_create_over: out is NULL");
+  *out = NULL;
+  if (spec == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "stack spec is NULL");
+  if (upstream == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "stack_create_over: upstream is NULL");
+  parser_t *p = malloc(sizeof *p);
+  if (p == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "stack spec: no host memory");
+  rmmc_status_t st = parse_spec(p, spec, true);
+  int device = rmmc_resource_device(upstream);
+  rmmc_resource_t *below = rmmc_resource_retain(upstream);
+  for (int i = p->nlayers - 1; st == RMMC_SUCCESS && i >= 0; i--) {
+    rmmc_resource_t *r = NULL;
+    st = p->layers[i].entry->build(&p->layers[i].args, below, device, &r);
+    if (st != RMMC_SUCCESS)
+      rmmc__append_error(" (building layer %d, '%s', of \"%s\" over %s)", i + 1,
+                         p->layers[i].entry->name, spec, rmmc_resource_name(upstream));
+    rmmc_resource_release(below); /* the new layer holds its own reference */
+    below = st == RMMC_SUCCESS ? r : NULL;
+  }
+  free(p);
+  if (st == RMMC_SUCCESS) *out = below;
+  else rmmc_resource_release(below);
+  return st;
+}
+
+/* One option of a help listing: what its value is, in words. */
+static const char *type_unit(rmmc__opt_type_t t) {
+  switch (t) {
+  case RMMC__OPT_BYTES: return "size (bytes; KiB, MiB, GiB, TiB)";
+  case RMMC__OPT_BYTES_PCT: return "size (bytes; KiB..TiB) or % of free memory";
+  case RMMC__OPT_INT: return "integer";
+  case RMMC__OPT_DOUBLE: return "number";
+  case RMMC__OPT_BOOL: return "true/false";
+  case RMMC__OPT_STRING: return "text";
+  }
+  return "value";
+}
+
+/* Appends line (m characters) to buf as far as it fits, keeping it
+ * terminated; *n counts what the whole text needs. */
+static void append_line(char *buf, size_t len, size_t *n, const char *line, int w, size_t cap) {
+  size_t m = w < 0 ? 0 : (size_t)w < cap ? (size_t)w : cap - 1;
+  if (buf != NULL && *n + 1 < len) {
+    size_t fit = len - 1 - *n < m ? len - 1 - *n : m;
+    memcpy(buf + *n, line, fit);
+    buf[*n + fit] = '\0';
+  }
+  *n += m;
+}
+
+RMMC_API rmmc_status_t rmmc_stack_help_resource(const char *name, char *buf, size_t len,
+                                                size_t *needed) {
+  if (name == NULL || (buf == NULL && len > 0))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "stack_help_resource: NULL argument");
+  const rmmc__spec_entry_t *e = find_entry(name, strlen(name));
+  if (e == NULL) {
+    const char *near = rmmc__suggest_resource(name, strlen(name));
+    if (near != NULL)
+      return rmmc_set_error(RMMC_ERROR_PARSE, "unknown resource '%s'; did you mean '%s'?", name,
+                            near);
+    return rmmc_set_error(RMMC_ERROR_PARSE,
+                          "unknown resource '%s' (rmmc_stack_help() lists them all)", name);
+  }
+  size_t n = 0;
+  char line[1024];
+  if (buf != NULL && len > 0) buf[0] = '\0';
+  int w = snprintf(line, sizeof line, "%s: %s (%s)\n", e->name, e->help,
+                   e->needs_upstream ? "wraps an upstream" : "a base resource");
+  append_line(buf, len, &n, line, w, sizeof line);
+  const rmmc__spec_option_t *o = e->options;
+  for (; o != NULL && o->name != NULL; o++) {
+    w = snprintf(line, sizeof line, "  %-20s %-44s %s\n", o->name, type_unit(o->type), o->help);
+    append_line(buf, len, &n, line, w, sizeof line);
+  }
+  if (o == e->options) append_line(buf, len, &n, "  (no options)\n", 15, sizeof line);
+  if (needed != NULL) *needed = n;
+  return RMMC_SUCCESS;
 }
 
 RMMC_API size_t rmmc_stack_help(char *buf, size_t len) {

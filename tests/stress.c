@@ -1015,7 +1015,8 @@ static bool write_json(const char *path, const options_t *o, const run_info_t *i
                        const result_t *res, int n) {
   FILE *f = fopen(path, "w");
   if (f == NULL) return false;
-  fprintf(f, "{\n \"program\": \"rmmc-stress\",\n \"mode\": \"%s\",\n \"device\": ", info->mode);
+  fprintf(f, "{\n \"schema_version\": %d,\n \"program\": \"rmmc-stress\",\n \"mode\": \"%s\",\n"
+          " \"device\": ", CLI_JSON_SCHEMA_VERSION, info->mode);
   cli_json_string(f, info->device);
   fprintf(f,
           ",\n \"threads\": %d,\n \"streams_per_thread\": %d,\n \"ops_per_stack\": %llu,\n"

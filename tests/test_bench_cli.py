@@ -55,6 +55,7 @@ with tempfile.TemporaryDirectory() as tmp:
         for key, kind in FIELDS.items():
             check(isinstance(rec.get(key), kind), f"record field {key} is {kind.__name__}: {rec}")
         check(rec["status"] == "ok", f"status ok: {rec}")
+        check(rec["schema_version"] == 1, f"schema_version 1: {rec}")
         check(rec["ns_per_call"] > 0, "ns_per_call > 0")
         check(rec["min"] <= rec["ns_per_call"] <= rec["max"], "min <= ns_per_call <= max")
         check(rec["runs"] == 2 and len(rec["ns_runs"]) == 2, "2 runs")

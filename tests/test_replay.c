@@ -739,8 +739,11 @@ START_TEST(test_replay_json_and_svg_reports) {
   ck_assert_int_eq(replay_run(log, "nope <&>", &o, &res[2]), RMMC_ERROR_PARSE);
 
   char *json = capture(replay_write_json, log, res, 3);
-  ck_assert_msg(strstr(json, "{\"stack\": \"host\", \"log\": \"t.csv\", \"upstream\": \"host\", "
-                             "\"upstream_kind\": \"host\", \"simulated\": false") != NULL, "%s", json);
+  ck_assert_msg(strstr(json, "{\"schema_version\": 1, \"stack\": \"host\", \"log\": \"t.csv\", "
+                             "\"upstream\": \"host\", \"upstream_kind\": \"host\", "
+                             "\"simulated\": false") != NULL,
+                "%s", json);
+  ck_assert_int_eq(count(json, "{\"schema_version\": 1, \"stack\": "), 3);
   ck_assert_int_eq(count(json, "\"peak_live_bytes\": 4000,"), 2);
   ck_assert_ptr_nonnull(strstr(json, "\"peak_reserved_bytes\": 4000, \"end_reserved_bytes\": 700, \"ratio\": 1.000000"));
   ck_assert_ptr_nonnull(strstr(json, "\"peak_reserved_bytes\": 1000, \"end_reserved_bytes\": 700, \"ratio\": 0.250000"));
@@ -751,7 +754,7 @@ START_TEST(test_replay_json_and_svg_reports) {
   ck_assert_int_eq(count(json, "\"ns_per_call\": "), 2);
   ck_assert_int_eq(count(json, "\"skipped\": {\"malformed\": 0, \"missing_columns\": 0, \"bad_size\": 0, "
                                "\"unknown_pointer\": 0, \"duplicate_pointer\": 0, \"size_mismatch\": 0}"), 2);
-  ck_assert_ptr_nonnull(strstr(json, "{\"stack\": \"nope <&>\", \"log\": \"t.csv\", \"error\": \"stack spec: unknown resource 'nope'"));
+  ck_assert_ptr_nonnull(strstr(json, "\"stack\": \"nope <&>\", \"log\": \"t.csv\", \"error\": \"stack spec: unknown resource 'nope'"));
   ck_assert_ptr_nonnull(strstr(json, "\\n")); /* the caret line, escaped */
   ck_assert_int_eq(json[0], '[');
   free(json);

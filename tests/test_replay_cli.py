@@ -78,6 +78,7 @@ with tempfile.TemporaryDirectory() as tmp:
     recs = records(j)
     check([r["stack"] for r in recs] == ["host", "sim"], str(recs))
     for r in recs:
+        check(r["schema_version"] == 1, "schema_version 1: %s" % r)
         for k, t in FIELDS.items():
             check(k in r and isinstance(r[k], t), "field %s in %s" % (k, r))
         check(sorted(r["skipped"]) == sorted(ISSUES) and not any(r["skipped"].values()), str(r))
@@ -272,6 +273,18 @@ with tempfile.TemporaryDirectory() as tmp:
               "cuda without a GPU: %d %s" % (rc, recs))
     rc, out, err = run(small, "--stack", "host", "--json", os.path.join(tmp, "no", "dir.json"))
     check(rc == 2 and "cannot write" in err, "unwritable JSON: %d %s" % (rc, err))
+
+    # Progress on stderr: asked for, a line at the end of the read and one
+    # per stack; by default (stderr is no terminal here) and with -q, none.
+    rc, out, err = run(small, "--stack", "host", "--stack", "sim", "--progress")
+    check(rc == 0 and "rmmc-replay: reading %s: 0.0 MiB, 6 events, done\n" % small in err
+          and "rmmc-replay: replaying [1/2] host: 6 events, 1 time(s)\n" in err
+          and "rmmc-replay: replaying [2/2] sim: 6 events" in err, "--progress: " + err)
+    check("replaying" not in out, "progress goes to stderr: " + out)
+    for args in ((), ("--progress", "-q"), ("--no-progress",)):
+        rc, out, err = run(small, "--stack", "host", *args)
+        check(rc == 0 and "rmmc-replay: read" not in err and "replaying" not in err,
+              "no progress with %s: %s" % (args, err))
 
 print("%d failure(s)" % len(failures))
 sys.exit(1 if failures else 0)

@@ -27,7 +27,8 @@ START_TEST(test_spec_hints_did_you_mean_a_resource) {
   expect_in(parse_message("Binning > pool > host"), "did you mean 'binning'?");
   expect_in(parse_message("cuda_asnyc"), "did you mean 'cuda_async'?");
   const char *far = parse_message("frobnicator > host");
-  expect_in(far, "unknown resource 'frobnicator' (rmmc-bench --list names them all)");
+  expect_in(far, "unknown resource 'frobnicator' (rmmc-bench --list or Python's "
+                 "rmmc.stack_help() names them all)");
   ck_assert_ptr_null(strstr(far, "did you mean"));
   /* The caret still points at the word. */
   expect_in(parse_message("pool > hots"), "\n  pool > hots\n         ^^^^");

@@ -45,6 +45,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(rc == 0, f"clean run exits 0 (rc {rc}, stderr {err!r})")
     doc = json.load(open(path))
     check(doc["mode"] == MODE, f"mode {MODE}: {doc['mode']}")
+    check(doc["schema_version"] == 1, f"schema_version 1: {doc.get('schema_version')}")
     check(doc["passed"] is True, "passed is true")
     check(doc["threads"] == 4 and doc["streams_per_thread"] == 2, "4 threads x 2 streams")
     want_stacks = 7 if MODE == "gpu" else 6

@@ -111,6 +111,12 @@ static inline bool cli_parse_bytes(const char *flag, const char *text, bool allo
   return true;
 }
 
+/* The version of the JSON the tools write (--json): every record of
+ * rmmc-bench and rmmc-replay, and rmmc-stress's object, carry it as
+ * "schema_version". Raised when a field changes meaning or goes away;
+ * adding a field keeps it. */
+#define CLI_JSON_SCHEMA_VERSION 1
+
 /* s as a JSON string, quotes and escapes included. */
 static inline void cli_json_string(FILE *f, const char *s) {
   fputc('"', f);

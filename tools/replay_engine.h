@@ -130,9 +130,11 @@ typedef struct replay_read_options {
   replay_input_t input;
   FILE *warnings;        /* lenient mode names skipped lines here (NULL: no) */
   unsigned max_warnings; /* at most this many (then a count) */
+  FILE *progress;        /* about once a second while reading, a line on how far (NULL: no) */
 } replay_read_options_t;
 
-#define REPLAY_READ_OPTIONS_INIT {sizeof(replay_read_options_t), false, REPLAY_INPUT_AUTO, NULL, 10}
+#define REPLAY_READ_OPTIONS_INIT \
+  {sizeof(replay_read_options_t), false, REPLAY_INPUT_AUTO, NULL, 10, NULL}
 
 /* True if the engine was built with zlib. */
 bool replay_have_zlib(void);

@@ -80,7 +80,7 @@ rmmc_status_t replay_write_json(FILE *f, const replay_log_t *log, const replay_r
   fputs("[\n", f);
   for (size_t i = 0; i < n; i++) {
     const replay_result_t *r = &results[i];
-    fputs("  {\"stack\": ", f);
+    fprintf(f, "  {\"schema_version\": %d, \"stack\": ", CLI_JSON_SCHEMA_VERSION);
     cli_json_string(f, r->stack);
     fputs(", \"log\": ", f);
     cli_json_string(f, log->name);

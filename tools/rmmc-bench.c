@@ -500,7 +500,7 @@ static void json_row(FILE *f, const options_t *o, const run_info_t *info, const 
   const bench_stack_t *s = &o->stacks[r->stack];
   const case_entry_t *c = &o->cases[r->kase];
   const bench_result_t *res = &r->res;
-  fputs("  {\"stack\": ", f);
+  fprintf(f, "  {\"schema_version\": %d, \"stack\": ", CLI_JSON_SCHEMA_VERSION);
   cli_json_string(f, s->spec);
   fprintf(f, ", \"baseline\": %s, \"memory\": \"%s\", \"pattern\": \"%s\", \"label\": ",
           s->baseline ? "true" : "false", r->memory,

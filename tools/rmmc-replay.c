@@ -60,7 +60,10 @@ static void usage(FILE *f) {
       "                   the median time per call (memory figures: the first replay;\n"
       "                   default 1)\n"
       "  --list           list the resources and options stack specs accept\n"
-      "  -q, --quiet      print only errors\n"
+      "  --progress       progress lines on stderr while reading the log and before\n"
+      "                   each stack's replay (default: when stderr is a terminal)\n"
+      "  --no-progress    no progress lines\n"
+      "  -q, --quiet      print only errors (and no progress lines)\n"
       "  -h, --help       this text\n"
       "  --version        print the version and exit\n"
       "\n"
@@ -204,6 +207,8 @@ int main(int argc, char **argv) {
       {"status", no_argument, NULL, 'S'},
       {"warm", no_argument, NULL, 'W'},
       {"version", no_argument, NULL, 'V'},
+      {"progress", no_argument, NULL, 'P'},
+      {"no-progress", no_argument, NULL, 'N'},
       {NULL, 0, NULL, 0},
   };
   const char *stacks[MAX_STACKS];
@@ -211,6 +216,7 @@ int main(int argc, char **argv) {
   const char *upstream = NULL, *json_path = NULL, *svg_path = NULL;
   bool lenient = false, single = false, quiet = false, status_report = false, warm = false;
   int device = -1, c;
+  int show_progress = -1; /* -1: when stderr is a terminal */
   long repeat = 1;
   cli_program = "rmmc-replay";
   opterr = 0;
@@ -245,6 +251,8 @@ int main(int argc, char **argv) {
     case 'q': quiet = true; break;
     case 'S': status_report = true; break;
     case 'W': warm = true; break;
+    case 'P': show_progress = 1; break;
+    case 'N': show_progress = 0; break;
     case 'r': {
       char *end;
       repeat = strtol(optarg, &end, 10);
@@ -275,6 +283,9 @@ int main(int argc, char **argv) {
   replay_read_options_t ropts = REPLAY_READ_OPTIONS_INIT;
   ropts.lenient = lenient;
   ropts.warnings = stderr;
+  if (show_progress < 0) show_progress = !quiet && isatty(fileno(stderr));
+  if (quiet) show_progress = 0;
+  ropts.progress = show_progress ? stderr : NULL;
   replay_log_t *log;
   rmmc_status_t st = replay_log_read(path, &ropts, &log);
   if (st != RMMC_SUCCESS) {
@@ -316,6 +327,11 @@ int main(int argc, char **argv) {
   opts.warm = warm;
   int status = 0;
   for (int i = 0; i < nstacks; i++) {
+    if (show_progress) {
+      fprintf(stderr, "rmmc-replay: replaying [%d/%d] %s: %zu events, %ld time(s)%s\n", i + 1,
+              nstacks, stacks[i], log->nevents, repeat, warm ? ", each after a warm-up" : "");
+      fflush(stderr);
+    }
     if (replay_run(log, stacks[i], &opts, &results[i]) != RMMC_SUCCESS) {
       fprintf(stderr, "rmmc-replay: %s: %s\n", stacks[i], results[i].error);
       status = 1;

@@ -284,6 +284,116 @@ RMMC_EXPORT rmmc_status_t rmmc_pool_graph_end(rmmc_resource_t *stack, uint64_t i
 RMMC_EXPORT rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64_t id0,
                                                   uint64_t id1);
 
+/* ---- Sleep mode: give the memory back, take it again at the same addresses ----
+ *
+ * Serving and RL stacks switch one GPU between phases; a phase that sleeps
+ * must give its memory back and find its blocks at the same addresses when
+ * it wakes (CUDA graphs, NCCL registrations and raw pointers point there).
+ * rmmc_pool_pause() unmaps and gives back to the upstream (the driver)
+ * every page of the pool, live blocks' included, keeping its address space
+ * reserved and its books as they are; rmmc_pool_resume() maps new pages at
+ * the same addresses. Only a pool with the virtual-memory backend can sleep
+ * (expandable, over cuda, host or sim; through adaptors too):
+ * RMMC_ERROR_NOT_SUPPORTED otherwise, the message saying why, nothing
+ * changed. Pools pause and resume independently.
+ *
+ * Live blocks' contents (mode, per pause): RMMC_POOL_PAUSE_BACKUP copies
+ * every block handed out to host memory (pinned, for device memory) and
+ * resume copies it back; RMMC_POOL_PAUSE_DISCARD copies nothing and never
+ * reads them: after resume their contents are undefined (zeros or stale).
+ * Free memory is never copied. The backup buffer is kept after resume for
+ * the next pause (pinning a large buffer costs more than its copies;
+ * docs/design.md, "Issue 29") until rmmc_resource_release_cached() or the
+ * pool's destruction. Backup needs memory behind the addresses: over sim
+ * it is RMMC_ERROR_NOT_SUPPORTED (discard works).
+ *
+ * Streams. pause synchronizes the pool's device (a pool cannot know which
+ * streams use a live block, and unmapping a page a kernel still touches is
+ * a fault), so all work queued before the call, on any stream, is done
+ * before a page goes; it is refused (RMMC_ERROR_NOT_SUPPORTED) during a
+ * graph capture the pool knows of. Work of other devices on the pool's
+ * memory (peers) must be finished by the caller. The backup is copied on
+ * `stream` and pause returns once it is on the host. resume maps the pages
+ * and enqueues the copies back on `stream`: the contents are in place for
+ * work queued on `stream` after the call (other streams: order them after
+ * it, e.g. with an event), as for memory allocate hands out.
+ *
+ * While paused an allocation from the pool fails at once with
+ * RMMC_ERROR_OUT_OF_MEMORY ("the pool is paused"; a paused pool holds no
+ * memory, and callers that handle out of memory -- a framework raising its
+ * OOM exception, a fallback pool -- do the right thing; blocking until a
+ * resume would hang a thread that holds the only way to resume). Frees are
+ * accepted (the block's memory is simply not restored), as are describe,
+ * get_allocation, set_memory_hooks, enable_peer_access (a page is granted
+ * when it is mapped again) and release_cached, which drops the mappings
+ * lying wholly in free memory so that resume maps less. A pause must not
+ * race with allocations or with work on the pool's memory.
+ *
+ * Memory hooks (rmmc_resource_set_memory_hooks) hear every mapping go
+ * (on_release before each unmap) and come back (on_acquire after each new
+ * map), in address order, so registrations (NCCL, RDMA) can be renewed.
+ * IPC: an export of a block (rmmc_ipc_export) is revoked by a pause (its
+ * importer's check reports it stale); the importer's open mapping keeps
+ * the old physical pages alive, and away from this process, until it
+ * closes it, and never sees the new ones: export again after resume.
+ *
+ * Failures leave the pool paused or awake, never half of each, and lose
+ * nothing: a pause whose unmapping the upstream refuses halfway maps back
+ * what went and restores it (awake, as before; if mapping back is refused
+ * too the pool stays paused, the pages that could not go counted as held,
+ * and resume retries); a resume whose mapping is refused unmaps what it
+ * mapped and stays paused with its backup (try again once memory is
+ * free). */
+typedef enum rmmc_pool_pause_mode {
+  RMMC_POOL_PAUSE_BACKUP = 1,  /* live blocks copied to host memory, restored on resume */
+  RMMC_POOL_PAUSE_DISCARD = 2, /* live blocks' contents dropped, never read */
+} rmmc_pool_pause_mode_t;
+
+/* Pauses the pool layer of `stack` (the pool itself or the first pool below
+ * it). Returns RMMC_SUCCESS; RMMC_ERROR_INVALID_ARGUMENT for no pool layer,
+ * a bad mode or a pool paused already; RMMC_ERROR_NOT_SUPPORTED (nothing
+ * changed) for a chunk pool, backup over sim, or during a known capture;
+ * RMMC_ERROR_OUT_OF_MEMORY when no (pinned) host memory holds the backup
+ * (nothing changed); RMMC_ERROR_CUDA when a copy or synchronization fails
+ * (nothing changed); the upstream's status when it refuses to unmap (the
+ * pool awake as before, or paused as the message says). Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_mode_t mode,
+                                          cudaStream_t stream);
+
+/* Resumes the pool layer of `stack`: maps its pages again at the same
+ * addresses and, after a backup, enqueues the copies back on `stream`.
+ * Returns RMMC_SUCCESS; RMMC_ERROR_INVALID_ARGUMENT for no pool layer or a
+ * pool not paused; RMMC_ERROR_NOT_SUPPORTED for a chunk pool; the
+ * upstream's status (RMMC_ERROR_OUT_OF_MEMORY when memory is short) when it
+ * refuses a mapping, or RMMC_ERROR_CUDA when a copy cannot be enqueued: the
+ * pool then stays paused with its backup. Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_pool_resume(rmmc_resource_t *stack, cudaStream_t stream);
+
+/* A pool's sleep state. */
+typedef struct rmmc_pool_sleep_state {
+  size_t size;           /* sizeof(rmmc_pool_sleep_state_t): RMMC_POOL_SLEEP_STATE_INIT */
+  bool can_sleep;        /* the virtual-memory backend */
+  bool paused;
+  int mode;              /* the pause's rmmc_pool_pause_mode_t; 0 when awake */
+  size_t held;           /* bytes mapped now (the "reserved" figure) */
+  size_t unmapped;       /* bytes given back that resume maps again ("paused_bytes") */
+  size_t backed_up;      /* bytes of live blocks held on the host ("backed_up") */
+  size_t backup_ranges;  /* copies they take (touching blocks are one) */
+  size_t host_bytes;     /* host memory kept for backups ("backup_host") */
+  uint64_t pauses, resumes;
+} rmmc_pool_sleep_state_t;
+
+#define RMMC_POOL_SLEEP_STATE_INIT {sizeof(rmmc_pool_sleep_state_t), false, false, 0, 0, 0, 0, 0, 0, 0, 0}
+
+/* Fills *out (size set with RMMC_POOL_SLEEP_STATE_INIT) for the pool layer
+ * of `stack`. describe shows the same once the pool has paused: "sleep"
+ * (awake, backup or discard), "paused_bytes", "backed_up", "backup_host",
+ * "pauses", "resumes"; while paused "reserved" counts only what is still
+ * mapped (0 after a pause that succeeded) and "in_use" the live blocks.
+ * RMMC_ERROR_INVALID_ARGUMENT: no pool layer, out NULL or a bad size. */
+RMMC_EXPORT rmmc_status_t rmmc_pool_sleep_state(rmmc_resource_t *stack,
+                                                rmmc_pool_sleep_state_t *out);
+
 #ifdef __cplusplus
 }
 #endif

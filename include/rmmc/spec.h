@@ -52,6 +52,28 @@ RMMC_EXPORT rmmc_status_t rmmc_parse_size(const char *text, size_t *out);
  * into buf (always terminated); returns the length it needed. */
 RMMC_EXPORT size_t rmmc_stack_help(char *buf, size_t len);
 
+/* Writes the manual of one resource `name` ("pool") into buf (always
+ * terminated when len > 0; buf may be NULL with len 0): a first line with
+ * what it is, then one line per option with its name, the unit or form of
+ * its value and what it does with its default. *needed (may be NULL) gets
+ * the length of the whole text. RMMC_ERROR_PARSE for an unknown name (the
+ * closest one suggested), RMMC_ERROR_INVALID_ARGUMENT for a NULL name. */
+RMMC_EXPORT rmmc_status_t rmmc_stack_help_resource(const char *name, char *buf, size_t len,
+                                                   size_t *needed);
+
+/* Builds the layers `spec` names on top of an existing resource: `spec` is
+ * written like a stack without its base ("statistics > pool(initial=1GiB)")
+ * and every layer must take an upstream. `upstream` is borrowed; the
+ * innermost new layer retains it, so it lives as long as the new stack.
+ * Percentages resolve against the memory `upstream` hands out. *out gets
+ * one reference to the outermost new layer. RMMC_ERROR_PARSE for a malformed
+ * spec or one that names a base resource; a layer's own failure comes back
+ * as its status; nothing built is kept and `upstream` is left as it was.
+ * This is how a language binding composes resource objects (Python's
+ * rmmc.mr.PoolMemoryResource(upstream, ...)). */
+RMMC_EXPORT rmmc_status_t rmmc_stack_create_over(const char *spec, rmmc_resource_t *upstream,
+                                                 rmmc_resource_t **out);
+
 #ifdef __cplusplus
 }
 #endif

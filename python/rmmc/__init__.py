@@ -29,7 +29,8 @@ import contextlib
 import ctypes
 import warnings
 
-from ._lib import (FIELD_BYTES, FIELD_CB, FIELD_TEXT, MEMORY_HOOK, STATUS_NAMES,
+from ._lib import (FIELD_BYTES, FIELD_CB, FIELD_TEXT, MEMORY_HOOK, PAUSE_MODES, SleepState,
+                   STATUS_NAMES,
                    InvalidArgumentError, MemoryHooks, NoDeviceError, NotSupportedError,
                    OutOfMemoryError, ParseError, PluginStats, RmmcError, StaleError,
                    Statistics as _StatisticsStruct, UnknownPointerError, check, error_for,
@@ -95,6 +96,12 @@ def _describe(handle):
         else:
             out[key] = Bytes(f.value) if f.kind == FIELD_BYTES else int(f.value)
     lib().rmmc_resource_describe(handle, FIELD_CB(emit), None)
+    # One set of figure names across the Python API (RMM's, as statistics()
+    # and rmmc.stats use): in_use and peak stay as the library's own names.
+    if "in_use" in out:
+        out["current_bytes"] = out["in_use"]
+    if "peak" in out:
+        out["peak_bytes"] = out["peak"]
     return out
 
 
@@ -206,6 +213,33 @@ class Resource:
         check(lib().rmmc_resource_set_memory_hooks(self._h(), hooks), "set_memory_hooks")
         _HOOKS_ALIVE[("resource", self._handle)] = hooks
 
+    def pause(self, mode="backup", stream=0):
+        """Sleep mode: gives every page of the stack's pool back to the
+        driver, keeping its addresses (include/rmmc/pool_resource.h, "Sleep
+        mode"). mode "backup" copies the live blocks to pinned host memory
+        (restored by resume()), "discard" drops their contents. Synchronizes
+        the device; the backup is copied on `stream`. While paused,
+        allocations raise OutOfMemoryError; frees are accepted.
+        NotSupportedError for a pool without virtual memory (chunks)."""
+        if mode not in PAUSE_MODES:
+            raise InvalidArgumentError(-1, "pause: mode must be 'backup' or 'discard', not %r"
+                                       % (mode,))
+        check(lib().rmmc_pool_pause(self._h(), PAUSE_MODES[mode], stream or None),
+              "pause(%r)" % mode)
+
+    def resume(self, stream=0):
+        """Maps the paused pool's pages again at the same addresses and
+        enqueues the backup's copies back on `stream`: the contents are in
+        place for work on that stream. OutOfMemoryError (still paused,
+        backup kept) when the device lacks the memory."""
+        check(lib().rmmc_pool_resume(self._h(), stream or None), "resume")
+
+    def sleep_state(self):
+        """{"paused", "mode" ("backup"/"discard"/None), "held", "unmapped",
+        "backed_up", "backup_ranges", "host_bytes", "pauses", "resumes",
+        "can_sleep"} of the stack's pool."""
+        return _sleep_state(self._h())
+
     def close(self):
         """Drops this object's reference (idempotent)."""
         if self._handle is None:
@@ -235,6 +269,17 @@ class Resource:
         return "rmmc.Resource(%r) [%s]" % (self.spec, state)
 
 
+def _sleep_state(handle):
+    st = SleepState()
+    st.size = ctypes.sizeof(SleepState)
+    check(lib().rmmc_pool_sleep_state(handle, ctypes.byref(st)), "sleep_state")
+    out = {name: getattr(st, name) for name, _ in SleepState._fields_ if name != "size"}
+    out["mode"] = {v: k for k, v in PAUSE_MODES.items()}.get(st.mode)
+    for k in ("held", "unmapped", "backed_up", "host_bytes"):
+        out[k] = Bytes(out[k])
+    return out
+
+
 def validate(spec):
     """Raises ParseError (with rmmc's caret message) if `spec` does not parse."""
     check(lib().rmmc_stack_validate(_encode(spec)), "validate")
@@ -247,8 +292,13 @@ def parse_size(text):
     return out.value
 
 
-def stack_help():
-    """Every resource a spec may name, with its options, one per line."""
+def stack_help(resource=None):
+    """Every resource a spec may name, with its options, one per line; or,
+    for one `resource` ("pool"), each option with the unit of its value,
+    what it does and its default. ParseError for an unknown name."""
+    if resource is not None:
+        from ._capi import stack_help_resource
+        return stack_help_resource(resource)
     n = lib().rmmc_stack_help(None, 0)
     buf = ctypes.create_string_buffer(n + 1)
     lib().rmmc_stack_help(buf, n + 1)
@@ -322,12 +372,25 @@ def device_spec(config, device):
     return buf.value.decode()
 
 
+def _device_resource(dev, what):
+    """The registry's rmmc_resource_t * for device `dev` (borrowed), with
+    NoDeviceError saying what to call from Python when there is no GPU."""
+    handle = ctypes.c_void_p()
+    st = lib().rmmc_get_device_resource(dev, ctypes.byref(handle))
+    if st == -6:
+        raise NoDeviceError(st, "no CUDA device is available, so device %d has no default "
+                            "resource: set one first, e.g. rmmc.set_default(\"host\", device=%d) "
+                            "or rmmc.mr.set_current_device_resource(rmmc.mr.HostMemoryResource())"
+                            % (dev, dev), what)
+    check(st, what)
+    return handle
+
+
 def get_default(device=None):
     """The device's current resource (built from the default spec on first
     use) as a Resource holding its own reference."""
-    handle = ctypes.c_void_p()
     dev = _device(device)
-    check(lib().rmmc_get_device_resource(dev, ctypes.byref(handle)), "get_default(%d)" % dev)
+    handle = _device_resource(dev, "get_default(%d)" % dev)
     return Resource._adopt(handle.value, "<device %d>" % dev)
 
 
@@ -348,7 +411,9 @@ def plugin_stats(device=-1):
     s = PluginStats()
     s.size = ctypes.sizeof(PluginStats)
     check(lib().rmmc_plugin_get_stats(device, ctypes.byref(s)), "plugin_stats")
-    return {name: getattr(s, name) for name, _ in PluginStats._fields_ if name != "size"}
+    out = {name: getattr(s, name) for name, _ in PluginStats._fields_ if name != "size"}
+    out["current_bytes"] = out["bytes_in_use"]  # the Python API's name; bytes_in_use stays
+    return out
 
 
 def plugin_last_error():
@@ -407,8 +472,7 @@ def statistics(device=None):
     StatisticsScope. Raises RmmcError if the registry's resource was
     changed inside the block."""
     dev = _device(device)
-    current = ctypes.c_void_p()
-    check(lib().rmmc_get_device_resource(dev, ctypes.byref(current)), "statistics")
+    current = _device_resource(dev, "statistics")
     previous = None
     if lib().rmmc_resource_name(current).decode() == "statistics":
         stats = lib().rmmc_resource_retain(current.value)
@@ -443,3 +507,14 @@ def statistics(device=None):
             lib().rmmc_set_device_resource(dev, previous, None)
             lib().rmmc_resource_release(previous)
         lib().rmmc_resource_release(stats)
+
+
+# The RMM-style layer (issue 30): rmmc.mr, rmmc.stats, DeviceBuffer and
+# RMM's top-level calls. Imported here, after everything they use.
+from . import mr, stats  # noqa: E402
+from .buffer import DeviceBuffer, to_device  # noqa: E402
+from .rmm_compat import (is_initialized, register_reinitialize_hook,  # noqa: E402
+                         reinitialize, reinitialize_spec, unregister_reinitialize_hook)
+
+__all__ += ["mr", "stats", "DeviceBuffer", "to_device", "reinitialize", "reinitialize_spec",
+            "is_initialized", "register_reinitialize_hook", "unregister_reinitialize_hook"]

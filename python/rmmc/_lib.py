@@ -8,6 +8,8 @@ import ctypes
 import os
 import threading
 
+from ._runtime import load as _load
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 # rmmc_status_t (include/rmmc/status.h): values are stable.
@@ -29,8 +31,13 @@ class RmmcError(RuntimeError):
         self.status = status
         self.status_name = STATUS_NAMES.get(status, "UNKNOWN_STATUS")
         self.message = message
+        self.what = what
         text = "%s: %s" % (self.status_name, message)
         super().__init__("%s: %s" % (what, text) if what else text)
+
+    def __reduce__(self):
+        # Pickled whole (Dask and multiprocessing send a worker's error back).
+        return (type(self), (self.status, self.message, self.what))
 
 
 class OutOfMemoryError(RmmcError, MemoryError):
@@ -102,6 +109,18 @@ class MemoryHooks(ctypes.Structure):
     """rmmc_memory_hooks_t."""
     _fields_ = [("size", ctypes.c_size_t), ("on_acquire", MEMORY_HOOK),
                 ("on_release", MEMORY_HOOK), ("user", ctypes.c_void_p)]
+
+
+class SleepState(ctypes.Structure):
+    """rmmc_pool_sleep_state_t (include/rmmc/pool_resource.h)."""
+    _fields_ = [("size", ctypes.c_size_t), ("can_sleep", ctypes.c_bool),
+                ("paused", ctypes.c_bool), ("mode", ctypes.c_int), ("held", ctypes.c_size_t),
+                ("unmapped", ctypes.c_size_t), ("backed_up", ctypes.c_size_t),
+                ("backup_ranges", ctypes.c_size_t), ("host_bytes", ctypes.c_size_t),
+                ("pauses", ctypes.c_uint64), ("resumes", ctypes.c_uint64)]
+
+
+PAUSE_MODES = {"backup": 1, "discard": 2}  # rmmc_pool_pause_mode_t
 
 
 IPC_HANDLE_BYTES = 4096
@@ -191,6 +210,9 @@ _SIGNATURES = {
     "rmmc_torch_record_stream": (None, [_vp, _vp]),
     "rmmc_torch_base_alloc": (_vp, [_vp, ctypes.POINTER(_sz)]),
     "rmmc_resource_set_memory_hooks": (_st, [_vp, ctypes.POINTER(MemoryHooks)]),
+    "rmmc_pool_pause": (_st, [_vp, _i, _vp]),
+    "rmmc_pool_resume": (_st, [_vp, _vp]),
+    "rmmc_pool_sleep_state": (_st, [_vp, ctypes.POINTER(SleepState)]),
     "rmmc_plugin_set_memory_hooks": (_st, [_i, ctypes.POINTER(MemoryHooks)]),
     "rmmc_ipc_export": (_st, [_vp, _vp, ctypes.POINTER(IpcHandle), ctypes.POINTER(_i), _sz,
                               ctypes.POINTER(_sz)]),
@@ -217,7 +239,7 @@ def lib():
     with _lock:
         if _loaded is None:
             path = library_path()
-            handle = ctypes.CDLL(path)
+            handle = _load(path)
             for name, (res, args) in _SIGNATURES.items():
                 fn = getattr(handle, name)
                 fn.restype = res

@@ -235,6 +235,42 @@ def backend():
     return _backend
 
 
+def _stream(stream):
+    if stream is not None:
+        return getattr(stream, "cuda_stream", stream)
+    import torch
+    return torch.cuda.current_stream().cuda_stream
+
+
+def pause(mode="backup", device=None, stream=None):
+    """Sleep mode for the rmmc stack PyTorch allocates from on `device`
+    (the registry's; rmmc.Resource.pause): every page of its pool goes back
+    to the driver (torch.cuda.mem_get_info shows it free) and every tensor
+    keeps its data_ptr. mode "backup" keeps the tensors' contents in pinned
+    host memory, "discard" drops them. Synchronizes the device; the copies
+    run on `stream` (default: the current stream). While paused, allocating
+    a tensor raises. Tensors in other rmmc.Resource stacks pause with their
+    own Resource.pause()."""
+    from . import get_default
+    with get_default(device) as r:
+        r.pause(mode, _stream(stream))
+
+
+def resume(device=None, stream=None):
+    """Wakes what pause() put to sleep: the same addresses, the backup's
+    contents in place for work on `stream` (default: the current stream)."""
+    from . import get_default
+    with get_default(device) as r:
+        r.resume(_stream(stream))
+
+
+def sleep_state(device=None):
+    """rmmc.Resource.sleep_state() of the stack PyTorch allocates from."""
+    from . import get_default
+    with get_default(device) as r:
+        return r.sleep_state()
+
+
 def stats(device=-1):
     """The plug-in's figures: allocations, bytes_in_use, peak_bytes, ...
     (the plug-in only; with the native backend use torch.cuda.memory_stats)."""

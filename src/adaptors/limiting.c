@@ -134,7 +134,7 @@ RMMC_API size_t rmmc_limiting_adaptor_get_used(const rmmc_resource_t *r) {
 }
 
 static const rmmc__spec_option_t limiting_spec_options[] = {
-    {"limit", RMMC__OPT_BYTES_PCT, "most bytes outstanding (size, or % of free memory)"},
+    {"limit", RMMC__OPT_BYTES_PCT, "most bytes outstanding (size, or % of free memory; required, no default)"},
     {NULL, 0, NULL},
 };
 

@@ -335,8 +335,8 @@ RMMC_API rmmc_status_t rmmc_logging_adaptor_create_file(rmmc_resource_t *upstrea
 }
 
 static const rmmc__spec_option_t logging_spec_options[] = {
-    {"path", RMMC__OPT_STRING, "the CSV file to write (created or truncated)"},
-    {"flush", RMMC__OPT_BOOL, "write every line out at once"},
+    {"path", RMMC__OPT_STRING, "the CSV file to write, created or truncated (required, no default)"},
+    {"flush", RMMC__OPT_BOOL, "write every line out at once (default false: at flush and destroy)"},
     {"time", RMMC__OPT_STRING, "clock (RMM's HH:MM:SS.us, default) or us (microseconds since epoch)"},
     {NULL, 0, NULL},
 };

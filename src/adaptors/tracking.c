@@ -424,7 +424,7 @@ RMMC_API rmmc_status_t rmmc_tracking_adaptor_create(rmmc_resource_t *upstream,
 }
 
 static const rmmc__spec_option_t tracking_spec_options[] = {
-    {"backtrace", RMMC__OPT_BOOL, "capture each allocation's call stack"},
+    {"backtrace", RMMC__OPT_BOOL, "capture each allocation's call stack (default false)"},
     {"depth", RMMC__OPT_INT, "most frames kept per allocation (default 16)"},
     {NULL, 0, NULL},
 };

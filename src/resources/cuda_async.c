@@ -232,8 +232,8 @@ RMMC_API cudaMemPool_t rmmc_cuda_async_resource_pool(const rmmc_resource_t *r) {
 }
 
 static const rmmc__spec_option_t async_spec_options[] = {
-    {"initial", RMMC__OPT_BYTES_PCT, "bytes reserved at creation"},
-    {"release_threshold", RMMC__OPT_BYTES_PCT, "bytes kept cached at synchronization"},
+    {"initial", RMMC__OPT_BYTES_PCT, "bytes reserved at creation (default 0)"},
+    {"release_threshold", RMMC__OPT_BYTES_PCT, "bytes kept cached at synchronization (default: all)"},
     {"default_pool", RMMC__OPT_BOOL, "use the device's default pool (plain cudaMallocAsync)"},
     {NULL, 0, NULL},
 };

@@ -91,7 +91,7 @@ RMMC_API rmmc_status_t rmmc_managed_resource_create(int device, const rmmc_manag
 }
 
 static const rmmc__spec_option_t managed_spec_options[] = {
-    {"prefetch", RMMC__OPT_BOOL, "prefetch each allocation to the device"},
+    {"prefetch", RMMC__OPT_BOOL, "prefetch each allocation to the device (default false)"},
     {NULL, 0, NULL},
 };
 

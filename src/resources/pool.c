@@ -715,6 +715,7 @@ static pool_t *pool_in(rmmc_resource_t *r) {
     if (is_pool(r)) return (pool_t *)r;
   return NULL;
 }
+pool_t *rmmc__pool_in(rmmc_resource_t *r) { return pool_in(r); }
 
 RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id0, uint64_t id1,
                                              bool by_stream, cudaStream_t stream) {
@@ -1180,6 +1181,16 @@ static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes
   return POOL_EXPENSIVE(p, pool_deallocate_in(p, ptr, bytes, stream), "deallocate");
 }
 
+/* An allocation while paused (pool_sleep.c): refused. */
+static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes) {
+  char b[32];
+  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
+                        "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) "
+                        "and holds no memory until rmmc_pool_resume (%s of its pages are given "
+                        "back)",
+                        bytes, rmmc__format_bytes(p->off_bytes, b, sizeof b));
+}
+
 static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
                                              cudaStream_t stream, void **out) {
   pool_sheap_t *h;
@@ -1187,6 +1198,7 @@ static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t ali
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
   size_t n = rmmc__align_up(bytes, POOL_GRANULE);
   if (RMMC_UNLIKELY(__atomic_load_n(&p->graphs_routing, __ATOMIC_RELAXED) > 0)) {
+    if (__atomic_load_n(&p->paused, __ATOMIC_RELAXED)) return paused_error(p, bytes);
     pool_owner_t *g = graph_route(p, stream);
     if (g != NULL) return graph_allocate(p, g, stream, n, alignment, bytes, out);
   }
@@ -1256,6 +1268,8 @@ static void unlock_all(pool_t *p) {
   rmmc__unlock(&p->lock);
   heaps_unlock(owners);
 }
+void rmmc__pool_lock_all(pool_t *p) { lock_all(p); }
+void rmmc__pool_unlock_all(pool_t *p) { unlock_all(p); }
 
 static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
   pool_t *p = (pool_t *)r;
@@ -1281,6 +1295,7 @@ static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
   p->trim_min_age = 0;
   st = p->be->trim(p, 0);
   rmmc__unlock(&p->lock);
+  if (p->sleep != NULL) p->sleep->drop(p, false);
   st = POOL_EXPENSIVE(p, st, "release_cached");
   return st == RMMC_SUCCESS ? rmmc_resource_release_cached(p->base.upstream) : st;
 }
@@ -1316,7 +1331,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   lock_all(p);
   totals_t t = {0};
   add_totals(p, &t);
-  size_t reserved = p->reserved, reserved_peak = p->reserved_peak, peak = p->committed_peak;
+  size_t reserved = pool_held(p), reserved_peak = p->reserved_peak, peak = p->committed_peak;
   size_t regions = p->nregions, heaps = p->nheaps, graphs = 0, graph_bytes = 0;
   for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
     graphs++, graph_bytes += g->used_bytes + g->idx.bytes;
@@ -1349,6 +1364,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   }
   rmmc__stream_set_describe(&p->streams, emit, ctx);
   p->be->describe(p, emit, ctx);
+  if (p->sleep != NULL) p->sleep->describe(p, emit, ctx);
   /* One line per stream. */
   lock_all(p);
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
@@ -1376,7 +1392,7 @@ RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
   lock_all(p);
   totals_t t = {0};
   add_totals(p, &t);
-  f.reserved = p->reserved;
+  f.reserved = pool_held(p);
   f.grows = p->grows;
   f.shrinks = p->shrinks;
   unlock_all(p);
@@ -1555,6 +1571,7 @@ static void pool_destroy(rmmc_resource_t *r) {
   pool_t *p = (pool_t *)r;
   if (p->cuda && p->regions != NULL) (void)rmmc__stream_set_sync(&p->streams);
   if (p->be != NULL) p->be->fini(p);
+  if (p->sleep != NULL) p->sleep->drop(p, true);
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next)
     for (pool_sheap_t *x = q->heap, *xnext; x != NULL; x = xnext) {
       xnext = x->onext;

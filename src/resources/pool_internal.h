@@ -68,11 +68,15 @@ struct pool_block {
   uint8_t where;
 };
 
+enum { SEG_ON = 0, SEG_OFF, SEG_WOKEN };
+
 /* A mapped range of a reservation: one upstream vm_map call. */
 typedef struct pool_seg {
   uintptr_t addr;
   size_t size;
   uint64_t freed_at; /* pool clock when it last lay wholly in free blocks (trim order) */
+  uint8_t off;       /* SEG_ON, or paused (pool_sleep.c): SEG_OFF (unmapped; resume maps it
+                      * again) or SEG_WOKEN (mapped by a wake still in progress) */
 } pool_seg_t;
 
 struct pool_region {
@@ -169,6 +173,16 @@ typedef struct pool_backend {
    * nothing. NULL: the backend maps nothing itself (chunks are the
    * upstream's memory, which the upstream made reachable). */
   rmmc_status_t (*grant)(pool_t *p, int d);
+  /* Sleep mode (pool_sleep.c), under every lock, no work pending on the
+   * pool's memory. sleep unmaps every mapping still mapped (on_release
+   * before each), marking it off; one the upstream refuses stays on, the
+   * others still go, and the first refusal's status is returned. wake maps
+   * every mapping that is off again at its address (peers granted,
+   * on_acquire after each), all or nothing: on a refusal it unmaps what it
+   * mapped (a mapping whose unmap is refused too stays mapped, not off) and
+   * returns the status. NULL: the backend cannot (chunks). */
+  rmmc_status_t (*sleep)(pool_t *p);
+  rmmc_status_t (*wake)(pool_t *p);
 } pool_backend_t;
 
 extern const pool_backend_t rmmc__pool_chunks;
@@ -183,7 +197,8 @@ struct pool {
   bool cuda;   /* device memory: streams are real */
   size_t small_max, span;
   unsigned stripes; /* heaps per stream: threads on one stream spread over them */
-  int graphs_routing; /* atomic: graph pools being routed to */
+  int graphs_routing; /* atomic: graph pools being routed to, + 1 while paused (the
+                       * allocation's one slow-path gate; pool_sleep.c) */
   const pool_backend_t *be;
   /* options, resolved */
   size_t max_size, min_growth, granularity, gc_limit, event_bytes, cache_bytes;
@@ -217,6 +232,10 @@ struct pool {
   uint64_t adoptions; /* streams whose covered frees another stream joined (adopt_covered) */
   rmmc_memory_hooks_t hooks; /* rmmc_resource_set_memory_hooks (shared lock; pool_query.c) */
   uint64_t peers; /* devices given access (bit d; shared lock; pool_query.c): every mapping's */
+  /* sleep mode (pool_sleep.c; every lock to write) */
+  int paused;               /* atomic read: allocations are refused */
+  size_t off_bytes;         /* bytes of mappings that are off (counted in reserved) */
+  struct pool_sleep_head *sleep; /* the backup and counts; NULL before the first pause */
 };
 
 /* Creates a pool; `arena`: named "arena" (the arena mode, arena.c). */
@@ -275,6 +294,26 @@ rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const
 /* Upstream calls that may run during another thread's graph capture. */
 rmmc_status_t rmmc__pool_upstream_allocate(pool_t *p, size_t bytes, cudaStream_t stream, void **out);
 rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes);
+
+/* ---- sleep mode (pool_sleep.c) ---- */
+
+/* The pool layer of a stack (r itself, or the first pool below it); NULL. */
+pool_t *rmmc__pool_in(rmmc_resource_t *r);
+/* Every lock of the pool: stream heaps first, then the shared one. */
+void rmmc__pool_lock_all(pool_t *p);
+void rmmc__pool_unlock_all(pool_t *p);
+/* Bytes held from the upstream now: reserved less what is off. */
+static inline size_t pool_held(const pool_t *p) { return p->reserved - p->off_bytes; }
+/* The head of the sleep state, which the first pause makes: pool.c calls
+ * the sleep code through it, so the core does not depend on pool_sleep.c
+ * (no cycle) and a program that never pauses links none of it. */
+typedef struct pool_sleep_head {
+  /* Frees the backup's host memory once its copies are done (release_cached
+   * while awake: !destroying); destroying: everything. */
+  void (*drop)(pool_t *p, bool destroying);
+  /* describe's sleep fields. */
+  void (*describe)(pool_t *p, rmmc_field_cb emit, void *ctx);
+} pool_sleep_head_t;
 
 /* ---- queries, memory hooks and peer access (pool_query.c) ---- */
 

@@ -140,7 +140,9 @@ static void each_range(pool_t *p, rmmc_memory_hook_cb cb, void *user) {
       cb((void *)r->base, r->size, user);
       continue;
     }
-    for (size_t i = 0; i < r->nsegs; i++) cb((void *)r->segs[i].addr, r->segs[i].size, user);
+    for (size_t i = 0; i < r->nsegs; i++)
+      if (r->segs[i].off == SEG_ON) /* paused: one that is off is not held */
+        cb((void *)r->segs[i].addr, r->segs[i].size, user);
   }
 }
 

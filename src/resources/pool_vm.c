@@ -93,7 +93,7 @@ static bool seg_insert(pool_region_t *r, uintptr_t addr, size_t size) {
   }
   size_t i = seg_lower_bound(r, addr);
   memmove(r->segs + i + 1, r->segs + i, (r->nsegs - i) * sizeof *r->segs);
-  r->segs[i] = (pool_seg_t){addr, size, 0};
+  r->segs[i] = (pool_seg_t){addr, size, 0, SEG_ON};
   r->nsegs++;
   return true;
 }
@@ -367,11 +367,15 @@ static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block
   uintptr_t s0 = r->segs[i].addr, s1 = s0 + r->segs[i].size;
   if (!rmmc__pool_room(p))
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
-  rmmc_status_t st = unmap_announced(p, s0, r->segs[i].size);
+  /* Paused (release_cached): a mapping that is off has no memory to give
+   * back and was announced gone; it leaves the books. */
+  bool off = r->segs[i].off != SEG_ON;
+  rmmc_status_t st = off ? RMMC_SUCCESS : unmap_announced(p, s0, r->segs[i].size);
   if (st != RMMC_SUCCESS) return st;
   p->reserved -= r->segs[i].size;
+  if (off) p->off_bytes -= r->segs[i].size;
+  else p->page_unmaps++;
   p->shrinks++;
-  p->page_unmaps++;
   seg_remove(r, i);
   pool_block_t *mid = b;
   if (s0 > b->addr) {
@@ -452,7 +456,8 @@ static rmmc_status_t vm_grant(pool_t *p, int d) {
   rmmc_status_t st = RMMC_SUCCESS;
   for (r = p->regions; r != NULL; r = r->next)
     for (i = 0; i < r->nsegs; i++)
-      if ((st = upstream_access(p, r->segs[i].addr, r->segs[i].size, d, true)) != RMMC_SUCCESS)
+      if (r->segs[i].off == SEG_ON && /* one that is off is granted when it is mapped again */
+          (st = upstream_access(p, r->segs[i].addr, r->segs[i].size, d, true)) != RMMC_SUCCESS)
         goto take_back;
   return RMMC_SUCCESS;
 take_back: {
@@ -462,7 +467,8 @@ take_back: {
   for (pool_region_t *q = p->regions;; q = q->next) {
     size_t end = q == r ? i : q->nsegs;
     for (size_t k = 0; k < end; k++)
-      kept += upstream_access(p, q->segs[k].addr, q->segs[k].size, d, false) != RMMC_SUCCESS;
+      if (q->segs[k].off == SEG_ON)
+        kept += upstream_access(p, q->segs[k].addr, q->segs[k].size, d, false) != RMMC_SUCCESS;
     if (q == r) break;
   }
   rmmc__error_restore(&why);
@@ -474,12 +480,103 @@ take_back: {
 }
 }
 
+/* ---- sleep mode (pool_sleep.c has the whole of it) ---- */
+
+/* Unmaps every mapping that is on, lowest first, each announced before it
+ * goes; one the upstream refuses stays on (announced held again) and the
+ * rest still go. Returns the first refusal's status and message. */
+static rmmc_status_t vm_sleep(pool_t *p) {
+  rmmc_status_t first = RMMC_SUCCESS;
+  rmmc__error_state_t why;
+  size_t refused = 0;
+  for (pool_region_t *r = p->regions; r != NULL; r = r->next)
+    for (size_t i = 0; i < r->nsegs; i++) {
+      pool_seg_t *s = &r->segs[i];
+      if (s->off != SEG_ON) continue;
+      rmmc_status_t st = unmap_announced(p, s->addr, s->size);
+      if (st != RMMC_SUCCESS) {
+        if (refused++ == 0) first = st, rmmc__error_save(&why);
+        continue;
+      }
+      s->off = SEG_OFF;
+      p->off_bytes += s->size;
+      p->page_unmaps++;
+    }
+  if (first != RMMC_SUCCESS) {
+    rmmc__error_restore(&why);
+    rmmc__append_error(" (the upstream refused to unmap %zu of the pool's mappings)", refused);
+  }
+  return first;
+}
+
+/* Maps [a, a + n), a mapping that is off, again and grants it to every
+ * peer. On failure it is unmapped again, unless the upstream refuses that
+ * too: *stays then (mapped, but not granted to every peer). */
+static rmmc_status_t remap(pool_t *p, uintptr_t a, size_t n, bool *stays) {
+  *stays = false;
+  rmmc_status_t st = upstream_map(p, a, n);
+  if (st != RMMC_SUCCESS) return st;
+  for (uint64_t m = p->peers; m != 0 && st == RMMC_SUCCESS; m &= m - 1)
+    st = upstream_access(p, a, n, __builtin_ctzll(m), true);
+  if (st != RMMC_SUCCESS) {
+    rmmc__error_state_t why;
+    rmmc__error_save(&why);
+    *stays = upstream_unmap(p, a, n) != RMMC_SUCCESS;
+    rmmc__error_restore(&why);
+  }
+  return st;
+}
+
+/* Maps every mapping that is off, lowest first, each announced once it is
+ * mapped; all or nothing: on a refusal the ones this call mapped go again
+ * (announced), so the pool is as paused as before. */
+static rmmc_status_t vm_wake(pool_t *p) {
+  rmmc_status_t st = RMMC_SUCCESS;
+  for (pool_region_t *r = p->regions; r != NULL && st == RMMC_SUCCESS; r = r->next)
+    for (size_t i = 0; i < r->nsegs && st == RMMC_SUCCESS; i++) {
+      pool_seg_t *s = &r->segs[i];
+      if (s->off != SEG_OFF) continue;
+      bool stays;
+      st = remap(p, s->addr, s->size, &stays);
+      if (st != RMMC_SUCCESS && !stays) break;
+      s->off = st == RMMC_SUCCESS ? SEG_WOKEN : SEG_ON; /* one that stays is held: on */
+      p->off_bytes -= s->size;
+      p->page_maps++;
+      pool_hook_acquire(p, s->addr, s->size);
+    }
+  rmmc__error_state_t why;
+  if (st != RMMC_SUCCESS) rmmc__error_save(&why);
+  size_t kept = 0;
+  for (pool_region_t *r = p->regions; r != NULL; r = r->next)
+    for (size_t i = 0; i < r->nsegs; i++) {
+      pool_seg_t *s = &r->segs[i];
+      if (s->off != SEG_WOKEN) continue;
+      if (st == RMMC_SUCCESS) {
+        s->off = SEG_ON;
+      } else if (unmap_announced(p, s->addr, s->size) == RMMC_SUCCESS) {
+        s->off = SEG_OFF;
+        p->off_bytes += s->size;
+        p->page_unmaps++;
+      } else {
+        s->off = SEG_ON;
+        kept++;
+      }
+    }
+  if (st != RMMC_SUCCESS) {
+    rmmc__error_restore(&why);
+    if (kept != 0)
+      rmmc__append_error(" (%zu mappings made again stay mapped: unmapping them failed too)", kept);
+  }
+  return st;
+}
+
 /* ---- lifetime, figures, checks ---- */
 
 static void vm_fini(pool_t *p) {
   while (p->regions != NULL) {
     pool_region_t *r = p->regions;
     for (size_t i = 0; i < r->nsegs; i++) {
+      if (r->segs[i].off != SEG_ON) continue; /* paused: gone already, announced */
       pool_hook_release(p, r->segs[i].addr, r->segs[i].size);
       (void)rmmc_resource_vm_unmap(p->base.upstream, (void *)r->segs[i].addr, r->segs[i].size);
     }
@@ -517,7 +614,7 @@ static bool seg_covers(const pool_region_t *r, uintptr_t a0, uintptr_t a1, bool 
 }
 
 static bool vm_check(pool_t *p, char *msg, size_t len) {
-  size_t mapped = 0, holes = 0;
+  size_t mapped = 0, holes = 0, off = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
     for (size_t i = 0; i < r->nsegs; i++) {
       const pool_seg_t *s = &r->segs[i];
@@ -529,6 +626,12 @@ static bool vm_check(pool_t *p, char *msg, size_t len) {
         return false;
       }
       mapped += s->size;
+      if (s->off == SEG_WOKEN || (s->off == SEG_OFF && !p->paused)) {
+        snprintf(msg, len, "mapping %p + %zu is %s while the pool is %s", (void *)s->addr,
+                 s->size, s->off == SEG_OFF ? "off" : "half woken", p->paused ? "paused" : "awake");
+        return false;
+      }
+      if (s->off == SEG_OFF) off += s->size;
     }
     for (pool_block_t *b = r->first; b != NULL; b = b->next) {
       bool unmapped = b->state == B_UNMAPPED;
@@ -547,6 +650,10 @@ static bool vm_check(pool_t *p, char *msg, size_t len) {
   }
   size_t listed = 0;
   for (pool_block_t *u = p->holes; u != NULL; u = u->qnext) listed++;
+  if (off != p->off_bytes) {
+    snprintf(msg, len, "%zu bytes of mappings are off, the pool counts %zu", off, p->off_bytes);
+    return false;
+  }
   if (mapped != p->reserved || listed != holes) {
     snprintf(msg, len, "reserved %zu, mappings add up to %zu; %zu holes, %zu listed", p->reserved,
              mapped, holes, listed);
@@ -563,4 +670,6 @@ const pool_backend_t rmmc__pool_vm = {
     .describe = vm_describe,
     .check = vm_check,
     .grant = vm_grant,
+    .sleep = vm_sleep,
+    .wake = vm_wake,
 };

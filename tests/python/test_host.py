@@ -15,7 +15,7 @@ from conftest import run_python
 
 def test_version_matches_the_library():
     assert re.fullmatch(r"\d+\.\d+\.\d+", rmmc.version())
-    assert rmmc.__version__ == rmmc.version() == "0.2.0"
+    assert rmmc.__version__ == rmmc.version() == "0.3.0"
     assert os.path.basename(rmmc.library_path()).startswith("librmmc.so")
 
 
@@ -203,3 +203,15 @@ def test_broken_alloc_conf_raises_in_the_plugins():
 def test_library_override_and_missing_library(tmp_path):
     r = run_python("import rmmc\nrmmc.version()\n", {"RMMC_LIB": str(tmp_path / "nope.so")})
     assert r.returncode != 0 and "RMMC_LIB=" in r.stderr and "no such library" in r.stderr
+
+
+def test_rmmc_errors_survive_pickling():
+    # What a Dask worker's failed task sends back to the client.
+    import pickle
+    e = rmmc.OutOfMemoryError(-2, "out of memory: limiting ...", "allocate(5)")
+    f = pickle.loads(pickle.dumps(e))
+    assert type(f) is rmmc.OutOfMemoryError and isinstance(f, MemoryError)
+    assert (f.status, f.status_name, f.message, f.what, str(f)) == \
+        (-2, "ERROR_OUT_OF_MEMORY", "out of memory: limiting ...", "allocate(5)", str(e))
+    g = pickle.loads(pickle.dumps(rmmc.ParseError(-8, "bad spec")))
+    assert type(g) is rmmc.ParseError and g.what is None and str(g) == "ERROR_PARSE: bad spec"

@@ -1,0 +1,199 @@
+# SPDX-License-Identifier: Apache-2.0
+"""RMM's ``rmm.statistics`` over rmmc: statistics of the current device's
+resource, a stack of counters, and a memory profiler.
+
+    import rmmc.stats as stats
+    stats.enable_statistics()            # wraps the current resource once
+    with stats.profiler(name="step"):
+        train_step()
+    print(stats.default_profiler_records.report())
+
+The module is rmmc.stats (``rmmc.statistics`` is the older context
+manager, which rmmc.stats.statistics also is). The figures carry RMM's
+names: current_bytes, current_count, peak_bytes, peak_count, total_bytes,
+total_count.
+"""
+import ctypes
+import functools
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+
+from . import statistics as _scope_statistics
+from .mr import (StatisticsResourceAdaptor, get_current_device_resource,
+                 set_current_device_resource)
+from ._capi import clib
+from ._lib import Statistics as _Struct, check
+
+__all__ = ["Statistics", "enable_statistics", "get_statistics", "push_statistics",
+           "pop_statistics", "statistics", "ProfilerRecords", "profiler",
+           "default_profiler_records"]
+
+FIGURES = ("current_bytes", "current_count", "peak_bytes", "peak_count", "total_bytes",
+           "total_count")
+
+
+@dataclass
+class Statistics:
+    """One scope's counters (RMM's rmm.statistics.Statistics)."""
+    current_bytes: int
+    current_count: int
+    peak_bytes: int
+    peak_count: int
+    total_bytes: int
+    total_count: int
+
+    def as_dict(self):
+        return {k: getattr(self, k) for k in FIGURES}
+
+
+def _from_struct(s):
+    return Statistics(*(int(getattr(s, k)) for k in FIGURES))
+
+
+def _struct():
+    s = _Struct()
+    s.size = ctypes.sizeof(s)
+    return s
+
+
+def _read(handle):
+    s = _struct()
+    check(clib().rmmc_statistics_adaptor_get(handle, ctypes.byref(s)), "get_statistics")
+    return _from_struct(s)
+
+
+def _push(handle):
+    before = _read(handle)
+    check(clib().rmmc_statistics_adaptor_push(handle), "push_statistics")
+    return before
+
+
+def _pop(handle):
+    s = _struct()
+    check(clib().rmmc_statistics_adaptor_pop(handle, ctypes.byref(s)), "pop_statistics")
+    return _from_struct(s)
+
+
+def _current_statistics_handle():
+    """The current device's resource if its outermost layer is statistics."""
+    mr = get_current_device_resource()
+    return mr.handle if clib().rmmc_resource_name(mr.handle).decode() == "statistics" else None
+
+
+def enable_statistics():
+    """Wraps the current device's resource in a StatisticsResourceAdaptor,
+    unless its outermost layer already is one."""
+    if _current_statistics_handle() is None:
+        set_current_device_resource(StatisticsResourceAdaptor(get_current_device_resource()))
+
+
+def get_statistics():
+    """The current scope's Statistics, or None when statistics are not enabled."""
+    h = _current_statistics_handle()
+    return None if h is None else _read(h)
+
+
+def push_statistics():
+    """Opens a scope of counters; returns the Statistics before it (None
+    when statistics are not enabled)."""
+    h = _current_statistics_handle()
+    return None if h is None else _push(h)
+
+
+def pop_statistics():
+    """Closes the innermost scope and returns its Statistics (None when
+    statistics are not enabled)."""
+    h = _current_statistics_handle()
+    return None if h is None else _pop(h)
+
+
+statistics = _scope_statistics  # rmm.statistics.statistics(): a counting block
+
+
+@dataclass
+class MemoryRecord:
+    """What the profiler saw of one name: calls, the bytes allocated in
+    all of them, the highest peak of one."""
+    num_calls: int = 0
+    memory_total: int = 0
+    memory_peak: int = 0
+
+    def add(self, memory_total, memory_peak):
+        self.num_calls += 1
+        self.memory_total += memory_total
+        self.memory_peak = max(self.memory_peak, memory_peak)
+
+
+class ProfilerRecords:
+    """Records of named code blocks (RMM's ProfilerRecords)."""
+    MemoryRecord = MemoryRecord
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._records = defaultdict(MemoryRecord)
+
+    def add(self, name, data):
+        with self._lock:
+            self._records[name].add(data.total_bytes, data.peak_bytes)
+
+    @property
+    def records(self):
+        with self._lock:
+            return dict(self._records)
+
+    def report(self, ordered_by="memory_peak"):
+        """A table of the records, largest first by `ordered_by`
+        (memory_peak, memory_total or num_calls)."""
+        if ordered_by not in ("memory_peak", "memory_total", "num_calls"):
+            raise ValueError("ordered_by is memory_peak, memory_total or num_calls, not %r"
+                             % (ordered_by,))
+        rows = sorted(self.records.items(), key=lambda kv: getattr(kv[1], ordered_by),
+                      reverse=True)
+        lines = ["Memory Profiling", "================", "",
+                 "Ordered by: %s" % ordered_by, "",
+                 "%10s %16s %16s  %s" % ("ncalls", "memory_peak", "memory_total", "filename")]
+        for name, r in rows:
+            lines.append("%10d %16d %16d  %s" % (r.num_calls, r.memory_peak, r.memory_total,
+                                                  name))
+        return "\n".join(lines) + "\n"
+
+    def __repr__(self):
+        return "ProfilerRecords(%r)" % (self.records,)
+
+
+default_profiler_records = ProfilerRecords()
+
+
+class profiler:
+    """Records the memory a function or a block allocates through the
+    current device's resource: a decorator (``@profiler()``, named after
+    the function) or a context manager (``with profiler(name="x"):``).
+    Does nothing when statistics are not enabled (as RMM)."""
+
+    def __init__(self, *, records=None, name=""):
+        self.records = default_profiler_records if records is None else records
+        self.name = name
+        self._pushed = []
+
+    def __call__(self, func):
+        name = self.name or "%s:%s" % (getattr(func, "__module__", "?"), func.__qualname__)
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with profiler(records=self.records, name=name):
+                return func(*args, **kwargs)
+        return wrapper
+
+    def __enter__(self):
+        if not self.name:
+            raise ValueError("a profiler used with 'with' needs name=")
+        self._pushed.append(push_statistics() is not None)
+        return self
+
+    def __exit__(self, *exc):
+        if self._pushed.pop():
+            stats = pop_statistics()
+            if stats is not None:
+                self.records.add(self.name, stats)
+        return False
