@@ -28,6 +28,7 @@ STRUCTS = {
     _lib.MemoryHooks: "rmmc_memory_hooks_t",
     _lib.IpcInfo: "rmmc_ipc_info_t",
     _lib.IpcStats: "rmmc_ipc_stats_t",
+    _lib.SleepState: "rmmc_pool_sleep_state_t",
     _capi.Buffer: "rmmc_buffer_t",
     _capi.TrackedAllocation: "rmmc_tracked_allocation_t",
 }
@@ -41,7 +42,7 @@ CONSTANTS = {
     "FIELD_TEXT": (_lib.FIELD_TEXT, "RMMC_FIELD_TEXT"),
 }
 HEADERS = ["resource.h", "statistics_adaptor.h", "plugins.h", "ipc.h", "buffer.h",
-           "tracking_adaptor.h", "status.h"]
+           "tracking_adaptor.h", "status.h", "pool_resource.h"]
 
 
 def cuda_include():
