@@ -332,8 +332,11 @@ def get_default(device=None):
     use) as a Resource holding its own reference."""
     handle = ctypes.c_void_p()
     dev = _device(device)
-    check(lib().rmmc_get_device_resource(dev, ctypes.byref(handle)), "get_default(%d)" % dev)
-    return Resource._adopt(handle.value, "<device %d>" % dev)
+    # A reference taken atomically with a set on another thread (issue 25).
+    check(lib().rmmc_retain_device_resource(dev, ctypes.byref(handle)), "get_default(%d)" % dev)
+    r = Resource._adopt(handle.value, "<device %d>" % dev)
+    lib().rmmc_resource_release(handle.value)
+    return r
 
 
 def stack_figures(device=None):
@@ -414,13 +417,15 @@ def statistics(device=None):
     changed inside the block."""
     dev = _device(device)
     current = ctypes.c_void_p()
-    check(lib().rmmc_get_device_resource(dev, ctypes.byref(current)), "statistics")
+    check(lib().rmmc_retain_device_resource(dev, ctypes.byref(current)), "statistics")
     previous = None
     if lib().rmmc_resource_name(current).decode() == "statistics":
-        stats = lib().rmmc_resource_retain(current.value)
+        stats = current.value  # the reference just taken
     else:
         wrapped = ctypes.c_void_p()
-        check(lib().rmmc_statistics_adaptor_create(current, ctypes.byref(wrapped)), "statistics")
+        st = lib().rmmc_statistics_adaptor_create(current, ctypes.byref(wrapped))
+        lib().rmmc_resource_release(current.value)
+        check(st, "statistics")
         stats = wrapped.value
         old = ctypes.c_void_p()
         st = lib().rmmc_set_device_resource(dev, stats, ctypes.byref(old))
