@@ -156,7 +156,7 @@ void graph_contract_run(rmmc_resource_t *r, size_t max_request, const char *name
 
 /* ---- one routed thread beside others ---- */
 
-enum { CAP = 4096, LIVE = 32 };
+enum { OPS = 1000, CAP = OPS, LIVE = 16 };
 
 typedef struct gworker {
   rmmc_resource_t *r;
@@ -176,8 +176,8 @@ static void *gworker_main(void *arg) {
   unsigned tag[LIVE];
   memset(live, 0, sizeof live);
   unsigned seed = w->seed;
-  size_t cap = w->max_request < ((size_t)256 << 10) ? w->max_request : ((size_t)256 << 10);
-  for (int op = 0; op < 3000 && w->bad == 0; op++) {
+  size_t cap = w->max_request < ((size_t)64 << 10) ? w->max_request : ((size_t)64 << 10);
+  for (int op = 0; op < OPS && w->bad == 0; op++) {
     seed = seed * 1103515245u + 12345u;
     int k = (int)((seed >> 16) % LIVE);
     if (live[k].p != NULL) {
