@@ -25,6 +25,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "config.h"
 #include "internal.h"
@@ -46,11 +47,22 @@ static int reader_generation; /* atomic: 0 or 1; flipped by set under the lock *
 static unsigned next_shard;   /* atomic */
 static _Thread_local unsigned my_shard RMMC_TLS_FAST; /* shard + 1; 0: not chosen yet */
 
+/* A child forked while another thread was counted in would wait for it
+ * forever at its first set: only the forking thread goes on, and it is
+ * never counted in across fork(). */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void readers_reset_in_child(void) { memset(readers, 0, sizeof readers); }
+static void register_atfork(void) { (void)pthread_atfork(NULL, NULL, readers_reset_in_child); }
+
+static RMMC_COLD unsigned choose_shard(void) {
+  pthread_once(&atfork_once, register_atfork);
+  return __atomic_fetch_add(&next_shard, 1, __ATOMIC_RELAXED) % READER_SHARDS + 1;
+}
+
 /* Counts the calling thread in; returns the counter to count out of. */
 static inline int *reader_enter(void) {
   unsigned k = my_shard;
-  if (RMMC_UNLIKELY(k == 0))
-    my_shard = k = __atomic_fetch_add(&next_shard, 1, __ATOMIC_RELAXED) % READER_SHARDS + 1;
+  if (RMMC_UNLIKELY(k == 0)) my_shard = k = choose_shard();
   int gen = __atomic_load_n(&reader_generation, __ATOMIC_SEQ_CST);
   int *n = &readers[gen][k - 1].n;
   __atomic_add_fetch(n, 1, __ATOMIC_SEQ_CST);
