@@ -365,7 +365,9 @@ static void *replace_churn(void *arg) {
 START_TEST(test_plugins_registry_replaced_under_load) {
   /* Cheap stacks, so the sets come fast: a statistics adaptor over one
    * host resource, each freed by the release after its set unless the
-   * plug-ins hold blocks of it. */
+   * plug-ins hold blocks of it; every 16th a caching stack (statistics >
+   * binning > pool, statistics > fixed_size > pool) over the same host
+   * resource. */
   rmmc_resource_t *host;
   ck_assert_int_eq(rmmc_host_resource_create(&host), RMMC_SUCCESS);
   rmmc_resource_t *first;
@@ -384,8 +386,19 @@ START_TEST(test_plugins_registry_replaced_under_load) {
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   do {
-    rmmc_resource_t *r, *prev;
-    ck_assert_int_eq(rmmc_statistics_adaptor_create(host, &r), RMMC_SUCCESS);
+    rmmc_resource_t *r, *prev, *below = host, *pool = NULL, *cache = NULL;
+    if (sets % 16 == 15) {
+      ck_assert_int_eq(rmmc_pool_resource_create(host, NULL, &pool), RMMC_SUCCESS);
+      rmmc_fixed_size_options_t fo = RMMC_FIXED_SIZE_OPTIONS_INIT;
+      fo.block_size = 8192;
+      ck_assert_int_eq(sets % 32 == 15 ? rmmc_binning_resource_create(pool, NULL, &cache)
+                                       : rmmc_fixed_size_resource_create(pool, &fo, &cache),
+                       RMMC_SUCCESS);
+      rmmc_resource_release(pool);
+      below = cache;
+    }
+    ck_assert_int_eq(rmmc_statistics_adaptor_create(below, &r), RMMC_SUCCESS);
+    rmmc_resource_release(cache);
     ck_assert_int_eq(rmmc_set_device_resource(0, r, &prev), RMMC_SUCCESS);
     rmmc_resource_release(r);    /* the registry holds it */
     rmmc_resource_release(prev); /* gone, unless the plug-ins hold blocks of it */
