@@ -13,7 +13,17 @@ Each process:
   3. trains a small MLP for 20 steps with make_graphed_callables and
      compares the losses with the same steps run eagerly;
   4. times a graphed inference loop (copy input, replay, synchronize):
-     median milliseconds per iteration after warm-up.
+     median milliseconds per iteration after warm-up;
+  5. captures small temporaries (4 KiB, freed inside the capture) on a
+     capture stream of its own, then fills tensors of the same size on that
+     stream right after the capture and replays the graph 50 times: the
+     tensors must keep their values (issue 25, F7: through a caching layer
+     above the pool the graph's freed block came back and the replays
+     overwrote it);
+  6. captures ResNet-18 again while another thread runs eager convolutions
+     on its own stream: both threads' results must match eager references
+     (issue 25, F7: cuDNN failed in the other thread through
+     `binning > pool > cuda`).
 The rmmc process installs the plug-in with every hook (the graph pool
 hooks too) over --spec (default "pool > cuda") and reports the pool's
 figures (graph pools, device synchronizations).
@@ -130,6 +140,76 @@ def worker(args):
         if i >= 20:
             times.append((time.perf_counter() - t0) * 1e3)
     out["graphed_loop_median_ms"] = statistics.median(times)
+    # 5. Right after a capture, on its stream: tensors of the graph's sizes.
+    cs = torch.cuda.Stream()
+    small_in = torch.randn(1024, device=dev)
+    torch.cuda.synchronize()
+    g3 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g3, stream=cs):
+        a = small_in * 3.0          # 4 KiB temporaries, freed inside the capture
+        b = a + 1.0
+        del a
+        small_out = b * b
+        del b
+    with torch.cuda.stream(cs):
+        kept = [torch.full((1024,), float(k), device=dev) for k in range(8)]
+    cs.synchronize()
+    for _ in range(50):
+        g3.replay()
+    torch.cuda.synchronize()
+    out["after_capture_overwritten"] = sum(
+        int(not torch.equal(t, torch.full((1024,), float(k), device=dev))) for k, t in enumerate(kept))
+    ref3 = small_in * 3.0 + 1.0
+    out["small_graph_equal"] = bool(torch.equal(small_out, ref3 * ref3))
+    del kept, g3
+
+    # 6. A capture in this thread while another thread runs eager work.
+    import threading
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.Conv2d(32, 8, 3, padding=1)).to(dev).half().eval()
+    cin = torch.randn(8, 3, 64, 64, device=dev, dtype=torch.half)
+    with torch.no_grad():
+        cref = conv(cin)
+    torch.cuda.synchronize()
+    stop, errors = threading.Event(), []
+
+    def eager_loop():
+        s = torch.cuda.Stream()
+        n = 0
+        try:
+            with torch.no_grad(), torch.cuda.stream(s):
+                while not stop.is_set() or n < 5:
+                    y = conv(cin)
+                    s.synchronize()
+                    if not torch.equal(y, cref):
+                        errors.append("eager result %d differs" % n)
+                    n += 1
+        except Exception as e:  # cuDNN or the allocator failing in this thread
+            errors.append("%s: %s" % (type(e).__name__, e))
+    th = threading.Thread(target=eager_loop)
+    th.start()
+    g4 = torch.cuda.CUDAGraph()
+    try:
+        # thread_local: the other thread's synchronizations are legal meanwhile
+        with torch.no_grad(), torch.cuda.graph(g4, capture_error_mode="thread_local"):
+            static_out4 = model(static_in)
+        with torch.no_grad():
+            mism4 = 0
+            for i in range(20):
+                x = torch.randn(16, 3, 224, 224, device=dev, dtype=torch.half, generator=gen)
+                static_in.copy_(x)
+                g4.replay()
+                mism4 += int(not torch.equal(static_out4, model(x)))
+    except Exception as e:
+        errors.append("capture: %s: %s" % (type(e).__name__, e))
+        mism4 = -1
+    stop.set()
+    th.join()
+    torch.cuda.synchronize()
+    out["capture_beside_thread_mismatches"] = mism4
+    out["capture_beside_thread_errors"] = errors[:5]
+    del g4
+
     out["max_memory_reserved"] = torch.cuda.max_memory_reserved() if rm is None else None
     if rm is not None:
         out["rmmc_layers"] = rm.stack_figures() if hasattr(rm, "stack_figures") else None
@@ -179,7 +259,15 @@ def main():
             print("%-8s FAILED: %s\n  %s" % (r["worker"], r["error"], "\n  ".join(r.get("tail", []))))
             continue
         good = r["resnet18_mismatches"] == 0 and r["shared_pool_equal"] and \
-            r["graphed_callables_max_loss_diff"] < 1e-4
+            r["graphed_callables_max_loss_diff"] < 1e-4 and \
+            r["after_capture_overwritten"] == 0 and r["small_graph_equal"] and \
+            r["capture_beside_thread_mismatches"] == 0 and not r["capture_beside_thread_errors"]
+        if not good:
+            print("%-8s after capture overwritten %d, small graph %s, capture beside a thread: "
+                  "%d mismatches, errors %s" % (r["worker"], r["after_capture_overwritten"],
+                                                r["small_graph_equal"],
+                                                r["capture_beside_thread_mismatches"],
+                                                r["capture_beside_thread_errors"]))
         ok &= good
         print("%-8s %10d %12s %12.2e %12.3f" % (r["worker"], r["resnet18_mismatches"],
                                                  r["shared_pool_equal"],

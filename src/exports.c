@@ -11,6 +11,16 @@
  * not (then CUDA itself is the only check left: an IPC handle of memory
  * given back fails to open).
  *
+ * The descriptor a handle names may be anything once its exporter is gone
+ * (the pid reused) or when the handle is forged: a FIFO with no writer,
+ * whose open would wait forever, a device, a socket, a file that shrinks
+ * under a mapping (SIGBUS on the read). So the importer stats the path
+ * first and opens only a regular file, without blocking (O_NONBLOCK,
+ * O_NOCTTY), checks that the file it opened is the one it stat'ed, and maps
+ * it only if it is a memfd sealed against shrinking (the exporter seals its
+ * table so): anything else is a stale handle. The path is looked at
+ * without the registry's lock held (issue 25, F12).
+ *
  * The private side keeps, per slot, the block and the layer that handed it
  * out; a pointer map finds a slot from a freed pointer. A forked child
  * starts with no exports (pthread_atfork): the table it inherited is its
@@ -107,14 +117,17 @@ static void register_atfork(void) {
 static rmmc_status_t make_table(void) {
   if (ex.pid != 0) return RMMC_SUCCESS;
   pthread_once(&atfork_once, register_atfork);
-  int fd = memfd_create("rmmc-ipc-exports", MFD_CLOEXEC);
+  int fd = memfd_create("rmmc-ipc-exports", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0)
     return rmmc_set_error(RMMC_ERROR_IO, "ipc: memfd_create for the export table failed: %s",
                           strerror(errno));
-  if (ftruncate(fd, (off_t)TABLE_BYTES) != 0) {
+  /* Sealed at its size: an importer's mapping can never run past the end. */
+  if (ftruncate(fd, (off_t)TABLE_BYTES) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     int e = errno;
     close(fd);
-    return rmmc_set_error(RMMC_ERROR_IO, "ipc: sizing the export table failed: %s", strerror(e));
+    return rmmc_set_error(RMMC_ERROR_IO, "ipc: sizing and sealing the export table failed: %s",
+                          strerror(e));
   }
   void *m = mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (m == MAP_FAILED) {
@@ -301,46 +314,81 @@ static rmmc_status_t stale_word(const rmmc__export_ref_t *ref, uint64_t now) {
                         (unsigned long long)now);
 }
 
-/* The table of process ref->pid, mapped read-only and cached (lock held):
- * RMMC_SUCCESS with *words set, or NULL when it cannot be read (no
- * permission); RMMC_ERROR_STALE when the process or its table is gone. */
-static rmmc_status_t peer_words(const rmmc__export_ref_t *ref, const uint64_t **words) {
-  *words = NULL;
+static const char *file_type(mode_t m) {
+  return S_ISFIFO(m) ? "a FIFO or pipe" : S_ISSOCK(m) ? "a socket" : S_ISDIR(m) ? "a directory"
+       : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+       : S_ISLNK(m) ? "a symbolic link" : "not a regular file";
+}
+
+static rmmc_status_t not_a_table(const rmmc__export_ref_t *ref, const char *what) {
+  return rmmc_set_error(RMMC_ERROR_STALE,
+                        "ipc: stale handle: descriptor %u of pid %u is %s, not an rmmc export "
+                        "table (the exporter has exited and the pid is another process's, or "
+                        "the handle is forged)",
+                        ref->table_fd, ref->pid, what);
+}
+
+/* Opens the export table ref names, never blocking (no lock held):
+ * RMMC_SUCCESS with *fd and *sb, or *fd = -1 when it cannot be read (no
+ * permission: cannot tell); RMMC_ERROR_STALE when the process is gone or
+ * the descriptor is not a sealed memfd of the table's size. */
+static rmmc_status_t open_table(const rmmc__export_ref_t *ref, int *fd, struct stat *sb) {
+  *fd = -1;
   char path[64];
   snprintf(path, sizeof path, "/proc/%u/fd/%u", ref->pid, ref->table_fd);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  struct stat before;
+  if (stat(path, &before) != 0) {
     if (errno == EACCES || errno == EPERM) return RMMC_SUCCESS; /* cannot tell */
     return rmmc_set_error(RMMC_ERROR_STALE,
                           "ipc: stale handle: the exporter (pid %u) has exited (its export "
                           "table cannot be opened: %s)",
                           ref->pid, strerror(errno));
   }
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < TABLE_BYTES) {
-    close(fd);
+  if (!S_ISREG(before.st_mode)) return not_a_table(ref, file_type(before.st_mode));
+  int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (f < 0) {
+    if (errno == EACCES || errno == EPERM) return RMMC_SUCCESS; /* cannot tell */
     return rmmc_set_error(RMMC_ERROR_STALE,
-                          "ipc: stale handle: descriptor %u of pid %u is not an rmmc export "
-                          "table (the exporter has exited and the pid is another process's)",
-                          ref->table_fd, ref->pid);
+                          "ipc: stale handle: the exporter (pid %u) has exited (its export "
+                          "table cannot be opened: %s)",
+                          ref->pid, strerror(errno));
   }
+  const char *bad = NULL;
+  int seals = -1;
+  if (fstat(f, sb) != 0 || !S_ISREG(sb->st_mode) || sb->st_dev != before.st_dev ||
+      sb->st_ino != before.st_ino)
+    bad = "a file that changed while it was opened";
+  else if ((size_t)sb->st_size < TABLE_BYTES)
+    bad = "a file too small";
+  else if ((seals = fcntl(f, F_GET_SEALS)) < 0 || !(seals & F_SEAL_SHRINK))
+    bad = "a file that may shrink (not a sealed memfd)";
+  if (bad != NULL) {
+    close(f);
+    return not_a_table(ref, bad);
+  }
+  *fd = f;
+  return RMMC_SUCCESS;
+}
+
+/* The table in `fd` (open_table's), mapped read-only and cached (lock
+ * held): *words, or NULL when it cannot be mapped (cannot tell);
+ * RMMC_ERROR_STALE when it is not the table the handle names. */
+static rmmc_status_t peer_words(const rmmc__export_ref_t *ref, int fd, const struct stat *sb,
+                                const uint64_t **words) {
+  *words = NULL;
   peer_t *hit = NULL, *victim = &ex.peers[0];
   for (int i = 0; i < PEERS; i++) {
     peer_t *q = &ex.peers[i];
-    if (q->words != NULL && q->dev == sb.st_dev && q->ino == sb.st_ino) hit = q;
+    if (q->words != NULL && q->dev == sb->st_dev && q->ino == sb->st_ino) hit = q;
     if (q->words == NULL || q->used < victim->used) victim = q;
   }
   if (hit == NULL) {
     void *m = mmap(NULL, TABLE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-      close(fd);
-      return RMMC_SUCCESS; /* cannot tell */
-    }
+    if (m == MAP_FAILED) return RMMC_SUCCESS; /* cannot tell */
     if (victim->words != NULL) munmap((void *)victim->words, TABLE_BYTES);
     hit = victim;
-    *hit = (peer_t){ref->pid, ((const uint64_t *)m)[1], sb.st_dev, sb.st_ino, m, 0};
+    *hit = (peer_t){ref->pid, ((const uint64_t *)m)[1], sb->st_dev, sb->st_ino, m, 0};
   }
-  close(fd);
   hit->used = ++ex.clock;
   if (__atomic_load_n(&hit->words[0], __ATOMIC_ACQUIRE) != TABLE_MAGIC ||
       hit->words[1] != ref->table_id)
@@ -363,6 +411,7 @@ rmmc_status_t rmmc__exports_check(const rmmc__export_ref_t *ref, bool *verified)
   pthread_mutex_lock(&lock);
   const uint64_t *words = NULL;
   rmmc_status_t st = RMMC_SUCCESS;
+  int fd = -1;
   if (ex.pid != 0 && ref->pid == (uint32_t)ex.pid) {
     if (ref->table_id != ex.id)
       st = rmmc_set_error(RMMC_ERROR_STALE,
@@ -371,7 +420,12 @@ rmmc_status_t rmmc__exports_check(const rmmc__export_ref_t *ref, bool *verified)
                           ref->pid);
     words = ex.words;
   } else {
-    st = peer_words(ref, &words);
+    /* Another process's descriptor: looked at without the lock. */
+    pthread_mutex_unlock(&lock);
+    struct stat sb;
+    st = open_table(ref, &fd, &sb);
+    pthread_mutex_lock(&lock);
+    if (st == RMMC_SUCCESS && fd >= 0) st = peer_words(ref, fd, &sb, &words);
   }
   if (st == RMMC_SUCCESS && words != NULL) {
     uint64_t now = __atomic_load_n(&words[HEADER_WORDS + ref->slot], __ATOMIC_ACQUIRE);
@@ -379,5 +433,6 @@ rmmc_status_t rmmc__exports_check(const rmmc__export_ref_t *ref, bool *verified)
     if (now != ref->generation) st = stale_word(ref, now);
   }
   pthread_mutex_unlock(&lock);
+  if (fd >= 0) close(fd);
   return st;
 }

@@ -173,8 +173,9 @@ static void *plugin_alloc(size_t size, int device, cudaStream_t stream, const ch
   rmmc_resource_t *r = NULL;
   void *p = NULL;
   if (!device_ok(device, who)) goto failed;
-  if (rmmc_get_device_resource(device, &r) != RMMC_SUCCESS) goto failed;
-  rmmc_resource_retain(r);
+  /* Atomic with a set on another thread (issue 25, F8): a borrowed
+   * pointer retained afterwards may already be freed. */
+  if (rmmc_retain_device_resource(device, &r) != RMMC_SUCCESS) goto failed;
   uint64_t limit = __atomic_load_n(&f->limit, __ATOMIC_RELAXED);
   uint64_t now = rmmc__atomic_add_u64(&f->bytes_in_use, size);
   if (limit != 0 && now > limit) {
@@ -360,9 +361,10 @@ RMMC_API void rmmc_torch_set_memory_fraction(double fraction, int device) {
 static void graph_hook(int device, rmmc_status_t (*fn)(rmmc_resource_t *, uint64_t, uint64_t),
                        uint64_t id0, uint64_t id1, const char *who) {
   rmmc_resource_t *r = NULL;
-  rmmc_status_t st = device_ok(device, who) ? rmmc_get_device_resource(device, &r) : RMMC_ERROR_INVALID_ARGUMENT;
+  rmmc_status_t st = device_ok(device, who) ? rmmc_retain_device_resource(device, &r) : RMMC_ERROR_INVALID_ARGUMENT;
   if (st == RMMC_SUCCESS) st = fn(r, id0, id1);
   if (st != RMMC_SUCCESS) note_failure();
+  rmmc_resource_release(r);
 }
 
 RMMC_API void rmmc_torch_begin_allocate_to_pool(int device, uint64_t id0, uint64_t id1,
@@ -370,10 +372,11 @@ RMMC_API void rmmc_torch_begin_allocate_to_pool(int device, uint64_t id0, uint64
   (void)filter;
   rmmc_resource_t *r = NULL;
   rmmc_status_t st = device_ok(device, "rmmc_torch_begin_allocate_to_pool")
-                         ? rmmc_get_device_resource(device, &r)
+                         ? rmmc_retain_device_resource(device, &r)
                          : RMMC_ERROR_INVALID_ARGUMENT;
   if (st == RMMC_SUCCESS) st = rmmc_pool_graph_begin(r, id0, id1, false, NULL);
   if (st != RMMC_SUCCESS) note_failure();
+  rmmc_resource_release(r);
 }
 
 RMMC_API void rmmc_torch_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1) {
@@ -498,9 +501,11 @@ RMMC_API rmmc_status_t rmmc_plugin_set_limit(int device, size_t bytes) {
 RMMC_API rmmc_status_t rmmc_plugin_set_memory_hooks(int device, const rmmc_memory_hooks_t *hooks) {
   int dev = device;
   rmmc_status_t st = device == -1 ? rmmc_get_current_device(&dev) : RMMC_SUCCESS;
-  rmmc_resource_t *r;
-  if (st == RMMC_SUCCESS) st = rmmc_get_device_resource(dev, &r);
-  return st == RMMC_SUCCESS ? rmmc_resource_set_memory_hooks(r, hooks) : st;
+  rmmc_resource_t *r = NULL;
+  if (st == RMMC_SUCCESS) st = rmmc_retain_device_resource(dev, &r);
+  if (st == RMMC_SUCCESS) st = rmmc_resource_set_memory_hooks(r, hooks);
+  rmmc_resource_release(r);
+  return st;
 }
 
 RMMC_API rmmc_status_t rmmc_plugin_release_cached(void) {
@@ -508,9 +513,10 @@ RMMC_API rmmc_status_t rmmc_plugin_release_cached(void) {
   uint64_t used = __atomic_load_n(&used_devices, __ATOMIC_RELAXED);
   for (int d = 0; d < RMMC_MAX_DEVICES; d++) {
     if (!(used & (UINT64_C(1) << d))) continue;
-    rmmc_resource_t *r;
-    rmmc_status_t st = rmmc_get_device_resource(d, &r);
+    rmmc_resource_t *r = NULL;
+    rmmc_status_t st = rmmc_retain_device_resource(d, &r);
     if (st == RMMC_SUCCESS) st = rmmc_resource_release_cached(r);
+    rmmc_resource_release(r);
     if (st != RMMC_SUCCESS && first == RMMC_SUCCESS) first = st;
   }
   return first;

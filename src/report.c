@@ -131,9 +131,10 @@ static rmmc_status_t build(text_t *t, rmmc_resource_t *r, int device) {
     put_device_memory(t, device);
     rmmc__error_state_t saved;
     rmmc__error_save(&saved);
-    st = rmmc_get_device_resource(device, &r);
+    st = rmmc_retain_device_resource(device, &r);
     if (st == RMMC_SUCCESS) {
       put_stack(t, r);
+      rmmc_resource_release(r);
     } else {
       put(t, "  resource: none (%s: %s)\n", rmmc_status_name(st), rmmc_last_error_message());
       rmmc__error_restore(&saved);

@@ -546,6 +546,20 @@ rmmc_status_t rmmc__device_resource_new(const char *what, int device,
   return RMMC_SUCCESS;
 }
 
+/* ---- graph routing (internal.h) ---- */
+
+int rmmc__graph_routes;
+static rmmc__graph_router_fn graph_router;
+
+void rmmc__set_graph_router(rmmc__graph_router_fn fn) {
+  __atomic_store_n(&graph_router, fn, __ATOMIC_RELEASE);
+}
+
+bool rmmc__graph_routed_slow(rmmc_resource_t *stack, cudaStream_t stream) {
+  rmmc__graph_router_fn fn = __atomic_load_n(&graph_router, __ATOMIC_ACQUIRE);
+  return fn != NULL && fn(stack, stream);
+}
+
 /* ---- adaptor base ---- */
 
 void rmmc__adaptor_init(rmmc__adaptor_t *a, const rmmc_resource_ops_t *ops,

@@ -6,8 +6,11 @@
  * while other streams allocate and write meanwhile (their blocks never
  * overlap the graph's memory, and neither corrupts the other); one thread
  * capturing in thread-local mode while others allocate and free on their
- * own streams; release gives the memory back. Suite cuda: exits 77 without
- * a GPU, runs without fork.
+ * own streams; release gives the memory back. The same through layers that
+ * cache above the pool (binning, fixed_size; issue 25, F7): a block asked
+ * for on the capture stream right after the capture is not overwritten by
+ * the graph's replays, and a capture beside threads allocating through
+ * them. Suite cuda: exits 77 without a GPU, runs without fork.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -181,9 +184,20 @@ static void *other_main(void *arg) {
   return NULL;
 }
 
+/* The stack's pool layer (the first with graph figures). */
+static rmmc_resource_t *pool_of(rmmc_resource_t *r) {
+  uint64_t v;
+  while (r != NULL && !rmmc_resource_get_field(r, "graph_pools", &v)) r = rmmc_resource_upstream(r);
+  ck_assert_ptr_nonnull(r);
+  return r;
+}
+
+static const char *const others_specs[] = {"pool > cuda", "binning > pool > cuda",
+                                           "statistics > binning(max=1MiB) > pool > cuda"};
+
 START_TEST(test_gpu_graph_capture_while_others_allocate) {
   rmmc_resource_t *r;
-  ck_assert_int_eq(rmmc_stack_create("pool > cuda", -1, &r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_stack_create(others_specs[_i], -1, &r), RMMC_SUCCESS);
   volatile int stop = 0;
   enum { T = 3 };
   other_t o[T];
@@ -215,9 +229,75 @@ START_TEST(test_gpu_graph_capture_while_others_allocate) {
     ck_assert_msg(o[i].bad == 0, "thread %d failed (%d) after %ld rounds", i, o[i].bad, o[i].rounds);
     ck_assert_int_gt(o[i].rounds, 0);
   }
-  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
-  ck_assert_uint_eq(field(r, "graph_pools"), 0);
-  ck_assert_uint_eq(field(r, "in_use"), 0);
+  rmmc_resource_t *pool = pool_of(r);
+  ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(pool, "graph_pools"), 0);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(pool, "in_use"), 0);
+  CUDA_OK(cudaStreamDestroy(s));
+  rmmc_resource_release(r);
+  CUDA_OK(cudaGetLastError());
+}
+END_TEST
+
+/* Issue 25, F7 on the device: small blocks captured through a caching
+ * layer (routed by capture, as PyTorch's hooks do), one freed inside the
+ * capture; right after it a block of the same size on the capture stream
+ * holds data of its own while the graph replays 50 times: the graph must
+ * not write it (with the bug the graph's freed block came back and the
+ * replays overwrote it). */
+static const char *const caching_specs[] = {"binning > pool > cuda",
+                                            "fixed_size(block=4KiB) > pool > cuda",
+                                            "binning > statistics > pool > cuda"};
+
+START_TEST(test_gpu_graph_through_caching_layers) {
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create(caching_specs[_i], -1, &r), RMMC_SUCCESS);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  enum { K = 8 };
+  const size_t n = 4 * KiB;
+  void *warm[K], *g[K], *after[K];
+  /* The layer's cache holds blocks from before the capture. */
+  for (int i = 0; i < K; i++) ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, s, &warm[i]), RMMC_SUCCESS);
+  for (int i = 0; i < K; i++) ck_assert_int_eq(rmmc_resource_deallocate(r, warm[i], n, 256, s), RMMC_SUCCESS);
+  CUDA_OK(cudaStreamSynchronize(s));
+  ck_assert_int_eq(rmmc_pool_graph_begin(r, 31, 1, false, NULL), RMMC_SUCCESS);
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < K; i++) {
+    ck_assert_msg(rmmc_resource_allocate(r, n, 256, s, &g[i]) == RMMC_SUCCESS, "%s",
+                  rmmc_last_error_message());
+    CUDA_OK(gpu_fill_pattern(g[i], n, 5000u + (uint32_t)i, s));
+  }
+  for (int i = 0; i < K; i += 2) /* scratch freed inside the capture */
+    ck_assert_int_eq(rmmc_resource_deallocate(r, g[i], n, 256, s), RMMC_SUCCESS);
+  CUDA_OK(cudaStreamEndCapture(s, &graph));
+  ck_assert_int_eq(rmmc_pool_graph_end(r, 31, 1), RMMC_SUCCESS);
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < K; i++) {
+    ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, s, &after[i]), RMMC_SUCCESS);
+    for (int k = 0; k < K; k++)
+      ck_assert_msg(!overlaps(after[i], n, g[k], n), "%s: block %p after the capture is the "
+                    "graph's", caching_specs[_i], after[i]);
+    CUDA_OK(gpu_fill_pattern(after[i], n, 9000u + (uint32_t)i, s));
+  }
+  for (int rep = 0; rep < 50; rep++) CUDA_OK(cudaGraphLaunch(exec, s));
+  for (int i = 0; i < K; i++)
+    ck_assert_msg(pattern_errors(after[i], n, 9000u + (uint32_t)i, s) == 0,
+                  "%s: the graph's replays overwrote a block handed out after the capture",
+                  caching_specs[_i]);
+  for (int i = 1; i < K; i += 2) ck_assert_uint_eq(pattern_errors(g[i], n, 5000u + (uint32_t)i, s), 0);
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  for (int i = 0; i < K; i++) ck_assert_int_eq(rmmc_resource_deallocate(r, after[i], n, 256, s), RMMC_SUCCESS);
+  for (int i = 1; i < K; i += 2) ck_assert_int_eq(rmmc_resource_deallocate(r, g[i], n, 256, s), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_graph_release(r, 31, 1), RMMC_SUCCESS);
+  rmmc_resource_t *pool = pool_of(r);
+  ck_assert_uint_eq(field(pool, "graph_pools"), 0);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(pool, "in_use"), 0);
   CUDA_OK(cudaStreamDestroy(s));
   rmmc_resource_release(r);
   CUDA_OK(cudaGetLastError());
@@ -230,7 +310,10 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_gpu_graph_private_pool_replays);
   tcase_add_test(tc, test_gpu_graph_capture_without_routing);
-  tcase_add_test(tc, test_gpu_graph_capture_while_others_allocate);
+  tcase_add_loop_test(tc, test_gpu_graph_capture_while_others_allocate, 0,
+                      (int)(sizeof others_specs / sizeof others_specs[0]));
+  tcase_add_loop_test(tc, test_gpu_graph_through_caching_layers, 0,
+                      (int)(sizeof caching_specs / sizeof caching_specs[0]));
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, true);
 }

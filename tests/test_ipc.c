@@ -23,7 +23,10 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 #include <dirent.h>
 
@@ -555,6 +558,126 @@ START_TEST(test_registry_across_processes) {
 }
 END_TEST
 
+/* Issue 25, F12: a handle naming another process's descriptor that is no
+ * export table (the exporter gone and its pid reused, or a forged handle)
+ * is stale at once, whatever the descriptor is: a FIFO with no writer
+ * (whose blocking open never returned, with the export registry's lock
+ * held), a pipe whose writer is gone, sockets, a directory, devices, a
+ * regular file, memfds unsealed and sealed, a pidfd, an eventfd, a closed
+ * number. A child holds them; the checks and imports run here, each bounded
+ * in time, and another thread's export goes on meanwhile. */
+static double seconds_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Exports, checks and frees blocks (the export registry's lock) while the
+ * main thread checks hostile handles. */
+static void *export_meanwhile(void *arg) {
+  rmmc_resource_t *r = arg;
+  for (int i = 0; i < 200; i++) {
+    void *p;
+    if (rmmc_resource_allocate(r, 4096, 256, NULL, &p) != RMMC_SUCCESS) return (void *)1;
+    rmmc_allocation_t a = RMMC_ALLOCATION_INIT;
+    rmmc__export_ref_t ref;
+    bool verified = false;
+    if (rmmc_resource_get_allocation(r, p, &a) != RMMC_SUCCESS ||
+        rmmc__exports_add(a.base, p, a.bytes, a.resource, &ref) != RMMC_SUCCESS ||
+        rmmc__exports_check(&ref, &verified) != RMMC_SUCCESS || !verified)
+      return (void *)2;
+    if (rmmc_resource_deallocate(r, p, 4096, 256, NULL) != RMMC_SUCCESS) return (void *)3;
+  }
+  return NULL;
+}
+
+START_TEST(test_descriptors_of_every_type_are_stale) {
+  enum { NDESC = 14 };
+  static const char *const what[NDESC] = {
+      "FIFO without writer", "pipe without writer", "pipe with writer", "socketpair",
+      "listening UNIX socket", "directory", "/dev/null", "/dev/zero", "regular file",
+      "memfd unsealed", "memfd sealed, not a table", "pidfd", "eventfd", "closed number"};
+  char fifo[64];
+  snprintf(fifo, sizeof fifo, "/tmp/rmmc-test-fifo-%d", (int)getpid());
+  unlink(fifo);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  int up[2], down[2];
+  ck_assert_int_eq(pipe(up), 0);
+  ck_assert_int_eq(pipe(down), 0);
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) {
+    close(up[0]);
+    close(down[1]);
+    int fds[NDESC], p1[2], p2[2], sp[2];
+    fds[0] = open(fifo, O_RDONLY | O_NONBLOCK); /* no one writes */
+    if (pipe(p1) != 0 || pipe(p2) != 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) _exit(2);
+    close(p1[1]);
+    fds[1] = p1[0];
+    fds[2] = p2[0];
+    fds[3] = sp[0];
+    fds[4] = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fds[4] >= 0) (void)listen(fds[4], 1);
+    fds[5] = open("/tmp", O_RDONLY | O_DIRECTORY);
+    fds[6] = open("/dev/null", O_RDWR);
+    fds[7] = open("/dev/zero", O_RDONLY);
+    char file[64];
+    snprintf(file, sizeof file, "/tmp/rmmc-test-file-%d", (int)getpid());
+    fds[8] = open(file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    unlink(file);
+    fds[9] = memfd_create("not-rmmc", MFD_CLOEXEC);
+    fds[10] = memfd_create("rmmc-ipc-exports", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    for (int i = 8; i <= 10; i++)
+      if (fds[i] < 0 || ftruncate(fds[i], 8 * MiB) != 0) _exit(3);
+    if (fcntl(fds[10], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) _exit(4);
+    fds[11] = (int)syscall(434 /* pidfd_open */, getpid(), 0);
+    fds[12] = (int)syscall(SYS_eventfd2, 0, 0);
+    fds[13] = 900;
+    close(900);
+    for (int i = 0; i < NDESC - 1; i++)
+      if (fds[i] < 0 && i != 11 && i != 12) _exit(10 + i); /* pidfd, eventfd: kernel may lack */
+    if (write(up[1], fds, sizeof fds) != (ssize_t)sizeof fds) _exit(5);
+    char cmd;
+    if (read(down[0], &cmd, 1) != 1) _exit(6);
+    _exit(0);
+  }
+  close(up[1]);
+  close(down[0]);
+  int fds[NDESC];
+  ck_assert_int_eq(read(up[0], fds, sizeof fds), (ssize_t)sizeof fds);
+  rmmc_resource_t *r = host_pool();
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, export_meanwhile, r), 0);
+  for (int i = 0; i < NDESC; i++) {
+    if (fds[i] < 0) continue;
+    rmmc__export_ref_t ref = {(uint32_t)child, (uint32_t)fds[i], 0x1234567890abcdefull, 3, 42};
+    rmmc_ipc_handle_t *h = handle_for(&ref, (void *)0x10000, 4096);
+    double t0 = seconds_now();
+    rmmc_status_t st = rmmc_ipc_check(h);
+    ck_assert_msg(st == RMMC_ERROR_STALE, "%s: check gave %s: %s", what[i], rmmc_status_name(st),
+                  rmmc_last_error_message());
+    void *p = (void *)1;
+    st = rmmc_ipc_import(h, NULL, 0, &p);
+    ck_assert_msg(st == RMMC_ERROR_STALE, "%s: import gave %s: %s", what[i],
+                  rmmc_status_name(st), rmmc_last_error_message());
+    ck_assert_ptr_null(p);
+    ck_assert_msg(seconds_now() - t0 < 2.0, "%s: took %.1f s", what[i], seconds_now() - t0);
+    free(h);
+  }
+  void *rv = (void *)1;
+  pthread_join(th, &rv);
+  ck_assert_ptr_null(rv);
+  ck_assert_int_eq(write(down[1], "x", 1), 1);
+  int status;
+  ck_assert_int_eq(waitpid(child, &status, 0), child);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  unlink(fifo);
+  close(up[0]);
+  close(down[1]);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 /* A forked child starts with no exports and a table of its own; its
  * parent's exports stay the parent's. */
 START_TEST(test_fork_resets_exports) {
@@ -664,6 +787,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_registry_in_process);
   tcase_add_test(tc, test_import_own_export);
   tcase_add_test(tc, test_registry_across_processes);
+  tcase_add_test(tc, test_descriptors_of_every_type_are_stale);
   tcase_add_test(tc, test_fork_resets_exports);
   tcase_add_test(tc, test_export_refused);
   suite_add_tcase(s, tc);

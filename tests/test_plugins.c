@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rmmc/rmmc.h"
 #include "spy.h"
@@ -329,6 +330,100 @@ START_TEST(test_plugins_many_threads) {
 }
 END_TEST
 
+/* Issue 25, F8: one thread replaces device 0's resource and drops its own
+ * reference while 4 threads allocate through the PyTorch and CuPy entry
+ * points. The plug-ins used to load the registry's
+ * borrowed pointer and retain it only then: under ASan, heap-use-after-free
+ * in rmmc_resource_retain within a second. Every allocation must succeed,
+ * every free go to the stack that gave the block, and every replaced
+ * stack be destroyed once its blocks are back. */
+typedef struct replace_worker {
+  int stop; /* atomic */
+  int index;
+  unsigned long ops, failures;
+} replace_worker_t;
+
+static void *replace_churn(void *arg) {
+  replace_worker_t *w = arg;
+  while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+    size_t n = 256 + (w->ops % 16) * 512;
+    void *p;
+    if (w->ops % 2 == 0) {
+      p = rmmc_torch_alloc(n, 0, STREAM_A);
+      if (p == NULL) w->failures++;
+      else rmmc_torch_free(p, n, 0, STREAM_A);
+    } else {
+      p = rmmc_cupy_malloc(STREAM_B, n, 0);
+      if (p == NULL) w->failures++;
+      else rmmc_cupy_free(STREAM_B, p, 0);
+    }
+    w->ops++;
+  }
+  return NULL;
+}
+
+START_TEST(test_plugins_registry_replaced_under_load) {
+  /* Cheap stacks, so the sets come fast: a statistics adaptor over one
+   * host resource, each freed by the release after its set unless the
+   * plug-ins hold blocks of it; every 16th a caching stack (statistics >
+   * binning > pool, statistics > fixed_size > pool) over the same host
+   * resource. */
+  rmmc_resource_t *host;
+  ck_assert_int_eq(rmmc_host_resource_create(&host), RMMC_SUCCESS);
+  rmmc_resource_t *first;
+  ck_assert_int_eq(rmmc_statistics_adaptor_create(host, &first), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_set_device_resource(0, first, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(first);
+  rmmc_plugin_reset_stats();
+  enum { T = 4 };
+  replace_worker_t w[T];
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) {
+    w[i] = (replace_worker_t){0, i, 0, 0};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, replace_churn, &w[i]), 0);
+  }
+  unsigned sets = 0;
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
+    rmmc_resource_t *r, *prev, *below = host, *pool = NULL, *cache = NULL;
+    if (sets % 16 == 15) {
+      ck_assert_int_eq(rmmc_pool_resource_create(host, NULL, &pool), RMMC_SUCCESS);
+      rmmc_fixed_size_options_t fo = RMMC_FIXED_SIZE_OPTIONS_INIT;
+      fo.block_size = 8192;
+      ck_assert_int_eq(sets % 32 == 15 ? rmmc_binning_resource_create(pool, NULL, &cache)
+                                       : rmmc_fixed_size_resource_create(pool, &fo, &cache),
+                       RMMC_SUCCESS);
+      rmmc_resource_release(pool);
+      below = cache;
+    }
+    ck_assert_int_eq(rmmc_statistics_adaptor_create(below, &r), RMMC_SUCCESS);
+    rmmc_resource_release(cache);
+    ck_assert_int_eq(rmmc_set_device_resource(0, r, &prev), RMMC_SUCCESS);
+    rmmc_resource_release(r);    /* the registry holds it */
+    rmmc_resource_release(prev); /* gone, unless the plug-ins hold blocks of it */
+    sets++;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) < 2000000000L);
+  unsigned long ops = 0;
+  for (int i = 0; i < T; i++) __atomic_store_n(&w[i].stop, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    ck_assert_msg(w[i].failures == 0, "worker %d: %lu failures: %s", i, w[i].failures,
+                  last_plugin_error());
+    ops += w[i].ops;
+  }
+  ck_assert_uint_gt(sets, 1000);
+  ck_assert_uint_gt(ops, 1000);
+  rmmc_plugin_stats_t st = stats(0);
+  ck_assert_uint_eq(st.allocations, st.deallocations);
+  ck_assert_uint_eq(st.deallocation_failures, 0);
+  ck_assert_uint_eq(st.live_blocks, 0);
+  rmmc_registry_clear();
+  rmmc_resource_release(host);
+}
+END_TEST
+
 START_TEST(test_plugins_stats_arguments_and_totals) {
   rmmc_resource_t *r = install_spy();
   rmmc_plugin_stats_t st = RMMC_PLUGIN_STATS_INIT;
@@ -474,6 +569,7 @@ int main(void) {
   tcase_add_test(tc, test_plugins_record_stream_and_empty_cache);
   tcase_add_test(tc, test_plugins_map_survives_growth_and_any_order);
   tcase_add_test(tc, test_plugins_many_threads);
+  tcase_add_test(tc, test_plugins_registry_replaced_under_load);
   tcase_add_test(tc, test_plugins_stats_arguments_and_totals);
   tcase_add_test(tc, test_plugins_torch_init);
   tcase_add_test(tc, test_plugins_one_stack_per_device);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_contract.h"
 #include "rmmc/rmmc.h"
 #include "test_main.h"
 #include "test_util.h"
@@ -209,6 +210,57 @@ START_TEST(test_pool_graph_routing_while_others_allocate) {
 }
 END_TEST
 
+/* Issue 25, F7: through a layer that caches above the pool (binning,
+ * fixed_size, with adaptors between), a block a graph freed came back to
+ * the routed stream after the routing ended, while the graph lived. Every
+ * stack with a pool layer below is held to the contract
+ * (tests/support/graph_contract.c; the conformance battery runs it over
+ * every case too). */
+static const struct {
+  const char *spec;
+  size_t max_request;
+} caching[] = {
+    {"pool > host", 0},
+    {"arena > host", 0},
+    {"binning > pool > host", 0},
+    {"fixed_size(block=4KiB) > pool > host", 4096},
+    {"binning > statistics > pool > host", 0},
+    {"fixed_size(block=64KiB) > limiting(limit=1GiB) > tracking > pool > host", 65536},
+    {"statistics > binning(max=64KiB) > pool(expandable=false) > host", 0},
+    {"binning > arena > host", 0},
+    {"aligned(alignment=4KiB) > fixed_size(block=4KiB, blocks_per_chunk=4) > pool > host", 4096},
+};
+
+START_TEST(test_pool_graph_through_caching_layers) {
+  rmmc_resource_t *r = make(caching[_i].spec);
+  size_t max = caching[_i].max_request ? caching[_i].max_request : 4 * MiB;
+  graph_contract_run(r, max, caching[_i].spec);
+  graph_contract_threads(r, max, 3, caching[_i].spec);
+  rmmc_resource_release(r);
+}
+END_TEST
+
+/* The finding as reported: 4 KiB allocated and freed inside, the same 4
+ * KiB asked for on the same stream after the end. */
+START_TEST(test_pool_graph_finding_f7) {
+  static const char *const stacks[] = {"binning > pool > host",
+                                       "fixed_size(block=4096) > pool > host"};
+  for (int i = 0; i < 2; i++) {
+    rmmc_resource_t *r = make(stacks[i]);
+    void *g, *q;
+    ck_assert_int_eq(rmmc_pool_graph_begin(r, 1, 1, true, S(5)), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, S(5), &g), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_deallocate(r, g, 4096, 256, S(5)), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_pool_graph_end(r, 1, 1), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_allocate(r, 4096, 256, S(5), &q), RMMC_SUCCESS);
+    ck_assert_msg(!overlaps(q, 4096, g, 4096), "%s: the graph's block %p came back", stacks[i], g);
+    ck_assert_int_eq(rmmc_resource_deallocate(r, q, 4096, 256, S(5)), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_pool_graph_release(r, 1, 1), RMMC_SUCCESS);
+    rmmc_resource_release(r);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("pool_graph");
   TCase *tc = tcase_create("host");
@@ -217,6 +269,9 @@ int main(void) {
                       (int)(sizeof specs / sizeof specs[0]));
   tcase_add_test(tc, test_pool_graph_bad_input);
   tcase_add_test(tc, test_pool_graph_routing_while_others_allocate);
+  tcase_add_test(tc, test_pool_graph_finding_f7);
+  tcase_add_loop_test(tc, test_pool_graph_through_caching_layers, 0,
+                      (int)(sizeof caching / sizeof caching[0]));
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

@@ -6,6 +6,8 @@
  */
 #include <pthread.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "rmmc/rmmc.h"
 #include "spy.h"
@@ -182,6 +184,69 @@ START_TEST(test_registry_frees_to_the_owning_device) {
 }
 END_TEST
 
+/* rmmc_retain_device_resource (issue 25, F8): a new reference each time,
+ * the resource of the moment; a set waits for retains under way, and a
+ * child forked while other threads retain can still set (the counters of
+ * threads that do not exist there start at zero). */
+static int retain_stop;
+
+static void *retain_loop(void *arg) {
+  (void)arg;
+  while (!__atomic_load_n(&retain_stop, __ATOMIC_ACQUIRE)) {
+    rmmc_resource_t *r = NULL;
+    if (rmmc_retain_device_resource(0, &r) != RMMC_SUCCESS || r == NULL) return (void *)1;
+    rmmc_resource_release(r);
+  }
+  return NULL;
+}
+
+START_TEST(test_registry_retain_and_fork) {
+  rmmc_resource_t *a, *b, *got;
+  ck_assert_int_eq(rmmc_host_resource_create(&a), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_host_resource_create(&b), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_retain_device_resource(0, NULL), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_retain_device_resource(RMMC_REGISTRY_MAX_DEVICES, &got),
+                   RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(got);
+  ck_assert_int_eq(rmmc_set_device_resource(0, a, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_retain_device_resource(0, &got), RMMC_SUCCESS);
+  ck_assert_ptr_eq(got, a);
+  ck_assert_int_eq(rmmc_resource_refcount(a), 3); /* ours, the registry's, this one */
+  rmmc_resource_release(got);
+  ck_assert_int_eq(rmmc_retain_current_device_resource(&got), RMMC_SUCCESS);
+  ck_assert_ptr_eq(got, a);
+  rmmc_resource_release(got);
+  enum { T = 2 };
+  pthread_t th[T];
+  __atomic_store_n(&retain_stop, 0, __ATOMIC_RELEASE);
+  for (int i = 0; i < T; i++) ck_assert_int_eq(pthread_create(&th[i], NULL, retain_loop, NULL), 0);
+  for (int round = 0; round < 40; round++) {
+    ck_assert_int_eq(rmmc_set_device_resource(0, round % 2 ? a : b, NULL), RMMC_SUCCESS);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+      alarm(10); /* a set that waits for a thread the child lacks never returns */
+      _exit(rmmc_set_device_resource(0, a, NULL) == RMMC_SUCCESS ? 0 : 1);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d: status %d", round,
+                  status);
+  }
+  __atomic_store_n(&retain_stop, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < T; i++) {
+    void *rv;
+    pthread_join(th[i], &rv);
+    ck_assert_ptr_null(rv);
+  }
+  rmmc_registry_clear();
+  ck_assert_int_eq(rmmc_resource_refcount(a), 1);
+  ck_assert_int_eq(rmmc_resource_refcount(b), 1);
+  rmmc_resource_release(a);
+  rmmc_resource_release(b);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("registry");
   TCase *tc = tcase_create("host");
@@ -191,6 +256,7 @@ int main(void) {
   tcase_add_test(tc, test_registry_convenience_calls_use_current);
   tcase_add_test(tc, test_registry_many_threads);
   tcase_add_test(tc, test_registry_frees_to_the_owning_device);
+  tcase_add_test(tc, test_registry_retain_and_fork);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

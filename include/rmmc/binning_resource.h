@@ -29,7 +29,8 @@
  * A wrong size that routes to another bin than the block's is caught there
  * (RMMC_ERROR_UNKNOWN_POINTER); one that routes to the upstream is for the
  * upstream to catch. Thread-safe: bins lock separately, routing takes no
- * lock.
+ * lock. CUDA graph pools below work through it: the bins pass routed
+ * calls to the upstream (fixed_size_resource.h), as larger sizes go.
  *
  * release_cached releases every bin's wholly free chunks, then forwards to
  * the upstream once. describe: bins, reserved (all bins) and in_use (all

@@ -49,11 +49,22 @@
  * been freed on streams with work in flight), then forwards to the
  * upstream. Thread-safe: one mutex per resource.
  *
+ * CUDA graphs (pool_resource.h, "private pools"): over a stack with a pool
+ * layer, a call the pool routes to a graph pool (the routed stream, or a
+ * capture routed by capture) skips the free lists: its block comes from
+ * the upstream, so from the graph pool, and its free goes straight back
+ * there, whenever and on whatever stream it comes; a graph's block never
+ * serves anything else and a capture never gets a block of the lists.
+ * While any graph pool in the process is routed, every allocate asks the
+ * pool whether it routes the call (its lock, and on a GPU the stream's
+ * capture status); otherwise the check is one load. describe's
+ * "graph_routed": bytes handed out that way and not yet freed.
+ *
  * describe: block_size, blocks_per_chunk, reserved (bytes taken from the
  * upstream), in_use (blocks handed out x block size), cached (free blocks x
  * block size), peak, chunks, blocks,
- * free_blocks, largest_free, streams, event_records, event_waits,
- * device_syncs, stream_syncs.
+ * free_blocks, largest_free, graph_routed (above), streams, event_records,
+ * event_waits, device_syncs, stream_syncs.
  */
 #ifndef RMMC_FIXED_SIZE_RESOURCE_H
 #define RMMC_FIXED_SIZE_RESOURCE_H

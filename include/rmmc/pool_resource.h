@@ -273,7 +273,9 @@ RMMC_EXPORT rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
  * may be reused outside it.
  *
  * `stack` may be the pool or any stack with a pool layer below (the first
- * is used). RMMC_ERROR_INVALID_ARGUMENT: no pool layer, a pool already
+ * is used); layers that cache above the pool (binning, fixed_size) pass
+ * the routed calls through to it, so a graph's blocks never enter their
+ * caches (issue 25). RMMC_ERROR_INVALID_ARGUMENT: no pool layer, a pool already
  * being routed to (begin), not routed (end), unknown (release);
  * RMMC_ERROR_NOT_SUPPORTED: routing by capture over host memory. Thread-
  * safe. */

@@ -14,10 +14,18 @@
  * retains the new resource and hands the reference it held on the previous
  * one to the caller, who releases it (after freeing what was allocated from
  * it). The pointer rmmc_get_device_resource() returns is borrowed: it stays
- * valid while the registry holds it; retain it to keep it across a set.
+ * valid while the registry holds it, so only until the next set of that
+ * device by any thread; retaining it afterwards is too late when another
+ * thread may set meanwhile (and release what it got back). Code that may
+ * run beside a set takes its own reference with
+ * rmmc_retain_device_resource(), which is atomic with set: what it returns
+ * was the device's resource at some moment of the call and stays valid
+ * until the caller releases it. rmmc_allocate(), rmmc_deallocate(), the
+ * containers and the PyTorch and CuPy plug-ins do so.
  * rmmc_registry_clear() drops every reference the registry holds.
  *
- * All calls are safe from many threads at once.
+ * All calls are safe from many threads at once. A set (or clear) waits for
+ * the retains under way on other threads to finish (a few loads each).
  */
 #ifndef RMMC_REGISTRY_H
 #define RMMC_REGISTRY_H
@@ -57,6 +65,12 @@ RMMC_EXPORT rmmc_status_t rmmc_get_current_device(int *device);
  * default on; the default's own status if building it fails. */
 RMMC_EXPORT rmmc_status_t rmmc_get_device_resource(int device, rmmc_resource_t **out);
 
+/* Device `device`'s resource in *out with a new reference, which the
+ * caller releases; builds the default on first use. Atomic with
+ * rmmc_set_device_resource() on other threads: never a resource a set has
+ * already handed back. Statuses as rmmc_get_device_resource(). */
+RMMC_EXPORT rmmc_status_t rmmc_retain_device_resource(int device, rmmc_resource_t **out);
+
 /* Makes `r` device `device`'s resource (retaining it) and stores the
  * reference the registry held on the previous one in *previous (NULL if
  * there was none; `previous` itself may be NULL, which releases it). r ==
@@ -68,6 +82,7 @@ RMMC_EXPORT rmmc_status_t rmmc_set_device_resource(int device, rmmc_resource_t *
 
 /* The same for the current device. */
 RMMC_EXPORT rmmc_status_t rmmc_get_current_device_resource(rmmc_resource_t **out);
+RMMC_EXPORT rmmc_status_t rmmc_retain_current_device_resource(rmmc_resource_t **out);
 RMMC_EXPORT rmmc_status_t rmmc_set_current_device_resource(rmmc_resource_t *r,
                                                            rmmc_resource_t **previous);
 

@@ -29,6 +29,8 @@ import contextlib
 import ctypes
 import warnings
 
+from . import _args
+
 from ._lib import (FIELD_BYTES, FIELD_CB, FIELD_TEXT, MEMORY_HOOK, PAUSE_MODES, SleepState,
                    STATUS_NAMES,
                    InvalidArgumentError, MemoryHooks, NoDeviceError, NotSupportedError,
@@ -67,18 +69,14 @@ def device_count():
 def _device(device):
     """A device id: `device`, or the current device (0 without a GPU)."""
     if device is not None:
-        if not isinstance(device, int) or device < 0:
-            raise InvalidArgumentError(-1, "device must be a device number >= 0, not %r" % (device,))
-        return device
+        return _args.device(device)
     d = ctypes.c_int()
     check(lib().rmmc_get_current_device(ctypes.byref(d)), "get_current_device")
     return d.value
 
 
-def _encode(spec):
-    if not isinstance(spec, str):
-        raise TypeError("a stack spec is a str, not %s" % type(spec).__name__)
-    return spec.encode()
+def _encode(spec, what="a stack spec"):
+    return _args.text(spec, what)
 
 
 class Bytes(int):
@@ -127,7 +125,7 @@ class Resource:
 
     def __init__(self, spec, device=None):
         handle = ctypes.c_void_p()
-        check(lib().rmmc_stack_create(_encode(spec), -1 if device is None else device,
+        check(lib().rmmc_stack_create(_encode(spec), -1 if device is None else _args.device(device, allow_all=True),
                                       ctypes.byref(handle)), "Resource(%r)" % spec)
         self._handle = handle.value
         self.spec = spec
@@ -170,8 +168,11 @@ class Resource:
     def allocate(self, nbytes, stream=0, alignment=DEFAULT_ALIGNMENT):
         """Allocates `nbytes` ready for use on `stream`; returns the address
         (0 for 0 bytes). OutOfMemoryError when the stack cannot."""
+        nbytes = _args.size(nbytes, "nbytes")
+        alignment = _args.size(alignment, "alignment")
+        stream = _args.stream(stream)
         p = ctypes.c_void_p()
-        check(lib().rmmc_resource_allocate(self._h(), nbytes, alignment, stream or None,
+        check(lib().rmmc_resource_allocate(self._h(), nbytes, alignment, stream,
                                            ctypes.byref(p)),
               "allocate(%d)" % nbytes)
         if p.value:
@@ -181,8 +182,11 @@ class Resource:
     def deallocate(self, ptr, nbytes, stream=0, alignment=DEFAULT_ALIGNMENT):
         """Returns a block allocate() gave, with its size; reusable on
         `stream` at once. 0 is a no-op."""
-        check(lib().rmmc_resource_deallocate(self._h(), ptr or None, nbytes, alignment,
-                                             stream or None),
+        ptr = _args.pointer(ptr, "ptr")
+        nbytes = _args.size(nbytes, "nbytes")
+        alignment = _args.size(alignment, "alignment")
+        stream = _args.stream(stream)
+        check(lib().rmmc_resource_deallocate(self._h(), ptr, nbytes, alignment, stream),
               "deallocate(0x%x, %d)" % (ptr or 0, nbytes))
         self._live.pop(ptr, None)
 
@@ -288,7 +292,7 @@ def validate(spec):
 def parse_size(text):
     """A size as specs write it ("256MiB", "1.5 GiB") in bytes."""
     out = ctypes.c_size_t()
-    check(lib().rmmc_parse_size(_encode(text), ctypes.byref(out)), "parse_size")
+    check(lib().rmmc_parse_size(_encode(text, "a size"), ctypes.byref(out)), "parse_size")
     return out.value
 
 
@@ -367,16 +371,20 @@ def device_spec(config, device):
     """The spec `device` uses under a configuration of RMMC_ALLOC_CONF's
     form ("pool > cuda; 1: pool(max=40GiB) > cuda")."""
     buf = ctypes.create_string_buffer(4097)
-    check(lib().rmmc_default_config_device_spec(_encode(config), device, buf, len(buf)),
+    check(lib().rmmc_default_config_device_spec(_encode(config, "config"), _args.device(device),
+                                                buf, len(buf)),
           "device_spec")
     return buf.value.decode()
 
 
-def _device_resource(dev, what):
-    """The registry's rmmc_resource_t * for device `dev` (borrowed), with
-    NoDeviceError saying what to call from Python when there is no GPU."""
+def _device_resource(dev, what, retain=False):
+    """The registry's rmmc_resource_t * for device `dev`: borrowed, or with
+    retain=True one reference the caller releases, taken atomically with a
+    set on another thread (issue 25, F8). NoDeviceError says what to call
+    from Python when there is no GPU."""
     handle = ctypes.c_void_p()
-    st = lib().rmmc_get_device_resource(dev, ctypes.byref(handle))
+    get = lib().rmmc_retain_device_resource if retain else lib().rmmc_get_device_resource
+    st = get(dev, ctypes.byref(handle))
     if st == -6:
         raise NoDeviceError(st, "no CUDA device is available, so device %d has no default "
                             "resource: set one first, e.g. rmmc.set_default(\"host\", device=%d) "
@@ -390,8 +398,10 @@ def get_default(device=None):
     """The device's current resource (built from the default spec on first
     use) as a Resource holding its own reference."""
     dev = _device(device)
-    handle = _device_resource(dev, "get_default(%d)" % dev)
-    return Resource._adopt(handle.value, "<device %d>" % dev)
+    handle = _device_resource(dev, "get_default(%d)" % dev, retain=True)
+    r = Resource._adopt(handle.value, "<device %d>" % dev)
+    lib().rmmc_resource_release(handle.value)
+    return r
 
 
 def stack_figures(device=None):
@@ -410,6 +420,7 @@ def plugin_stats(device=-1):
     """The PyTorch/CuPy plug-ins' figures for a device (-1: all) as a dict."""
     s = PluginStats()
     s.size = ctypes.sizeof(PluginStats)
+    device = _args.device(device, allow_all=True)
     check(lib().rmmc_plugin_get_stats(device, ctypes.byref(s)), "plugin_stats")
     out = {name: getattr(s, name) for name, _ in PluginStats._fields_ if name != "size"}
     out["current_bytes"] = out["bytes_in_use"]  # the Python API's name; bytes_in_use stays
@@ -472,13 +483,15 @@ def statistics(device=None):
     StatisticsScope. Raises RmmcError if the registry's resource was
     changed inside the block."""
     dev = _device(device)
-    current = _device_resource(dev, "statistics")
+    current = _device_resource(dev, "statistics", retain=True)
     previous = None
     if lib().rmmc_resource_name(current).decode() == "statistics":
-        stats = lib().rmmc_resource_retain(current.value)
+        stats = current.value  # the reference just taken
     else:
         wrapped = ctypes.c_void_p()
-        check(lib().rmmc_statistics_adaptor_create(current, ctypes.byref(wrapped)), "statistics")
+        st = lib().rmmc_statistics_adaptor_create(current, ctypes.byref(wrapped))
+        lib().rmmc_resource_release(current.value)
+        check(st, "statistics")
         stats = wrapped.value
         old = ctypes.c_void_p()
         st = lib().rmmc_set_device_resource(dev, stats, ctypes.byref(old))

@@ -174,6 +174,7 @@ _SIGNATURES = {
     "rmmc_default_config_status": (_st, [ctypes.POINTER(ctypes.c_char_p),
                                          ctypes.POINTER(ctypes.c_char_p)]),
     "rmmc_get_device_resource": (_st, [_i, ctypes.POINTER(_vp)]),
+    "rmmc_retain_device_resource": (_st, [_i, ctypes.POINTER(_vp)]),
     "rmmc_set_device_resource": (_st, [_i, _vp, ctypes.POINTER(_vp)]),
     "rmmc_registry_clear": (None, []),
     "rmmc_resource_allocate": (_st, [_vp, _sz, _sz, _vp, ctypes.POINTER(_vp)]),

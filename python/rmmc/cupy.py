@@ -9,6 +9,7 @@ use() sets CuPy's allocator (cupy.cuda.set_allocator) to rmmc's plug-in
 rmmc.OutOfMemoryError (a MemoryError) with rmmc's message when the stack
 cannot allocate, where CFunctionAllocator alone would hand out NULL.
 """
+from . import _args
 from ._lib import OutOfMemoryError, ParseError, RmmcError, address, last_error, lib
 from ._plugin import prepare
 from . import plugin_last_error, plugin_stats
@@ -21,6 +22,7 @@ def use(spec=None, device=None, stream=0):
     ordered on; 0, the legacy default stream, orders itself with CuPy's
     blocking streams. Returns the malloc function installed."""
     import cupy
+    stream = _args.stream(stream) or 0
     prepare(spec, device)
     c_alloc = cupy.cuda.memory.CFunctionAllocator(
         stream, address("rmmc_cupy_malloc"), address("rmmc_cupy_free"), lib())

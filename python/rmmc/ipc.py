@@ -26,6 +26,7 @@ import os
 import socket as _socket
 import weakref
 
+from . import _args
 from ._lib import (IPC_MAX_FDS, IpcHandle, IpcInfo, IpcStats, NotSupportedError, StaleError,
                    check, lib)
 
@@ -40,6 +41,8 @@ def _handle(data):
     """A ctypes handle from bytes (the meaningful ones suffice)."""
     if isinstance(data, Export):
         data = data.handle
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError("an rmmc IPC handle is bytes (or an Export), not %s" % type(data).__name__)
     data = bytes(data)
     if len(data) > ctypes.sizeof(IpcHandle):
         raise ValueError("an rmmc IPC handle has at most %d bytes, not %d"
@@ -95,9 +98,9 @@ class Export:
 
 def _resource_handle(resource, device):
     if resource is not None:
-        return resource.handle if hasattr(resource, "handle") else resource
+        return resource.handle if hasattr(resource, "handle") else _args.pointer(resource, "resource")
     from . import _device
-    h = ctypes.c_void_p()
+    h = ctypes.c_void_p()  # borrowed: the export is made before this call returns
     check(lib().rmmc_get_device_resource(_device(device), ctypes.byref(h)), "ipc export")
     return h.value
 
@@ -111,6 +114,7 @@ def export(ptr, resource=None, device=None):
     h = IpcHandle()
     fds = (ctypes.c_int * IPC_MAX_FDS)()
     n = ctypes.c_size_t()
+    ptr = _args.pointer(ptr, "ptr")
     check(lib().rmmc_ipc_export(_resource_handle(resource, device), ptr, ctypes.byref(h), fds,
                                 IPC_MAX_FDS, ctypes.byref(n)), "ipc export")
     handle = bytes(h)
@@ -122,7 +126,7 @@ def import_handle(handle, fds=()):
     """Imports a handle (bytes, or an Export) with its descriptors (which
     stay the caller's); returns a device pointer (int) valid until
     close(ptr). StaleError if its block was freed or its exporter exited."""
-    fds = list(fds)
+    fds = [_args.fd(f) for f in fds]
     arr = (ctypes.c_int * max(1, len(fds)))(*fds)
     p = ctypes.c_void_p()
     check(lib().rmmc_ipc_import(ctypes.byref(_handle(handle)), arr, len(fds), ctypes.byref(p)),
@@ -132,7 +136,7 @@ def import_handle(handle, fds=()):
 
 def close(ptr):
     """Ends an import (each import needs one close)."""
-    check(lib().rmmc_ipc_close(ptr), "ipc close")
+    check(lib().rmmc_ipc_close(_args.pointer(ptr, "ptr")), "ipc close")
 
 
 def check_handle(handle):
@@ -142,11 +146,11 @@ def check_handle(handle):
 
 def revoke(ptr):
     """Makes the handles of the block at `ptr` stale now (as freeing it does)."""
-    check(lib().rmmc_ipc_revoke(ptr), "ipc revoke")
+    check(lib().rmmc_ipc_revoke(_args.pointer(ptr, "ptr")), "ipc revoke")
 
 
 def _fileno(sock):
-    return sock if isinstance(sock, int) else sock.fileno()
+    return _args.fd(sock, "socket")
 
 
 def send(sock, handle, fds=None):
@@ -154,7 +158,7 @@ def send(sock, handle, fds=None):
     over a connected AF_UNIX socket (a socket object or a descriptor)."""
     if isinstance(handle, Export):
         fds = handle.fds if fds is None else fds
-    fds = list(fds or ())
+    fds = [_args.fd(f) for f in fds or ()]
     arr = (ctypes.c_int * max(1, len(fds)))(*fds)
     check(lib().rmmc_ipc_send(_fileno(sock), ctypes.byref(_handle(handle)), arr, len(fds)),
           "ipc send")

@@ -73,22 +73,27 @@ RMMC_API rmmc_status_t rmmc_buffer_create(rmmc_buffer_t *b, size_t size, cudaStr
                                           rmmc_resource_t *r) {
   if (b == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "buffer_create: buffer is NULL");
   *b = null_buffer;
+  /* A reference of our own from here on: the registry's may go meanwhile. */
   rmmc_status_t st = RMMC_SUCCESS;
-  if (r == NULL) st = rmmc_get_current_device_resource(&r);
+  if (r == NULL) st = rmmc_retain_current_device_resource(&r);
+  else rmmc_resource_retain(r);
   int device, saved;
   if (st == RMMC_SUCCESS) st = device_for(r, &device);
   if (st == RMMC_SUCCESS) st = buffer_enter(device, &saved);
-  if (st != RMMC_SUCCESS) return st;
+  if (st != RMMC_SUCCESS) goto release;
   void *p = NULL;
   st = rmmc_resource_allocate(r, size, RMMC_DEFAULT_ALIGNMENT, stream, &p);
   buffer_leave(saved);
-  if (st != RMMC_SUCCESS) return st;
+  if (st != RMMC_SUCCESS) goto release;
   b->data = p;
   b->size = b->capacity = size;
   b->stream = stream;
-  b->resource = rmmc_resource_retain(r);
+  b->resource = r; /* the reference taken above */
   b->device = device;
   return RMMC_SUCCESS;
+release:
+  rmmc_resource_release(r);
+  return st;
 }
 
 RMMC_API rmmc_status_t rmmc_buffer_create_from(rmmc_buffer_t *b, const void *src, size_t size,

@@ -23,6 +23,15 @@
  *
  * One mutex guards everything; the upstream is called with it held (chunk
  * growth is rare and this keeps two threads from growing at once).
+ *
+ * Graph pools (design rule 13): a call that a pool below routes to a CUDA
+ * graph's private pool (internal.h, rmmc__graph_routed) bypasses the free
+ * lists: the block comes from the upstream, so from the graph pool, and is
+ * kept in the `routed` map until its free, which goes straight back to the
+ * upstream and so to the graph pool, whichever stream frees it and whether
+ * or not the routing has ended. A graph's block thus never enters a free
+ * list, and a capture never gets a block another stream freed. Deallocate
+ * looks in that map only for a pointer that is none of its blocks.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -77,6 +86,8 @@ typedef struct fixed_size {
   size_t nchunks, cap_chunks;
   uint64_t reserved, in_use, peak, free_blocks;
   uint32_t starving; /* slots starving */
+  rmmc__ptrmap_t routed; /* blocks routed to graph pools -> their alignment; size: bytes */
+  uint64_t routed_bytes;
 } fixed_size_t;
 
 static const rmmc_resource_ops_t fs_ops;
@@ -346,10 +357,53 @@ static rmmc_status_t refuse(const fixed_size_t *fs, size_t bytes, size_t alignme
                         alignment, fs->align, rmmc__format_bytes(fs->block, b, sizeof b));
 }
 
+/* A call routed to a graph pool below: the upstream's block, recorded. */
+static RMMC_COLD rmmc_status_t routed_allocate(fixed_size_t *fs, size_t bytes, size_t alignment,
+                                               cudaStream_t stream, void **out) {
+  rmmc_status_t st = rmmc__upstream_allocate(fs->base.upstream, bytes, alignment, stream, out);
+  if (st != RMMC_SUCCESS) return st;
+  rmmc__lock(&fs->lock);
+  bool kept = rmmc__ptrmap_insert(&fs->routed, *out, (void *)(uintptr_t)alignment, bytes);
+  if (kept) fs->routed_bytes += bytes;
+  rmmc__unlock(&fs->lock);
+  if (RMMC_LIKELY(kept)) return RMMC_SUCCESS;
+  (void)rmmc_resource_deallocate(fs->base.upstream, *out, bytes, alignment, stream);
+  *out = NULL;
+  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
+                        "fixed_size: no host memory to record a block of a graph pool");
+}
+
+/* The free of a pointer that is none of fs's blocks: a routed block goes
+ * back to the upstream (lock held on entry, released on return). */
+static RMMC_COLD rmmc_status_t routed_deallocate(fixed_size_t *fs, void *ptr, cudaStream_t stream) {
+  rmmc__ptrmap_entry_t *e = fs->routed.count > 0 ? rmmc__ptrmap_find(&fs->routed, ptr) : NULL;
+  if (e == NULL) {
+    rmmc__unlock(&fs->lock);
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "fixed_size: %p is not the start of one of its blocks", ptr);
+  }
+  size_t bytes = e->size, alignment = (size_t)(uintptr_t)e->value;
+  rmmc__ptrmap_remove(&fs->routed, e);
+  fs->routed_bytes -= bytes;
+  rmmc__unlock(&fs->lock);
+  rmmc_status_t st = rmmc_resource_deallocate(fs->base.upstream, ptr, bytes, alignment, stream);
+  if (st == RMMC_SUCCESS) return st;
+  /* The upstream kept it: keep knowing it. */
+  rmmc__lock(&fs->lock);
+  if (rmmc__ptrmap_insert(&fs->routed, ptr, (void *)(uintptr_t)alignment, bytes))
+    fs->routed_bytes += bytes;
+  else
+    rmmc__append_error(" (and fixed_size ran out of host memory to keep knowing %p)", ptr);
+  rmmc__unlock(&fs->lock);
+  return st;
+}
+
 static rmmc_status_t fs_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                  cudaStream_t stream, void **out) {
   fixed_size_t *fs = (fixed_size_t *)r;
   if (RMMC_UNLIKELY(bytes > fs->block || alignment > fs->align)) return refuse(fs, bytes, alignment);
+  if (rmmc__graph_routed(fs->base.upstream, stream))
+    return routed_allocate(fs, bytes, alignment, stream, out);
   rmmc__stream_slot_t *slot;
   rmmc__lock(&fs->lock);
   rmmc_status_t st = slot_for(fs, stream, &slot);
@@ -383,9 +437,8 @@ static rmmc_status_t fs_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes, 
   rmmc__lock(&fs->lock);
   fs_block_t *b = find_block(fs, ptr);
   if (RMMC_UNLIKELY(b == NULL))
-    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
-                        "fixed_size: %p is not the start of one of its blocks", ptr);
-  else if (RMMC_UNLIKELY(b->owner != NULL))
+    return routed_deallocate(fs, ptr, stream);
+  if (RMMC_UNLIKELY(b->owner != NULL))
     st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER, "fixed_size: block %p is already free", ptr);
   else if ((st = slot_for(fs, stream, &slot)) == RMMC_SUCCESS) {
     fs_list_t *l = list_of(slot);
@@ -454,7 +507,7 @@ static void fs_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   fixed_size_t *fs = (fixed_size_t *)r;
   rmmc__lock(&fs->lock);
   uint64_t reserved = fs->reserved, in_use = fs->in_use, peak = fs->peak;
-  uint64_t nchunks = fs->nchunks, nfree = fs->free_blocks;
+  uint64_t nchunks = fs->nchunks, nfree = fs->free_blocks, routed = fs->routed_bytes;
   rmmc__unlock(&fs->lock);
   rmmc__emit_bytes(emit, ctx, "block_size", fs->block);
   rmmc__emit_count(emit, ctx, "blocks_per_chunk", fs->per_chunk);
@@ -466,6 +519,7 @@ static void fs_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "blocks", nchunks * fs->per_chunk);
   rmmc__emit_count(emit, ctx, "free_blocks", nfree);
   rmmc__emit_bytes(emit, ctx, "largest_free", nfree ? fs->block : 0);
+  rmmc__emit_bytes(emit, ctx, "graph_routed", routed);
   rmmc__stream_set_describe(&fs->streams, emit, ctx);
 }
 
@@ -478,6 +532,14 @@ static void fs_destroy(rmmc_resource_t *r) {
     free(c);
   }
   free(fs->chunks);
+  /* Routed blocks still out are freed with the resource, as its own are. */
+  for (size_t i = 0; fs->routed.count > 0 && i <= fs->routed.mask; i++) {
+    rmmc__ptrmap_entry_t *e = &fs->routed.slots[i];
+    if (e->key != NULL)
+      (void)rmmc_resource_deallocate(fs->base.upstream, e->key, e->size,
+                                     (size_t)(uintptr_t)e->value, NULL);
+  }
+  rmmc__ptrmap_fini(&fs->routed);
   rmmc__ptrmap_fini(&fs->windows);
   rmmc__stream_set_fini(&fs->streams);
   rmmc__adaptor_fini(&fs->base);
@@ -529,6 +591,7 @@ RMMC_API rmmc_status_t rmmc_fixed_size_resource_create(rmmc_resource_t *upstream
   fs->window_shift = log2_floor(fs->span);
   rmmc__stream_set_init(&fs->streams, upstream, sizeof(fs_list_t));
   rmmc__ptrmap_init(&fs->windows);
+  rmmc__ptrmap_init(&fs->routed);
   *out = &fs->base.base;
   return RMMC_SUCCESS;
 }

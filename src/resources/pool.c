@@ -717,6 +717,21 @@ static pool_t *pool_in(rmmc_resource_t *r) {
 }
 pool_t *rmmc__pool_in(rmmc_resource_t *r) { return pool_in(r); }
 
+/* The router of caching layers above a pool (internal.h): does a call on
+ * `stream` through `stack` reach a pool that sends it to a graph pool? */
+static bool graph_routes_call(rmmc_resource_t *stack, cudaStream_t stream) {
+  pool_t *p = pool_in(stack);
+  return p != NULL && __atomic_load_n(&p->graphs_routing, __ATOMIC_RELAXED) > 0 &&
+         graph_route(p, stream) != NULL;
+}
+
+/* Counts one graph pool more (+1) or less (-1) being routed to. */
+static void count_route(pool_t *p, int delta) {
+  if (delta > 0) rmmc__set_graph_router(graph_routes_call);
+  __atomic_add_fetch(&p->graphs_routing, delta, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&rmmc__graph_routes, delta, __ATOMIC_RELAXED);
+}
+
 RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id0, uint64_t id1,
                                              bool by_stream, cudaStream_t stream) {
   pool_t *p = pool_in(stack);
@@ -754,7 +769,7 @@ RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id
     p->graphs_by_capture++;
     __atomic_add_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
   }
-  __atomic_add_fetch(&p->graphs_routing, 1, __ATOMIC_RELAXED);
+  count_route(p, 1);
 unlock:
   rmmc__unlock(&p->lock);
   return st;
@@ -781,7 +796,7 @@ RMMC_API rmmc_status_t rmmc_pool_graph_end(rmmc_resource_t *stack, uint64_t id0,
     g->route_key = NULL;
     g->capture = 0;
     g->pending_thread = 0;
-    __atomic_sub_fetch(&p->graphs_routing, 1, __ATOMIC_RELAXED);
+    count_route(p, -1);
   }
   rmmc__unlock(&p->lock);
   return st;
@@ -806,7 +821,7 @@ RMMC_API rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64_t 
       __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
     }
     g->begun = 0;
-    __atomic_sub_fetch(&p->graphs_routing, 1, __ATOMIC_RELAXED);
+    count_route(p, -1);
   }
   g->released = true;
   graph_forget(p, g);
@@ -1585,6 +1600,10 @@ static void pool_destroy(rmmc_resource_t *r) {
     }
   for (pool_owner_t *g = p->graphs, *next; g != NULL; g = next) {
     next = g->next;
+    if (g->begun > 0) { /* destroyed while routed: the process counts stay true */
+      if (g->route_key == NULL) __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
+      count_route(p, -1);
+    }
     free(g);
   }
   rmmc__pool_meta_fini(&p->meta);

@@ -2,7 +2,8 @@
 """PyTorch through rmmc.torch.use(): a training step with its results
 checked, the hooks (empty_cache, memory fraction, record_stream), out of
 memory raised (RuntimeError) with rmmc's message, and use() refusing to
-run after PyTorch initialized CUDA. Each case runs in a fresh interpreter
+run after PyTorch initialized CUDA, and the registry's stack replaced while
+threads allocate (issue 25, F8). Each case runs in a fresh interpreter
 (an allocator can be swapped only before CUDA starts). Skipped without
 PyTorch or a GPU (scripts/gpu-python runs them on the GPU machine)."""
 from conftest import run_python, skip_unless
@@ -115,3 +116,50 @@ except rmmc.ParseError as e:
     print("ParseError:", e.message.splitlines()[0])
 ''', {"RMMC_ALLOC_CONF": "expandable_segments:True", "RMMC_ALLOC_CONF_FALLBACK": None})
     assert "ParseError: RMMC_ALLOC_CONF is not a valid stack spec" in r.stdout, r.stdout + r.stderr
+
+
+def test_stack_replaced_while_threads_allocate():
+    """Issue 25, F8: the registry's stack replaced (and the old one's
+    reference dropped) every few milliseconds while four threads allocate
+    tensors through the plug-in: the process died with SIGSEGV when the
+    plug-in retained the borrowed pointer after a set had freed it."""
+    r = run_python(r'''
+import threading, time, torch, rmmc, rmmc.torch
+rmmc.torch.use("statistics > pool > cuda")
+stop, errors = threading.Event(), []
+def work(i):
+    s = torch.cuda.Stream()
+    n = 0
+    try:
+        with torch.cuda.stream(s):
+            while not stop.is_set():
+                t = torch.full((1024 * (1 + n % 64),), float(i), device="cuda")
+                if n % 50 == 0:
+                    s.synchronize()
+                    if not bool((t == float(i)).all()):
+                        errors.append("thread %d: wrong data" % i)
+                del t
+                n += 1
+    except Exception as e:
+        errors.append("thread %d: %r" % (i, e))
+threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+for t in threads:
+    t.start()
+t0, sets = time.time(), 0
+while time.time() - t0 < 5:
+    spec = "statistics > binning > pool > cuda" if sets % 2 else "statistics > pool > cuda"
+    res = rmmc.Resource(spec, device=0)
+    rmmc.set_default(res)   # the registry holds it; the previous one goes once its blocks do
+    res.close()
+    sets += 1
+stop.set()
+for t in threads:
+    t.join()
+torch.cuda.synchronize()
+s = rmmc.torch.stats(0)
+print("sets", sets, "allocations", s["allocations"], "errors", errors[:3])
+assert sets > 10 and s["allocations"] > 1000, (sets, s)
+assert not errors and s["allocation_failures"] == 0 and s["deallocation_failures"] == 0, (errors, s)
+print("ok")
+''')
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr

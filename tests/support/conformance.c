@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_contract.h"
 #include "rmmc/host_resource.h"
+#include "rmmc/pool_resource.h"
 #include "spy.h"
 #include "tsan.h"
 
@@ -131,6 +133,25 @@ START_TEST(test_conformance_bad_input) {
   ck_assert_ptr_nonnull(rmmc_resource_name(f.r));
   ck_assert_int_eq(rmmc_resource_memory_kind(f.r), RMMC_MEMORY_HOST);
   ck_assert_int_eq(rmmc_resource_release_cached(f.r), RMMC_SUCCESS);
+  teardown(&f);
+}
+END_TEST
+
+/* Graph pools (design rule 13): through every stack with a pool layer
+ * below, whatever caches above it, a graph's blocks serve nothing else
+ * while it lives, one thread routing beside others included; a stack
+ * without a pool refuses to route, saying so. */
+START_TEST(test_conformance_graph_pools) {
+  fixture_t f;
+  setup(&f, _i);
+  if (graph_contract_pool_of(f.r) == NULL) {
+    ck_assert_int_eq(rmmc_pool_graph_begin(f.r, 1, 2, true, (cudaStream_t)1),
+                     RMMC_ERROR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "no pool layer"));
+  } else {
+    graph_contract_run(f.r, max_request(&f), f.c->name);
+    graph_contract_threads(f.r, max_request(&f), 3, f.c->name);
+  }
   teardown(&f);
 }
 END_TEST
@@ -401,6 +422,7 @@ void conformance_add(Suite *s, const conformance_case_t *cases, int ncases) {
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, test_conformance_sizes_and_alignment, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_bad_input, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_graph_pools, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_random_sequence, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_threads, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_upstream_failure, 0, ncases);
