@@ -165,6 +165,7 @@ static pool_sheap_t *heap_of_stripe(pool_owner_t *o, unsigned stripe) {
 
 static size_t heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cudaStream_t stream,
                                 bool in_call);
+static size_t retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bool can_wait);
 
 /* Retires x (both locks held; x holds no block): its spans go back to the
  * shared heap, it leaves its stream's list and the pool's, and waits on the
@@ -201,6 +202,7 @@ static void heaps_retire_idle(pool_t *p) {
       heaps_touch(p, x);
       continue;
     }
+    if (x->nforeign > 0) (void)retire_foreign(p, x, NULL, false); /* finished ones */
     if (x->used.count == 0 && x->nforeign == 0) {
       heap_retire(p, x);
       retired++;
@@ -427,7 +429,11 @@ static pool_block_t *find_covered(pool_t *p, pool_owner_t *o, size_t need, pool_
     rmmc__tlsf_node_t *x = rmmc__tlsf_find(q->idx, need);
     if (x == NULL) continue;
     uint64_t tag = pool_block_of(x)->tag;
-    if (!rmmc__stream_slot_covered(q->slot, tag)) {
+    /* Host memory: no work behind a stream, so covering another stream's
+     * frees costs nothing (as span_give_back does); a stream that never
+     * comes back would otherwise keep them. */
+    if (!rmmc__stream_slot_covered(q->slot, tag) &&
+        (p->cuda || !rmmc__stream_slot_try_record(&p->streams, q->slot, NULL))) {
       __atomic_store_n(&q->slot->want, 1, __ATOMIC_RELAXED);
     } else if (rmmc__stream_slot_done(&p->streams, q->slot, tag)) {
       consolidate_owner(p, q);
