@@ -236,6 +236,7 @@ static rmmc_status_t heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *s
     h->tick = 0;
     h->in_use = h->peak = 0;
     h->span_takes = h->span_returns = 0;
+    h->empties = 0;
     h->owner = o;
     rmmc__unlock(&h->lock);
   } else {
@@ -1382,6 +1383,25 @@ static POOL_NOINLINE void heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t str
   rmmc__unlock(&p->lock);
 }
 
+/* Device memory: h's stream has just freed its last block, for the 1st,
+ * 2nd, 4th, 8th, ... time: its event covers those frees (h locked, in a
+ * call on h's stream). A stream made per request or per task frees its
+ * last block once or a few times and never comes back: when its heap is
+ * retired (or its idle spans taken back), the spans it freed into can then
+ * serve other streams once a query finds the work done, where an
+ * uncovered span waited for a device synchronization (a heap's small
+ * frees record nothing: no other stream can reach them while the heap
+ * holds them). A stream that keeps working pays log2 of its emptyings:
+ * nothing in a steady state. */
+static inline bool power_of_two_count(uint64_t *n) {
+  uint64_t c = ++*n;
+  return (c & (c - 1)) == 0;
+}
+
+static POOL_NOINLINE void heap_emptied(pool_t *p, pool_sheap_t *h, cudaStream_t stream) {
+  (void)rmmc__stream_slot_try_record(&p->streams, h->owner->slot, stream);
+}
+
 /* Frees the small block of h's map entry e on h's own stream (h locked). */
 static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_entry_t *e,
                                        void *ptr, size_t bytes, cudaStream_t stream) {
@@ -1406,7 +1426,11 @@ static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_
   b->state = B_FREE;
   h->hot = b;
   b->where = W_HOT;
-  if (--sp->nused == 0 && ++h->nidle * p->span > p->cache_bytes) heap_trim(p, h, stream);
+  if (--sp->nused == 0) {
+    if (++h->nidle * p->span > p->cache_bytes) heap_trim(p, h, stream);
+    else if (p->cuda && h->in_use == 0 && power_of_two_count(&h->empties))
+      heap_emptied(p, h, stream);
+  }
   return RMMC_SUCCESS;
 }
 

@@ -158,6 +158,7 @@ struct pool_sheap {
   pool_meta_t meta;
   size_t in_use, peak; /* bytes of its blocks handed out (read relaxed) */
   uint64_t span_takes, span_returns;
+  uint64_t empties; /* device memory: frees that left it holding nothing */
 } __attribute__((aligned(64)));
 
 typedef struct pool_backend {
