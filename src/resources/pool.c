@@ -431,10 +431,15 @@ static pool_block_t *find_covered(pool_t *p, pool_owner_t *o, size_t need, pool_
     if (x == NULL) continue;
     uint64_t tag = pool_block_of(x)->tag;
     /* Host memory: no work behind a stream, so covering another stream's
-     * frees costs nothing (as span_give_back does); a stream that never
-     * comes back would otherwise keep them. */
+     * frees costs nothing (as span_give_back does). Done once streams come
+     * and go (heaps were retired): a stream that never comes back would
+     * keep its frees, and the clean memory beside them, for good (over
+     * event_interval=64, 30,000 streams held 2 MiB each). Before, each
+     * stream covers its own, as on a GPU: covering for them changes
+     * placement (the 4-stream transformer log over sim, 1.047x -> 1.057x). */
     if (!rmmc__stream_slot_covered(q->slot, tag) &&
-        (p->cuda || !rmmc__stream_slot_try_record(&p->streams, q->slot, NULL))) {
+        (p->cuda || p->heaps_retired == 0 ||
+         !rmmc__stream_slot_try_record(&p->streams, q->slot, NULL))) {
       __atomic_store_n(&q->slot->want, 1, __ATOMIC_RELAXED);
     } else if (rmmc__stream_slot_done(&p->streams, q->slot, tag)) {
       consolidate_owner(p, q);
