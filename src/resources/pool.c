@@ -248,7 +248,7 @@ static rmmc_status_t heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *s
     h->stripe = stripe;
     rmmc__ptrmap_init(&h->used);
   }
-  o->slot = slot;
+  if (o->slot == NULL) o->slot = slot; /* once: other heaps' threads read it */
   rmmc__pool_owner_list(p, o);
   h->onext = o->heap;
   o->heap = h;
