@@ -97,6 +97,13 @@ extern _Thread_local int rmmc__call_depth RMMC_TLS_FAST;
  * of the call (out of memory, unchanged, when nothing is cached). Cold. */
 rmmc_status_t rmmc__allocate_after_release(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                            cudaStream_t stream, void **out);
+/* A caching layer that applies the rule itself, under its own lock (the
+ * pool), calls this before it answers RMMC_ERROR_OUT_OF_MEMORY: the
+ * wrapper or forward that entered r then does not apply it a second time
+ * (a second release and retry would find what the first did, and its note
+ * would say twice that the cache was given back). Cleared by the next
+ * failure of any allocate on the thread. */
+void rmmc__oom_rule_applied(rmmc_resource_t *r);
 /* The note an out-of-memory message gets once the rule has run, whether
  * the wrapper ran it or a layer under its own lock (the pool): the
  * layer's name as its argument. */

@@ -104,10 +104,16 @@ static bool caches(rmmc_resource_t *r) {
  * rule again (RMMC__NO_RETRY). A retry that succeeds leaves the thread's
  * error state as it was before the outermost call; one that fails says it
  * retried. */
+static _Thread_local rmmc_resource_t *rule_applied_by;
+
+RMMC_COLD void rmmc__oom_rule_applied(rmmc_resource_t *r) { rule_applied_by = r; }
+
 RMMC_COLD rmmc_status_t rmmc__allocate_after_release(rmmc_resource_t *r, size_t bytes,
                                                      size_t alignment, cudaStream_t stream,
                                                      void **out) {
-  if (!caches(r)) return RMMC_ERROR_OUT_OF_MEMORY;
+  rmmc_resource_t *applied = rule_applied_by;
+  rule_applied_by = NULL;
+  if (applied == r || !caches(r)) return RMMC_ERROR_OUT_OF_MEMORY;
   int saved = rmmc__call_depth;
   rmmc__call_depth = (saved + 1) | RMMC__NO_RETRY; /* the release and the retry belong to the call */
   rmmc_status_t rst = rmmc_resource_release_cached(r);
@@ -157,6 +163,7 @@ RMMC_API rmmc_status_t rmmc_resource_allocate(rmmc_resource_t *r, size_t bytes,
     *out = NULL;
     if (st == RMMC_ERROR_OUT_OF_MEMORY && !(rmmc__call_depth & RMMC__NO_RETRY))
       st = rmmc__allocate_after_release(r, bytes, alignment, stream, out);
+    rule_applied_by = NULL; /* whoever it was meant for has seen the failure */
     if (st != RMMC_SUCCESS && rmmc__call_depth == 0) outermost_failure(r, st);
   }
   return st;

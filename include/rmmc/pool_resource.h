@@ -27,6 +27,13 @@
  * one lock. A stream heap keeps at most cache_size
  * bytes of wholly free spans; more go back to the shared heap at once, and
  * other streams take back a heap's free spans before the pool grows.
+ * Streams that come and go (one per request or per task) cost nothing
+ * lasting: past 256 heaps, each new heap retires heaps that hold no block,
+ * those that took a span longest ago first (their spans go back to the
+ * shared heap, the heap is reused), so the number of heaps, the memory kept
+ * per stream and the slow path's work stay bounded however many streams
+ * the pool has seen (a stream whose heap was retired gets one again when
+ * it comes back).
  *
  * Search. Free blocks sit in two-level segregated-fit indices (32 classes
  * per power of two, bitmaps at both levels): a search is O(1), the block
@@ -69,12 +76,16 @@
  * is made. Only memory no stream has work pending on goes back (what is
  * pending goes at a later growth). gc_threshold and maximum_size bound
  * reserved bytes the same way, steady or not. When the upstream refuses,
+ * a request that fits in a span is served from a free block of another
+ * stream's heap (free memory inside spans that still hold live blocks,
+ * which no other step reaches) if that stream's work before its frees
+ * there is known finished, or behind a GPU-side wait on its event; then
  * the pool takes back every stream heap's free spans, gives back all free
  * memory (after a device synchronization), asks the upstream to release
- * what it caches and tries
- * once more before failing with RMMC_ERROR_OUT_OF_MEMORY; the message
- * gives the request, the pool's figures and the device's free and total
- * memory.
+ * what it caches and tries once more, other heaps' free blocks (now
+ * finished) included, before failing with RMMC_ERROR_OUT_OF_MEMORY; the
+ * message gives the request, the pool's figures, what stays free inside
+ * stream heaps and the device's free and total memory.
  *
  * Alignment: any power of two (the pool pads inside a block). Deallocate
  * needs the same `bytes` as allocate; alignment is not checked.
@@ -86,12 +97,14 @@
  * or lent to stream heaps as spans), "reserved_peak", "largest_free",
  * "limit" (absent without one), "regions" (chunks or reservations),
  * "graph_pools" and "graph_bytes" (CUDA graph private pools: below),
- * "spans" (lent to stream heaps), "heaps" (stream heaps, of every
- * stream), "cached" (free bytes inside stream heaps), "streams", "event_records", "event_waits", "event_queries",
+ * "spans" (lent to stream heaps), "heaps" (live stream heaps, of every
+ * stream), "heaps_retired" (heaps retired so far), "cached" (free bytes
+ * inside stream heaps), "streams", "event_records", "event_waits", "event_queries",
  * "device_syncs", "grows" (upstream allocations or mappings), "shrinks"
  * (upstream frees or unmappings), "adoptions" (times a stream short of
  * memory waited on another stream's event and took all of that stream's
- * covered frees, rather than growing past its budget), and one text field "stream" per stream:
+ * covered frees, rather than growing past its budget), and one text field "stream" per stream
+ * that holds a heap or free blocks in the shared heap:
  * "NAME in_use=BYTES cached=BYTES pending=BYTES heaps=N" (pending: free
  * bytes in the shared heap waiting for that stream's work).
  *

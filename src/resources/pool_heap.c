@@ -55,7 +55,67 @@ pool_block_t *rmmc__pool_split(pool_t *p, pool_block_t *b, uintptr_t at) {
 /* ---- shared free blocks ---- */
 
 static inline rmmc__tlsf_t *index_of(pool_t *p, const pool_owner_t *o) {
-  return o != NULL ? (rmmc__tlsf_t *)&o->idx : &p->clean;
+  return o != NULL ? o->idx : &p->clean;
+}
+
+/* A stream joins the pool's list of owners (p->owners) when it gets a heap
+ * or a free block in the shared heap; the slow path's passes over streams
+ * go through that list, so streams that left nothing behind cost them
+ * nothing (issue 25, F9). It leaves in heap retirement and consolidate. */
+bool rmmc__pool_owner_ready(pool_t *p, pool_owner_t *o) {
+  (void)p;
+  if (RMMC_LIKELY(o->idx != NULL)) return true;
+  o->idx = calloc(1, sizeof *o->idx);
+  return o->idx != NULL;
+}
+
+void rmmc__pool_owner_list(pool_t *p, pool_owner_t *o) {
+  if (o->listed) return;
+  o->listed = true;
+  o->prev = NULL;
+  o->next = p->owners;
+  if (p->owners != NULL) p->owners->prev = o;
+  p->owners = o;
+  p->nowners++;
+}
+
+void rmmc__pool_owner_unlist(pool_t *p, pool_owner_t *o) {
+  if (!o->listed) return;
+  o->listed = false;
+  if (o->prev != NULL) o->prev->next = o->next;
+  else p->owners = o->next;
+  if (o->next != NULL) o->next->prev = o->prev;
+  p->nowners--;
+  free(o->idx); /* empty: neither a heap nor a free block is left */
+  o->idx = NULL;
+}
+
+/* p->pending: a stream joins with a free block in the shared heap and
+ * leaves only in consolidate, so that no pass over the list sees a stream
+ * leave under its feet. */
+static void pending_add(pool_t *p, pool_owner_t *o) {
+  o->pending = true;
+  /* In the order streams came (latest first), as the slow path's passes
+   * over streams went before they kept this list: which stream's frees a
+   * short stream adopts first changes placement (1 point on the 4-stream
+   * transformer log over sim). The list is short (streams with shared
+   * free blocks); past 64 places the order is left approximate. */
+  pool_owner_t *at = p->pending, *before = NULL;
+  for (int steps = 0; at != NULL && at->slot->id > o->slot->id && steps < 64; steps++)
+    before = at, at = at->pnext;
+  o->pprev = before;
+  o->pnext = at;
+  if (at != NULL) at->pprev = o;
+  if (before != NULL) before->pnext = o;
+  else p->pending = o;
+}
+
+void rmmc__pool_pending_remove(pool_t *p, pool_owner_t *o) {
+  if (!o->pending) return;
+  o->pending = false;
+  if (o->pprev != NULL) o->pprev->pnext = o->pnext;
+  else p->pending = o->pnext;
+  if (o->pnext != NULL) o->pnext->pprev = o->pprev;
 }
 
 void rmmc__pool_link_free(pool_t *p, pool_block_t *b) {
@@ -63,6 +123,10 @@ void rmmc__pool_link_free(pool_t *p, pool_block_t *b) {
   rmmc__tlsf_insert(index_of(p, b->owner), &b->node);
   if (b->owner != NULL) { /* the owner's list, for consolidation */
     pool_owner_t *o = b->owner;
+    if (RMMC_UNLIKELY(!o->pending) && o->slot != NULL) {
+      rmmc__pool_owner_list(p, o);
+      pending_add(p, o);
+    }
     b->qprev = NULL;
     b->qnext = o->qhead;
     if (o->qhead != NULL) o->qhead->qprev = b;
@@ -209,8 +273,8 @@ bool rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t ad
 rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const char *why) {
   char re[32], iu[32], lf[32], mx[32];
   size_t largest = rmmc__tlsf_largest(&p->clean);
-  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
-    size_t l = rmmc__tlsf_largest(&q->idx);
+  for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext) {
+    size_t l = rmmc__tlsf_largest(q->idx);
     if (l > largest) largest = l;
   }
   return rmmc_set_oom_error(

@@ -102,7 +102,9 @@ struct pool_owner {
   rmmc__stream_slot_t *slot;     /* NULL: a graph pool */
   pool_sheap_t *heap;            /* its heaps, one per stripe in use (atomic head) */
   pool_sheap_t *locked_head;     /* lock_all: the heaps it locked begin here */
-  rmmc__tlsf_t idx;              /* its free blocks in the shared heap */
+  /* its free blocks in the shared heap: 10 KiB, so a stream has one only
+   * while it is listed (rmmc__pool_owner_ready; freed when it leaves) */
+  rmmc__tlsf_t *idx;
   pool_block_t *qhead;           /* the same, listed */
   uint64_t seen_done;            /* its finished epoch at the last consolidation */
   size_t uncovered_bytes;        /* freed in the shared heap since its last record */
@@ -116,6 +118,14 @@ struct pool_owner {
   unsigned long long capture;    /* the CUDA capture id bound, 0: none */
   uint64_t pending_thread;       /* the thread whose next capture binds */
   size_t used_bytes;             /* its blocks handed out */
+  /* streams: in the pool's list of owners (p->owners, shared lock) while it
+   * has a heap or free blocks in the shared heap; next (above) and prev */
+  pool_owner_t *prev;
+  bool listed;
+  /* streams: in p->pending from its first free block in the shared heap
+   * until a consolidation finds it has none left (shared lock) */
+  pool_owner_t *pnext, *pprev;
+  bool pending;
 };
 
 static inline bool pool_owner_done(const pool_owner_t *o, uint64_t tag) {
@@ -132,8 +142,13 @@ typedef struct pool_meta {
 struct pool_sheap {
   rmmc__lock_t lock;
   pool_t *pool;
+  /* Its stream's owner; NULL once retired (written under both the heap's
+   * and the shared lock): a thread whose cache still names a retired or
+   * reused heap sees another owner once it holds the lock, and looks again. */
   pool_owner_t *owner;
-  pool_sheap_t *onext; /* the next heap of the same stream (owner->heap lists them) */
+  pool_sheap_t *onext; /* the next heap of the same stream (owner->heap), or spare */
+  pool_sheap_t *hprev, *hnext; /* the pool's live heaps, latest span taker first (shared lock) */
+  pool_sheap_t *snext;         /* a pass's list of the live heaps (p->snap_lock) */
   unsigned stripe;     /* which of the stream's heaps: threads map to stripes */
   pool_block_t *hot; /* its last free, kept out of idx for an exact-size reuse */
   rmmc__tlsf_t idx;
@@ -147,6 +162,7 @@ struct pool_sheap {
   pool_meta_t meta;
   size_t in_use, peak; /* bytes of its blocks handed out (read relaxed) */
   uint64_t span_takes, span_returns;
+  uint64_t empties; /* device memory: frees that left it holding nothing */
 } __attribute__((aligned(64)));
 
 typedef struct pool_backend {
@@ -218,8 +234,18 @@ struct pool {
   rmmc__ptrmap_t spans; /* span base -> span */
   pool_block_t *holes;  /* vm: unmapped blocks */
   rmmc__stream_set_t streams;
-  pool_owner_t *owners;
-  size_t nowners, nheaps;
+  pool_owner_t *owners;  /* streams with a heap or shared free blocks (listed) */
+  pool_owner_t *pending; /* streams that have had free blocks in the shared heap since the
+                          * last consolidation: the slow path's passes go over these */
+  size_t nowners, nheaps; /* listed streams, live heaps */
+  pool_sheap_t *heaps, *heaps_tail; /* live heaps, latest span taker first */
+  pool_sheap_t *spare_heaps;        /* retired heaps, for reuse (never freed before destroy) */
+  uint64_t heaps_gen;               /* heaps made, retired or reused (lock_all's check) */
+  uint64_t heaps_retired;
+  /* Passes over every heap without the shared lock (lock_all, the heaps'
+   * lending, release_cached) list them through snext under this lock. */
+  pthread_mutex_t snap_lock;
+  pool_sheap_t *snap_first; /* lock_all's list */
   pool_meta_t meta;
   uint64_t clock; /* shared-heap frees and slow paths: the time base of idleness */
   uint64_t peak_clock;    /* the clock when committed_peak last rose */
@@ -269,6 +295,14 @@ void rmmc__pool_drop_block(pool_t *p, pool_block_t *b);
  * host memory. */
 pool_region_t *rmmc__pool_add_region(pool_t *p, uintptr_t base, size_t size, int state);
 void rmmc__pool_remove_region(pool_t *p, pool_region_t *r);
+/* Gives o its index (shared lock held) before it is used: false without
+ * host memory. */
+bool rmmc__pool_owner_ready(pool_t *p, pool_owner_t *o);
+/* A stream's owner joins or leaves the pool's list of owners (p->owners). */
+void rmmc__pool_owner_list(pool_t *p, pool_owner_t *o);
+void rmmc__pool_owner_unlist(pool_t *p, pool_owner_t *o);
+/* A stream leaves p->pending (consolidate: it has no shared free block). */
+void rmmc__pool_pending_remove(pool_t *p, pool_owner_t *o);
 /* Indexing of shared free blocks (by owner, or clean). */
 void rmmc__pool_link_free(pool_t *p, pool_block_t *b);
 void rmmc__pool_unlink_free(pool_t *p, pool_block_t *b);

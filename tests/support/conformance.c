@@ -397,6 +397,101 @@ START_TEST(test_conformance_oom_gives_back_cached_memory) {
 }
 END_TEST
 
+/* The out-of-memory rule across streams (issue 25, F10): memory one
+ * stream freed is cached memory for every other stream. Under an upstream
+ * capped at 64 MiB over what the resource holds, stream A fills it with
+ * blocks of 512 KiB (or the largest request) and frees every other one;
+ * stream B's request of the same size must be served (from A's free
+ * memory: the cap allows nothing more), leaving no message. RMM's pool
+ * serves it; the pool and the arena refused it before. */
+START_TEST(test_conformance_oom_with_memory_cached_on_another_stream) {
+  fixture_t f;
+  setup(&f, _i);
+  spy_t *s = spy_of(f.spy);
+  spy_set_capacity(s, spy_counts(s).outstanding_bytes + ((size_t)64 << 20));
+  const size_t size = max_request(&f) < ((size_t)512 << 10) ? max_request(&f) : (size_t)512 << 10;
+  cudaStream_t a = (cudaStream_t)(uintptr_t)0xa000, b = (cudaStream_t)(uintptr_t)0xb000;
+  enum { MAX_BLOCKS = 4096 };
+  void **p = calloc(MAX_BLOCKS, sizeof *p);
+  ck_assert_ptr_nonnull(p);
+  int got = 0;
+  rmmc_status_t st = RMMC_SUCCESS;
+  for (; got < MAX_BLOCKS; got++) {
+    st = rmmc_resource_allocate(f.r, size, 256, a, &p[got]);
+    if (st != RMMC_SUCCESS) break;
+    fill(p[got], size, (unsigned)got);
+  }
+  ck_assert_msg(st == RMMC_ERROR_OUT_OF_MEMORY, "%s: stream A never ran out: %s", f.c->name,
+                rmmc_status_name(st));
+  ck_assert_msg(got >= 4, "%s: %d blocks under the cap", f.c->name, got);
+  for (int i = 0; i < got; i += 2)
+    ck_assert_int_eq(rmmc_resource_deallocate(f.r, p[i], size, 256, a), RMMC_SUCCESS);
+  void *q = NULL;
+  rmmc_clear_last_error();
+  st = rmmc_resource_allocate(f.r, size, 256, b, &q);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s: stream B's %zu bytes with %d of stream A's blocks free: %s",
+                f.c->name, size, (got + 1) / 2, rmmc_last_error_message());
+  ck_assert_msg(rmmc_last_error_message()[0] == '\0', "%s: a success left '%s'", f.c->name,
+                rmmc_last_error_message());
+  fill(q, size, 4242);
+  for (int i = 1; i < got; i += 2)
+    ck_assert_msg(check_fill(p[i], size, (unsigned)i), "%s: stream A's block %d changed", f.c->name,
+                  i);
+  ck_assert(check_fill(q, size, 4242));
+  /* B's block goes back on B, A's on A; then A serves again. */
+  ck_assert_int_eq(rmmc_resource_deallocate(f.r, q, size, 256, b), RMMC_SUCCESS);
+  for (int i = 1; i < got; i += 2)
+    ck_assert_int_eq(rmmc_resource_deallocate(f.r, p[i], size, 256, a), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(f.r, size, 256, a, &q), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(f.r, q, size, 256, a), RMMC_SUCCESS);
+  spy_set_capacity(s, SIZE_MAX);
+  free(p);
+  teardown(&f);
+}
+END_TEST
+
+/* Tens of thousands of streams, one block each, as a program that makes a
+ * stream per request or per task does (issue 25, F9): every request is
+ * served, the memory taken from the upstream stays what the first streams
+ * took (nothing is kept per stream that never comes back), a layer that
+ * reports "heaps" keeps it bounded, and everything comes back
+ * (teardown). */
+START_TEST(test_conformance_many_streams) {
+  fixture_t f;
+  setup(&f, _i);
+  spy_t *s = spy_of(f.spy);
+  const int streams = getenv("RMMC_TEST_QUICK") != NULL || RMMC_TEST_TSAN ? 4000 : 30000;
+  const size_t sizes[2] = {1024, max_request(&f) < ((size_t)64 << 10) ? max_request(&f) : 64 << 10};
+  size_t warm = 0;
+  for (int i = 1; i <= streams; i++) {
+    cudaStream_t st = (cudaStream_t)(uintptr_t)(0x100000 + (uintptr_t)i * 16);
+    void *p[2];
+    for (int k = 0; k < 2; k++) {
+      rmmc_status_t r = rmmc_resource_allocate(f.r, sizes[k], 256, st, &p[k]);
+      ck_assert_msg(r == RMMC_SUCCESS, "%s: stream %d: %s", f.c->name, i,
+                    rmmc_last_error_message());
+      fill(p[k], sizes[k], (unsigned)(i + k));
+    }
+    for (int k = 0; k < 2; k++) {
+      ck_assert(check_fill(p[k], sizes[k], (unsigned)(i + k)));
+      ck_assert_int_eq(rmmc_resource_deallocate(f.r, p[k], sizes[k], 256, st), RMMC_SUCCESS);
+    }
+    if (i == 1000) warm = spy_counts(s).outstanding_bytes;
+  }
+  size_t held = spy_counts(s).outstanding_bytes;
+  ck_assert_msg(held <= 2 * warm + ((size_t)64 << 20),
+                "%s: %zu bytes held from the upstream after %d streams, %zu after 1000", f.c->name,
+                held, streams, warm);
+  for (rmmc_resource_t *r = f.r; r != NULL; r = rmmc_resource_upstream(r)) {
+    uint64_t heaps = 0;
+    if (rmmc_resource_get_field(r, "heaps", &heaps))
+      ck_assert_msg(heaps <= 1024, "%s: %s keeps %llu heaps after %d streams", f.c->name,
+                    rmmc_resource_name(r), (unsigned long long)heaps, streams);
+  }
+  teardown(&f);
+}
+END_TEST
+
 START_TEST(test_conformance_ownership) {
   fixture_t f;
   setup(&f, _i);
@@ -428,5 +523,7 @@ void conformance_add(Suite *s, const conformance_case_t *cases, int ncases) {
   tcase_add_loop_test(tc, test_conformance_upstream_failure, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_ownership, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_oom_gives_back_cached_memory, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_oom_with_memory_cached_on_another_stream, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_many_streams, 0, ncases);
   suite_add_tcase(s, tc);
 }
