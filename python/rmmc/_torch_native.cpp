@@ -404,6 +404,7 @@ struct DeviceState {
   StackFigures retired; // grows and shrinks of private pools destroyed
   double fraction = 0; // setMemoryFraction (0: none)
   size_t limit = 0;
+  size_t total = 0; // the device's bytes when the fraction was set
 };
 
 // What getCheckpointState keeps: the blocks of a pool live then.
@@ -518,7 +519,9 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   double getMemoryFraction(DeviceIndex device) override {
     DeviceState& d = dev(device);
     std::lock_guard<std::mutex> g(d.mutex);
-    return d.fraction == 0 ? 1.0 : d.fraction;
+    // As PyTorch's: the bytes allowed over the device's total, not the
+    // fraction asked for (the two differ by the rounding to bytes).
+    return d.fraction == 0 ? 1.0 : static_cast<double>(d.limit) / static_cast<double>(d.total);
   }
   void setMemoryFraction(double fraction, DeviceIndex device) override {
     TORCH_CHECK(fraction > 0 && fraction <= 1, "rmmc: invalid memory fraction ", fraction,
@@ -532,6 +535,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     std::lock_guard<std::mutex> g(d.mutex);
     d.fraction = fraction;
     d.limit = static_cast<size_t>(fraction * static_cast<double>(total));
+    d.total = total;
   }
   void emptyCache(MempoolId_t mempool_id) override {
     for (int i = 0; i < ndev(); i++) {
@@ -1289,7 +1293,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
       throw;
     }
   } else {
-    rmmc_status_t st = rmmc_resource_allocate(res, size, 0, stream, &p);
+    rmmc_status_t st = rmmc_resource_allocate(res, size, RMMC_DEFAULT_ALIGNMENT, stream, &p);
     std::string why = st != RMMC_SUCCESS ? last_error() : std::string();
     st = as_oom(st);
     if (st == RMMC_ERROR_OUT_OF_MEMORY) {
@@ -1311,7 +1315,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
         rmmc_resource_release_cached(s);
         rmmc_resource_release(s);
       }
-      st = rmmc_resource_allocate(res, size, 0, stream, &p);
+      st = rmmc_resource_allocate(res, size, RMMC_DEFAULT_ALIGNMENT, stream, &p);
       if (st != RMMC_SUCCESS)
         why = last_error();
       st = as_oom(st);
@@ -1330,7 +1334,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
           }
         }
         if (alt != nullptr &&
-            rmmc_resource_allocate(alt, size, 0, stream, &p) == RMMC_SUCCESS) {
+            rmmc_resource_allocate(alt, size, RMMC_DEFAULT_ALIGNMENT, stream, &p) == RMMC_SUCCESS) {
           res = alt;
           pool = alt_pool;
           st = RMMC_SUCCESS;
@@ -1453,7 +1457,7 @@ void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
   rmmc_status_t st = RMMC_SUCCESS;
   std::string why;
   if (b.res != nullptr) {
-    st = rmmc_resource_deallocate(b.res, ptr, b.size, 0, b.stream);
+    st = rmmc_resource_deallocate(b.res, ptr, b.size, RMMC_DEFAULT_ALIGNMENT, b.stream);
     if (st != RMMC_SUCCESS)
       why = last_error();
   } else if (b.pool != nullptr && b.pool->allocator) {

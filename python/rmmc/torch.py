@@ -143,7 +143,13 @@ def build_native(verbose=False):
     try:
         path = ext.load(name=name, sources=[src], extra_include_paths=[_include_dir()],
                         extra_cflags=["-O2", "-Wall"],
-                        extra_ldflags=[libpath, "-Wl,-rpath," + libdir],
+                        # A compiler that links libstdc++ statically (the GPU
+                        # machine's /opt/gcc) puts a second copy of it in the
+                        # backend; exported, its symbols bind to the process's
+                        # libstdc++ and mix the two copies' locales (a crash in
+                        # the first ostream<<). Kept local, each copy is whole.
+                        extra_ldflags=[libpath, "-Wl,-rpath," + libdir,
+                                       "-Wl,--exclude-libs,ALL"],
                         with_cuda=True, is_python_module=False, build_directory=build_dir,
                         verbose=verbose)
     finally:
