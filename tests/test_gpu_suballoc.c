@@ -155,7 +155,10 @@ static void reuse_waits_for_the_freeing_stream(kind_t k) {
   rmmc_resource_t *fr = k == BINNING ? rmmc_binning_resource_bin(r, rmmc_binning_resource_bin_for(r, n, 256)) : r;
   ck_assert(rmmc_resource_get_field(fr, "event_waits", &waits));
   ck_assert(rmmc_resource_get_field(fr, "device_syncs", &syncs));
-  if (k == ARENA_SMALL) ck_assert_uint_ge(syncs, 1);
+  /* The arena's small block: A's free emptied A's heap, which records A's
+   * event (issue 25, F9), so B may wait on it on the GPU; otherwise the
+   * last resort synchronizes the device. */
+  if (k == ARENA_SMALL) ck_assert_uint_ge(waits + syncs, 1);
   else ck_assert_uint_eq(waits, 1);
   ck_assert_int_eq(rmmc_resource_deallocate(r, y, n, 256, b), RMMC_SUCCESS);
   if (w != NULL) ck_assert_int_eq(rmmc_resource_deallocate(r, w, n, 256, b), RMMC_SUCCESS);
@@ -233,7 +236,10 @@ START_TEST(test_gpu_suballoc_same_stream_reuse) {
     ck_assert(rmmc_resource_get_field(fr, "event_waits", &waits));
     ck_assert(rmmc_resource_get_field(fr, "event_records", &records));
     ck_assert_uint_eq(waits, 0);
-    if (k != ARENA_LARGE) ck_assert_uint_eq(records, 0); /* large frees record for other streams */
+    /* Large frees record for other streams; a free that empties a stream
+     * heap records on its 1st, 2nd, 4th, ... time (issue 25, F9). */
+    if (k == ARENA_SMALL) ck_assert_uint_le(records, 1);
+    else if (k != ARENA_LARGE) ck_assert_uint_eq(records, 0);
     ck_assert_int_eq(rmmc_resource_deallocate(r, y, n, 256, a), RMMC_SUCCESS);
     CUDA_OK(cudaStreamDestroy(a));
     rmmc_resource_release(r);
