@@ -51,7 +51,10 @@ def cuda_include():
     cands += ["/usr/local/cuda/include"]
     cands += [os.path.join(p, "nvidia", "cu13", "include") for p in sys.path if p]
     for c in cands:
-        if os.path.exists(os.path.join(c, "cuda_runtime_api.h")):
+        # NVIDIA's runtime wheel ships cuda_runtime_api.h without the crt/
+        # headers it includes: such a folder cannot compile the program.
+        if all(os.path.exists(os.path.join(c, h))
+               for h in ("cuda_runtime_api.h", os.path.join("crt", "host_defines.h"))):
             return c
     return None
 
