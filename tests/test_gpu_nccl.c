@@ -219,7 +219,13 @@ static void fill(float *dev_ptr, int rank, size_t count, size_t offset) {
   free(h);
 }
 
+/* From the device that holds dev_ptr: an expandable pool's pages are
+ * granted to their own device only, so a copy made while another device is
+ * current is refused (invalid argument). */
 static float *read_back(const float *dev_ptr, size_t count) {
+  struct cudaPointerAttributes a;
+  CUDA_OK(cudaPointerGetAttributes(&a, dev_ptr));
+  CUDA_OK(cudaSetDevice(a.device));
   float *h = malloc(count * sizeof(float));
   CUDA_OK(cudaMemcpy(h, dev_ptr, count * sizeof(float), cudaMemcpyDeviceToHost));
   return h;
