@@ -616,26 +616,9 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   // ---- statistics ----
   DeviceStats getDeviceStats(DeviceIndex device) override {
     DeviceState& d = dev(device);
-    std::vector<rmmc_resource_t*> stacks;
-    Counters c;
-    {
-      std::lock_guard<std::mutex> g(d.mutex);
-      c = d.counters;
-      if (d.stack != nullptr)
-        stacks.push_back(rmmc_resource_retain(d.stack));
-      for (auto& p : d.pools)
-        if (p.second->stack != nullptr)
-          stacks.push_back(rmmc_resource_retain(p.second->stack));
-    }
-    StackFigures f;
-    for (rmmc_resource_t* s : stacks) {
-      add_stack_figures(s, &f);
-      rmmc_resource_release(s);
-    }
+    StackFigures f = figures(d);
     std::lock_guard<std::mutex> g(d.mutex);
-    f.grows += d.retired.grows;
-    f.shrinks += d.retired.shrinks;
-    return fill_device_stats(c, f, d.base);
+    return fill_device_stats(d.counters, f, d.base);
   }
   void resetAccumulatedStats(DeviceIndex device) override {
     DeviceState& d = dev(device);
