@@ -1557,11 +1557,14 @@ static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes
 /* An allocation while paused (pool_sleep.c): refused. */
 static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes) {
   char b[32];
+  rmmc__lock(&p->lock); /* release_cached may drop mappings meanwhile (TSan) */
+  size_t off = p->off_bytes;
+  rmmc__unlock(&p->lock);
   return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
                         "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) "
                         "and holds no memory until rmmc_pool_resume (%s of its pages are given "
                         "back)",
-                        bytes, rmmc__format_bytes(p->off_bytes, b, sizeof b));
+                        bytes, rmmc__format_bytes(off, b, sizeof b));
 }
 
 static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
