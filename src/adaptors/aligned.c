@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ptrmap.h"
-#include "../spec.h"
+#include "core/ptrmap.h"
+#include "spec/spec.h"
 #include "rmmc/aligned_adaptor.h"
 
 #define ALIGNED_SHARDS 16

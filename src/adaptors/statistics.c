@@ -59,7 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/statistics_adaptor.h"
 
 typedef struct counters {

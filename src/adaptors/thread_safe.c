@@ -16,7 +16,7 @@
  */
 #include <stdlib.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/thread_safe_adaptor.h"
 
 typedef struct thread_safe_adaptor {

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/tracking_adaptor.h"
 
 #define NSHARDS 64

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ptrmap.h"
-#include "../spec.h"
+#include "core/ptrmap.h"
+#include "spec/spec.h"
 #include "fixed_size_internal.h"
 #include "rmmc/binning_resource.h"
 #include "rmmc/fixed_size_resource.h"

@@ -7,7 +7,7 @@
  */
 #include <stdlib.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/cuda_async_resource.h"
 #include "rmmc/cuda_resource.h"
 

@@ -37,9 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lock.h"
-#include "../spec.h"
-#include "../stream_events.h"
+#include "core/lock.h"
+#include "spec/spec.h"
+#include "core/stream_events.h"
 #include "fixed_size_internal.h"
 #include "rmmc/fixed_size_resource.h"
 

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/sim_resource.h"
 
 _Static_assert(sizeof(uintptr_t) == 8, "the sim resource needs 64-bit pointers");

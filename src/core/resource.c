@@ -14,7 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "exports.h"
+#include "ipc/exports.h"
 #include "internal.h"
 
 RMMC_API void rmmc_resource_init(rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
