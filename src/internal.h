@@ -8,6 +8,7 @@
  *   internal/atomics.h      relaxed 64-bit counters for figures
  *   internal/errors.h       error state save/restore, OOM and pointer messages
  *   internal/fields.h       describe fields, byte formatting, thread id
+ *   internal/figures.h      the standard figure keys, once (X-macro map)
  *   internal/device.h       current device, peers, base-resource helpers
  *   internal/adaptor.h      the adaptor base and its pass-through slots
  *   internal/upstream.h     call depth, the out-of-memory rule, and the rule
@@ -31,6 +32,7 @@
 #include "internal/device.h"
 #include "internal/errors.h"
 #include "internal/fields.h"
+#include "internal/figures.h"
 #include "internal/graph_route.h"
 #include "internal/options.h"
 #include "internal/upstream.h"
