@@ -25,17 +25,17 @@ import sys
 # docs/design.md, "Layers". Patterns are paths under the source root; a
 # trailing '*' matches any file of that folder.
 LAYERS = [
-    ("leaves", ["src/status.c", "src/ptrmap.c", "src/version.c"]),
-    ("device helpers, export registry, IPC handles", ["src/device.c", "src/exports.c",
-                                                      "src/ipc_handle.c"]),
-    ("dispatch and option values", ["src/resource.c", "src/spec_options.c"]),
-    ("shared by sub-allocators", ["src/stream_events.c"]),
+    ("leaves", ["src/core/status.c", "src/core/ptrmap.c", "src/core/version.c"]),
+    ("device helpers, export registry, IPC handles", ["src/core/device.c", "src/ipc/exports.c",
+                                                      "src/ipc/ipc_handle.c"]),
+    ("dispatch and option values", ["src/core/resource.c", "src/spec/spec_options.c"]),
+    ("shared by sub-allocators", ["src/core/stream_events.c"]),
     ("resources and adaptors", ["src/resources/*", "src/adaptors/*"]),
-    ("spec parser and table", ["src/spec.c", "src/spec_table.c", "src/suggest.c"]),
-    ("process default", ["src/defaults.c", "src/torch_conf.c"]),
-    ("registry", ["src/registry.c"]),
-    ("report, plug-ins, containers, IPC", ["src/report.c", "src/plugins.c", "src/containers/*",
-                                           "src/ipc.c"]),
+    ("spec parser and table", ["src/spec/spec.c", "src/spec/spec_table.c", "src/spec/suggest.c"]),
+    ("process default", ["src/core/defaults.c", "src/spec/torch_conf.c"]),
+    ("registry", ["src/core/registry.c"]),
+    ("report, plug-ins, containers, IPC", ["src/core/report.c", "src/core/plugins.c",
+                                           "src/containers/*", "src/ipc/ipc.c"]),
 ]
 RESOURCE_LAYER = 4
 assert LAYERS[RESOURCE_LAYER][0] == "resources and adaptors"
@@ -52,7 +52,8 @@ def source_of(member):
     """src_resources_cuda_async.c.o -> src/resources/cuda_async.c (Meson's
     object names: the source path with '/' as '_')."""
     name = re.sub(r"\.o(bj)?$", "", member)
-    for folder in ("src_resources_", "src_adaptors_", "src_containers_", "src_"):
+    for folder in ("src_resources_", "src_adaptors_", "src_containers_", "src_core_", "src_spec_",
+                   "src_ipc_", "src_"):
         if name.startswith(folder):
             return folder.replace("_", "/") + name[len(folder):]
     return name

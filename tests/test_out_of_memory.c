@@ -225,6 +225,117 @@ START_TEST(test_out_of_memory_without_a_cache_asks_nothing_back) {
 }
 END_TEST
 
+/* ---- a layer that caches and says so only with "reserved" above "in_use"
+ * (no "cached" figure: cuda_async's way, which no other host resource has).
+ * Its allocate fails while it holds free memory (reserved above in_use) or
+ * while `full`; release_cached gives the free memory back. */
+typedef struct reserved_cache {
+  rmmc_resource_t base;
+  uint64_t reserved, in_use;
+  bool full;
+  int allocates, releases;
+} reserved_cache_t;
+
+static rmmc_status_t rc_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                 cudaStream_t stream, void **out) {
+  (void)stream;
+  reserved_cache_t *c = (reserved_cache_t *)r;
+  c->allocates++;
+  if (c->full || c->reserved > c->in_use)
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "reserved_cache: no room");
+  size_t rounded = (bytes + alignment - 1) & ~(alignment - 1);
+  *out = aligned_alloc(alignment, rounded);
+  if (*out == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "reserved_cache: malloc");
+  c->in_use += bytes;
+  c->reserved += bytes;
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t rc_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes, size_t alignment,
+                                   cudaStream_t stream) {
+  (void)alignment, (void)stream;
+  reserved_cache_t *c = (reserved_cache_t *)r;
+  free(ptr);
+  c->in_use -= bytes;
+  return RMMC_SUCCESS;
+}
+
+static rmmc_status_t rc_release(rmmc_resource_t *r) {
+  reserved_cache_t *c = (reserved_cache_t *)r;
+  c->releases++;
+  c->reserved = c->in_use;
+  return RMMC_SUCCESS;
+}
+
+static void rc_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+  reserved_cache_t *c = (reserved_cache_t *)r;
+  rmmc_field_t f = {"reserved", RMMC_FIELD_BYTES, c->reserved, NULL};
+  emit(ctx, &f);
+  f = (rmmc_field_t){"in_use", RMMC_FIELD_BYTES, c->in_use, NULL};
+  emit(ctx, &f);
+}
+
+static void rc_destroy(rmmc_resource_t *r) { free(r); }
+
+static const rmmc_resource_ops_t reserved_cache_ops = {
+    .version = RMMC_RESOURCE_OPS_VERSION,
+    .name = "reserved_cache",
+    .allocate = rc_allocate,
+    .deallocate = rc_deallocate,
+    .release_cached = rc_release,
+    .describe = rc_describe,
+    .destroy = rc_destroy,
+};
+
+static reserved_cache_t *new_reserved_cache(uint64_t reserved, bool full) {
+  reserved_cache_t *c = calloc(1, sizeof *c);
+  ck_assert_ptr_nonnull(c);
+  rmmc_resource_init(&c->base, &reserved_cache_ops, RMMC_MEMORY_HOST, -1);
+  c->reserved = reserved;
+  c->full = full;
+  return c;
+}
+
+START_TEST(test_out_of_memory_reserved_above_in_use_is_a_cache) {
+  /* Entered by the wrapper, by an adaptor's forward (statistics) and by an
+   * adaptor's own wrapper call (thread_safe): each time one release of the
+   * layer and one retry, which succeeds. */
+  for (int how = 0; how < 3; how++) {
+    reserved_cache_t *c = new_reserved_cache(4 * MiB, false);
+    rmmc_resource_t *top = &c->base;
+    if (how == 1) ck_assert_int_eq(rmmc_statistics_adaptor_create(&c->base, &top), RMMC_SUCCESS);
+    if (how == 2) ck_assert_int_eq(rmmc_thread_safe_adaptor_create(&c->base, &top), RMMC_SUCCESS);
+    if (how != 0) rmmc_resource_release(&c->base);
+    void *p = NULL;
+    ck_assert_int_eq(rmmc_resource_allocate(top, 1 * MiB, 256, NULL, &p), RMMC_SUCCESS);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(c->releases, 1);
+    ck_assert_int_eq(c->allocates, 2);
+    ck_assert_uint_eq(c->reserved, 1 * MiB);
+    ck_assert_int_eq(rmmc_resource_deallocate(top, p, 1 * MiB, 256, NULL), RMMC_SUCCESS);
+    rmmc_resource_release(top);
+  }
+}
+END_TEST
+
+START_TEST(test_out_of_memory_reserved_equal_to_in_use_is_no_cache) {
+  /* Full, holding nothing free: out of memory at once, nothing released,
+   * and the message lists the layer's figures without a retry note. */
+  reserved_cache_t *c = new_reserved_cache(0, true);
+  rmmc_resource_t *top = NULL;
+  ck_assert_int_eq(rmmc_statistics_adaptor_create(&c->base, &top), RMMC_SUCCESS);
+  rmmc_resource_release(&c->base);
+  void *p = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(top, 1 * MiB, 256, NULL, &p), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(p);
+  ck_assert_int_eq(c->releases, 0);
+  ck_assert_int_eq(c->allocates, 1);
+  ck_assert_ptr_null(strstr(rmmc_last_error_message(), "retried"));
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "reserved_cache (reserved 0"));
+  rmmc_resource_release(top);
+}
+END_TEST
+
 START_TEST(test_out_of_memory_retries_once_and_says_so) {
   /* A pool holding free memory that cannot serve the request: one release
    * of the stack, one retry, then out of memory whose message says so and
@@ -437,6 +548,8 @@ int main(void) {
   tcase_add_test(tc, test_out_of_memory_three_caching_layers);
   tcase_add_test(tc, test_out_of_memory_without_a_cache_asks_nothing_back);
   tcase_add_test(tc, test_out_of_memory_retries_once_and_says_so);
+  tcase_add_test(tc, test_out_of_memory_reserved_above_in_use_is_a_cache);
+  tcase_add_test(tc, test_out_of_memory_reserved_equal_to_in_use_is_no_cache);
   tcase_add_test(tc, test_out_of_memory_release_failure_is_reported);
   tcase_add_test(tc, test_out_of_memory_storm_of_threads);
   tcase_add_test(tc, test_out_of_memory_adaptors_above_see_one_call);

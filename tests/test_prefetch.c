@@ -3,7 +3,7 @@
  * The prefetch adaptor's host-side paths: host and pinned upstreams are
  * refused at create time, managed memory without a GPU is NO_DEVICE, device
  * memory passes through unchanged, and the stack spec reports the same.
- * Prefetching itself runs in test_gpu_adaptors_b. Host suite.
+ * Prefetching itself runs in test_gpu_adaptor_requests. Host suite.
  */
 #include <string.h>
 

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "replay_engine.h"
-#include "spec.h" /* rmmc__stack_create_hooked */
+#include "spec/spec.h" /* rmmc__stack_create_hooked */
 #include "spy.h"
 #include "test_main.h"
 

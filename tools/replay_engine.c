@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "replay_engine.h"
-#include "spec.h" /* rmmc__stack_create_hooked (src/spec.h) */
+#include "spec/spec.h" /* rmmc__stack_create_hooked */
 
 _Static_assert(REPLAY_MESSAGE_MAX >= RMMC__MESSAGE_MAX,
                "first_failure must hold rmmc's longest message whole");

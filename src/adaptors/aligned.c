@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ptrmap.h"
-#include "../spec.h"
+#include "core/ptrmap.h"
+#include "spec/spec.h"
 #include "rmmc/aligned_adaptor.h"
 
 #define ALIGNED_SHARDS 16
@@ -118,7 +118,7 @@ static void aligned_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) 
   aligned_adaptor_t *g = (aligned_adaptor_t *)r;
   rmmc__emit_bytes(emit, ctx, "alignment", g->alignment);
   rmmc__emit_bytes(emit, ctx, "threshold", g->threshold);
-  rmmc__emit_count(emit, ctx, "outstanding", rmmc__atomic_load_u64(&g->outstanding));
+  rmmc__emit_count(emit, ctx, RMMC__FIG(OUTSTANDING), rmmc__atomic_load_u64(&g->outstanding));
   rmmc__emit_bytes(emit, ctx, "overhead", rmmc__atomic_load_u64(&g->overhead));
 }
 

@@ -11,7 +11,7 @@
  * limit, so for a moment the counter exceeds the limit and a concurrent
  * allocation that would fit is refused; the CAS never does that.
  */
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/limiting_adaptor.h"
 
 typedef struct limiting {
@@ -95,7 +95,7 @@ static rmmc_status_t limiting_vm_unmap(rmmc_resource_t *r, void *ptr, size_t byt
 static void limiting_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   limiting_t *l = (limiting_t *)r;
   rmmc__emit_bytes(emit, ctx, "limit", l->limit);
-  rmmc__emit_bytes(emit, ctx, "in_use", __atomic_load_n(&l->used, __ATOMIC_RELAXED));
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), __atomic_load_n(&l->used, __ATOMIC_RELAXED));
 }
 
 static const rmmc_resource_ops_t limiting_ops = {

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/logging_adaptor.h"
 
 #define BUFFER_SIZE ((size_t)64 << 10)

@@ -59,7 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/statistics_adaptor.h"
 
 typedef struct counters {
@@ -444,12 +444,12 @@ static void statistics_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ct
   pthread_mutex_unlock(&s->lock);
   counters_t zero = {0, 0, 0, 0};
   rmmc_statistics_t f = figures(&c, &zero, max_b, max_c);
-  rmmc__emit_bytes(emit, ctx, "in_use", f.current_bytes > 0 ? (uint64_t)f.current_bytes : 0);
-  rmmc__emit_bytes(emit, ctx, "peak", f.peak_bytes > 0 ? (uint64_t)f.peak_bytes : 0);
-  rmmc__emit_bytes(emit, ctx, "total", f.total_bytes);
-  rmmc__emit_count(emit, ctx, "outstanding", f.current_count > 0 ? (uint64_t)f.current_count : 0);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), f.current_bytes > 0 ? (uint64_t)f.current_bytes : 0);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(PEAK), f.peak_bytes > 0 ? (uint64_t)f.peak_bytes : 0);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(TOTAL), f.total_bytes);
+  rmmc__emit_count(emit, ctx, RMMC__FIG(OUTSTANDING), f.current_count > 0 ? (uint64_t)f.current_count : 0);
   rmmc__emit_count(emit, ctx, "peak_outstanding", f.peak_count > 0 ? (uint64_t)f.peak_count : 0);
-  rmmc__emit_count(emit, ctx, "allocations", f.total_count);
+  rmmc__emit_count(emit, ctx, RMMC__FIG(ALLOCATIONS), f.total_count);
   rmmc__emit_count(emit, ctx, "deallocations", f.deallocations);
   rmmc__emit_count(emit, ctx, "scopes", (uint64_t)depth);
   rmmc__emit_count(emit, ctx, "slow_path", switched ? 1 : 0);

@@ -2,10 +2,21 @@
 /*
  * The thread-safe adaptor: a mutex around every upstream call. A trylock
  * first lets it count contention at no cost to the uncontended path.
+ *
+ * The shortest adaptor, and the template for new ones. Calling the upstream
+ * follows one rule (src/internal/upstream.h, "THE RULE"): an adaptor that
+ * caches nothing passes its slot's call on with rmmc__forward_allocate, or
+ * with rmmc_resource_allocate as here, which checks the arguments again and
+ * has the same outcome; it must use rmmc_resource_allocate for a request
+ * with arguments of its own (aligned). On out of memory both apply the
+ * out-of-memory rule to the upstream (a caching upstream gives back what it
+ * caches and the request is retried once). A layer that caches memory calls
+ * its upstream with rmmc__upstream_allocate instead, which leaves the rule
+ * to the layer's own caller.
  */
 #include <stdlib.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/thread_safe_adaptor.h"
 
 typedef struct thread_safe_adaptor {

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/tracking_adaptor.h"
 
 #define NSHARDS 64
@@ -351,8 +351,8 @@ RMMC_API uint64_t rmmc_tracking_adaptor_get_error_count(const rmmc_resource_t *r
 
 static void tracking_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   tracking_t *t = (tracking_t *)r;
-  rmmc__emit_bytes(emit, ctx, "in_use", sum_shards(t, true));
-  rmmc__emit_count(emit, ctx, "outstanding", sum_shards(t, false));
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), sum_shards(t, true));
+  rmmc__emit_count(emit, ctx, RMMC__FIG(OUTSTANDING), sum_shards(t, false));
   rmmc__emit_count(emit, ctx, "errors", __atomic_load_n(&t->errors, __ATOMIC_RELAXED));
 }
 

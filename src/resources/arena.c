@@ -11,7 +11,7 @@
  */
 #include <limits.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "pool_internal.h"
 #include "rmmc/arena_resource.h"
 

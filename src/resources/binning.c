@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ptrmap.h"
-#include "../spec.h"
+#include "core/ptrmap.h"
+#include "spec/spec.h"
 #include "fixed_size_internal.h"
 #include "rmmc/binning_resource.h"
 #include "rmmc/fixed_size_resource.h"
@@ -120,9 +120,9 @@ typedef struct bin_figures {
 
 static void collect_cb(void *ctx, const rmmc_field_t *f) {
   bin_figures_t *g = ctx;
-  if (strcmp(f->key, "reserved") == 0) g->reserved = f->value;
-  else if (strcmp(f->key, "in_use") == 0) g->in_use = f->value;
-  else if (strcmp(f->key, "cached") == 0) g->cached = f->value;
+  if (strcmp(f->key, RMMC__FIG(RESERVED)) == 0) g->reserved = f->value;
+  else if (strcmp(f->key, RMMC__FIG(IN_USE)) == 0) g->in_use = f->value;
+  else if (strcmp(f->key, RMMC__FIG(CACHED)) == 0) g->cached = f->value;
   else if (strcmp(f->key, "chunks") == 0) g->chunks = f->value;
   else if (strcmp(f->key, "free_blocks") == 0) g->free_blocks = f->value;
   for (size_t k = 0; k < NSUMMED; k++)
@@ -152,9 +152,9 @@ static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) 
     snprintf(key, sizeof key, "bin_%zu_free_blocks", b->size[i]);
     rmmc__emit_count(emit, ctx, key, g.free_blocks);
   }
-  rmmc__emit_bytes(emit, ctx, "reserved", reserved);
-  rmmc__emit_bytes(emit, ctx, "in_use", in_use + up_in_use);
-  rmmc__emit_bytes(emit, ctx, "cached", cached); /* its bins' (reserved counts only theirs) */
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(RESERVED), reserved);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), in_use + up_in_use);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(CACHED), cached); /* its bins' (reserved counts only theirs) */
   rmmc__emit_bytes(emit, ctx, "upstream_in_use", up_in_use);
   rmmc__emit_count(emit, ctx, "upstream_allocations", rmmc__atomic_load_u64(&b->up_count));
   for (size_t k = 0; k < NSUMMED; k++) rmmc__emit_count(emit, ctx, summed_keys[k], summed[k]);

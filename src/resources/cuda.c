@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../driver.h"
-#include "../spec.h"
+#include "core/driver.h"
+#include "spec/spec.h"
 #include "cuda_internal.h"
 #include "rmmc/cuda_resource.h"
 

@@ -7,7 +7,7 @@
  */
 #include <stdlib.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/cuda_async_resource.h"
 #include "rmmc/cuda_resource.h"
 
@@ -67,9 +67,9 @@ static void async_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
     const char *key;
     enum cudaMemPoolAttr attr;
   } attrs[] = {
-      {"reserved", cudaMemPoolAttrReservedMemCurrent},
-      {"in_use", cudaMemPoolAttrUsedMemCurrent},
-      {"peak", cudaMemPoolAttrUsedMemHigh},
+      {RMMC__FIG(RESERVED), cudaMemPoolAttrReservedMemCurrent},
+      {RMMC__FIG(IN_USE), cudaMemPoolAttrUsedMemCurrent},
+      {RMMC__FIG(PEAK), cudaMemPoolAttrUsedMemHigh},
       {"reserved_peak", cudaMemPoolAttrReservedMemHigh},
       {"release_threshold", cudaMemPoolAttrReleaseThreshold},
   };

@@ -37,9 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lock.h"
-#include "../spec.h"
-#include "../stream_events.h"
+#include "core/lock.h"
+#include "spec/spec.h"
+#include "core/stream_events.h"
 #include "fixed_size_internal.h"
 #include "rmmc/fixed_size_resource.h"
 
@@ -511,10 +511,10 @@ static void fs_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__unlock(&fs->lock);
   rmmc__emit_bytes(emit, ctx, "block_size", fs->block);
   rmmc__emit_count(emit, ctx, "blocks_per_chunk", fs->per_chunk);
-  rmmc__emit_bytes(emit, ctx, "reserved", reserved);
-  rmmc__emit_bytes(emit, ctx, "in_use", in_use);
-  rmmc__emit_bytes(emit, ctx, "cached", nfree * fs->block); /* reserved counts chunk padding too */
-  rmmc__emit_bytes(emit, ctx, "peak", peak);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(RESERVED), reserved);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), in_use);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(CACHED), nfree * fs->block); /* reserved counts chunk padding too */
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(PEAK), peak);
   rmmc__emit_count(emit, ctx, "chunks", nchunks);
   rmmc__emit_count(emit, ctx, "blocks", nchunks * fs->per_chunk);
   rmmc__emit_count(emit, ctx, "free_blocks", nfree);

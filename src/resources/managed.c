@@ -5,7 +5,7 @@
  */
 #include <stdlib.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/managed_resource.h"
 
 typedef struct managed_resource {

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "pool_internal.h"
 #include "rmmc/registry.h"
 

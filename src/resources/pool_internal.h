@@ -35,11 +35,11 @@
 #ifndef RMMC_POOL_INTERNAL_H
 #define RMMC_POOL_INTERNAL_H
 
-#include "../internal.h"
-#include "../lock.h"
-#include "../ptrmap.h"
-#include "../stream_events.h"
-#include "../tlsf.h"
+#include "internal.h"
+#include "core/lock.h"
+#include "core/ptrmap.h"
+#include "core/stream_events.h"
+#include "core/tlsf.h"
 #include "rmmc/pool_resource.h"
 
 #define POOL_GRANULE ((size_t)256)

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../exports.h"
+#include "ipc/exports.h"
 #include "pool_internal.h"
 
 /* Live ranges closer than this are backed up as one (a gap copied costs

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../spec.h"
+#include "spec/spec.h"
 #include "rmmc/sim_resource.h"
 
 _Static_assert(sizeof(uintptr_t) == 8, "the sim resource needs 64-bit pointers");
@@ -358,11 +358,11 @@ static void sim_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   uint64_t span = s->bump - SIM_BASE, address = s->address_reserved, maps = s->maps.count;
   uint64_t probes = s->probes;
   pthread_mutex_unlock(&s->lock);
-  rmmc__emit_bytes(emit, ctx, "reserved", in_use);
-  rmmc__emit_bytes(emit, ctx, "in_use", in_use);
-  rmmc__emit_bytes(emit, ctx, "peak", peak);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(RESERVED), in_use);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), in_use);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(PEAK), peak);
   if (s->capacity != 0) rmmc__emit_bytes(emit, ctx, "limit", s->capacity);
-  rmmc__emit_count(emit, ctx, "outstanding", live);
+  rmmc__emit_count(emit, ctx, RMMC__FIG(OUTSTANDING), live);
   rmmc__emit_bytes(emit, ctx, "span", span);
   rmmc__emit_bytes(emit, ctx, "granularity", s->granularity);
   rmmc__emit_count(emit, ctx, "probes", probes);

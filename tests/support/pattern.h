@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The tagged pattern of the stress program (tests/stress.c), one function
+ * The tagged pattern of the stress program (tools/rmmc-stress.c), one function
  * for the CPU and the GPU (tests/support/gpu_kernels.cu includes this file
  * under nvcc), so host-mode and kernel verification check the same bytes.
  *

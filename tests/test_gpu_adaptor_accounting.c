@@ -246,7 +246,7 @@ START_TEST(test_gpu_adaptor_spec_percent_of_device) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("gpu_adaptors_a");
+  Suite *s = suite_create("gpu_adaptor_accounting");
   TCase *tc = tcase_create("cuda");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_gpu_adaptor_stack_figures);

@@ -27,8 +27,8 @@
  *
  * The exit status says whether every stack passed: no corruption, no leak,
  * no status other than a clean out of memory, no misaligned pointer. The
- * program is built in tests/ because it uses the test kernels; without nvcc
- * it is built host-only.
+ * program lives with the other tools and links the test kernels of
+ * tests/support/; without nvcc it is built host-only.
  *
  * A device per thread (--devices 0,1): each listed device gets its own
  * stack, built from the --stack text for that device (one spec, or

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "ipc_handle.h"
+#include "ipc/ipc_handle.h"
 #include "rmmc/defaults.h"
 #include "rmmc/plugins.h"
 #include "rmmc/pool_resource.h"

@@ -4,9 +4,9 @@
  * sub-allocators that calls CUDA's event API, and only for device-accessible
  * memory.
  */
-#include "stream_events.h"
+#include "core/stream_events.h"
 
-#include "driver.h"
+#include "core/driver.h"
 
 #include <stdlib.h>
 #include <string.h>

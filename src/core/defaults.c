@@ -16,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "internal.h"
 #include "rmmc/cuda_resource.h"
 #include "rmmc/defaults.h"

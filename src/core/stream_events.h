@@ -51,7 +51,7 @@
 #define RMMC_STREAM_EVENTS_H
 
 #include "internal.h"
-#include "ptrmap.h"
+#include "core/ptrmap.h"
 
 typedef struct rmmc__stream_slot {
   cudaStream_t stream; /* the handle (per-thread streams: cudaStreamPerThread) */

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "internal.h"
 #include "rmmc/registry.h"
 

@@ -281,7 +281,7 @@ START_TEST(test_gpu_memory_status_report) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("gpu_adaptors_b");
+  Suite *s = suite_create("gpu_adaptor_requests");
   TCase *tc = tcase_create("cuda");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_gpu_prefetch_over_managed);

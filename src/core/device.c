@@ -11,7 +11,7 @@
  */
 #include <stdarg.h>
 
-#include "driver.h"
+#include "core/driver.h"
 #include "internal.h"
 #include "rmmc/registry.h"
 

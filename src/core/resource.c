@@ -14,7 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "exports.h"
+#include "ipc/exports.h"
 #include "internal.h"
 
 RMMC_API void rmmc_resource_init(rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
@@ -55,8 +55,8 @@ static void append_stack_figures(rmmc_resource_t *r) {
   for (int depth = 0; r != NULL && depth < 16; depth++, r = rmmc_resource_upstream(r)) {
     uint64_t reserved = 0, in_use = 0;
     char a[32], b[32];
-    bool has_reserved = rmmc_resource_get_field(r, "reserved", &reserved);
-    bool has_in_use = rmmc_resource_get_field(r, "in_use", &in_use);
+    bool has_reserved = rmmc_resource_get_field(r, RMMC__FIG(RESERVED), &reserved);
+    bool has_in_use = rmmc_resource_get_field(r, RMMC__FIG(IN_USE), &in_use);
     rmmc__append_error("%s %s", depth ? " >" : "", r->ops->name);
     if (has_reserved)
       rmmc__append_error(" (reserved %s", rmmc__format_bytes(reserved, a, sizeof a));
@@ -69,18 +69,18 @@ static void append_stack_figures(rmmc_resource_t *r) {
 }
 
 typedef struct cache_figures {
-  uint64_t value[3]; /* cached, reserved, in_use */
-  bool has[3];
+  uint64_t value[RMMC__FIG_COUNT]; /* the first of each standard byte figure */
+  bool has[RMMC__FIG_COUNT];
 } cache_figures_t;
 
 static void cache_cb(void *ctx, const rmmc_field_t *f) {
-  static const char *const keys[3] = {"cached", "reserved", "in_use"};
   cache_figures_t *c = ctx;
-  for (int k = 0; k < 3; k++)
-    if (!c->has[k] && f->kind == RMMC_FIELD_BYTES && strcmp(f->key, keys[k]) == 0) {
-      c->value[k] = f->value;
-      c->has[k] = true;
-    }
+  if (f->kind != RMMC_FIELD_BYTES) return;
+  rmmc__figure_t k = rmmc__figure_of(f->key);
+  if (k != RMMC__FIG_COUNT && !c->has[k]) {
+    c->value[k] = f->value;
+    c->has[k] = true;
+  }
 }
 
 /* Does r itself cache memory? It says so with the figure "cached", or else
@@ -90,7 +90,9 @@ static bool caches(rmmc_resource_t *r) {
   cache_figures_t c;
   memset(&c, 0, sizeof c);
   rmmc_resource_describe(r, cache_cb, &c);
-  return c.has[0] ? c.value[0] > 0 : c.has[1] && c.has[2] && c.value[1] > c.value[2];
+  enum { CACHED = RMMC__FIG_CACHED, RESERVED = RMMC__FIG_RESERVED, IN_USE = RMMC__FIG_IN_USE };
+  return c.has[CACHED] ? c.value[CACHED] > 0
+                       : c.has[RESERVED] && c.has[IN_USE] && c.value[RESERVED] > c.value[IN_USE];
 }
 
 /* The out-of-memory rule (internal.h; docs/design.md says why here). r is
@@ -250,8 +252,8 @@ static bool release_check_begin(rmmc_resource_t *r) {
   depth++;
   if (reported != 0) return true; /* an outer layer said it for these blocks */
   uint64_t count = 0, bytes = 0;
-  bool has_count = rmmc_resource_get_field(r, "outstanding", &count);
-  bool has_bytes = rmmc_resource_get_field(r, "in_use", &bytes);
+  bool has_count = rmmc_resource_get_field(r, RMMC__FIG(OUTSTANDING), &count);
+  bool has_bytes = rmmc_resource_get_field(r, RMMC__FIG(IN_USE), &bytes);
   if ((has_count && count > 0) || (has_bytes && bytes > 0)) {
     char b[32], what[96] = "";
     if (has_count) snprintf(what, sizeof what, "%llu block%s", (unsigned long long)count, count == 1 ? "" : "s");

@@ -205,7 +205,7 @@ START_TEST(test_stacks_built_by_spec_release_in_any_order) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("adaptors_b");
+  Suite *s = suite_create("adaptor_specs");
   TCase *tc = tcase_create("host");
   tcase_add_test(tc, test_specs_parse_and_check_options);
   tcase_add_test(tc, test_specs_build_with_options);
