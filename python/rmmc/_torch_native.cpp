@@ -371,7 +371,14 @@ struct Pool {
   int use_count = 0;
   size_t live = 0;          // blocks out (zombies included)
   bool use_on_oom = false;
+  std::string spec;         // its stack's spec; empty: the device's default
 };
+
+// The spec the calling thread's new private pools get instead of the
+// device's default (rmmc.torch.pool_spec; empty: the default). A pool takes
+// it when it is first named (MemPool's constructor, a capture's
+// beginAllocateToPool), on the thread that names it.
+thread_local std::string tls_pool_spec;
 
 // A block handed to PyTorch.
 struct Block {
@@ -954,6 +961,17 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       return nullptr;
     return rmmc_resource_retain(it->second->stack);
   }
+  // The stack block `ptr` came from (one new reference), or nullptr for a
+  // pointer rmmc did not hand out (or that another allocator's MemPool did).
+  rmmc_resource_t* block_stack(void* ptr) {
+    for (int i = 0; i < ndev(); i++) {
+      std::lock_guard<std::mutex> g(devices_[i].mutex);
+      auto it = devices_[i].blocks.find(ptr);
+      if (it != devices_[i].blocks.end())
+        return it->second.res != nullptr ? rmmc_resource_retain(it->second.res) : nullptr;
+    }
+    return nullptr;
+  }
   size_t pool_count(DeviceIndex device) {
     DeviceState& d = dev(device);
     std::lock_guard<std::mutex> g(d.mutex);
@@ -1032,16 +1050,23 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       slot = std::make_unique<Pool>();
       slot->id = id;
       slot->device = device;
+      slot->spec = tls_pool_spec;
     }
     return *slot;
   }
-  // Builds a pool's stack from the device's spec (outside the device lock).
-  rmmc_resource_t* build_pool_stack(DeviceIndex device) {
-    const char* config = nullptr;
-    rmmc_default_config_status(&config, nullptr);
+  // Builds a pool's stack from `chosen` (rmmc.torch.pool_spec), or else the
+  // device's spec (outside the device lock).
+  rmmc_resource_t* build_pool_stack(DeviceIndex device, const std::string& chosen) {
     char spec[4096];
-    rmmc_status_t st = rmmc_default_config_device_spec(config != nullptr ? config : "cuda",
-                                                       device, spec, sizeof spec);
+    rmmc_status_t st = RMMC_SUCCESS;
+    if (!chosen.empty()) {
+      std::snprintf(spec, sizeof spec, "%s", chosen.c_str());
+    } else {
+      const char* config = nullptr;
+      rmmc_default_config_status(&config, nullptr);
+      st = rmmc_default_config_device_spec(config != nullptr ? config : "cuda", device, spec,
+                                           sizeof spec);
+    }
     TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: private pool: ", last_error());
     rmmc_resource_t* r = nullptr;
     c10::cuda::CUDAGuard guard(device);
@@ -1056,13 +1081,15 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   }
   // Gives pool `id` its stack unless it has one (or another allocator).
   void ensure_stack(DeviceState& d, DeviceIndex device, MempoolId_t id) {
+    std::string spec;
     {
       std::lock_guard<std::mutex> g(d.mutex);
       auto it = d.pools.find(id);
       if (it == d.pools.end() || it->second->stack != nullptr || it->second->allocator)
         return;
+      spec = it->second->spec;
     }
-    rmmc_resource_t* built = build_pool_stack(device);
+    rmmc_resource_t* built = build_pool_stack(device, spec);
     {
       std::lock_guard<std::mutex> g(d.mutex);
       auto it = d.pools.find(id);
@@ -1205,7 +1232,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
   rmmc_resource_t* res = nullptr;
   std::shared_ptr<CCA::CUDAAllocator> other;
   bool need_stack = false;
-  std::string over_limit;
+  std::string over_limit, spec;
   {
     std::lock_guard<std::mutex> g(d.mutex);
     if (d.limit != 0 &&
@@ -1226,6 +1253,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
         other = pool->allocator;
       } else if (pool->stack == nullptr) {
         need_stack = true;
+        spec = pool->spec;
       } else {
         res = pool->stack;
       }
@@ -1249,7 +1277,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
   if (need_stack) {
     rmmc_resource_t* built = nullptr;
     try {
-      built = build_pool_stack(device);
+      built = build_pool_stack(device, spec);
     } catch (...) {
       std::lock_guard<std::mutex> g(d.mutex);
       pool->live--;
@@ -1754,6 +1782,26 @@ __attribute__((visibility("default"))) rmmc_resource_t* rmmc_torch_native_pool_r
     int device, uint64_t id0, uint64_t id1) {
   try {
     return rmmc_torch::instance.pool_stack(static_cast<c10::DeviceIndex>(device), {id0, id1});
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+// The spec the calling thread's next private pools get (MemPool, a
+// capture's pool) instead of the device's default; NULL or "" for the
+// default again. The spec is built when the pool is, so a bad one fails
+// there (rmmc.torch.pool_spec validates it first).
+__attribute__((visibility("default"))) void rmmc_torch_native_set_pool_spec(const char* spec) {
+  rmmc_torch::tls_pool_spec = spec != nullptr ? spec : "";
+}
+
+// The stack that handed out block `ptr` (one reference the caller
+// releases), or NULL if the backend did not hand it out (rmmc.ipc's
+// share_tensor exports a MemPool's tensors from their own stack).
+__attribute__((visibility("default"))) rmmc_resource_t* rmmc_torch_native_block_resource(
+    void* ptr) {
+  try {
+    return rmmc_torch::instance.block_stack(ptr);
   } catch (const std::exception&) {
     return nullptr;
   }

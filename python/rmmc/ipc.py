@@ -19,7 +19,8 @@ freed, or whose exporter exited, raises StaleError on import.
 
 PyTorch: share_tensor(t) and tensor_from(meta, handle, fds) wrap a CUDA
 tensor allocated through rmmc.torch; torch.multiprocessing's own sharing
-refuses pluggable allocators in current PyTorch (docs/design.md).
+works with the native backend in both processes, and refuses the
+plug-in (CUDAPluggableAllocator) in current PyTorch (docs/design.md).
 """
 import ctypes
 import os
@@ -196,12 +197,21 @@ def share_tensor(t):
     """Exports the storage of CUDA tensor `t` (allocated through rmmc.torch,
     which must stay alive and unchanged until the importer is done).
     Returns (meta, Export): meta describes the view (shape, stride, dtype,
-    offset) for tensor_from()."""
+    offset) for tensor_from(). With the native backend the block is
+    exported from the stack that handed it out (a MemPool's own stack, or
+    the device's); with the plug-in, from the device's registry stack."""
     storage = t.untyped_storage()
     meta = {"shape": list(t.shape), "stride": list(t.stride()),
             "dtype": str(t.dtype).replace("torch.", ""), "storage_offset": t.storage_offset(),
             "nbytes": storage.nbytes(), "device": t.device.index}
-    return meta, export(storage.data_ptr(), device=t.device.index)
+    ptr = storage.data_ptr()
+    from . import torch as _rt  # rmmc.torch: imports no torch by itself
+    native = _rt._native_lib if _rt.backend() == "native" else None
+    stack = native.block_resource(ptr) if native is not None else None
+    if stack is not None:
+        with stack:
+            return meta, export(ptr, resource=stack)
+    return meta, export(ptr, device=t.device.index)
 
 
 class _Imported:

@@ -31,9 +31,12 @@ RMMC_TORCH_AUTOLOAD=1 with RMMC_ALLOC_CONF installs it at `import torch`
 PyTorch cannot swap an allocator it has started, so use() raises if CUDA is
 already initialized in PyTorch.
 """
+import contextlib
 import ctypes
+import numbers
 import os
 import sys
+import threading
 import warnings
 
 from ._lib import address, lib, library_path
@@ -60,6 +63,11 @@ _native_lib = None  # the loaded backend (ctypes.CDLL)
 _backend = None     # "native" or "plugin" once use() succeeded
 
 
+def _current_device():
+    import torch
+    return torch.cuda.current_device()
+
+
 class NativeBackend:
     """What use() returns for the native backend: `path` (the compiled
     library), `torch_version` (the torch it was compiled against)."""
@@ -73,12 +81,23 @@ class NativeBackend:
         """The rmmc stack of a private pool (a MemPool's .id, a graph's
         pool) as an rmmc.Resource, or None if the pool has no memory."""
         from . import Resource
-        import torch
-        dev = torch.cuda.current_device() if device is None else int(device)
+        dev = _current_device() if device is None else int(device)
         h = self._dll.rmmc_torch_native_pool_resource(dev, int(pool_id[0]), int(pool_id[1]))
         if not h:
             return None
         r = Resource._adopt(h, "<private pool %s>" % (tuple(pool_id),))
+        lib().rmmc_resource_release(h)
+        return r
+
+    def block_resource(self, ptr):
+        """The rmmc stack that handed out block `ptr` (a tensor's
+        untyped_storage().data_ptr()) as an rmmc.Resource, or None if the
+        backend did not hand it out."""
+        from . import Resource
+        h = self._dll.rmmc_torch_native_block_resource(ptr)
+        if not h:
+            return None
+        r = Resource._adopt(h, "<stack of block 0x%x>" % ptr)
         lib().rmmc_resource_release(h)
         return r
 
@@ -162,6 +181,10 @@ def build_native(verbose=False):
     dll.rmmc_torch_native_pool_resource.argtypes = [ctypes.c_int, ctypes.c_uint64,
                                                     ctypes.c_uint64]
     dll.rmmc_torch_native_pool_resource.restype = ctypes.c_void_p
+    dll.rmmc_torch_native_block_resource.argtypes = [ctypes.c_void_p]
+    dll.rmmc_torch_native_block_resource.restype = ctypes.c_void_p
+    dll.rmmc_torch_native_set_pool_spec.argtypes = [ctypes.c_char_p]
+    dll.rmmc_torch_native_set_pool_spec.restype = None
     dll.rmmc_torch_native_pool_count.argtypes = [ctypes.c_int]
     dll.rmmc_torch_native_pool_count.restype = ctypes.c_long
     dll.rmmc_torch_native_bytes_out.argtypes = [ctypes.c_int]
@@ -248,33 +271,153 @@ def _stream(stream):
     return torch.cuda.current_stream().cuda_stream
 
 
-def pause(mode="backup", device=None, stream=None):
+def _need_native(what):
+    if _backend != "native" or _native_lib is None:
+        raise RuntimeError(
+            "rmmc.torch.%s: private pools (torch.cuda.MemPool, graph pools) are rmmc stacks "
+            "only with the native backend (rmmc.torch.use(..., backend='native')); the backend "
+            "in use is %s" % (what, "the plug-in, whose MemPools PyTorch refuses"
+                              if _backend == "plugin" else "none (rmmc.torch.use() has not run)"))
+    return _native_lib
+
+
+def _pool_id(pool, what):
+    """(int, int) from a torch.cuda.MemPool, its .id or a graph pool handle."""
+    pid = getattr(pool, "id", pool)
+    if (not isinstance(pid, (tuple, list)) or len(pid) != 2
+            or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pid)):
+        raise TypeError("rmmc.torch.%s: pool must be a torch.cuda.MemPool, its .id or a graph "
+                        "pool handle (a pair of ints), not %r" % (what, pool))
+    pid = (int(pid[0]), int(pid[1]))
+    if pid == (0, 0) or pid[0] < 0 or pid[1] < 0:
+        raise ValueError("rmmc.torch.%s: %r names no private pool (pool=None means the default "
+                         "stack)" % (what, pid))
+    return pid
+
+
+def _pool_stack(pool, device, what):
+    """The rmmc.Resource of a private pool of the native backend."""
+    pid = _pool_id(pool, what)
+    native = _need_native(what)
+    r = native.pool_resource(pid, device)
+    if r is None:
+        raise ValueError(
+            "rmmc.torch.%s: rmmc's native backend has no private pool %r on device %s (made "
+            "before rmmc.torch.use(), on another device, with an allocator of its own, or "
+            "released already)" % (what, pid, "(current)" if device is None else device))
+    return r
+
+
+_NOT_EXPANDABLE_HINT = (" (a MemPool sleeps when its stack's pool is expandable: make it under "
+                        "`with rmmc.torch.pool_spec(\"pool > cuda\"):`, or with "
+                        "rmmc.torch.mem_pool(\"pool > cuda\"))")
+
+
+def pause(mode="backup", device=None, stream=None, pool=None):
     """Sleep mode for the rmmc stack PyTorch allocates from on `device`
-    (the registry's; rmmc.Resource.pause): every page of its pool goes back
+    (the registry's; rmmc.Resource.pause), or with `pool` (a
+    torch.cuda.MemPool, its .id or a graph pool handle; the native backend)
+    for that private pool's stack alone: every page of its pool goes back
     to the driver (torch.cuda.mem_get_info shows it free) and every tensor
     keeps its data_ptr. mode "backup" keeps the tensors' contents in pinned
     host memory, "discard" drops them. Synchronizes the device; the copies
     run on `stream` (default: the current stream). While paused, allocating
-    a tensor raises. Tensors in other rmmc.Resource stacks pause with their
-    own Resource.pause()."""
-    from . import get_default
-    with get_default(device) as r:
-        r.pause(mode, _stream(stream))
+    a tensor from it raises torch.OutOfMemoryError ("the pool is paused");
+    other pools keep working, and each pauses and resumes on its own.
+    Tensors in other rmmc.Resource stacks pause with their own
+    Resource.pause(). A MemPool needs an expandable pool (NotSupportedError
+    for chunks, saying so); ValueError for a pool the backend does not
+    know, RuntimeError without the native backend."""
+    from . import PAUSE_MODES, InvalidArgumentError, NotSupportedError, get_default
+    if mode not in PAUSE_MODES:
+        raise InvalidArgumentError(-1, "pause: mode must be 'backup' or 'discard', not %r"
+                                   % (mode,), "rmmc.torch.pause")
+    if pool is None:
+        with get_default(device) as r:
+            r.pause(mode, _stream(stream))
+        return
+    with _pool_stack(pool, device, "pause") as r:
+        try:
+            r.pause(mode, _stream(stream))
+        except NotSupportedError as e:
+            raise NotSupportedError(e.status, e.message + _NOT_EXPANDABLE_HINT,
+                                    "rmmc.torch.pause(pool=%r)" % (_pool_id(pool, "pause"),)) \
+                from None
 
 
-def resume(device=None, stream=None):
-    """Wakes what pause() put to sleep: the same addresses, the backup's
-    contents in place for work on `stream` (default: the current stream)."""
+def resume(device=None, stream=None, pool=None):
+    """Wakes what pause() put to sleep (the default stack, or `pool`'s):
+    the same addresses, the backup's contents in place for work on
+    `stream` (default: the current stream). OutOfMemoryError, still
+    paused, when the device lacks the memory (another process holds it)."""
     from . import get_default
-    with get_default(device) as r:
+    if pool is None:
+        with get_default(device) as r:
+            r.resume(_stream(stream))
+        return
+    with _pool_stack(pool, device, "resume") as r:
         r.resume(_stream(stream))
 
 
-def sleep_state(device=None):
-    """rmmc.Resource.sleep_state() of the stack PyTorch allocates from."""
+def sleep_state(device=None, pool=None):
+    """rmmc.Resource.sleep_state() of the stack PyTorch allocates from, or
+    of `pool`'s stack (native backend): paused, mode, held (bytes mapped),
+    unmapped, backed_up, host_bytes, pauses, resumes, can_sleep."""
     from . import get_default
-    with get_default(device) as r:
+    if pool is None:
+        with get_default(device) as r:
+            return r.sleep_state()
+    with _pool_stack(pool, device, "sleep_state") as r:
         return r.sleep_state()
+
+
+def pool_resource(pool, device=None):
+    """The rmmc stack of a private pool (a torch.cuda.MemPool, its .id, a
+    graph pool handle) as an rmmc.Resource (figures(), layers(),
+    sleep_state(); the native backend). ValueError for a pool the backend
+    does not know."""
+    return _pool_stack(pool, device, "pool_resource")
+
+
+_pool_specs = threading.local()  # this thread's pool_spec() blocks, innermost last
+
+
+@contextlib.contextmanager
+def pool_spec(spec):
+    """Inside the block, the private pools this thread makes
+    (torch.cuda.MemPool(), torch.cuda.graph's pool) get an rmmc stack built
+    from `spec` instead of the device's default spec. Sleep mode needs an
+    expandable pool ("pool > cuda", the default pool kind); sharing pages
+    with another process needs "pool > cuda(ipc=true)". The spec is
+    checked here (ParseError) and built when the pool is made. Native
+    backend only (RuntimeError otherwise)."""
+    from . import validate
+    native = _need_native("pool_spec")
+    if not isinstance(spec, str):
+        raise TypeError("rmmc.torch.pool_spec: spec must be a str, not %s" % type(spec).__name__)
+    validate(spec)
+    stack = getattr(_pool_specs, "stack", None)
+    if stack is None:
+        stack = _pool_specs.stack = []
+    stack.append(spec)
+    native._dll.rmmc_torch_native_set_pool_spec(spec.encode())
+    try:
+        yield spec
+    finally:
+        stack.pop()
+        native._dll.rmmc_torch_native_set_pool_spec(stack[-1].encode() if stack else None)
+
+
+def mem_pool(spec=None, **kwargs):
+    """torch.cuda.MemPool(**kwargs) whose rmmc stack is built from `spec`
+    (default: the device's spec): rmmc.torch.mem_pool("pool > cuda") makes
+    a pool that can pause and resume on its own."""
+    import torch
+    if spec is None:
+        _need_native("mem_pool")
+        return torch.cuda.MemPool(**kwargs)
+    with pool_spec(spec):
+        return torch.cuda.MemPool(**kwargs)
 
 
 def stats(device=-1):

@@ -93,6 +93,41 @@ assert again is b
 
 
 @needs_cuda_torch
+def test_private_pool_entry_points_without_a_gpu(tmp_path):
+    # The real backend's sleep-mode and IPC entry points, where no GPU is
+    # needed: pool_spec sets the thread's spec (and a bad one is refused
+    # before it), an unknown pool is a ValueError rather than a crash (the
+    # backend sees no device here), a pointer it never handed out has no
+    # stack (share_tensor then exports from the registry's).
+    r = run_python(r'''
+import torch, rmmc, rmmc.torch as t
+b = t.use("pool > cuda", backend="native")
+with t.pool_spec("pool(expandable=true) > cuda") as s:
+    with t.pool_spec("pool > cuda(ipc=true)"):
+        pass
+    print("SPEC", s)
+try:
+    with t.pool_spec("pool(expandable=maybe) > cuda"):
+        pass
+except rmmc.ParseError:
+    print("PARSE ERROR")
+for call in (lambda: t.pause(pool=(7, 0), device=0, stream=0),
+             lambda: t.resume(pool=(7, 0), device=0, stream=0),
+             lambda: t.sleep_state(pool=(7, 0), device=0)):
+    try:
+        call()
+    except ValueError as e:
+        print("UNKNOWN", "no private pool" in str(e))
+print("BLOCK", b.block_resource(0x1000))
+''', env={"RMMC_TORCH_BUILD_DIR": str(tmp_path), "CUDA_HOME": os.environ.get(
+        "CUDA_HOME", "/usr/local/cuda")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SPEC pool(expandable=true) > cuda" in r.stdout and "PARSE ERROR" in r.stdout
+    assert r.stdout.count("UNKNOWN True") == 3, r.stdout
+    assert "BLOCK None" in r.stdout
+
+
+@needs_cuda_torch
 def test_falls_back_to_the_plugin_with_one_warning(tmp_path):
     r = run_python(r'''
 import warnings, torch, rmmc.torch as t
