@@ -23,6 +23,14 @@ functions) with one warning naming what does not work then.
 backend="plugin" (or RMMC_TORCH_BACKEND=plugin) asks for the plug-in;
 backend="native" raises instead of falling back.
 
+Sleep mode (issue 29): pause(mode) / resume() give the default stack's
+memory back to the driver and take it again at the same addresses;
+pause(pool=mempool, mode=...) does it for one torch.cuda.MemPool (or graph
+pool) of the native backend, each pool on its own (weights backed up,
+a cache discarded). A MemPool's stack is built from the device's spec, or
+from the spec of a `with pool_spec(spec):` block around its creation
+(mem_pool(spec) does both); it sleeps when its pool is expandable.
+
 No code change: `python -m rmmc.torch --spec "pool > cuda" train.py ARGS`
 runs train.py with rmmc installed (in processes it spawns too), and
 RMMC_TORCH_AUTOLOAD=1 with RMMC_ALLOC_CONF installs it at `import torch`
@@ -413,11 +421,22 @@ def mem_pool(spec=None, **kwargs):
     (default: the device's spec): rmmc.torch.mem_pool("pool > cuda") makes
     a pool that can pause and resume on its own."""
     import torch
+    native = _need_native("mem_pool")
     if spec is None:
-        _need_native("mem_pool")
         return torch.cuda.MemPool(**kwargs)
     with pool_spec(spec):
-        return torch.cuda.MemPool(**kwargs)
+        pool = torch.cuda.MemPool(**kwargs)
+    # PyTorch names the pool to the allocator in MemPool's constructor, so
+    # its stack is built inside the block; say so if a version does not.
+    if kwargs.get("allocator") is None:
+        r = native.pool_resource(pool.id)
+        if r is None:
+            raise RuntimeError("rmmc.torch.mem_pool: torch.cuda.MemPool() did not create its "
+                               "pool in rmmc (PyTorch %s); make the pool, then allocate in it "
+                               "first inside `with rmmc.torch.pool_spec(spec):`"
+                               % torch.__version__)
+        r.close()
+    return pool
 
 
 def stats(device=-1):
