@@ -1005,9 +1005,10 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     std::copy(v, v + kPluginStats, out);
   }
   // rmmc's message for the last allocation the backend refused ("" if none).
-  std::string last_error() {
+  // (Not named last_error: that is rmmc's thread-local message, above.)
+  std::string last_oom_message() {
     std::lock_guard<std::mutex> g(history_mutex_);
-    return last_error_;
+    return last_oom_;
   }
 
   // ---- the block path ----
@@ -1229,7 +1230,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   size_t trace_next_ = 0;
   std::vector<CCA::OutOfMemoryObserver> oom_observers_;
   std::vector<CCA::AllocatorTraceTracker> trackers_;
-  std::string last_error_; // rmmc's part of the last OutOfMemoryError
+  std::string last_oom_; // rmmc's part of the last OutOfMemoryError
   c10::ApproximateClockToUnixTimeConverter clock_;
 };
 
@@ -1526,7 +1527,7 @@ void RmmcAllocator::out_of_memory(size_t size, DeviceIndex device, cudaStream_t 
   {
     std::lock_guard<std::mutex> g(history_mutex_);
     observers = oom_observers_;
-    last_error_ = why;
+    last_oom_ = why;
   }
   for (auto& o : observers)
     o(device, allocated, total, free);
@@ -1847,7 +1848,7 @@ __attribute__((visibility("default"))) int rmmc_torch_native_stats(int device, l
 // buf (NUL-terminated when len > 0). Returns its length without the NUL.
 __attribute__((visibility("default"))) size_t rmmc_torch_native_last_error(char* buf,
                                                                          size_t len) {
-  const std::string e = rmmc_torch::instance.last_error();
+  const std::string e = rmmc_torch::instance.last_oom_message();
   if (buf != nullptr && len > 0)
     std::snprintf(buf, len, "%s", e.c_str());
   return e.size();
