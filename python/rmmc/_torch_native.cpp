@@ -67,6 +67,12 @@ struct Counters {
   int64_t num_ooms = 0;
   int64_t num_alloc_retries = 0;
   int64_t num_sync_all_streams = 0; // emptyCache calls that synchronized
+  // Since the backend started (no reset clears them): rmmc.torch.stats().
+  int64_t recorded_streams = 0; // recordStream calls that added a stream
+  int64_t lifetime_allocations = 0;
+  int64_t lifetime_frees = 0;
+  int64_t lifetime_ooms = 0;
+  int64_t lifetime_peak_requested = 0;
 };
 
 // What the stacks under the device report (summed over the default stack and
@@ -179,6 +185,13 @@ inline void count_block(Counters& c, size_t requested, bool in) {
   const size_t rounded = round_size(requested);
   const size_t type = requested <= kSmallSize ? 1 : 2;
   for (size_t t : {size_t(0), type}) {
+    if (in && t == 0) {
+      c.lifetime_allocations++;
+      c.lifetime_peak_requested = std::max(
+          c.lifetime_peak_requested, c.requested_bytes[0].current + static_cast<int64_t>(requested));
+    } else if (t == 0) {
+      c.lifetime_frees++;
+    }
     if (in) {
       c.allocation[t].increase(1);
       c.allocated_bytes[t].increase(rounded);
@@ -238,6 +251,13 @@ int main() {
   EXPECT_EQ(c.allocated_bytes[0].peak, 256 + (3 << 20) + 256);
   EXPECT_EQ(c.allocated_bytes[0].freed, 256);
   EXPECT_EQ(c.allocated_bytes[1].current, 0);
+  // rmmc.torch.stats()'s lifetime figures: 2 out, 1 back, peak as requested.
+  EXPECT_EQ(c.lifetime_allocations, 2);
+  EXPECT_EQ(c.lifetime_frees, 1);
+  EXPECT_EQ(c.lifetime_peak_requested, 100 + (3 << 20) + 1);
+  for (Stat& st : c.allocation)
+    st.reset_accumulated(); // resetAccumulatedStats leaves them
+  EXPECT_EQ(c.lifetime_allocations, 2);
   c.num_ooms = 2;
   c.num_alloc_retries = 3;
 
@@ -616,8 +636,10 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     Block& b = d->blocks.at(ptr.get());
     if (stream.stream() == b.stream)
       return;
-    if (std::find(b.streams.begin(), b.streams.end(), stream.stream()) == b.streams.end())
+    if (std::find(b.streams.begin(), b.streams.end(), stream.stream()) == b.streams.end()) {
       b.streams.push_back(stream.stream());
+      d->counters.recorded_streams++;
+    }
   }
 
   // ---- statistics ----
@@ -983,6 +1005,29 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     std::lock_guard<std::mutex> g(d.mutex);
     return static_cast<size_t>(d.counters.allocated_bytes[0].current);
   }
+  // rmmc.torch.stats() as the plug-in has it (rmmc_plugin_stats_t's order):
+  // allocations, allocation_failures, deallocations, deallocation_failures,
+  // unknown_frees, recorded_streams, live_blocks, bytes_in_use (as
+  // requested, what a statistics layer on the stack counts), peak_bytes,
+  // limit. Not reset by resetPeakStats/resetAccumulatedStats, like the
+  // plug-in's: they count since the backend started.
+  static constexpr int kPluginStats = 10;
+  void plugin_stats(DeviceIndex device, long long out[kPluginStats]) {
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    const Counters& c = d.counters;
+    const long long v[kPluginStats] = {
+        c.lifetime_allocations, c.lifetime_ooms, c.lifetime_frees, 0, 0,
+        c.recorded_streams, c.allocation[0].current, c.requested_bytes[0].current,
+        c.lifetime_peak_requested, static_cast<long long>(d.limit)};
+    std::copy(v, v + kPluginStats, out);
+  }
+  // rmmc's message for the last allocation the backend refused ("" if none).
+  // (Not named last_error: that is rmmc's thread-local message, above.)
+  std::string last_oom_message() {
+    std::lock_guard<std::mutex> g(history_mutex_);
+    return last_oom_;
+  }
 
   // ---- the block path ----
   void* alloc_block(size_t size, DeviceIndex device, cudaStream_t stream);
@@ -1212,6 +1257,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   size_t trace_next_ = 0;
   std::vector<CCA::OutOfMemoryObserver> oom_observers_;
   std::vector<CCA::AllocatorTraceTracker> trackers_;
+  std::string last_oom_; // rmmc's part of the last OutOfMemoryError
   c10::ApproximateClockToUnixTimeConverter clock_;
 };
 
@@ -1241,6 +1287,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
       over_limit = "the memory fraction " + std::to_string(d.fraction) + " allows " +
                    format_size(d.limit) + " through rmmc on this device";
       d.counters.num_ooms++;
+      d.counters.lifetime_ooms++;
     }
     for (auto it = d.routes.rbegin(); it != d.routes.rend(); ++it) {
       if (it->filter(stream)) {
@@ -1360,8 +1407,10 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
         std::lock_guard<std::mutex> g(d.mutex);
         if (pool != nullptr)
           pool->live--;
-        if (st == RMMC_ERROR_OUT_OF_MEMORY)
+        if (st == RMMC_ERROR_OUT_OF_MEMORY) {
           d.counters.num_ooms++;
+          d.counters.lifetime_ooms++;
+        }
       }
       if (st == RMMC_ERROR_OUT_OF_MEMORY)
         out_of_memory(size, device, stream, why);
@@ -1506,6 +1555,7 @@ void RmmcAllocator::out_of_memory(size_t size, DeviceIndex device, cudaStream_t 
   {
     std::lock_guard<std::mutex> g(history_mutex_);
     observers = oom_observers_;
+    last_oom_ = why;
   }
   for (auto& o : observers)
     o(device, allocated, total, free);
@@ -1825,6 +1875,31 @@ __attribute__((visibility("default"))) long long rmmc_torch_native_bytes_out(int
   } catch (const std::exception&) {
     return -1;
   }
+}
+
+// rmmc.torch.stats() for `device` into out[0..n) (RmmcAllocator::plugin_stats
+// gives the order). Returns how many it wrote, or -1 for a bad device.
+__attribute__((visibility("default"))) int rmmc_torch_native_stats(int device, long long* out,
+                                                                    int n) {
+  try {
+    long long v[rmmc_torch::RmmcAllocator::kPluginStats];
+    rmmc_torch::instance.plugin_stats(static_cast<c10::DeviceIndex>(device), v);
+    const int k = std::min(n, rmmc_torch::RmmcAllocator::kPluginStats);
+    std::copy(v, v + k, out);
+    return k;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// rmmc's message for the last allocation the backend refused, copied into
+// buf (NUL-terminated when len > 0). Returns its length without the NUL.
+__attribute__((visibility("default"))) size_t rmmc_torch_native_last_error(char* buf,
+                                                                         size_t len) {
+  const std::string e = rmmc_torch::instance.last_oom_message();
+  if (buf != nullptr && len > 0)
+    std::snprintf(buf, len, "%s", e.c_str());
+  return e.size();
 }
 
 // Which PyTorch version the backend was compiled for ("2.11").

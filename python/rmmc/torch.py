@@ -197,6 +197,11 @@ def build_native(verbose=False):
     dll.rmmc_torch_native_pool_count.restype = ctypes.c_long
     dll.rmmc_torch_native_bytes_out.argtypes = [ctypes.c_int]
     dll.rmmc_torch_native_bytes_out.restype = ctypes.c_longlong
+    dll.rmmc_torch_native_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_longlong),
+                                            ctypes.c_int]
+    dll.rmmc_torch_native_stats.restype = ctypes.c_int
+    dll.rmmc_torch_native_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    dll.rmmc_torch_native_last_error.restype = ctypes.c_size_t
     _native_lib = NativeBackend(dll, path)
     return _native_lib
 
@@ -439,15 +444,49 @@ def mem_pool(spec=None, **kwargs):
     return pool
 
 
+_STATS_KEYS = ("allocations", "allocation_failures", "deallocations", "deallocation_failures",
+               "unknown_frees", "recorded_streams", "live_blocks", "bytes_in_use",
+               "peak_bytes", "limit")
+
+
 def stats(device=-1):
-    """The plug-in's figures: allocations, bytes_in_use, peak_bytes, ...
-    (the plug-in only; with the native backend use torch.cuda.memory_stats)."""
-    return plugin_stats(device)
+    """What rmmc handed PyTorch since use(), per device (-1: all summed):
+    allocations, allocation_failures, deallocations, deallocation_failures,
+    unknown_frees, recorded_streams, live_blocks, bytes_in_use (as PyTorch
+    asked), peak_bytes, limit, and current_bytes (= bytes_in_use), from
+    whichever backend is installed. PyTorch's resets do not clear them
+    (torch.cuda.memory_stats has the resettable view)."""
+    if _backend != "native" or _native_lib is None:
+        return plugin_stats(device)
+    import torch
+    from . import _args
+    device = _args.device(device, allow_all=True)
+    devices = range(torch.cuda.device_count()) if device == -1 else [device]
+    out = dict.fromkeys(_STATS_KEYS, 0)
+    v = (ctypes.c_longlong * len(_STATS_KEYS))()
+    for d in devices:
+        if _native_lib._dll.rmmc_torch_native_stats(d, v, len(v)) != len(v):
+            raise ValueError("rmmc.torch.stats: no device %d" % d)
+        for k, x in zip(_STATS_KEYS, v):
+            if k == "peak_bytes" and device == -1:
+                out[k] = max(out[k], x)  # the busiest device's peak: peaks do not add
+            else:
+                out[k] += x
+    out["current_bytes"] = out["bytes_in_use"]
+    return out
 
 
 def last_error():
-    """Why the last allocation through the plug-in failed ("" if none)."""
-    return plugin_last_error()
+    """rmmc's message for the last allocation refused through PyTorch, on
+    any thread ("" if none): the part after "rmmc: " in the
+    OutOfMemoryError the native backend raises, or the plug-in's message."""
+    if _backend != "native" or _native_lib is None:
+        return plugin_last_error()
+    dll = _native_lib._dll
+    n = dll.rmmc_torch_native_last_error(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    dll.rmmc_torch_native_last_error(buf, n + 1)
+    return buf.value.decode(errors="replace")
 
 
 def _autoload():

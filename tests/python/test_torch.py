@@ -69,27 +69,43 @@ def test_training_step_through_rmmc():
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
 
 
-def test_out_of_memory_raises_with_rmmcs_message():
+def test_out_of_memory_raises_with_rmmcs_message(backend="auto"):
     r = run_python(r'''
 import torch, rmmc, rmmc.torch
-rmmc.torch.use("limiting(limit=64MiB) > pool > cuda")
+rmmc.torch.use("limiting(limit=64MiB) > pool > cuda", backend=BACKEND)
+print("backend", rmmc.torch.backend())
 a = torch.empty(16 << 20, dtype=torch.uint8, device="cuda")
 try:
     torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
     print("no error")
 except RuntimeError as e:  # torch.OutOfMemoryError is one too
-    print("raised:", str(e).splitlines()[0])
+    print("raised:", type(e).__name__, str(e).splitlines()[0])
     print("oom:", rmmc.torch.last_error().splitlines()[0])
+    print("failures", rmmc.torch.stats(0)["allocation_failures"])
+'''.replace("BACKEND", repr(backend)) + r'''
 a.fill_(7)  # min and max keep uint8 (a.sum() would make an int64 copy: 128 MiB, past the limit)
 print("first block intact:", a.data_ptr() != 0, int(a.min().item()) == int(a.max().item()) == 7)
 ''')
     assert r.returncode == 0, r.stderr
     # A failed allocation raises: never a tensor at address 0 (PyTorch does
-    # not check the plug-in's NULL; the plug-in throws).
+    # not check the plug-in's NULL; the plug-in throws). The native backend
+    # (the default) raises torch.OutOfMemoryError with PyTorch's first
+    # sentence; rmmc.torch.last_error() gives rmmc's part either way.
     assert "no error" not in r.stdout, r.stdout
-    assert "raised: out of memory: limiting resource could not allocate" in r.stdout, r.stdout
+    if "backend native" in r.stdout:
+        assert "raised: OutOfMemoryError CUDA out of memory. Tried to allocate 128.00 MiB" \
+            in r.stdout, r.stdout
+    else:
+        assert "raised: RuntimeError out of memory: limiting resource could not allocate" \
+            in r.stdout, r.stdout
     assert "oom: out of memory: limiting resource could not allocate" in r.stdout, r.stdout
+    assert "failures 1" in r.stdout, r.stdout
     assert "first block intact: True True" in r.stdout, r.stdout
+
+
+def test_out_of_memory_through_the_plugin():
+    """The same refusal through the plug-in (backend="plugin")."""
+    test_out_of_memory_raises_with_rmmcs_message(backend="plugin")
 
 
 def test_use_after_cuda_init_raises():
@@ -125,7 +141,9 @@ def test_stack_replaced_while_threads_allocate():
     plug-in retained the borrowed pointer after a set had freed it."""
     r = run_python(r'''
 import threading, time, torch, rmmc, rmmc.torch
-rmmc.torch.use("statistics > pool > cuda")
+# The plug-in reads the registry's stack on every call (what F8 is about);
+# the native backend takes the stack once, at the device's first use.
+rmmc.torch.use("statistics > pool > cuda", backend="plugin")
 stop, errors = threading.Event(), []
 def work(i):
     s = torch.cuda.Stream()
