@@ -161,7 +161,10 @@ def case_mempool(a, expect, out):
         torch.cuda.memory.get_allocator_backend()), flush=True)
     weights_pool = rt.mem_pool("pool > cuda")
     cache_pool = rt.mem_pool("pool > cuda")
-    expect(weights_pool.id != cache_pool.id, "two MemPools, each an rmmc stack of its own")
+    with rt.pool_resource(weights_pool) as w0, rt.pool_resource(cache_pool) as c0:
+        expect(weights_pool.id != cache_pool.id and w0.handle != c0.handle
+               and [n for n, _ in w0.layers()] == [n for n, _ in c0.layers()] == ["pool", "cuda"],
+               "two MemPools, each an rmmc stack `pool > cuda` of its own")
     nlayers = max(2, int(a.weights * total) // (HIDDEN * HIDDEN * 4))
     with torch.cuda.use_mem_pool(weights_pool):
         model = build_model(nlayers, lambda shape: torch.empty(shape, device=dev))
