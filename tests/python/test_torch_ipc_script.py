@@ -153,6 +153,8 @@ def test_the_watchdog_dumps_every_thread_and_exits():
 def test_a_hung_case_is_stopped_with_its_stacks_and_wait_channels():
     # A case process whose child hangs too: both dump their Python stacks
     # (SIGUSR1), the wait channels are read, and the whole tree is killed.
+    # The parent starts waiting only once its child has armed its watchdog,
+    # so a slow machine cannot make the test lose the child's stack.
     code = textwrap.dedent('''
         import importlib.util, subprocess, sys, time
         spec = importlib.util.spec_from_file_location("t", %r)
@@ -163,17 +165,20 @@ def test_a_hung_case_is_stopped_with_its_stacks_and_wait_channels():
             "spec = importlib.util.spec_from_file_location('t', %r)\\n"
             "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\\n"
             "m.arm_watchdog(120)\\n"
+            "print('ARMED', flush=True)\\n"
             "def child_waits_forever(): time.sleep(120)\\n"
-            "child_waits_forever()\\n"])
+            "child_waits_forever()\\n"], stdout=subprocess.PIPE, text=True)
+        child.stdout.readline()
         print("CHILD", child.pid, flush=True)
         def parent_waits_forever():
             time.sleep(120)
         parent_waits_forever()
     ''' % (SCRIPT, SCRIPT))
     t0 = time.monotonic()
-    rc, out, err, waits = ti.run_watched([sys.executable, "-c", code], 4)
-    assert time.monotonic() - t0 < 30
+    rc, out, err, waits = ti.run_watched([sys.executable, "-c", code], 10)
+    assert time.monotonic() - t0 < 40
     assert rc is None
+    assert "CHILD" in out, (out, err)
     child = int(out.split("CHILD", 1)[1].split()[0])
     assert "parent_waits_forever" in err and "child_waits_forever" in err, err
     assert any("wchan=" in w for w in waits) and any(str(child) in w for w in waits), waits
