@@ -305,6 +305,28 @@ def case_mempool_segments():
         check(len(after) == count, "%d segments, the pool holds %s mappings/chunks (%s)"
               % (len(after), count, figs))
         result["pool"] = {"segments": len(after), "reserved": mine}
+        # A user's hooks on the default stack ride on the backend's: they
+        # hear what it holds (= the default pool's segments), its growth,
+        # and everything when removed; the snapshot keeps its segments.
+        import rmmc
+        user_held = {}
+        rmmc.set_memory_hooks(lambda p, n: user_held.__setitem__(p, n),
+                              lambda p, n: user_held.pop(p), device=dev)
+        default = {seg(s) for s in torch.cuda.memory_snapshot()
+                   if tuple(s.get("segment_pool_id", (0, 0))) == (0, 0)}
+        check(set(user_held.items()) == default, "the user's hooks hold %d ranges, the default pool "
+              "%d segments" % (len(user_held), len(default)))
+        grown = torch.empty(96 << 20, dtype=torch.uint8, device="cuda")
+        default = {seg(s) for s in torch.cuda.memory_snapshot()
+                   if tuple(s.get("segment_pool_id", (0, 0))) == (0, 0)}
+        check(set(user_held.items()) == default, "after growth: hooks %d ranges, segments %d"
+              % (len(user_held), len(default)))
+        rmmc.set_memory_hooks(device=dev)
+        check(not user_held, "%d ranges still held by the removed hooks" % len(user_held))
+        check({seg(s) for s in torch.cuda.memory_snapshot()
+               if tuple(s.get("segment_pool_id", (0, 0))) == (0, 0)} == default,
+              "removing the user's hooks changed the snapshot")
+        del grown
     del small, big, pool
     gc.collect()
     torch.cuda.synchronize()
