@@ -38,6 +38,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -307,6 +309,62 @@ inline std::vector<SegmentLayout> layout_segments(const std::vector<Range>& rang
   return out;
 }
 
+// A memory hook's shape (rmmc_memory_hook_cb's, without rmmc's header).
+using RangeFn = void (*)(void* ptr, size_t bytes, void* user);
+struct RangeHooks {
+  RangeFn on_acquire = nullptr;
+  RangeFn on_release = nullptr;
+  void* user = nullptr;
+};
+
+// The ranges one stack holds, kept by its memory hooks (which run under
+// the pool's lock: `mutex_` is taken under it and nothing here calls rmmc),
+// and hooks of a user riding on them: called after the range is recorded
+// on acquire and before it is dropped on release, under the same lock, so
+// set_user's replay (the old hooks hear on_release and the new on_acquire
+// for every range held, rmmc_resource_set_memory_hooks' contract) cannot
+// interleave with a growth. Pure: the host selftest checks it.
+class SegmentRanges {
+ public:
+  void acquired(void* ptr, size_t bytes) {
+    std::lock_guard<std::mutex> g(mutex_);
+    ranges_[reinterpret_cast<uintptr_t>(ptr)] = bytes;
+    if (user_.on_acquire != nullptr)
+      user_.on_acquire(ptr, bytes, user_.user);
+  }
+  void released(void* ptr, size_t bytes) {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (user_.on_release != nullptr)
+      user_.on_release(ptr, bytes, user_.user);
+    ranges_.erase(reinterpret_cast<uintptr_t>(ptr));
+  }
+  void set_user(const RangeHooks& hooks) {
+    std::lock_guard<std::mutex> g(mutex_);
+    const RangeHooks old = user_;
+    user_ = hooks;
+    for (auto& r : ranges_) {
+      if (old.on_release != nullptr)
+        old.on_release(reinterpret_cast<void*>(r.first), r.second, old.user);
+      if (user_.on_acquire != nullptr)
+        user_.on_acquire(reinterpret_cast<void*>(r.first), r.second, user_.user);
+    }
+  }
+  // The ranges in address order.
+  std::vector<Range> list() const {
+    std::lock_guard<std::mutex> g(mutex_);
+    std::vector<Range> out;
+    out.reserve(ranges_.size());
+    for (auto& r : ranges_)
+      out.push_back({r.first, r.second});
+    return out;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<uintptr_t, size_t> ranges_;
+  RangeHooks user_;
+};
+
 } // namespace rmmc_torch
 
 #ifdef RMMC_TORCH_NATIVE_SELFTEST
@@ -498,6 +556,60 @@ int main() {
     EXPECT_EQ(outside.size(), 3);
   }
 
+  // The ranges a stack's hooks report, and a user's hooks riding on them.
+  {
+    struct Held {
+      std::map<uintptr_t, size_t> ranges;
+      int acquires = 0, releases = 0, wrong = 0;
+    };
+    RangeFn acq = [](void* p, size_t n, void* u) {
+      auto* h = static_cast<Held*>(u);
+      h->wrong += h->ranges.count(reinterpret_cast<uintptr_t>(p)) != 0;
+      h->ranges[reinterpret_cast<uintptr_t>(p)] = n;
+      h->acquires++;
+    };
+    RangeFn rel = [](void* p, size_t n, void* u) {
+      auto* h = static_cast<Held*>(u);
+      auto it = h->ranges.find(reinterpret_cast<uintptr_t>(p));
+      h->wrong += it == h->ranges.end() || it->second != n;
+      if (it != h->ranges.end())
+        h->ranges.erase(it);
+      h->releases++;
+    };
+    void* const A = reinterpret_cast<void*>(0x10000000);
+    void* const B = reinterpret_cast<void*>(0x20000000);
+    void* const C = reinterpret_cast<void*>(0x08000000);
+    SegmentRanges sr;
+    sr.acquired(B, 2u << 20);
+    sr.acquired(A, 32u << 20);
+    std::vector<Range> l = sr.list();
+    EXPECT_EQ(l.size(), 2);
+    EXPECT_EQ(l[0].addr, 0x10000000); // address order
+    EXPECT_EQ(l[0].size, 32u << 20);
+    EXPECT_EQ(l[1].addr, 0x20000000);
+    Held h1, h2;
+    sr.set_user({acq, rel, &h1}); // hears what is held now
+    EXPECT_EQ(h1.acquires, 2);
+    sr.acquired(C, 4u << 20); // and growth
+    EXPECT_EQ(h1.ranges.size(), 3);
+    sr.released(A, 32u << 20); // and give-back
+    EXPECT_EQ(h1.ranges.size(), 2);
+    EXPECT_EQ(sr.list().size(), 2);
+    sr.set_user({acq, rel, &h2}); // the old hooks let go of all, the new take all
+    EXPECT_EQ(h1.ranges.size(), 0);
+    EXPECT_EQ(h1.releases, 3);
+    EXPECT_EQ(h2.ranges.size(), 2);
+    EXPECT_EQ(h2.ranges.count(0x08000000), 1);
+    sr.set_user(RangeHooks{}); // removed: released
+    EXPECT_EQ(h2.ranges.size(), 0);
+    EXPECT_EQ(h2.releases, 2);
+    sr.released(B, 2u << 20); // no user hooks: only the table
+    EXPECT_EQ(sr.list().size(), 1);
+    EXPECT_EQ(sr.list()[0].addr, 0x08000000);
+    EXPECT_EQ(h1.wrong + h2.wrong, 0);
+    EXPECT_EQ(h2.acquires, 2);
+  }
+
   EXPECT_EQ(std::string(format_size(512)) == "512 bytes", 1);
   EXPECT_EQ(std::string(format_size(20ull << 30)) == "20.00 GiB", 1);
   EXPECT_EQ(std::string(format_size(3u << 20)) == "3.00 MiB", 1);
@@ -558,19 +670,16 @@ struct MempoolHash {
 // PyTorch attaches hear (ProcessGroupNCCL registers a registered pool's new
 // segments with NCCL on SEGMENT_ALLOC and deregisters them on SEGMENT_FREE,
 // which comes before the pages go). The hooks run under the pool's lock on
-// the thread that grows or trims it; `mutex` is taken under it and never
-// held while calling rmmc. `user`: hooks rmmc.set_memory_hooks(device=)
-// gave for the device's default stack (rmmc_torch_native_set_memory_hooks),
-// called after ours on acquire and before ours on release, so the backend
-// and the user share the stack's one hook slot.
+// the thread that grows or trims it. The user hooks of `ranges`: those
+// rmmc.set_memory_hooks(device=) gave for the device's default stack
+// (rmmc_torch_native_set_memory_hooks), so the backend and the user share
+// the stack's one hook slot.
 struct SegmentTable {
   DeviceIndex device = 0;
   MempoolId_t pool{0, 0};
-  bool hooked = false;     // the stack took the hooks (a pool is in it)
-  bool expandable = false; // its ranges are page mappings
-  std::mutex mutex;
-  std::map<uintptr_t, size_t> ranges;
-  rmmc_memory_hooks_t user = RMMC_MEMORY_HOOKS_INIT;
+  std::atomic<bool> hooked{false};     // the stack took the hooks (a pool is in it)
+  std::atomic<bool> expandable{false}; // its ranges are page mappings
+  SegmentRanges ranges;
 };
 
 // A private pool: an rmmc stack of its own (or another CUDAAllocator that
@@ -1801,22 +1910,14 @@ void tell_segment(TraceEntry::Action action, const SegmentTable* t, void* ptr, s
 
 void segment_acquired(void* ptr, size_t bytes, void* user) {
   auto* t = static_cast<SegmentTable*>(user);
-  {
-    std::lock_guard<std::mutex> g(t->mutex);
-    t->ranges[reinterpret_cast<uintptr_t>(ptr)] = bytes;
-    if (t->user.on_acquire != nullptr)
-      t->user.on_acquire(ptr, bytes, t->user.user);
-  }
+  t->ranges.acquired(ptr, bytes);
   tell_segment(TraceEntry::SEGMENT_ALLOC, t, ptr, bytes);
 }
 
 void segment_released(void* ptr, size_t bytes, void* user) {
   auto* t = static_cast<SegmentTable*>(user);
   tell_segment(TraceEntry::SEGMENT_FREE, t, ptr, bytes); // before the pages go
-  std::lock_guard<std::mutex> g(t->mutex);
-  if (t->user.on_release != nullptr)
-    t->user.on_release(ptr, bytes, t->user.user);
-  t->ranges.erase(reinterpret_cast<uintptr_t>(ptr));
+  t->ranges.released(ptr, bytes);
 }
 
 // Puts the table's hooks on the stack (on its pool: the layer that takes
@@ -1828,10 +1929,7 @@ void install_segment_hooks(rmmc_resource_t* stack, SegmentTable* t) {
     uint64_t v = 0;
     expandable = rmmc_resource_get_field(r, "page", &v); // the pool's virtual-memory backend
   }
-  {
-    std::lock_guard<std::mutex> g(t->mutex);
-    t->expandable = expandable;
-  }
+  t->expandable = expandable;
   rmmc_memory_hooks_t h = RMMC_MEMORY_HOOKS_INIT;
   h.on_acquire = segment_acquired;
   h.on_release = segment_released;
@@ -1839,7 +1937,6 @@ void install_segment_hooks(rmmc_resource_t* stack, SegmentTable* t) {
   const bool hooked = rmmc_resource_set_memory_hooks(stack, &h) == RMMC_SUCCESS;
   if (!hooked)
     rmmc_clear_last_error();
-  std::lock_guard<std::mutex> g(t->mutex);
   t->hooked = hooked;
 }
 
@@ -1853,23 +1950,13 @@ rmmc_status_t RmmcAllocator::set_user_hooks(DeviceIndex device, const rmmc_memor
   rmmc_resource_t* s = stack_of(device);
   SegmentTable& t = dev(device).segments;
   rmmc_status_t st = RMMC_SUCCESS;
-  {
-    std::unique_lock<std::mutex> g(t.mutex);
-    if (t.hooked) {
-      const rmmc_memory_hooks_t none = RMMC_MEMORY_HOOKS_INIT;
-      rmmc_memory_hooks_t old = t.user;
-      t.user = hooks != nullptr ? *hooks : none;
-      t.user.size = sizeof(rmmc_memory_hooks_t);
-      for (auto& r : t.ranges) {
-        if (old.on_release != nullptr)
-          old.on_release(reinterpret_cast<void*>(r.first), r.second, old.user);
-        if (t.user.on_acquire != nullptr)
-          t.user.on_acquire(reinterpret_cast<void*>(r.first), r.second, t.user.user);
-      }
-    } else {
-      g.unlock();
-      st = rmmc_resource_set_memory_hooks(s, hooks); // no pool: what rmmc says
-    }
+  if (t.hooked) {
+    RangeHooks h;
+    if (hooks != nullptr)
+      h = {hooks->on_acquire, hooks->on_release, hooks->user};
+    t.ranges.set_user(h);
+  } else {
+    st = rmmc_resource_set_memory_hooks(s, hooks); // no pool: what rmmc says
   }
   rmmc_resource_release(s);
   return st;
@@ -1926,17 +2013,10 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
   const size_t first = out->size();
   std::vector<bool> laid(items.size(), false);
   for (View& v : views) {
-    std::vector<Range> ranges;
-    bool expandable = false;
-    {
-      std::lock_guard<std::mutex> g(v.table->mutex);
-      if (!v.table->hooked)
-        continue;
-      expandable = v.table->expandable;
-      ranges.reserve(v.table->ranges.size());
-      for (auto& r : v.table->ranges)
-        ranges.push_back({r.first, r.second});
-    }
+    if (!v.table->hooked)
+      continue;
+    const bool expandable = v.table->expandable;
+    const std::vector<Range> ranges = v.table->ranges.list();
     std::vector<LiveBlock> blocks;
     std::vector<size_t> which; // blocks[k] is items[which[k]]
     for (size_t k = 0; k < items.size(); k++) {
