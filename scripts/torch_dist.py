@@ -31,9 +31,10 @@ group's --timeout bounds the wait where torchrun does not.
 
 --mempool (rmmc, native backend only): a torch.cuda.MemPool through rmmc,
 registered with ProcessGroupNCCL (register_mem_pool), tensors allocated in
-it (growing it after registration) all-reduced and checked. Through the
-plug-in (no native backend) it prints "mempool: skipped: needs the native
-backend".
+it (growing it after registration) all-reduced and checked, its segments
+checked against rmmc's mappings and the trace, then deregistered
+(mempool_check). Through the plug-in (no native backend) it prints
+"mempool: skipped: needs the native backend".
 
 Exit status: 0 when the run (or --compare's every check) passed; 1 when
 one failed; 2 for bad arguments.
@@ -209,42 +210,88 @@ def rank_main(args):
                 json.dump(result, f, indent=1)
     dist.barrier()
     dist.destroy_process_group()
-    return 0
+    return 1 if mempool is not None and mempool.get("status") == "wrong" else 0
 
 
 def mempool_check(args, torch, dist, device, rank):
     """ProcessGroupNCCL.register_mem_pool over a MemPool through rmmc (the
-    native backend only): tensors made in the pool after registration are
-    all-reduced and checked; returns what it saw, or a "skipped" note."""
+    native backend only). The pool holds 8 MiB when it is registered, then
+    grows (64 and 256 MiB tensors: new mappings, registered through the
+    SEGMENT_ALLOC trace entries the backend's memory hooks make); every
+    tensor is all-reduced and checked. Then: the pool's segments before
+    registration are still there (registration and deregistration see the
+    same segments), they are rmmc's mappings (count and bytes), and each
+    got exactly one segment_alloc and, when the pool died after
+    deregister_mem_pool, one segment_free. gpu-dist counts NCCL's REG log
+    ("register comm ... buffer", one per ncclCommRegister) against the
+    "segments" this prints. Returns what it saw, or a "skipped" note."""
+    import gc
     if args.allocator != "rmmc" or not native_backend(torch):
         note = "skipped: needs the native backend (torch.cuda.memory.get_allocator_backend() = %r)" \
             % (getattr(torch.cuda.memory, "get_allocator_backend", lambda: None)(),)
         if rank == 0:
             print("mempool: " + note, flush=True)
         return {"status": "skipped", "note": note}
+    import rmmc.torch
+    native = rmmc.torch.build_native()
+    torch.cuda.memory._record_memory_history(max_entries=100000)
     pool = torch.cuda.MemPool()
-    backend = dist.group.WORLD._get_backend(device)
-    backend.register_mem_pool(pool)
-    ok = True
+    want = float(sum(range(1, dist.get_world_size() + 1)))
     tensors = []
     with torch.cuda.use_mem_pool(pool):
-        for mib in (8, 64, 256):  # grows the pool after registration
-            t = torch.full((mib << 18,), float(rank + 1), device=device)
-            dist.all_reduce(t)
-            want = float(sum(range(1, dist.get_world_size() + 1)))
-            ok = ok and bool((t == want).all().item())
-            tensors.append(t)
+        tensors.append(torch.full((8 << 18,), float(rank + 1), device=device))
+    seg = lambda s: (s["address"], s["total_size"])  # noqa: E731
+    before = {seg(s) for s in torch.cuda.memory_snapshot(pool.id)}
+    backend = dist.group.WORLD._get_backend(device)
+    backend.register_mem_pool(pool)
+    with torch.cuda.use_mem_pool(pool):
+        for mib in (64, 256):  # grows the pool after registration
+            tensors.append(torch.full((mib << 18,), float(rank + 1), device=device))
+    ok = True
+    for t in tensors:
+        dist.all_reduce(t)
+        ok = ok and bool((t == want).all().item())
     torch.cuda.synchronize()
+    after = {seg(s) for s in torch.cuda.memory_snapshot(pool.id)}
+    r = native.pool_resource(pool.id, device=device.index)
+    figs = {}
+    for _name, f in (r.layers() if r is not None else []):
+        if "reserved" in dict(f):
+            figs = dict(f)
+            break
+    if r is not None:
+        r.close()
+    held = figs.get("mappings", figs.get("regions"))
+    problems = []
+    if not before <= after:
+        problems.append("segments changed: %d of %d gone" % (len(before - after), len(before)))
+    if len(after) <= len(before):
+        problems.append("no segment after growth (%d before, %d after)" % (len(before), len(after)))
+    if held != len(after) or figs.get("reserved") != sum(n for _, n in after):
+        problems.append("%d segments of %d bytes, rmmc holds %s mappings of %s bytes"
+                        % (len(after), sum(n for _, n in after), held, figs.get("reserved")))
     try:
-        segments = len(torch.cuda.memory.memory_snapshot(mempool_id=pool.id))
-    except Exception:  # a PyTorch without mempool_id
-        segments = None
-    del tensors
-    backend.deregister_mem_pool(pool)
-    del pool
-    print("mempool: rank %d values %s, segments %s" % (rank, "ok" if ok else "WRONG", segments),
-          flush=True)
-    return {"status": "ok" if ok else "wrong", "segments": segments}
+        backend.deregister_mem_pool(pool)  # every segment must be registered
+    except Exception as e:  # noqa: BLE001
+        problems.append("deregister_mem_pool: %s" % " | ".join(str(e).splitlines())[:300])
+    del tensors, t, pool
+    gc.collect()
+    torch.cuda.synchronize()
+    trace = torch.cuda.memory._snapshot()["device_traces"][device.index]
+    torch.cuda.memory._record_memory_history(enabled=None)
+    addrs = sorted(a for a, _ in after)
+    allocs = sorted(e["addr"] for e in trace if e["action"] == "segment_alloc" and e["addr"] in addrs)
+    frees = sorted(e["addr"] for e in trace if e["action"] == "segment_free" and e["addr"] in addrs)
+    if allocs != addrs or frees != addrs:
+        problems.append("trace: %d segment_alloc, %d segment_free for %d segments"
+                        % (len(allocs), len(frees), len(addrs)))
+    status = "ok" if ok and not problems else "wrong"
+    print("mempool: rank %d values %s, segments %d (%d before registration), rmmc mappings %s, "
+          "segment_alloc %d, segment_free %d%s" % (
+              rank, "ok" if ok else "WRONG", len(after), len(before), held, len(allocs),
+              len(frees), "; PROBLEM " + "; ".join(problems) if problems else ""), flush=True)
+    return {"status": status, "segments": len(after), "before": len(before), "mappings": held,
+            "problems": problems}
 
 
 # ---- --compare: the targets over the JSON of several runs (pure) ----

@@ -239,6 +239,10 @@ START_TEST(test_random_vm) {
   ck_assert_uint_eq(rec.releases, c.unmaps);
   ck_assert_uint_eq(rec.live_bytes, c.mapped_bytes);
   ck_assert_uint_eq(rec.live_bytes, field(pool, "reserved"));
+  /* One hooked range per mapping the pool counts: what the PyTorch
+   * backend's snapshot lists as segments and its GPU tests compare. */
+  ck_assert_uint_gt(rec.n, 0);
+  ck_assert_uint_eq(rec.n, field(pool, "mappings"));
   ck_assert_int_eq(rmmc_resource_release_cached(pool), RMMC_SUCCESS); /* all free: unmapped */
   c = vmspy_counts(vm);
   ck_assert_uint_gt(c.unmaps, 0);
@@ -271,6 +275,8 @@ START_TEST(test_random_chunks) {
   ck_assert_uint_eq(rec.releases, c.deallocate_calls);
   ck_assert_uint_eq(rec.live_bytes, c.outstanding_bytes);
   ck_assert_uint_eq(rec.n, c.outstanding);
+  ck_assert_uint_gt(rec.n, 0);
+  ck_assert_uint_eq(rec.n, field(pool, "regions")); /* one hooked range per chunk */
   ck_assert_uint_eq(rec.live_bytes, field(pool, "reserved"));
   rmmc_resource_release(pool);
   ck_assert_uint_eq(rec.live_bytes, 0);

@@ -360,10 +360,16 @@ def set_memory_hooks(on_acquire=None, on_release=None, device=None):
     """Memory hooks (Resource.set_memory_hooks) on the device's registry
     stack: what rmmc.torch and rmmc.cupy allocate from, so NCCL, RDMA or
     cuFile registration can follow it (built from the default spec on
-    first use)."""
+    first use). Under rmmc.torch's native backend, which keeps that
+    stack's hook slot for PyTorch's snapshots and NCCL registration, the
+    hooks ride on the backend's."""
     dev = _device(device)
     hooks = _make_hooks(on_acquire, on_release)
-    check(lib().rmmc_plugin_set_memory_hooks(dev, hooks), "set_memory_hooks")
+    rt = __import__("sys").modules.get(__name__ + ".torch")
+    native = rt._native_lib if rt is not None and rt.backend() == "native" else None
+    setter = (native._dll.rmmc_torch_native_set_memory_hooks if native is not None
+              else lib().rmmc_plugin_set_memory_hooks)
+    check(setter(dev, hooks), "set_memory_hooks")
     _HOOKS_ALIVE[("device", dev)] = hooks
 
 

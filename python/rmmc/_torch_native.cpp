@@ -35,9 +35,13 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #define RMMC_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||       \
@@ -219,6 +223,148 @@ inline std::string format_size(uint64_t size) {
   return buf;
 }
 
+// ---- segments: what a stack holds, with the blocks PyTorch has in it ----
+//
+// A snapshot's segments are the ranges the stack took from the system, as
+// its memory hooks report them (one per chunk of a chunked pool, one per
+// page mapping of an expandable pool): stable while the memory is held,
+// which is what ProcessGroupNCCL::registerMemPool and deregisterMemPool
+// need (they register the segments of one snapshot and deregister those of
+// a later one), and adding up to the stack's reserved bytes. The blocks
+// PyTorch holds are laid into them in address order, the gaps free, so the
+// blocks tile every segment as in PyTorch's own snapshots. A block of an
+// expandable pool may lie on several mappings: it is listed once per
+// mapping, in pieces that add up to it (its requested bytes go to the
+// first pieces).
+
+struct Range {
+  uintptr_t addr;
+  size_t size;
+};
+
+struct LiveBlock {
+  uintptr_t addr;
+  size_t size;      // rounded as rmmc rounds it
+  size_t requested; // as PyTorch asked
+};
+
+struct Piece {
+  size_t size;
+  size_t requested; // 0 for free memory
+  long block;       // index into the blocks; -1: free memory
+};
+
+struct SegmentLayout {
+  uintptr_t addr;
+  size_t size;
+  std::vector<Piece> pieces; // in address order, adding up to size
+};
+
+// Lays `blocks` (sorted by address, disjoint) into `ranges` (sorted,
+// disjoint). Pure: the host selftest checks it. Blocks that lie in no range
+// (a stack whose hooks someone else replaced) are listed in *outside.
+inline std::vector<SegmentLayout> layout_segments(const std::vector<Range>& ranges,
+                                                  const std::vector<LiveBlock>& blocks,
+                                                  std::vector<size_t>* outside) {
+  std::vector<SegmentLayout> out;
+  out.reserve(ranges.size());
+  std::vector<size_t> left(blocks.size()); // requested bytes not yet placed
+  std::vector<bool> placed(blocks.size(), false);
+  for (size_t k = 0; k < blocks.size(); k++)
+    left[k] = blocks[k].requested;
+  size_t j = 0;
+  for (const Range& r : ranges) {
+    const uintptr_t end = r.addr + r.size;
+    while (j < blocks.size() && blocks[j].addr + blocks[j].size <= r.addr)
+      j++;
+    SegmentLayout seg{r.addr, r.size, {}};
+    uintptr_t cursor = r.addr;
+    while (j < blocks.size() && blocks[j].addr < end) {
+      const LiveBlock& b = blocks[j];
+      const uintptr_t from = std::max(b.addr, cursor);
+      const uintptr_t to = std::min<uintptr_t>(b.addr + b.size, end);
+      if (to <= from) { // overlaps the block before it: never for disjoint blocks
+        j++;
+        continue;
+      }
+      if (from > cursor)
+        seg.pieces.push_back({from - cursor, 0, -1});
+      const size_t req = std::min<size_t>(to - from, left[j]);
+      left[j] -= req;
+      seg.pieces.push_back({to - from, req, static_cast<long>(j)});
+      placed[j] = true;
+      cursor = to;
+      if (b.addr + b.size > end)
+        break; // goes on in the next range
+      j++;
+    }
+    if (cursor < end)
+      seg.pieces.push_back({end - cursor, 0, -1});
+    out.push_back(std::move(seg));
+  }
+  if (outside != nullptr)
+    for (size_t k = 0; k < blocks.size(); k++)
+      if (!placed[k])
+        outside->push_back(k);
+  return out;
+}
+
+// A memory hook's shape (rmmc_memory_hook_cb's, without rmmc's header).
+using RangeFn = void (*)(void* ptr, size_t bytes, void* user);
+struct RangeHooks {
+  RangeFn on_acquire = nullptr;
+  RangeFn on_release = nullptr;
+  void* user = nullptr;
+};
+
+// The ranges one stack holds, kept by its memory hooks (which run under
+// the pool's lock: `mutex_` is taken under it and nothing here calls rmmc),
+// and hooks of a user riding on them: called after the range is recorded
+// on acquire and before it is dropped on release, under the same lock, so
+// set_user's replay (the old hooks hear on_release and the new on_acquire
+// for every range held, rmmc_resource_set_memory_hooks' contract) cannot
+// interleave with a growth. Pure: the host selftest checks it.
+class SegmentRanges {
+ public:
+  void acquired(void* ptr, size_t bytes) {
+    std::lock_guard<std::mutex> g(mutex_);
+    ranges_[reinterpret_cast<uintptr_t>(ptr)] = bytes;
+    if (user_.on_acquire != nullptr)
+      user_.on_acquire(ptr, bytes, user_.user);
+  }
+  void released(void* ptr, size_t bytes) {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (user_.on_release != nullptr)
+      user_.on_release(ptr, bytes, user_.user);
+    ranges_.erase(reinterpret_cast<uintptr_t>(ptr));
+  }
+  void set_user(const RangeHooks& hooks) {
+    std::lock_guard<std::mutex> g(mutex_);
+    const RangeHooks old = user_;
+    user_ = hooks;
+    for (auto& r : ranges_) {
+      if (old.on_release != nullptr)
+        old.on_release(reinterpret_cast<void*>(r.first), r.second, old.user);
+      if (user_.on_acquire != nullptr)
+        user_.on_acquire(reinterpret_cast<void*>(r.first), r.second, user_.user);
+    }
+  }
+  // The ranges in address order.
+  std::vector<Range> list() const {
+    std::lock_guard<std::mutex> g(mutex_);
+    std::vector<Range> out;
+    out.reserve(ranges_.size());
+    for (auto& r : ranges_)
+      out.push_back({r.first, r.second});
+    return out;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<uintptr_t, size_t> ranges_;
+  RangeHooks user_;
+};
+
 } // namespace rmmc_torch
 
 #ifdef RMMC_TORCH_NATIVE_SELFTEST
@@ -326,6 +472,144 @@ int main() {
   EXPECT_EQ(s.segment[0].current, 1);
   EXPECT_EQ(s.inactive_split_bytes[0].current, 0);
 
+  // Segments: a chunked pool's two chunks, blocks in the first.
+  {
+    const uintptr_t A = 0x7f0000000000, B = 0x7f0000800000;
+    std::vector<Range> ranges{{A, 4u << 20}, {B, 2u << 20}};
+    std::vector<LiveBlock> blocks{{A, 1024, 1000}, {A + (1u << 20), 2u << 20, 2u << 20}};
+    std::vector<size_t> outside;
+    std::vector<SegmentLayout> segs = layout_segments(ranges, blocks, &outside);
+    EXPECT_EQ(segs.size(), 2);
+    EXPECT_EQ(outside.size(), 0);
+    EXPECT_EQ(segs[0].addr, A);
+    EXPECT_EQ(segs[0].size, 4u << 20);
+    EXPECT_EQ(segs[0].pieces.size(), 4);
+    EXPECT_EQ(segs[0].pieces[0].block, 0);
+    EXPECT_EQ(segs[0].pieces[0].size, 1024);
+    EXPECT_EQ(segs[0].pieces[0].requested, 1000);
+    EXPECT_EQ(segs[0].pieces[1].block, -1);
+    EXPECT_EQ(segs[0].pieces[1].size, (1u << 20) - 1024);
+    EXPECT_EQ(segs[0].pieces[2].block, 1);
+    EXPECT_EQ(segs[0].pieces[2].size, 2u << 20);
+    EXPECT_EQ(segs[0].pieces[3].block, -1);
+    EXPECT_EQ(segs[0].pieces[3].size, 1u << 20);
+    // The empty chunk is a segment too: the pool holds it.
+    EXPECT_EQ(segs[1].addr, B);
+    EXPECT_EQ(segs[1].pieces.size(), 1);
+    EXPECT_EQ(segs[1].pieces[0].block, -1);
+    EXPECT_EQ(segs[1].pieces[0].size, 2u << 20);
+  }
+  // An expandable pool's mappings, back to back: a block across two of
+  // them is listed in two pieces adding up to it, requested bytes first.
+  {
+    const uintptr_t M = 0x7e0000000000;
+    std::vector<Range> ranges{{M, 2u << 20}, {M + (2u << 20), 2u << 20}, {M + (4u << 20), 2u << 20}};
+    std::vector<LiveBlock> blocks{{M + (1u << 20), 2u << 20, (2u << 20) - 100},
+                                  {M + (3u << 20), 3u << 20, 3u << 20}};
+    std::vector<size_t> outside;
+    std::vector<SegmentLayout> segs = layout_segments(ranges, blocks, &outside);
+    EXPECT_EQ(segs.size(), 3);
+    EXPECT_EQ(outside.size(), 0);
+    size_t total = 0, alloc = 0, req = 0;
+    for (const SegmentLayout& s : segs) {
+      size_t sum = 0;
+      for (const Piece& p : s.pieces) {
+        sum += p.size;
+        if (p.block >= 0) {
+          alloc += p.size;
+          req += p.requested;
+        }
+      }
+      EXPECT_EQ(sum, s.size); // the pieces tile the segment
+      total += s.size;
+    }
+    EXPECT_EQ(total, 6u << 20);
+    EXPECT_EQ(alloc, 5u << 20);
+    EXPECT_EQ(req, (5u << 20) - 100);
+    EXPECT_EQ(segs[0].pieces.size(), 2);
+    EXPECT_EQ(segs[0].pieces[1].block, 0);
+    EXPECT_EQ(segs[0].pieces[1].requested, 1u << 20);
+    EXPECT_EQ(segs[1].pieces.size(), 2);
+    EXPECT_EQ(segs[1].pieces[0].block, 0);
+    EXPECT_EQ(segs[1].pieces[0].requested, (1u << 20) - 100);
+    EXPECT_EQ(segs[1].pieces[1].block, 1);
+    EXPECT_EQ(segs[1].pieces[1].size, 1u << 20);
+    EXPECT_EQ(segs[2].pieces.size(), 1);
+    EXPECT_EQ(segs[2].pieces[0].block, 1);
+    EXPECT_EQ(segs[2].pieces[0].size, 2u << 20);
+  }
+  // A block in no range (hooks replaced by someone else) is reported; a
+  // stack with nothing held has no segments.
+  {
+    std::vector<Range> ranges{{0x1000000, 1u << 20}};
+    std::vector<LiveBlock> blocks{{0x800000, 512, 512}, {0x1000000, 512, 300}, {0x3000000, 256, 1}};
+    std::vector<size_t> outside;
+    std::vector<SegmentLayout> segs = layout_segments(ranges, blocks, &outside);
+    EXPECT_EQ(segs.size(), 1);
+    EXPECT_EQ(outside.size(), 2);
+    EXPECT_EQ(outside[0], 0);
+    EXPECT_EQ(outside[1], 2);
+    EXPECT_EQ(segs[0].pieces.size(), 2);
+    EXPECT_EQ(segs[0].pieces[0].block, 1);
+    outside.clear();
+    EXPECT_EQ(layout_segments({}, blocks, &outside).size(), 0);
+    EXPECT_EQ(outside.size(), 3);
+  }
+
+  // The ranges a stack's hooks report, and a user's hooks riding on them.
+  {
+    struct Held {
+      std::map<uintptr_t, size_t> ranges;
+      int acquires = 0, releases = 0, wrong = 0;
+    };
+    RangeFn acq = [](void* p, size_t n, void* u) {
+      auto* h = static_cast<Held*>(u);
+      h->wrong += h->ranges.count(reinterpret_cast<uintptr_t>(p)) != 0;
+      h->ranges[reinterpret_cast<uintptr_t>(p)] = n;
+      h->acquires++;
+    };
+    RangeFn rel = [](void* p, size_t n, void* u) {
+      auto* h = static_cast<Held*>(u);
+      auto it = h->ranges.find(reinterpret_cast<uintptr_t>(p));
+      h->wrong += it == h->ranges.end() || it->second != n;
+      if (it != h->ranges.end())
+        h->ranges.erase(it);
+      h->releases++;
+    };
+    void* const A = reinterpret_cast<void*>(0x10000000);
+    void* const B = reinterpret_cast<void*>(0x20000000);
+    void* const C = reinterpret_cast<void*>(0x08000000);
+    SegmentRanges sr;
+    sr.acquired(B, 2u << 20);
+    sr.acquired(A, 32u << 20);
+    std::vector<Range> l = sr.list();
+    EXPECT_EQ(l.size(), 2);
+    EXPECT_EQ(l[0].addr, 0x10000000); // address order
+    EXPECT_EQ(l[0].size, 32u << 20);
+    EXPECT_EQ(l[1].addr, 0x20000000);
+    Held h1, h2;
+    sr.set_user({acq, rel, &h1}); // hears what is held now
+    EXPECT_EQ(h1.acquires, 2);
+    sr.acquired(C, 4u << 20); // and growth
+    EXPECT_EQ(h1.ranges.size(), 3);
+    sr.released(A, 32u << 20); // and give-back
+    EXPECT_EQ(h1.ranges.size(), 2);
+    EXPECT_EQ(sr.list().size(), 2);
+    sr.set_user({acq, rel, &h2}); // the old hooks let go of all, the new take all
+    EXPECT_EQ(h1.ranges.size(), 0);
+    EXPECT_EQ(h1.releases, 3);
+    EXPECT_EQ(h2.ranges.size(), 2);
+    EXPECT_EQ(h2.ranges.count(0x08000000), 1);
+    sr.set_user(RangeHooks{}); // removed: released
+    EXPECT_EQ(h2.ranges.size(), 0);
+    EXPECT_EQ(h2.releases, 2);
+    sr.released(B, 2u << 20); // no user hooks: only the table
+    EXPECT_EQ(sr.list().size(), 1);
+    EXPECT_EQ(sr.list()[0].addr, 0x08000000);
+    EXPECT_EQ(h1.wrong + h2.wrong, 0);
+    EXPECT_EQ(h2.acquires, 2);
+  }
+
   EXPECT_EQ(std::string(format_size(512)) == "512 bytes", 1);
   EXPECT_EQ(std::string(format_size(20ull << 30)) == "20.00 GiB", 1);
   EXPECT_EQ(std::string(format_size(3u << 20)) == "3.00 MiB", 1);
@@ -381,12 +665,30 @@ struct MempoolHash {
   }
 };
 
+// What one stack holds, as its memory hooks report it: the snapshot's
+// segments, and the SEGMENT_ALLOC / SEGMENT_FREE trace entries the trackers
+// PyTorch attaches hear (ProcessGroupNCCL registers a registered pool's new
+// segments with NCCL on SEGMENT_ALLOC and deregisters them on SEGMENT_FREE,
+// which comes before the pages go). The hooks run under the pool's lock on
+// the thread that grows or trims it. The user hooks of `ranges`: those
+// rmmc.set_memory_hooks(device=) gave for the device's default stack
+// (rmmc_torch_native_set_memory_hooks), so the backend and the user share
+// the stack's one hook slot.
+struct SegmentTable {
+  DeviceIndex device = 0;
+  MempoolId_t pool{0, 0};
+  std::atomic<bool> hooked{false};     // the stack took the hooks (a pool is in it)
+  std::atomic<bool> expandable{false}; // its ranges are page mappings
+  SegmentRanges ranges;
+};
+
 // A private pool: an rmmc stack of its own (or another CUDAAllocator that
 // torch.cuda.MemPool(allocator=...) named).
 struct Pool {
   MempoolId_t id;
   DeviceIndex device = 0;
   rmmc_resource_t* stack = nullptr;               // owned (one reference)
+  std::shared_ptr<SegmentTable> segments;         // outlives the stack
   std::shared_ptr<CCA::CUDAAllocator> allocator;  // instead of a stack
   int use_count = 0;
   size_t live = 0;          // blocks out (zombies included)
@@ -423,6 +725,7 @@ struct Route {
 struct DeviceState {
   std::mutex mutex; // everything below, and the blocks of this device
   rmmc_resource_t* stack = nullptr; // the registry's resource (one reference)
+  SegmentTable segments; // what `stack` holds (never destroyed, as the stack)
   std::unordered_map<void*, Block> blocks;
   std::unordered_map<MempoolId_t, std::unique_ptr<Pool>, MempoolHash> pools;
   std::vector<Route> routes; // beginAllocateToPool, oldest first
@@ -446,6 +749,14 @@ class RmmcAllocator;
 RmmcAllocator* the_allocator = nullptr;
 
 void raw_delete_fn(void* ptr);
+void install_segment_hooks(rmmc_resource_t* stack, SegmentTable* t);
+
+// A private pool's stack and its segments, taken out of the pool to be
+// destroyed outside the device lock.
+struct Reaped {
+  rmmc_resource_t* stack = nullptr;
+  std::shared_ptr<SegmentTable> segments;
+};
 
 // Sums one stack's figures into *f (the first layer from the top that
 // reports "reserved" is the cache).
@@ -727,7 +1038,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   }
   // Takes back what a create or begin that failed did (nothing leaks).
   void undo_incref(DeviceState& d, MempoolId_t id, bool routed) {
-    rmmc_resource_t* dead = nullptr;
+    Reaped dead;
     {
       std::lock_guard<std::mutex> g(d.mutex);
       if (routed) {
@@ -744,7 +1055,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
         dead = reap_locked(d, it);
       }
     }
-    destroy_pool_stack(d, dead);
+    destroy_pool_stack(d, std::move(dead));
   }
   void endAllocateToPool(DeviceIndex device, MempoolId_t id) override {
     DeviceState& d = dev(device);
@@ -760,7 +1071,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   }
   void releasePool(DeviceIndex device, MempoolId_t id) override {
     DeviceState& d = dev(device);
-    rmmc_resource_t* dead = nullptr;
+    Reaped dead;
     {
       std::lock_guard<std::mutex> g(d.mutex);
       auto it = d.pools.find(id);
@@ -771,7 +1082,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       it->second->use_count--;
       dead = reap_locked(d, it);
     }
-    destroy_pool_stack(d, dead);
+    destroy_pool_stack(d, std::move(dead));
   }
 #if RMMC_TORCH_AT_LEAST(2, 11)
   void setUseOnOOM(DeviceIndex device, MempoolId_t id, bool use_on_oom) override {
@@ -974,6 +1285,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   }
 
   // ---- for rmmc.torch (tests and reports) ----
+  rmmc_status_t set_user_hooks(DeviceIndex device, const rmmc_memory_hooks_t* hooks);
   // The stack of private pool `id` (one new reference), or nullptr.
   rmmc_resource_t* pool_stack(DeviceIndex device, MempoolId_t id) {
     DeviceState& d = dev(device);
@@ -1084,9 +1396,23 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     }
     TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: no resource for device ", static_cast<int>(device),
                 ": ", last_error());
+    rmmc_resource_t* mine = nullptr;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      if (d.stack == nullptr) {
+        d.stack = rmmc_resource_retain(r); // r is the registry's, borrowed
+        d.segments.device = device;
+        mine = rmmc_resource_retain(d.stack);
+      }
+    }
+    if (mine != nullptr) {
+      // Outside the device lock (the hooks hear what the stack holds now
+      // under the pool's lock). The stack's hook slot is the backend's from
+      // here on; users reach it through rmmc.set_memory_hooks(device=).
+      install_segment_hooks(mine, &d.segments);
+      rmmc_resource_release(mine);
+    }
     std::lock_guard<std::mutex> g(d.mutex);
-    if (d.stack == nullptr)
-      d.stack = rmmc_resource_retain(r); // r is the registry's, borrowed
     return rmmc_resource_retain(d.stack);
   }
   Pool& pool_locked(DeviceState& d, DeviceIndex device, MempoolId_t id) {
@@ -1100,8 +1426,10 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     return *slot;
   }
   // Builds a pool's stack from `chosen` (rmmc.torch.pool_spec), or else the
-  // device's spec (outside the device lock).
-  rmmc_resource_t* build_pool_stack(DeviceIndex device, const std::string& chosen) {
+  // device's spec (outside the device lock), with its memory hooks
+  // reporting to *segments.
+  rmmc_resource_t* build_pool_stack(DeviceIndex device, const std::string& chosen,
+                                    SegmentTable* segments) {
     char spec[4096];
     rmmc_status_t st = RMMC_SUCCESS;
     if (!chosen.empty()) {
@@ -1122,7 +1450,14 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     C10_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: private pool: cannot build \"", spec, "\": ",
                 last_error());
+    install_segment_hooks(r, segments);
     return r;
+  }
+  static std::shared_ptr<SegmentTable> new_segments(DeviceIndex device, MempoolId_t id) {
+    auto t = std::make_shared<SegmentTable>();
+    t->device = device;
+    t->pool = id;
+    return t;
   }
   // Gives pool `id` its stack unless it has one (or another allocator).
   void ensure_stack(DeviceState& d, DeviceIndex device, MempoolId_t id) {
@@ -1134,26 +1469,28 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
         return;
       spec = it->second->spec;
     }
-    rmmc_resource_t* built = build_pool_stack(device, spec);
+    std::shared_ptr<SegmentTable> segments = new_segments(device, id);
+    rmmc_resource_t* built = build_pool_stack(device, spec, segments.get());
     {
       std::lock_guard<std::mutex> g(d.mutex);
       auto it = d.pools.find(id);
       if (it != d.pools.end() && it->second->stack == nullptr && !it->second->allocator) {
         it->second->stack = built;
+        it->second->segments = std::move(segments);
         built = nullptr;
       }
     }
     rmmc_resource_release(built); // another thread built it first
   }
   // The pool's stack to destroy if it is released and empty (the caller
-  // releases it outside the lock); removes the pool then.
-  rmmc_resource_t* reap_locked(DeviceState& d, decltype(d.pools)::iterator it) {
+  // destroys it outside the lock); removes the pool then.
+  Reaped reap_locked(DeviceState& d, decltype(d.pools)::iterator it) {
     Pool& p = *it->second;
     if (p.use_count > 0 || p.live > 0)
-      return nullptr;
-    rmmc_resource_t* s = p.stack;
+      return {};
+    Reaped r{p.stack, std::move(p.segments)};
     d.pools.erase(it);
-    return s;
+    return r;
   }
   StackFigures figures(DeviceState& d) {
     std::vector<rmmc_resource_t*> stacks;
@@ -1176,8 +1513,12 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     return f;
   }
   // Destroys a private pool's stack (its memory goes back to the device),
-  // keeping its counts in the device's figures. nullptr: nothing to do.
-  void destroy_pool_stack(DeviceState& d, rmmc_resource_t* dead) {
+  // keeping its counts in the device's figures. No stack: nothing to do.
+  // The hooks come off first, which announces every segment's end
+  // (SEGMENT_FREE: NCCL deregisters them) while the table still lives, even
+  // if someone else (rmmc_torch_native_pool_resource) keeps the stack.
+  void destroy_pool_stack(DeviceState& d, Reaped reaped) {
+    rmmc_resource_t* dead = reaped.stack;
     if (dead == nullptr)
       return;
     StackFigures f;
@@ -1185,6 +1526,8 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     // Unmapping must not break a capture another thread has underway.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     bool swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+    if (reaped.segments && reaped.segments->hooked)
+      (void)rmmc_resource_set_memory_hooks(dead, nullptr);
     rmmc_resource_release(dead);
     if (swapped)
       (void)cudaThreadExchangeStreamCaptureMode(&mode);
@@ -1323,8 +1666,9 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
   }
   if (need_stack) {
     rmmc_resource_t* built = nullptr;
+    std::shared_ptr<SegmentTable> segments = new_segments(device, pool->id);
     try {
-      built = build_pool_stack(device, spec);
+      built = build_pool_stack(device, spec, segments.get());
     } catch (...) {
       std::lock_guard<std::mutex> g(d.mutex);
       pool->live--;
@@ -1334,6 +1678,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
       std::lock_guard<std::mutex> g(d.mutex);
       if (pool->stack == nullptr) {
         pool->stack = built;
+        pool->segments = std::move(segments);
         built = nullptr;
       }
       res = pool->stack;
@@ -1523,7 +1868,7 @@ void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
   } else if (b.pool != nullptr && b.pool->allocator) {
     b.pool->allocator->raw_delete(ptr);
   }
-  rmmc_resource_t* dead = nullptr;
+  Reaped dead;
   MempoolId_t id{0, 0};
   if (b.pool != nullptr) {
     std::lock_guard<std::mutex> g(d.mutex);
@@ -1531,10 +1876,10 @@ void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
     b.pool->live--;
     dead = reap_locked(d, d.pools.find(id));
   }
-  destroy_pool_stack(d, dead);
-  if (tracing_)
+  if (tracing_) // before the pool's segment_free entries, if it dies now
     record(TraceEntry::FREE_COMPLETED, b.device, reinterpret_cast<size_t>(ptr), b.size,
            b.stream, id, nullptr);
+  destroy_pool_stack(d, std::move(dead));
   if (st != RMMC_SUCCESS)
     TORCH_WARN("rmmc: freeing ", ptr, " failed: ", why);
 }
@@ -1573,10 +1918,86 @@ void RmmcAllocator::out_of_memory(size_t size, DeviceIndex device, cudaStream_t 
                    " is reserved by PyTorch but unallocated (allocator: rmmc). rmmc: ", why);
 }
 
-// Segments as PyTorch's snapshot has them: the memory under each live block
-// (rmmc_resource_get_allocation: a pool's chunk, or the mappings an
-// expandable pool's block lies on), the blocks in it in address order, the
-// gaps between them inactive. Memory no block lies in is not listed.
+// ---- segments through the memory hooks ----
+
+// Tells the trace trackers (and the history, if on) about a segment. The
+// hooks run inside rmmc, under the pool's lock: nothing may escape.
+void tell_segment(TraceEntry::Action action, const SegmentTable* t, void* ptr, size_t bytes) {
+  if (the_allocator == nullptr)
+    return;
+  try {
+    the_allocator->record(action, t->device, reinterpret_cast<size_t>(ptr), bytes, nullptr,
+                          t->pool, nullptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rmmc: a trace tracker failed on %s of %p (%zu bytes): %s\n",
+                 action == TraceEntry::SEGMENT_ALLOC ? "segment_alloc" : "segment_free", ptr,
+                 bytes, e.what());
+  } catch (...) {
+    std::fprintf(stderr, "rmmc: a trace tracker failed on a segment of %p\n", ptr);
+  }
+}
+
+void segment_acquired(void* ptr, size_t bytes, void* user) {
+  auto* t = static_cast<SegmentTable*>(user);
+  t->ranges.acquired(ptr, bytes);
+  tell_segment(TraceEntry::SEGMENT_ALLOC, t, ptr, bytes);
+}
+
+void segment_released(void* ptr, size_t bytes, void* user) {
+  auto* t = static_cast<SegmentTable*>(user);
+  tell_segment(TraceEntry::SEGMENT_FREE, t, ptr, bytes); // before the pages go
+  t->ranges.released(ptr, bytes);
+}
+
+// Puts the table's hooks on the stack (on its pool: the layer that takes
+// memory from the system). A stack without a pool (plain cuda, cuda_async)
+// takes none: its snapshot falls back to the memory under each block.
+void install_segment_hooks(rmmc_resource_t* stack, SegmentTable* t) {
+  bool expandable = false;
+  for (rmmc_resource_t* r = stack; r != nullptr && !expandable; r = rmmc_resource_upstream(r)) {
+    uint64_t v = 0;
+    expandable = rmmc_resource_get_field(r, "page", &v); // the pool's virtual-memory backend
+  }
+  t->expandable = expandable;
+  rmmc_memory_hooks_t h = RMMC_MEMORY_HOOKS_INIT;
+  h.on_acquire = segment_acquired;
+  h.on_release = segment_released;
+  h.user = t;
+  const bool hooked = rmmc_resource_set_memory_hooks(stack, &h) == RMMC_SUCCESS;
+  if (!hooked)
+    rmmc_clear_last_error();
+  t->hooked = hooked;
+}
+
+// rmmc.set_memory_hooks(device=) while the backend holds the default
+// stack's hook slot: the user's hooks ride on the backend's, with the same
+// contract (the old ones hear on_release and the new ones on_acquire for
+// every range held now, before this returns).
+rmmc_status_t RmmcAllocator::set_user_hooks(DeviceIndex device, const rmmc_memory_hooks_t* hooks) {
+  if (hooks != nullptr && hooks->size < sizeof(rmmc_memory_hooks_t))
+    return RMMC_ERROR_INVALID_ARGUMENT;
+  rmmc_resource_t* s = stack_of(device);
+  SegmentTable& t = dev(device).segments;
+  rmmc_status_t st = RMMC_SUCCESS;
+  if (t.hooked) {
+    RangeHooks h;
+    if (hooks != nullptr)
+      h = {hooks->on_acquire, hooks->on_release, hooks->user};
+    t.ranges.set_user(h);
+  } else {
+    st = rmmc_resource_set_memory_hooks(s, hooks); // no pool: what rmmc says
+  }
+  rmmc_resource_release(s);
+  return st;
+}
+
+// Segments as PyTorch's snapshot has them. A stack whose pool took the
+// hooks: its segments are the ranges the hooks reported (every chunk or
+// page mapping it holds, free ones too, adding up to its reserved bytes),
+// PyTorch's blocks laid into them (layout_segments). Blocks of a stack
+// without hooks: the memory under each (rmmc_resource_get_allocation,
+// walked down to what the stack took from the system), the blocks in it in
+// address order, the gaps between them inactive.
 void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
                                     std::vector<SegmentInfo>* out) {
   DeviceState& d = devices_[device];
@@ -1588,14 +2009,29 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
     MempoolId_t pool;
     std::shared_ptr<c10::GatheredContext> ctx;
   };
+  struct View {
+    SegmentTable* table;
+    std::shared_ptr<SegmentTable> keep; // a private pool's, alive while read
+    rmmc_resource_t* res;               // the stack (identity only)
+    MempoolId_t pool;
+  };
+  const bool all = only == MempoolId_t{0, 0};
   std::vector<Item> items;
+  std::vector<View> views;
   {
     std::lock_guard<std::mutex> g(d.mutex);
+    if (all && d.stack != nullptr)
+      views.push_back({&d.segments, nullptr, d.stack, {0, 0}});
+    for (auto& kv : d.pools) {
+      Pool& p = *kv.second;
+      if (p.stack != nullptr && p.segments && (all || p.id == only))
+        views.push_back({p.segments.get(), p.segments, p.stack, p.id});
+    }
     for (auto& kv : d.blocks) {
       if (kv.second.zombie || kv.second.res == nullptr)
         continue;
       MempoolId_t pid = kv.second.pool != nullptr ? kv.second.pool->id : MempoolId_t{0, 0};
-      if (only != MempoolId_t{0, 0} && pid != only)
+      if (!all && pid != only)
         continue;
       items.push_back({reinterpret_cast<uintptr_t>(kv.first), kv.second.size, kv.second.stream,
                        rmmc_resource_retain(kv.second.res), pid, kv.second.context});
@@ -1603,8 +2039,65 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
   }
   std::sort(items.begin(), items.end(),
             [](const Item& a, const Item& b) { return a.addr < b.addr; });
+  const size_t first = out->size();
+  std::vector<bool> laid(items.size(), false);
+  for (View& v : views) {
+    if (!v.table->hooked)
+      continue;
+    const bool expandable = v.table->expandable;
+    const std::vector<Range> ranges = v.table->ranges.list();
+    std::vector<LiveBlock> blocks;
+    std::vector<size_t> which; // blocks[k] is items[which[k]]
+    for (size_t k = 0; k < items.size(); k++) {
+      if (items[k].res == v.res) {
+        blocks.push_back({items[k].addr, round_size(items[k].size), items[k].size});
+        which.push_back(k);
+      }
+    }
+    std::vector<size_t> outside;
+    std::vector<SegmentLayout> layouts = layout_segments(ranges, blocks, &outside);
+    for (size_t k : which)
+      laid[k] = true;
+    for (size_t k : outside)
+      laid[which[k]] = false;
+    for (SegmentLayout& l : layouts) {
+      SegmentInfo seg;
+      seg.device = device;
+      seg.address = l.addr;
+      seg.total_size = l.size;
+      seg.is_large = true;
+      seg.is_expandable = expandable;
+      seg.owner_private_pool_id = v.pool;
+      bool streamed = false;
+      for (const Piece& pc : l.pieces) {
+        CCA::BlockInfo blk;
+        blk.size = pc.size;
+        if (pc.block >= 0) {
+          const Item& it = items[which[static_cast<size_t>(pc.block)]];
+          blk.requested_size = pc.requested;
+          blk.allocated = true;
+          blk.active = true;
+          blk.context_when_allocated = it.ctx;
+          seg.allocated_size += pc.size;
+          seg.active_size += pc.size;
+          seg.requested_size += pc.requested;
+          if (!streamed) {
+            seg.stream = reinterpret_cast<decltype(seg.stream)>(it.stream);
+            streamed = true;
+          }
+        }
+        seg.blocks.push_back(std::move(blk));
+      }
+      out->push_back(std::move(seg));
+    }
+  }
+
+  // The rest: the memory under each block.
   std::map<uintptr_t, size_t> index; // segment address -> position in out
-  for (Item& it : items) {
+  for (size_t k = 0; k < items.size(); k++) {
+    if (laid[k])
+      continue;
+    Item& it = items[k];
     rmmc_allocation_t a = RMMC_ALLOCATION_INIT;
     uintptr_t base = it.addr;
     size_t bytes = round_size(it.size);
@@ -1626,19 +2119,17 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
         bytes = cur.upstream.bytes;
         expandable = cur.backing == RMMC_BACKING_MAPPINGS;
       }
+    } else {
+      rmmc_clear_last_error();
     }
-    rmmc_resource_release(it.res);
     auto found = index.find(base);
-    if (found == index.end()) {
+    if (found == index.end() && out->size() > first) {
       // A block may begin before the last segment's end if segments overlap
       // (mappings spanning several blocks): merge into the one that covers.
-      if (!out->empty()) {
-        SegmentInfo& last = out->back();
-        if (last.device == device && last.address <= base &&
-            base < last.address + last.total_size) {
-          found = index.find(last.address);
-        }
-      }
+      SegmentInfo& last = out->back();
+      if (index.count(last.address) != 0 && last.address <= base &&
+          base < last.address + last.total_size)
+        found = index.find(last.address);
     }
     if (found == index.end()) {
       SegmentInfo seg;
@@ -1658,13 +2149,13 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
     uintptr_t end = seg.address;
     for (auto& b : seg.blocks)
       end += b.size;
+    if (it.addr < end)
+      continue; // cannot happen for disjoint blocks; never list one twice
     if (it.addr > end) {
       CCA::BlockInfo gap;
       gap.size = it.addr - end;
       seg.blocks.push_back(gap);
     }
-    if (it.addr < end)
-      continue; // cannot happen for disjoint blocks; never list one twice
     CCA::BlockInfo blk;
     blk.size = round_size(it.size);
     blk.requested_size = it.size;
@@ -1689,6 +2180,10 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
       seg.blocks.push_back(tail);
     }
   }
+  for (Item& it : items)
+    rmmc_resource_release(it.res);
+  std::sort(out->begin() + static_cast<std::ptrdiff_t>(first), out->end(),
+            [](const SegmentInfo& a, const SegmentInfo& b) { return a.address < b.address; });
 }
 
 // ---- IPC ----
@@ -1900,6 +2395,20 @@ __attribute__((visibility("default"))) size_t rmmc_torch_native_last_error(char*
   if (buf != nullptr && len > 0)
     std::snprintf(buf, len, "%s", e.c_str());
   return e.size();
+}
+
+// Memory hooks on device `device`'s default stack, riding on the backend's
+// own (which keep the snapshot's segments and tell PyTorch's trace trackers):
+// what rmmc.set_memory_hooks(device=) calls while the backend is installed.
+// Statuses as rmmc_resource_set_memory_hooks (RMMC_ERROR_INVALID_ARGUMENT
+// for a bad device too).
+__attribute__((visibility("default"))) rmmc_status_t rmmc_torch_native_set_memory_hooks(
+    int device, const rmmc_memory_hooks_t* hooks) {
+  try {
+    return rmmc_torch::instance.set_user_hooks(static_cast<c10::DeviceIndex>(device), hooks);
+  } catch (const std::exception&) {
+    return RMMC_ERROR_INVALID_ARGUMENT;
+  }
 }
 
 // Which PyTorch version the backend was compiled for ("2.11").

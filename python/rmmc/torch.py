@@ -202,6 +202,9 @@ def build_native(verbose=False):
     dll.rmmc_torch_native_stats.restype = ctypes.c_int
     dll.rmmc_torch_native_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     dll.rmmc_torch_native_last_error.restype = ctypes.c_size_t
+    from ._lib import MemoryHooks  # rmmc.set_memory_hooks(device=) rides on the backend's hooks
+    dll.rmmc_torch_native_set_memory_hooks.argtypes = [ctypes.c_int, ctypes.POINTER(MemoryHooks)]
+    dll.rmmc_torch_native_set_memory_hooks.restype = ctypes.c_int
     _native_lib = NativeBackend(dll, path)
     return _native_lib
 

@@ -193,3 +193,48 @@ def test_autoload_at_import_torch(tmp_path):
                         "CUDA_HOME": os.environ.get("CUDA_HOME", "/usr/local/cuda")})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "AUTO rmmc native" in r.stdout, r.stdout + r.stderr
+
+
+def test_device_hooks_ride_on_the_native_backend(monkeypatch):
+    """rmmc.set_memory_hooks(device=) goes to the backend's
+    rmmc_torch_native_set_memory_hooks while the native backend is
+    installed (it keeps the default stack's hook slot for snapshots and
+    NCCL registration), and to the registry stack's hooks otherwise; a
+    refusal raises rmmc's error as before."""
+    import ctypes
+    import rmmc
+    seen = []
+
+    class FakeDll:
+        status = 0
+
+        def rmmc_torch_native_set_memory_hooks(self, dev, hooks):
+            seen.append((dev, None) if hooks is None else
+                        (dev, hooks.size, bool(hooks.on_acquire), bool(hooks.on_release)))
+            return self.status
+
+    class FakeNative:
+        _dll = FakeDll()
+
+    monkeypatch.setattr(rt, "_backend", "native")
+    monkeypatch.setattr(rt, "_native_lib", FakeNative())
+    rmmc.set_memory_hooks(lambda p, n: None, None, device=0)
+    assert seen == [(0, ctypes.sizeof(rmmc.MemoryHooks), True, False)]
+    rmmc.set_memory_hooks(device=0)  # off: NULL, which removes the user's hooks
+    assert seen[-1] == (0, None)
+    FakeDll.status = -1  # RMMC_ERROR_INVALID_ARGUMENT
+    with pytest.raises(rmmc.InvalidArgumentError):
+        rmmc.set_memory_hooks(None, lambda p, n: None, device=1)
+    assert seen[-1] == (1, ctypes.sizeof(rmmc.MemoryHooks), False, True)
+
+    # The plug-in (or no backend): the registry's stack itself.
+    monkeypatch.setattr(rt, "_backend", "plugin")
+    got = []
+    with rmmc.Resource("pool(expandable=false) > host") as r:
+        rmmc.set_default(r, device=0)
+        rmmc.set_memory_hooks(lambda p, n: got.append(n), None, device=0)
+        p = r.allocate(40 << 20)
+        assert sum(got) == r.figures()["reserved"] >= 40 << 20
+        r.deallocate(p, 40 << 20)
+        rmmc.set_memory_hooks(device=0)
+    assert len(seen) == 3

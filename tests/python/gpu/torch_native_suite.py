@@ -238,6 +238,110 @@ def case_mempool():
     return result
 
 
+def _pool_layer_figures(r):
+    """The figures of the stack's pool layer (the first that reports
+    "reserved"), or {}."""
+    for _name, figs in r.layers():
+        figs = dict(figs)
+        if "reserved" in figs:
+            return figs
+    return {}
+
+
+def case_mempool_segments():
+    """snapshot(pool)'s segments are the pool's memory: stable while held
+    (what ProcessGroupNCCL.register_mem_pool registers and
+    deregister_mem_pool deregisters later), one per chunk or page mapping
+    of rmmc's pool, adding up to its reserved bytes; the default pool's
+    segments add up to memory_reserved(); growth and the pool's death show
+    as segment_alloc / segment_free in the trace; _memory_viz renders it."""
+    import gc
+    import torch
+    from torch.cuda import _memory_viz
+    torch.zeros(1, device="cuda")
+    dev = torch.cuda.current_device()
+    torch.cuda.memory._record_memory_history(max_entries=100000)
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        small = torch.ones(8 << 18, device="cuda")  # 8 MiB
+    before = torch.cuda.memory_snapshot(pool.id)
+    with torch.cuda.use_mem_pool(pool):  # grows the pool; a block over several mappings
+        big = torch.ones(256 << 18, device="cuda")
+    after = torch.cuda.memory_snapshot(pool.id)
+    seg = lambda s: (s["address"], s["total_size"])  # noqa: E731
+    stable = {seg(s) for s in before} <= {seg(s) for s in after}
+    grew = len(after) > len(before)
+    owners = {tuple(s.get("segment_pool_id", pool.id)) for s in after}
+    tiled = all(sum(b["size"] for b in s["blocks"]) == s["total_size"] for s in after)
+    held = sum(b["size"] for s in after for b in s["blocks"] if b["state"] == "active_allocated")
+    snap = torch.cuda.memory._snapshot()
+    everything = sum(s["total_size"] for s in snap["segments"])
+    reserved = torch.cuda.memory_reserved()
+    html = _memory_viz.segment_plot(snap)
+    trace_html = _memory_viz.trace_plot(snap)
+    check(len(html) > 1000 and len(trace_html) > 1000, "_memory_viz rendered nothing")
+    check(stable, "segments of the pool changed when it grew: %s -> %s"
+          % (sorted(seg(s) for s in before), sorted(seg(s) for s in after)))
+    check(grew, "the pool did not show a new segment after growing")
+    check(tiled, "blocks do not tile the pool's segments")
+    check(held == small.numel() * 4 + big.numel() * 4,
+          "the pool's segments hold %d allocated bytes" % held)
+    check(everything == reserved, "segments add up to %d, memory_reserved() is %d"
+          % (everything, reserved))
+    addrs = {s["address"] for s in after}
+    pid = pool.id
+    result = {"compare": {"stable": stable, "grew": grew, "tiled": tiled,
+                          "segments_equal_reserved": everything == reserved,
+                          "owner_is_pool": owners == {tuple(pid)}}}
+    if MODE == "rmmc":
+        r = _BACKEND.pool_resource(pid)
+        check(r is not None, "MemPool has no rmmc stack of its own")
+        figs = _pool_layer_figures(r)
+        r.close()
+        mine = sum(s["total_size"] for s in after)
+        check(mine == figs.get("reserved"), "the pool's segments add up to %d, its reserved is %s"
+              % (mine, figs.get("reserved")))
+        count = figs.get("mappings", figs.get("regions"))
+        check(len(after) == count, "%d segments, the pool holds %s mappings/chunks (%s)"
+              % (len(after), count, figs))
+        result["pool"] = {"segments": len(after), "reserved": mine}
+        # A user's hooks on the default stack ride on the backend's: they
+        # hear what it holds (= the default pool's segments), its growth,
+        # and everything when removed; the snapshot keeps its segments.
+        import rmmc
+        user_held = {}
+        rmmc.set_memory_hooks(lambda p, n: user_held.__setitem__(p, n),
+                              lambda p, n: user_held.pop(p), device=dev)
+        default = {seg(s) for s in torch.cuda.memory_snapshot()
+                   if tuple(s.get("segment_pool_id", (0, 0))) == (0, 0)}
+        check(set(user_held.items()) == default, "the user's hooks hold %d ranges, the default pool "
+              "%d segments" % (len(user_held), len(default)))
+        grown = torch.empty(96 << 20, dtype=torch.uint8, device="cuda")
+        default = {seg(s) for s in torch.cuda.memory_snapshot()
+                   if tuple(s.get("segment_pool_id", (0, 0))) == (0, 0)}
+        check(set(user_held.items()) == default, "after growth: hooks %d ranges, segments %d"
+              % (len(user_held), len(default)))
+        rmmc.set_memory_hooks(device=dev)
+        check(not user_held, "%d ranges still held by the removed hooks" % len(user_held))
+        check({seg(s) for s in torch.cuda.memory_snapshot()
+               if tuple(s.get("segment_pool_id", (0, 0))) == (0, 0)} == default,
+              "removing the user's hooks changed the snapshot")
+        del grown
+    del small, big, pool
+    gc.collect()
+    torch.cuda.synchronize()
+    trace = torch.cuda.memory._snapshot()["device_traces"][dev]
+    torch.cuda.memory._record_memory_history(enabled=None)
+    allocs = [e["addr"] for e in trace if e["action"] == "segment_alloc" and e["addr"] in addrs]
+    frees = [e["addr"] for e in trace if e["action"] == "segment_free" and e["addr"] in addrs]
+    if MODE == "rmmc":  # PyTorch keeps a dead pool's segments cached until empty_cache
+        check(sorted(allocs) == sorted(addrs), "segment_alloc entries %d for %d segments"
+              % (len(allocs), len(addrs)))
+        check(sorted(frees) == sorted(addrs), "segment_free entries %d for %d segments"
+              % (len(frees), len(addrs)))
+    return result
+
+
 def case_snapshot():
     """_record_memory_history + _snapshot/_dump_snapshot: _memory_viz
     renders it, tools/torch_snapshot_to_csv.py reads it, segments hold
@@ -292,7 +396,8 @@ def case_snapshot():
         figs = dict(rmmc.stack_figures()[0][1])
         if "reserved" in figs:
             total = sum(s["total_size"] for s in snap["segments"])
-            check(total <= figs["reserved"], "segments (%d) exceed rmmc's reserved (%d)"
+            # The segments are what the pool holds, free ones too.
+            check(total == figs["reserved"], "segments add up to %d, rmmc's reserved is %d"
                   % (total, figs["reserved"]))
     del keep
     return {"compare": {"actions": actions, "allocs": len(sizes), "csv_rows": rows},
@@ -457,6 +562,7 @@ CASES = {
     "cuda_graph": case_cuda_graph,
     "mempool": case_mempool,
     "snapshot": case_snapshot,
+    "mempool_segments": case_mempool_segments,
     "out_of_memory": case_out_of_memory,
     "memory_fraction": case_memory_fraction,
     "record_stream": case_record_stream,
