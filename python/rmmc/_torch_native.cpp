@@ -36,6 +36,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -240,6 +241,7 @@ inline std::string format_size(uint64_t size) {
 struct Range {
   uintptr_t addr;
   size_t size;
+  int32_t seq = 0; // order of acquisition in the process (SegmentInfo::registration_counter)
 };
 
 struct LiveBlock {
@@ -258,6 +260,7 @@ struct SegmentLayout {
   uintptr_t addr;
   size_t size;
   std::vector<Piece> pieces; // in address order, adding up to size
+  int32_t seq = 0;           // the range's
 };
 
 // Lays `blocks` (sorted by address, disjoint) into `ranges` (sorted,
@@ -277,7 +280,7 @@ inline std::vector<SegmentLayout> layout_segments(const std::vector<Range>& rang
     const uintptr_t end = r.addr + r.size;
     while (j < blocks.size() && blocks[j].addr + blocks[j].size <= r.addr)
       j++;
-    SegmentLayout seg{r.addr, r.size, {}};
+    SegmentLayout seg{r.addr, r.size, {}, r.seq};
     uintptr_t cursor = r.addr;
     while (j < blocks.size() && blocks[j].addr < end) {
       const LiveBlock& b = blocks[j];
@@ -328,7 +331,7 @@ class SegmentRanges {
  public:
   void acquired(void* ptr, size_t bytes) {
     std::lock_guard<std::mutex> g(mutex_);
-    ranges_[reinterpret_cast<uintptr_t>(ptr)] = bytes;
+    ranges_[reinterpret_cast<uintptr_t>(ptr)] = {bytes, next_seq()};
     if (user_.on_acquire != nullptr)
       user_.on_acquire(ptr, bytes, user_.user);
   }
@@ -338,15 +341,22 @@ class SegmentRanges {
       user_.on_release(ptr, bytes, user_.user);
     ranges_.erase(reinterpret_cast<uintptr_t>(ptr));
   }
+  // Numbers ranges in the order the process acquired them, as PyTorch's
+  // allocator numbers its segments: ProcessGroupNCCL.register_mem_pool
+  // registers a snapshot's segments in this order and refuses a negative one.
+  static int32_t next_seq() {
+    static std::atomic<int32_t> n{0};
+    return n.fetch_add(1, std::memory_order_relaxed) & 0x7fffffff;
+  }
   void set_user(const RangeHooks& hooks) {
     std::lock_guard<std::mutex> g(mutex_);
     const RangeHooks old = user_;
     user_ = hooks;
     for (auto& r : ranges_) {
       if (old.on_release != nullptr)
-        old.on_release(reinterpret_cast<void*>(r.first), r.second, old.user);
+        old.on_release(reinterpret_cast<void*>(r.first), r.second.first, old.user);
       if (user_.on_acquire != nullptr)
-        user_.on_acquire(reinterpret_cast<void*>(r.first), r.second, user_.user);
+        user_.on_acquire(reinterpret_cast<void*>(r.first), r.second.first, user_.user);
     }
   }
   // The ranges in address order.
@@ -355,13 +365,13 @@ class SegmentRanges {
     std::vector<Range> out;
     out.reserve(ranges_.size());
     for (auto& r : ranges_)
-      out.push_back({r.first, r.second});
+      out.push_back({r.first, r.second.first, r.second.second});
     return out;
   }
 
  private:
   mutable std::mutex mutex_;
-  std::map<uintptr_t, size_t> ranges_;
+  std::map<uintptr_t, std::pair<size_t, int32_t>> ranges_; // size, seq
   RangeHooks user_;
 };
 
@@ -587,6 +597,10 @@ int main() {
     EXPECT_EQ(l[0].addr, 0x10000000); // address order
     EXPECT_EQ(l[0].size, 32u << 20);
     EXPECT_EQ(l[1].addr, 0x20000000);
+    // Numbered in the order acquired (register_mem_pool sorts by it, >= 0).
+    EXPECT_EQ(l[0].seq >= 0 && l[1].seq >= 0, 1);
+    EXPECT_EQ(l[0].seq > l[1].seq, 1); // A came after B
+    EXPECT_EQ(layout_segments(l, {}, nullptr)[0].seq, l[0].seq);
     Held h1, h2;
     sr.set_user({acq, rel, &h1}); // hears what is held now
     EXPECT_EQ(h1.acquires, 2);
@@ -641,6 +655,7 @@ int main() {
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -2068,6 +2083,9 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
       seg.is_large = true;
       seg.is_expandable = expandable;
       seg.owner_private_pool_id = v.pool;
+#if RMMC_TORCH_AT_LEAST(2, 11)
+      seg.registration_counter = l.seq;
+#endif
       bool streamed = false;
       for (const Piece& pc : l.pieces) {
         CCA::BlockInfo blk;
@@ -2141,6 +2159,9 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
       seg.is_expandable = expandable;
       seg.owner_private_pool_id = it.pool;
       seg.context_when_allocated = it.ctx;
+#if RMMC_TORCH_AT_LEAST(2, 11)
+      seg.registration_counter = static_cast<int32_t>(out->size()); // register_mem_pool's order
+#endif
       index[base] = out->size();
       out->push_back(std::move(seg));
       found = index.find(base);
