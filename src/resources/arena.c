@@ -12,7 +12,7 @@
 #include <limits.h>
 
 #include "spec/spec.h"
-#include "pool_internal.h"
+#include "pool/pool_internal.h"
 #include "rmmc/arena_resource.h"
 
 #define MIN_SUPERBLOCK ((size_t)64 << 10)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's parts (internal): the types the stream-ordering core
- * (pool.c) shares with its two growth backends, chunks (pool_chunks.c) and
- * virtual memory (pool_vm.c), and the few core operations the backends
+ * (pool.c) shares with its two growth backends, chunks (chunks.c) and
+ * virtual memory (vm.c), and the few core operations the backends
  * call. include/rmmc/pool_resource.h has the contract and the policies.
  *
  * Memory. The pool holds regions of address space: chunks taken from the
@@ -75,7 +75,7 @@ typedef struct pool_seg {
   uintptr_t addr;
   size_t size;
   uint64_t freed_at; /* pool clock when it last lay wholly in free blocks (trim order) */
-  uint8_t off;       /* SEG_ON, or paused (pool_sleep.c): SEG_OFF (unmapped; resume maps it
+  uint8_t off;       /* SEG_ON, or paused (sleep.c): SEG_OFF (unmapped; resume maps it
                       * again) or SEG_WOKEN (mapped by a wake still in progress) */
 } pool_seg_t;
 
@@ -189,7 +189,7 @@ typedef struct pool_backend {
    * nothing. NULL: the backend maps nothing itself (chunks are the
    * upstream's memory, which the upstream made reachable). */
   rmmc_status_t (*grant)(pool_t *p, int d);
-  /* Sleep mode (pool_sleep.c), under every lock, no work pending on the
+  /* Sleep mode (sleep.c), under every lock, no work pending on the
    * pool's memory. sleep unmaps every mapping still mapped (on_release
    * before each), marking it off; one the upstream refuses stays on, the
    * others still go, and the first refusal's status is returned. wake maps
@@ -214,7 +214,7 @@ struct pool {
   size_t small_max, span;
   unsigned stripes; /* heaps per stream: threads on one stream spread over them */
   int graphs_routing; /* atomic: graph pools being routed to, + 1 while paused (the
-                       * allocation's one slow-path gate; pool_sleep.c) */
+                       * allocation's one slow-path gate; sleep.c) */
   const pool_backend_t *be;
   /* options, resolved */
   size_t max_size, min_growth, granularity, gc_limit, event_bytes, cache_bytes;
@@ -256,9 +256,9 @@ struct pool {
   uintptr_t trim_keep_lo, trim_keep_hi; /* vm: a range trimming leaves alone (growth in flight) */
   uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
   uint64_t adoptions; /* streams whose covered frees another stream joined (adopt_covered) */
-  rmmc_memory_hooks_t hooks; /* rmmc_resource_set_memory_hooks (shared lock; pool_query.c) */
-  uint64_t peers; /* devices given access (bit d; shared lock; pool_query.c): every mapping's */
-  /* sleep mode (pool_sleep.c; every lock to write) */
+  rmmc_memory_hooks_t hooks; /* rmmc_resource_set_memory_hooks (shared lock; query.c) */
+  uint64_t peers; /* devices given access (bit d; shared lock; query.c): every mapping's */
+  /* sleep mode (sleep.c; every lock to write) */
   int paused;               /* atomic read: allocations are refused */
   size_t off_bytes;         /* bytes of mappings that are off (counted in reserved) */
   struct pool_sleep_head *sleep; /* the backup and counts; NULL before the first pause */
@@ -270,7 +270,7 @@ rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_optio
 /* True if r is a pool made by rmmc_arena_resource_create. */
 bool rmmc__pool_is_arena(const rmmc_resource_t *r);
 
-/* ---- the shared heap (pool_heap.c): what the core and backends call ---- */
+/* ---- the shared heap (shared_heap.c): what the core and backends call ---- */
 
 rmmc_status_t rmmc__pool_no_host_memory(void);
 /* Merges b (free, unindexed) and indexes the result. */
@@ -329,7 +329,7 @@ rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const
 rmmc_status_t rmmc__pool_upstream_allocate(pool_t *p, size_t bytes, cudaStream_t stream, void **out);
 rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes);
 
-/* ---- sleep mode (pool_sleep.c) ---- */
+/* ---- sleep mode (sleep.c) ---- */
 
 /* The pool layer of a stack (r itself, or the first pool below it); NULL. */
 pool_t *rmmc__pool_in(rmmc_resource_t *r);
@@ -339,7 +339,7 @@ void rmmc__pool_unlock_all(pool_t *p);
 /* Bytes held from the upstream now: reserved less what is off. */
 static inline size_t pool_held(const pool_t *p) { return p->reserved - p->off_bytes; }
 /* The head of the sleep state, which the first pause makes: pool.c calls
- * the sleep code through it, so the core does not depend on pool_sleep.c
+ * the sleep code through it, so the core does not depend on sleep.c
  * (no cycle) and a program that never pauses links none of it. */
 typedef struct pool_sleep_head {
   /* Frees the backup's host memory once its copies are done (release_cached
@@ -349,7 +349,7 @@ typedef struct pool_sleep_head {
   void (*describe)(pool_t *p, rmmc_field_cb emit, void *ctx);
 } pool_sleep_head_t;
 
-/* ---- queries, memory hooks and peer access (pool_query.c) ---- */
+/* ---- queries, memory hooks and peer access (query.c) ---- */
 
 /* The pool's get_allocation, set_memory_hooks and enable_peer_access slots. */
 rmmc_status_t rmmc__pool_get_allocation(rmmc_resource_t *r, const void *ptr,

@@ -4,7 +4,7 @@
  * free blocks of the shared heap with their owners (indexing, merging,
  * carving), the growth budget, and the upstream calls and errors the core
  * and the backends share. It calls neither: the core (pool.c) and the
- * backends (pool_chunks.c, pool_vm.c) call it.
+ * backends (chunks.c, vm.c) call it.
  */
 #include <stdio.h>
 #include <stdlib.h>

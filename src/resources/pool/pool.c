@@ -3,7 +3,7 @@
  * The pool resource: the stream-ordering core (include/rmmc/pool_resource.h
  * has the contract and the policies, pool_internal.h the layout of memory
  * and the locks; growth and giving back live in the backends,
- * pool_chunks.c and pool_vm.c).
+ * chunks.c and vm.c).
  *
  * Hot paths. A call finds its stream's heap through a small thread-local
  * cache keyed by (pool id, stream). A small request takes the heap's lock,
@@ -1554,7 +1554,7 @@ static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes
   return POOL_EXPENSIVE(p, pool_deallocate_in(p, ptr, bytes, stream), "deallocate");
 }
 
-/* An allocation while paused (pool_sleep.c): refused. */
+/* An allocation while paused (sleep.c): refused. */
 static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes) {
   char b[32];
   rmmc__lock(&p->lock); /* release_cached may drop mappings meanwhile (TSan) */

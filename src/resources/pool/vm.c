@@ -480,7 +480,7 @@ take_back: {
 }
 }
 
-/* ---- sleep mode (pool_sleep.c has the whole of it) ---- */
+/* ---- sleep mode (sleep.c has the whole of it) ---- */
 
 /* Unmaps every mapping that is on, lowest first, each announced before it
  * goes; one the upstream refuses stays on (announced held again) and the
