@@ -370,6 +370,17 @@ static inline void pool_hook_release(pool_t *p, uintptr_t a, size_t n) {
   if (RMMC_UNLIKELY(p->hooks.on_release != NULL)) p->hooks.on_release((void *)a, n, p->hooks.user);
 }
 
+/* vm: the first of r's mappings (sorted) at or above addr. */
+static inline size_t pool_seg_lower_bound(const pool_region_t *r, uintptr_t addr) {
+  size_t lo = 0, hi = r->nsegs;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (r->segs[mid].addr < addr) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 static inline pool_block_t *pool_block_of(rmmc__tlsf_node_t *n) {
   return RMMC_CONTAINER_OF(n, pool_block_t, node);
 }

@@ -73,16 +73,6 @@ static pool_block_t *hole_merge(pool_t *p, pool_block_t *u) {
 
 /* ---- segments: the mapped ranges of a reservation, sorted ---- */
 
-static size_t seg_lower_bound(const pool_region_t *r, uintptr_t addr) {
-  size_t lo = 0, hi = r->nsegs;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (r->segs[mid].addr < addr) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
 static bool seg_insert(pool_region_t *r, uintptr_t addr, size_t size) {
   if (r->nsegs == r->capsegs) {
     size_t cap = r->capsegs ? 2 * r->capsegs : 16;
@@ -91,7 +81,7 @@ static bool seg_insert(pool_region_t *r, uintptr_t addr, size_t size) {
     r->segs = s;
     r->capsegs = cap;
   }
-  size_t i = seg_lower_bound(r, addr);
+  size_t i = pool_seg_lower_bound(r, addr);
   memmove(r->segs + i + 1, r->segs + i, (r->nsegs - i) * sizeof *r->segs);
   r->segs[i] = (pool_seg_t){addr, size, 0, SEG_ON};
   r->nsegs++;
@@ -151,7 +141,7 @@ static rmmc_status_t map_segment(pool_t *p, pool_region_t *r, uintptr_t a, size_
   if (st != RMMC_SUCCESS) {
     rmmc__error_state_t why;
     rmmc__error_save(&why);
-    size_t i = seg_lower_bound(r, a);
+    size_t i = pool_seg_lower_bound(r, a);
     if (i < r->nsegs && r->segs[i].addr == a) seg_remove(r, i);
     bool stays = upstream_unmap(p, a, n) != RMMC_SUCCESS;
     rmmc__error_restore(&why);
@@ -262,7 +252,7 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
      * no later growth maps it again. */
     rmmc__error_state_t why;
     rmmc__error_save(&why);
-    size_t i = seg_lower_bound(r, pl.m0), j = i;
+    size_t i = pool_seg_lower_bound(r, pl.m0), j = i;
     while (j < r->nsegs && r->segs[j].addr < a) j++;
     while (j-- > i) {
       uintptr_t k0 = r->segs[j].addr;
@@ -420,7 +410,7 @@ static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
       if (b->state != B_FREE || b->where != W_INDEX) continue;
       if (b->addr < p->trim_keep_hi && pool_bend(b) > p->trim_keep_lo) continue;
       if (p->clock - b->freed < p->trim_min_age) continue; /* in use in this round */
-      size_t i = seg_lower_bound(r, b->addr), j = i;
+      size_t i = pool_seg_lower_bound(r, b->addr), j = i;
       while (j < r->nsegs && r->segs[j].addr + r->segs[j].size <= pool_bend(b)) j++;
       if (j == i || !rmmc__pool_settled(p, b, true)) continue;
       for (; i < j; i++) c[n++] = (trim_cand_t){b, r->segs[i].addr, b->freed};
@@ -428,7 +418,7 @@ static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
     qsort(c, n, sizeof *c, older_first);
     for (size_t k = 0; k < n && p->reserved > goal; k++) {
       pool_block_t *b = c[k].b, *rest = NULL;
-      size_t i = seg_lower_bound(r, c[k].seg);
+      size_t i = pool_seg_lower_bound(r, c[k].seg);
       rmmc__pool_unlink_free(p, b);
       st = unmap_seg(p, r, i, b, &rest);
       if (st != RMMC_SUCCESS) {
@@ -570,105 +560,18 @@ static rmmc_status_t vm_wake(pool_t *p) {
   return st;
 }
 
-/* ---- lifetime, figures, checks ---- */
-
-static void vm_fini(pool_t *p) {
-  while (p->regions != NULL) {
-    pool_region_t *r = p->regions;
-    for (size_t i = 0; i < r->nsegs; i++) {
-      if (r->segs[i].off != SEG_ON) continue; /* paused: gone already, announced */
-      pool_hook_release(p, r->segs[i].addr, r->segs[i].size);
-      (void)rmmc_resource_vm_unmap(p->base.upstream, (void *)r->segs[i].addr, r->segs[i].size);
-    }
-    (void)rmmc_resource_vm_unreserve(p->base.upstream, (void *)r->base, r->size);
-    rmmc__pool_remove_region(p, r);
-  }
-}
-
-static void vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
-  size_t segs = 0, space = 0;
-  rmmc__lock(&p->lock);
-  for (pool_region_t *r = p->regions; r != NULL; r = r->next) segs += r->nsegs, space += r->size;
-  uint64_t maps = p->page_maps, unmaps = p->page_unmaps;
-  rmmc__unlock(&p->lock);
-  rmmc__emit_text(emit, ctx, "backend", "virtual memory");
-  rmmc__emit_bytes(emit, ctx, "page", p->page);
-  rmmc__emit_bytes(emit, ctx, "address_space", space);
-  rmmc__emit_count(emit, ctx, "mappings", segs);
-  rmmc__emit_count(emit, ctx, "page_maps", maps);
-  rmmc__emit_count(emit, ctx, "page_unmaps", unmaps);
-}
-
-/* Does the union of r's segments cover [a0, a1) exactly (covered) or not
- * touch it at all (!covered)? */
-static bool seg_covers(const pool_region_t *r, uintptr_t a0, uintptr_t a1, bool covered) {
-  size_t i = seg_lower_bound(r, a0);
-  if (i > 0 && r->segs[i - 1].addr + r->segs[i - 1].size > a0) i--;
-  if (!covered) return i == r->nsegs || r->segs[i].addr >= a1;
-  uintptr_t at = a0;
-  for (; i < r->nsegs && at < a1; i++) {
-    if (r->segs[i].addr > at) return false;
-    at = r->segs[i].addr + r->segs[i].size;
-  }
-  return at >= a1;
-}
-
-static bool vm_check(pool_t *p, char *msg, size_t len) {
-  size_t mapped = 0, holes = 0, off = 0;
-  for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
-    for (size_t i = 0; i < r->nsegs; i++) {
-      const pool_seg_t *s = &r->segs[i];
-      bool ok = s->addr >= r->base && s->addr + s->size <= r->base + r->size &&
-                s->addr % p->page == 0 && s->size % p->page == 0 &&
-                (i == 0 || r->segs[i - 1].addr + r->segs[i - 1].size <= s->addr);
-      if (!ok) {
-        snprintf(msg, len, "mapping %p + %zu is out of place", (void *)s->addr, s->size);
-        return false;
-      }
-      mapped += s->size;
-      if (s->off == SEG_WOKEN || (s->off == SEG_OFF && !p->paused)) {
-        snprintf(msg, len, "mapping %p + %zu is %s while the pool is %s", (void *)s->addr,
-                 s->size, s->off == SEG_OFF ? "off" : "half woken", p->paused ? "paused" : "awake");
-        return false;
-      }
-      if (s->off == SEG_OFF) off += s->size;
-    }
-    for (pool_block_t *b = r->first; b != NULL; b = b->next) {
-      bool unmapped = b->state == B_UNMAPPED;
-      holes += unmapped;
-      if (!seg_covers(r, b->addr, pool_bend(b), !unmapped)) {
-        snprintf(msg, len, "block %p + %zu (state %d) is %s", (void *)b->addr, pool_bsize(b),
-                 b->state, unmapped ? "mapped" : "not wholly mapped");
-        return false;
-      }
-      if (unmapped && b->next != NULL && b->next->state == B_UNMAPPED) {
-        snprintf(msg, len, "holes at %p and %p should have merged", (void *)b->addr,
-                 (void *)b->next->addr);
-        return false;
-      }
-    }
-  }
-  size_t listed = 0;
-  for (pool_block_t *u = p->holes; u != NULL; u = u->qnext) listed++;
-  if (off != p->off_bytes) {
-    snprintf(msg, len, "%zu bytes of mappings are off, the pool counts %zu", off, p->off_bytes);
-    return false;
-  }
-  if (mapped != p->reserved || listed != holes) {
-    snprintf(msg, len, "reserved %zu, mappings add up to %zu; %zu holes, %zu listed", p->reserved,
-             mapped, holes, listed);
-    return false;
-  }
-  return true;
-}
+/* vm_check.c: the end, figures and invariants. */
+void rmmc__pool_vm_fini(pool_t *p);
+void rmmc__pool_vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx);
+bool rmmc__pool_vm_check(pool_t *p, char *msg, size_t len);
 
 const pool_backend_t rmmc__pool_vm = {
     .name = "virtual memory",
     .grow = vm_grow,
     .trim = vm_trim,
-    .fini = vm_fini,
-    .describe = vm_describe,
-    .check = vm_check,
+    .fini = rmmc__pool_vm_fini,
+    .describe = rmmc__pool_vm_describe,
+    .check = rmmc__pool_vm_check,
     .grant = vm_grant,
     .sleep = vm_sleep,
     .wake = vm_wake,
