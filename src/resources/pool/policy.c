@@ -207,7 +207,13 @@ static pool_block_t *reuse_after_wait(pool_t *p, pool_owner_t *o, cudaStream_t s
  * maximum ask (the backend's trim); false (message set) when the maximum
  * still refuses. */
 static bool trim_to_budget(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need) {
-  return rmmc__pool_admit(p, o, stream, 0, need, false);
+  size_t goal;
+  pool_admit_t a = rmmc__pool_admit(p, o, stream, 0, need, false, &goal);
+  if (a == POOL_ADMIT_TRIM) {
+    (void)p->be->trim(p, goal);
+    a = rmmc__pool_admit_max(p, 0);
+  }
+  return a == POOL_ADMIT_YES;
 }
 
 /* A block found free: out of its index, for the caller. */

@@ -172,7 +172,8 @@ typedef struct pool_backend {
    * merged, not indexed) of at least `need` bytes in *out; `align` is the
    * alignment the caller will carve at. RMMC_ERROR_OUT_OF_MEMORY when the
    * upstream or the maximum refuses; `within`: also when the growth would
-   * take reserved past the budget (rmmc__pool_admit). o may be NULL (the
+   * take reserved past the budget (rmmc__pool_admit; otherwise the backend
+   * runs the trim the budget asks for, its own). o may be NULL (the
    * initial growth: the block must be clean). */
   rmmc_status_t (*grow)(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                         size_t align, bool within, pool_block_t **out);
@@ -253,7 +254,6 @@ struct pool {
   double band;            /* steady-state hysteresis: growth may pass the budget by band x slack */
   /* figures (shared lock) */
   size_t reserved, reserved_peak, committed, committed_peak, span_bytes, free_bytes;
-  uintptr_t trim_keep_lo, trim_keep_hi; /* vm: a range trimming leaves alone (growth in flight) */
   uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
   uint64_t adoptions; /* streams whose covered frees another stream joined (adopt_covered) */
   rmmc_memory_hooks_t hooks; /* rmmc_resource_set_memory_hooks (shared lock; query.c) */
@@ -317,12 +317,20 @@ pool_block_t *rmmc__pool_split(pool_t *p, pool_block_t *b, uintptr_t addr);
 bool rmmc__pool_usable(pool_t *p, pool_block_t *b, const pool_owner_t *o);
 /* Is the work before b's free known finished (asking CUDA if `ask`)? */
 bool rmmc__pool_settled(pool_t *p, pool_block_t *b, bool ask);
+/* The growth budget's answer (rmmc__pool_admit): grow; give back to a goal
+ * first (the caller runs the trim: the shared heap calls no backend); or
+ * refuse. */
+typedef enum { POOL_ADMIT_YES, POOL_ADMIT_TRIM, POOL_ADMIT_NO } pool_admit_t;
 /* May the pool grow by `add` bytes for a request of `need`? Within the
- * budget only (`within`): whether it fits as things are. Otherwise gives
- * back what the budget, gc_threshold and the maximum ask first, and refuses
- * (message set) only when the maximum still does. */
-bool rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add, size_t need,
-                      bool within);
+ * budget only (`within`): whether it fits as things are (YES or NO).
+ * Otherwise TRIM with *goal when the budget, gc_threshold or the maximum
+ * ask for memory back first; the caller trims to *goal, then asks
+ * rmmc__pool_admit_max; or YES, or NO (message set) when the maximum
+ * refuses. */
+pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add,
+                              size_t need, bool within, size_t *goal);
+/* YES if growing by `add` keeps within the maximum, else NO (message set). */
+pool_admit_t rmmc__pool_admit_max(pool_t *p, size_t add);
 /* The out-of-memory error with the pool's figures. */
 rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const char *why);
 /* Upstream calls that may run during another thread's graph capture. */

@@ -314,6 +314,9 @@ static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_b
   return RMMC_SUCCESS;
 }
 
+static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
+                                     uintptr_t keep_hi);
+
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                              size_t align, bool within, pool_block_t **out) {
   place_t pl = {0};
@@ -326,12 +329,16 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
       return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room in a new reservation");
   }
   uint64_t shrinks = p->shrinks;
-  /* Trimming leaves the hole and the free blocks beside it alone: unmapping
-   * what this growth would map back is churn. */
-  p->trim_keep_lo = pl.u->prev != NULL ? pl.u->prev->addr : pl.u->addr;
-  p->trim_keep_hi = pl.u->next != NULL ? pool_bend(pl.u->next) : pool_bend(pl.u);
-  bool ok = rmmc__pool_admit(p, o, stream, pl.m1 - pl.m0, need, within);
-  p->trim_keep_lo = p->trim_keep_hi = 0;
+  /* The budget's trim leaves the hole and the free blocks beside it alone:
+   * unmapping what this growth would map back is churn. */
+  size_t goal;
+  pool_admit_t a = rmmc__pool_admit(p, o, stream, pl.m1 - pl.m0, need, within, &goal);
+  if (a == POOL_ADMIT_TRIM) {
+    (void)vm_trim_keeping(p, goal, pl.u->prev != NULL ? pl.u->prev->addr : pl.u->addr,
+                          pl.u->next != NULL ? pool_bend(pl.u->next) : pool_bend(pl.u));
+    a = rmmc__pool_admit_max(p, pl.m1 - pl.m0);
+  }
+  bool ok = a == POOL_ADMIT_YES;
   if (!ok)
     return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
                   : RMMC_ERROR_OUT_OF_MEMORY;
@@ -398,7 +405,8 @@ static int older_first(const void *x, const void *y) {
   return a->seg > b->seg ? -1 : a->seg < b->seg; /* within a block: highest first */
 }
 
-static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
+static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
+                                     uintptr_t keep_hi) {
   rmmc_status_t st = RMMC_SUCCESS;
   for (pool_region_t *r = p->regions; r != NULL && p->reserved > goal && st == RMMC_SUCCESS;
        r = r->next) {
@@ -408,7 +416,7 @@ static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
     size_t n = 0;
     for (pool_block_t *b = r->first; b != NULL; b = b->next) {
       if (b->state != B_FREE || b->where != W_INDEX) continue;
-      if (b->addr < p->trim_keep_hi && pool_bend(b) > p->trim_keep_lo) continue;
+      if (b->addr < keep_hi && pool_bend(b) > keep_lo) continue;
       if (p->clock - b->freed < p->trim_min_age) continue; /* in use in this round */
       size_t i = pool_seg_lower_bound(r, b->addr), j = i;
       while (j < r->nsegs && r->segs[j].addr + r->segs[j].size <= pool_bend(b)) j++;
@@ -433,6 +441,8 @@ static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
   }
   return st;
 }
+
+static rmmc_status_t vm_trim(pool_t *p, size_t goal) { return vm_trim_keeping(p, goal, 0, 0); }
 
 /* ---- peers ---- */
 
