@@ -47,17 +47,17 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
     graphs++, graph_bytes += g->used_bytes + g->idx->bytes;
   uint64_t grows = p->grows, shrinks = p->shrinks, peers = p->peers, adoptions = p->adoptions;
   unlock_all(p);
-  rmmc__emit_bytes(emit, ctx, "reserved", reserved);
-  rmmc__emit_bytes(emit, ctx, "in_use", t.in_use);
-  rmmc__emit_bytes(emit, ctx, "free", reserved > t.in_use ? reserved - t.in_use : 0);
-  rmmc__emit_bytes(emit, ctx, "peak", peak);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(RESERVED), reserved);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), t.in_use);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(FREE), reserved > t.in_use ? reserved - t.in_use : 0);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(PEAK), peak);
   rmmc__emit_bytes(emit, ctx, "reserved_peak", reserved_peak);
   rmmc__emit_bytes(emit, ctx, "largest_free", t.largest);
   if (p->max_size != SIZE_MAX) rmmc__emit_bytes(emit, ctx, "limit", p->max_size);
   rmmc__emit_bytes(emit, ctx, "small_max", p->small_max); /* the settings of the stream heaps */
   rmmc__emit_bytes(emit, ctx, "span_size", p->span);
   rmmc__emit_bytes(emit, ctx, "heap_cache", p->cache_bytes);
-  rmmc__emit_bytes(emit, ctx, "cached", t.cached);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(CACHED), t.cached);
   rmmc__emit_bytes(emit, ctx, "pending", t.pending);
   rmmc__emit_count(emit, ctx, "regions", regions);
   rmmc__emit_count(emit, ctx, "graph_pools", graphs);
