@@ -167,9 +167,9 @@ RMMC_API rmmc_status_t rmmc_aligned_adaptor_create(rmmc_resource_t *upstream,
 }
 
 static const rmmc__spec_option_t aligned_spec_options[] = {
-    {"alignment", RMMC__OPT_BYTES, "power of two given to large allocations (default 4096)"},
-    {"threshold", RMMC__OPT_BYTES, "allocations of at least this size are aligned (default 1MiB)"},
-    {NULL, 0, NULL},
+    {.name = "alignment", .type = RMMC__OPT_BYTES, .help = "power of two given to large allocations (default 4096)"},
+    {.name = "threshold", .type = RMMC__OPT_BYTES, .help = "allocations of at least this size are aligned (default 1MiB)"},
+    {.name = NULL},
 };
 
 static rmmc_status_t aligned_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,

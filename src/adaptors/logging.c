@@ -335,10 +335,10 @@ RMMC_API rmmc_status_t rmmc_logging_adaptor_create_file(rmmc_resource_t *upstrea
 }
 
 static const rmmc__spec_option_t logging_spec_options[] = {
-    {"path", RMMC__OPT_STRING, "the CSV file to write, created or truncated (required, no default)"},
-    {"flush", RMMC__OPT_BOOL, "write every line out at once (default false: at flush and destroy)"},
-    {"time", RMMC__OPT_STRING, "clock (RMM's HH:MM:SS.us, default) or us (microseconds since epoch)"},
-    {NULL, 0, NULL},
+    {.name = "path", .type = RMMC__OPT_STRING, .help = "the CSV file to write, created or truncated (required, no default)"},
+    {.name = "flush", .type = RMMC__OPT_BOOL, .help = "write every line out at once (default false: at flush and destroy)"},
+    {.name = "time", .type = RMMC__OPT_STRING, .help = "clock (RMM's HH:MM:SS.us, default) or us (microseconds since epoch)"},
+    {.name = NULL},
 };
 
 static rmmc_status_t logging_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,

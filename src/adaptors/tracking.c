@@ -424,9 +424,9 @@ RMMC_API rmmc_status_t rmmc_tracking_adaptor_create(rmmc_resource_t *upstream,
 }
 
 static const rmmc__spec_option_t tracking_spec_options[] = {
-    {"backtrace", RMMC__OPT_BOOL, "capture each allocation's call stack (default false)"},
-    {"depth", RMMC__OPT_INT, "most frames kept per allocation (default 16)"},
-    {NULL, 0, NULL},
+    {.name = "backtrace", .type = RMMC__OPT_BOOL, .help = "capture each allocation's call stack (default false)"},
+    {.name = "depth", .type = RMMC__OPT_INT, .help = "most frames kept per allocation (default 16)"},
+    {.name = NULL},
 };
 
 static rmmc_status_t tracking_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,

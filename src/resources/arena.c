@@ -72,11 +72,11 @@ RMMC_API size_t rmmc_arena_resource_block_size(const rmmc_resource_t *r, size_t 
 /* ---- stack spec ---- */
 
 static const rmmc__spec_option_t arena_spec_options[] = {
-    {"superblock", RMMC__OPT_BYTES, "span of a stream heap, a power of two; requests up to a quarter of it stay in the heaps (default 16MiB)"},
-    {"chunk", RMMC__OPT_BYTES, "fewest bytes one growth takes from the upstream (default: the pool's)"},
-    {"max", RMMC__OPT_BYTES_PCT, "most taken from the upstream (default: no limit)"},
-    {"keep", RMMC__OPT_INT, "wholly free superblocks a stream heap keeps (default 1)"},
-    {NULL, 0, NULL},
+    {.name = "superblock", .type = RMMC__OPT_BYTES, .help = "span of a stream heap, a power of two; requests up to a quarter of it stay in the heaps (default 16MiB)"},
+    {.name = "chunk", .type = RMMC__OPT_BYTES, .help = "fewest bytes one growth takes from the upstream (default: the pool's)"},
+    {.name = "max", .type = RMMC__OPT_BYTES_PCT, .help = "most taken from the upstream (default: no limit)"},
+    {.name = "keep", .type = RMMC__OPT_INT, .help = "wholly free superblocks a stream heap keeps (default 1)"},
+    {.name = NULL},
 };
 
 static rmmc_status_t arena_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,

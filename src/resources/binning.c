@@ -298,11 +298,11 @@ RMMC_API size_t rmmc_binning_resource_bin_for(const rmmc_resource_t *r, size_t b
 }
 
 static const rmmc__spec_option_t binning_spec_options[] = {
-    {"min", RMMC__OPT_BYTES, "smallest power-of-two bin (default 256B)"},
-    {"max", RMMC__OPT_BYTES, "largest power-of-two bin (default 4MiB)"},
-    {"bins", RMMC__OPT_STRING, "explicit bin sizes, ascending: bins=256B:4KiB:64KiB (default: powers of two from min to max)"},
-    {"chunk", RMMC__OPT_BYTES, "upstream bytes per bin chunk (default 2MiB)"},
-    {NULL, 0, NULL},
+    {.name = "min", .type = RMMC__OPT_BYTES, .help = "smallest power-of-two bin (default 256B)"},
+    {.name = "max", .type = RMMC__OPT_BYTES, .help = "largest power-of-two bin (default 4MiB)"},
+    {.name = "bins", .type = RMMC__OPT_STRING, .help = "explicit bin sizes, ascending: bins=256B:4KiB:64KiB (default: powers of two from min to max)"},
+    {.name = "chunk", .type = RMMC__OPT_BYTES, .help = "upstream bytes per bin chunk (default 2MiB)"},
+    {.name = NULL},
 };
 
 static rmmc_status_t binning_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,

@@ -464,9 +464,9 @@ RMMC_API rmmc_status_t rmmc_cuda_resource_create(int device, rmmc_resource_t **o
 }
 
 static const rmmc__spec_option_t cuda_spec_options[] = {
-    {"ipc", RMMC__OPT_BOOL,
+    {.name = "ipc", .type = RMMC__OPT_BOOL, .help =
      "virtual-memory pages shareable with other processes (POSIX file descriptors; default false)"},
-    {NULL, 0, NULL},
+    {.name = NULL},
 };
 
 static rmmc_status_t cuda_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,

@@ -232,10 +232,10 @@ RMMC_API cudaMemPool_t rmmc_cuda_async_resource_pool(const rmmc_resource_t *r) {
 }
 
 static const rmmc__spec_option_t async_spec_options[] = {
-    {"initial", RMMC__OPT_BYTES_PCT, "bytes reserved at creation (default 0)"},
-    {"release_threshold", RMMC__OPT_BYTES_PCT, "bytes kept cached at synchronization (default: all)"},
-    {"default_pool", RMMC__OPT_BOOL, "use the device's default pool (plain cudaMallocAsync)"},
-    {NULL, 0, NULL},
+    {.name = "initial", .type = RMMC__OPT_BYTES_PCT, .help = "bytes reserved at creation (default 0)"},
+    {.name = "release_threshold", .type = RMMC__OPT_BYTES_PCT, .help = "bytes kept cached at synchronization (default: all)"},
+    {.name = "default_pool", .type = RMMC__OPT_BOOL, .help = "use the device's default pool (plain cudaMallocAsync)"},
+    {.name = NULL},
 };
 
 static rmmc_status_t async_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,

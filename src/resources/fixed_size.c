@@ -607,9 +607,9 @@ RMMC_API size_t rmmc_fixed_size_resource_block_alignment(const rmmc_resource_t *
 }
 
 static const rmmc__spec_option_t fs_spec_options[] = {
-    {"block", RMMC__OPT_BYTES, "bytes per block (default 1MiB)"},
-    {"blocks_per_chunk", RMMC__OPT_INT, "blocks taken from the upstream at a time (default 128)"},
-    {NULL, 0, NULL},
+    {.name = "block", .type = RMMC__OPT_BYTES, .help = "bytes per block (default 1MiB)"},
+    {.name = "blocks_per_chunk", .type = RMMC__OPT_INT, .help = "blocks taken from the upstream at a time (default 128)"},
+    {.name = NULL},
 };
 
 static rmmc_status_t fs_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream, int device,

@@ -91,8 +91,8 @@ RMMC_API rmmc_status_t rmmc_managed_resource_create(int device, const rmmc_manag
 }
 
 static const rmmc__spec_option_t managed_spec_options[] = {
-    {"prefetch", RMMC__OPT_BOOL, "prefetch each allocation to the device (default false)"},
-    {NULL, 0, NULL},
+    {.name = "prefetch", .type = RMMC__OPT_BOOL, .help = "prefetch each allocation to the device (default false)"},
+    {.name = NULL},
 };
 
 static rmmc_status_t managed_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,

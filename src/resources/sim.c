@@ -429,9 +429,9 @@ RMMC_API rmmc_status_t rmmc_sim_resource_create(const rmmc_sim_options_t *option
 }
 
 static const rmmc__spec_option_t sim_spec_options[] = {
-    {"capacity", RMMC__OPT_BYTES, "bytes the simulated device holds (default: no limit)"},
-    {"alignment", RMMC__OPT_BYTES, "granularity sizes are rounded to (default 256)"},
-    {NULL, 0, NULL},
+    {.name = "capacity", .type = RMMC__OPT_BYTES, .help = "bytes the simulated device holds (default: no limit)"},
+    {.name = "alignment", .type = RMMC__OPT_BYTES, .help = "granularity sizes are rounded to (default 256)"},
+    {.name = NULL},
 };
 
 static rmmc_status_t sim_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
