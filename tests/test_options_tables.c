@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adaptors/aligned_options.h"
+#include "resources/arena_options.h"
+#include "resources/binning_options.h"
+#include "resources/fixed_size_options.h"
 #include "resources/pool/options.h"
 #include "rmmc/rmmc.h"
 #include "test_main.h"
@@ -29,6 +33,11 @@ typedef struct row {
   {#field_, key_, #stype_, #ftype_, offsetof(T, field_), sizeof(((T *)0)->field_),              \
    (init).field_ == (cdef_), tdef_, lo_, hi_},
 
+/* A field of the struct that is no option of the spec (the table's header
+ * says why). */
+#define EXTRA_ROW(T, field_)                                                                   \
+  {#field_, NULL, "", "", offsetof(T, field_), sizeof(((T *)0)->field_), true, NULL, 0, 0},
+
 static int by_offset(const void *a, const void *b) {
   const row_t *x = a, *y = b;
   return x->offset < y->offset ? -1 : x->offset > y->offset;
@@ -46,6 +55,8 @@ static bool types_agree(const row_t *r) {
   if (strcmp(r->ftype, "BOOL") == 0) return r->size == sizeof(bool) && strcmp(r->stype, "BOOL") == 0;
   if (strcmp(r->ftype, "INT") == 0)
     return r->size == sizeof(int) && (strcmp(r->stype, "INT") == 0 || strcmp(r->stype, "BOOL") == 0);
+  if (strcmp(r->ftype, "NONE") == 0) /* text the build parses itself */
+    return strcmp(r->stype, "STRING") == 0;
   if (strcmp(r->ftype, "UNSIGNED") == 0)
     return r->size == sizeof(unsigned) && strcmp(r->stype, "INT") == 0;
   return false;
@@ -129,6 +140,78 @@ START_TEST(test_options_pool_table_matches_the_header) {
 }
 END_TEST
 
+/* Builds `spec`; fails with `status` and a message holding `needle`. */
+static void spec_fails(const char *spec, rmmc_status_t status, const char *needle) {
+  rmmc_resource_t *r = (rmmc_resource_t *)1;
+  ck_assert_int_eq(rmmc_stack_create(spec, -1, &r), status);
+  ck_assert_ptr_null(r);
+  ck_assert_msg(strstr(rmmc_last_error_message(), needle) != NULL, "%s: '%s' lacks '%s'", spec,
+                rmmc_last_error_message(), needle);
+}
+
+START_TEST(test_options_aligned_table_matches_the_header) {
+  const rmmc_aligned_options_t init = RMMC_ALIGNED_OPTIONS_INIT;
+#define ALIGNED_ROW(...) ROW_OF(rmmc_aligned_options_t, init, __VA_ARGS__)
+  row_t rows[] = {RMMC__ALIGNED_OPTIONS(ALIGNED_ROW)};
+#undef ALIGNED_ROW
+  check_table("aligned", rows, sizeof rows / sizeof rows[0], 0, sizeof init,
+              EXPANDED(RMMC_ALIGNED_OPTIONS_INIT));
+}
+END_TEST
+
+START_TEST(test_options_fixed_size_table_matches_the_header) {
+  const rmmc_fixed_size_options_t init = RMMC_FIXED_SIZE_OPTIONS_INIT;
+#define FS_ROW(...) ROW_OF(rmmc_fixed_size_options_t, init, __VA_ARGS__)
+  row_t rows[] = {RMMC__FIXED_SIZE_OPTIONS(FS_ROW)};
+#undef FS_ROW
+  check_table("fixed_size", rows, sizeof rows / sizeof rows[0], 0, sizeof init,
+              EXPANDED(RMMC_FIXED_SIZE_OPTIONS_INIT));
+}
+END_TEST
+
+START_TEST(test_options_arena_table_matches_the_header) {
+  const rmmc_arena_options_t init = RMMC_ARENA_OPTIONS_INIT;
+#define ARENA_ROW(...) ROW_OF(rmmc_arena_options_t, init, __VA_ARGS__)
+  row_t rows[] = {RMMC__ARENA_OPTIONS(ARENA_ROW) EXTRA_ROW(rmmc_arena_options_t, large_cache_size)};
+#undef ARENA_ROW
+  check_table("arena", rows, sizeof rows / sizeof rows[0] - 1, 1, sizeof init,
+              EXPANDED(RMMC_ARENA_OPTIONS_INIT));
+}
+END_TEST
+
+START_TEST(test_options_binning_table_matches_the_header) {
+  const rmmc_binning_options_t init = RMMC_BINNING_OPTIONS_INIT;
+#define BINNING_ROW(...) ROW_OF(rmmc_binning_options_t, init, __VA_ARGS__)
+  row_t rows[] = {RMMC__BINNING_OPTIONS(BINNING_ROW) EXTRA_ROW(rmmc_binning_options_t, nbins)};
+#undef BINNING_ROW
+  check_table("binning", rows, sizeof rows / sizeof rows[0] - 1, 1, sizeof init,
+              EXPANDED(RMMC_BINNING_OPTIONS_INIT));
+}
+END_TEST
+
+START_TEST(test_options_other_builders_fill_from_their_tables) {
+  /* Counts into size_t fields with the table's range, sizes, a percentage
+   * and a text option the build parses itself. */
+  spec_fails("fixed_size(blocks_per_chunk=0) > host", RMMC_ERROR_INVALID_ARGUMENT,
+             "fixed_size: blocks_per_chunk=0 is out of range (1 to 9223372036854775807)");
+  spec_fails("arena(keep=-1) > host", RMMC_ERROR_INVALID_ARGUMENT,
+             "arena: keep=-1 is out of range (0 to 9223372036854775807)");
+  spec_fails("aligned(alignment=3KiB) > host", RMMC_ERROR_INVALID_ARGUMENT, "power of two");
+  spec_fails("binning(bins=4KiB:1KiB) > host", RMMC_ERROR_INVALID_ARGUMENT, "bins must ascend");
+  rmmc_resource_t *r = NULL;
+  ck_assert_int_eq(rmmc_stack_create("aligned(alignment=8KiB, threshold=0) > fixed_size(block=64KiB, "
+                                     "blocks_per_chunk=4) > arena(superblock=1MiB, max=50%, "
+                                     "keep=2) > binning(min=512, max=8KiB, chunk=1MiB) > host",
+                                     -1, &r),
+                   RMMC_SUCCESS);
+  void *p = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 1000, 256, NULL, &p), RMMC_SUCCESS);
+  ck_assert_uint_eq((uintptr_t)p % (8 << 10), 0); /* threshold=0: every allocation aligned */
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 1000, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 START_TEST(test_options_table_check_counts_the_fields) {
   /* The field count the check holds the rows to is not vacuous: the
    * pool's _INIT lists 18 values (size and 17 options), a struct of three
@@ -138,15 +221,6 @@ START_TEST(test_options_table_check_counts_the_fields) {
   ck_assert_uint_eq(init_values("{f(a, b), {1, 2}}"), 2);
 }
 END_TEST
-
-/* Builds `spec`; fails with `status` and a message holding `needle`. */
-static void spec_fails(const char *spec, rmmc_status_t status, const char *needle) {
-  rmmc_resource_t *r = (rmmc_resource_t *)1;
-  ck_assert_int_eq(rmmc_stack_create(spec, -1, &r), status);
-  ck_assert_ptr_null(r);
-  ck_assert_msg(strstr(rmmc_last_error_message(), needle) != NULL, "%s: '%s' lacks '%s'", spec,
-                rmmc_last_error_message(), needle);
-}
 
 START_TEST(test_options_pool_builder_checks_ranges_from_the_table) {
   spec_fails("pool(stream_heaps=2000) > host", RMMC_ERROR_INVALID_ARGUMENT,
@@ -191,6 +265,11 @@ int main(void) {
   Suite *s = suite_create("options_tables");
   TCase *tc = tcase_create("host");
   tcase_add_test(tc, test_options_pool_table_matches_the_header);
+  tcase_add_test(tc, test_options_aligned_table_matches_the_header);
+  tcase_add_test(tc, test_options_fixed_size_table_matches_the_header);
+  tcase_add_test(tc, test_options_arena_table_matches_the_header);
+  tcase_add_test(tc, test_options_binning_table_matches_the_header);
+  tcase_add_test(tc, test_options_other_builders_fill_from_their_tables);
   tcase_add_test(tc, test_options_table_check_counts_the_fields);
   tcase_add_test(tc, test_options_pool_builder_checks_ranges_from_the_table);
   tcase_add_test(tc, test_options_pool_builder_fills_every_kind);
