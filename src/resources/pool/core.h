@@ -62,10 +62,10 @@ typedef enum { SLOW_BEFORE_LAST, SLOW_LAST } slow_steps_t;
 
 /* pool.c */
 static POOL_NOINLINE rmmc_status_t heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
-                                pool_owner_t **o);
+                                              pool_owner_t **o);
 static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                                  size_t n,
-                                    size_t align, size_t bytes, slow_steps_t steps, void **out);
+                                                  size_t n, size_t align, size_t bytes,
+                                                  slow_steps_t steps, void **out);
 static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
                                            cudaStream_t stream, size_t n, size_t align,
                                            size_t bytes, void **out);
@@ -83,8 +83,9 @@ static void cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream);
 static void consolidate_owner(pool_t *p, pool_owner_t *q);
 static void consolidate(pool_t *p, bool ask);
 static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
-                                 cudaStream_t stream, size_t need, size_t align, size_t bytes,
-                                 slow_steps_t steps, pool_block_t **out);
+                                               cudaStream_t stream, size_t need, size_t align,
+                                               size_t bytes, slow_steps_t steps,
+                                               pool_block_t **out);
 /* stream_heaps.c */
 static rmmc_status_t heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot,
                               unsigned stripe, pool_sheap_t **out);
@@ -96,27 +97,23 @@ static rmmc_status_t span_take(pool_t *p, pool_sheap_t *h, cudaStream_t stream, 
                                slow_steps_t steps);
 static size_t retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bool can_wait);
 static POOL_NOINLINE rmmc_status_t small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
-                                                 size_t n,
-                                   size_t need, size_t align, size_t bytes, slow_steps_t steps,
-                                   pool_block_t **out);
+                                                 size_t n, size_t need, size_t align, size_t bytes,
+                                                 slow_steps_t steps, pool_block_t **out);
 /* lend.c */
 static pool_sheap_t *heaps_snapshot(pool_t *p);
 static POOL_NOINLINE rmmc_status_t small_again(pool_t *p, cudaStream_t stream, size_t n,
-                                               size_t align,
-                                 size_t bytes, void **out);
+                                               size_t align, size_t bytes, void **out);
 static POOL_NOINLINE rmmc_status_t small_short(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                 cudaStream_t stream, size_t n, size_t align, size_t bytes,
-                                 void **out);
+                                               cudaStream_t stream, size_t n, size_t align,
+                                               size_t bytes, void **out);
 static POOL_NOINLINE rmmc_status_t large_short(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                               size_t n,
-                                 size_t align, size_t bytes, void **out);
+                                               size_t n, size_t align, size_t bytes, void **out);
 /* graphs.c */
 static void graph_forget(pool_t *p, pool_owner_t *g);
 static void graph_drain(pool_t *p);
 static POOL_NOINLINE pool_owner_t *graph_route(pool_t *p, cudaStream_t stream);
 static POOL_NOINLINE rmmc_status_t graph_allocate(pool_t *p, pool_owner_t *g, cudaStream_t stream,
-                                                  size_t n,
-                                    size_t align, size_t bytes, void **out);
+                                                  size_t n, size_t align, size_t bytes, void **out);
 static void count_route(pool_t *p, int delta);
 /* figures.c */
 static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx);
