@@ -281,13 +281,17 @@ static rmmc_status_t shared_slow_steps(pool_t *p, pool_owner_t *o, pool_sheap_t 
   if (steps == SLOW_LAST) return last_resort(p, o, self, stream, need, align, bytes, capturing, out);
   pool_block_t *b, *covered = NULL;
   pool_owner_t *from = NULL;
+  /* 1. */
   if ((b = reuse_without_wait(p, o, self, need, align, fit, &covered, &from)) != NULL)
     return slow_take(b, p, out);
+  /* 2. */
   rmmc_status_t st = p->be->grow(p, o, stream, need, align, true, &b);
   if (st == RMMC_SUCCESS) return slow_grown(b, p, out);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  /* 3. */
   if ((b = reuse_after_wait(p, o, stream, need, align, capturing, covered, from)) != NULL)
     return slow_take(b, p, out);
+  /* 4. (5: the caller's next call, SLOW_LAST) */
   if (trim_to_budget(p, o, stream, need) && (b = find_usable(p, o, need, align)) != NULL)
     return slow_take(b, p, out);
   st = p->be->grow(p, o, stream, need, align, false, &b);
