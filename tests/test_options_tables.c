@@ -12,10 +12,16 @@
 #include <string.h>
 
 #include "adaptors/aligned_options.h"
+#include "adaptors/logging_options.h"
+#include "adaptors/tracking_options.h"
 #include "resources/arena_options.h"
 #include "resources/binning_options.h"
+#include "resources/cuda_async_options.h"
+#include "resources/cuda_options.h"
 #include "resources/fixed_size_options.h"
+#include "resources/managed_options.h"
 #include "resources/pool/options.h"
+#include "resources/sim_options.h"
 #include "rmmc/rmmc.h"
 #include "test_main.h"
 #include "test_util.h"
@@ -212,6 +218,81 @@ START_TEST(test_options_other_builders_fill_from_their_tables) {
 }
 END_TEST
 
+START_TEST(test_options_sim_table_matches_the_header) {
+  const rmmc_sim_options_t init = RMMC_SIM_OPTIONS_INIT;
+#define THIS_ROW(...) ROW_OF(rmmc_sim_options_t, init, __VA_ARGS__)
+  row_t rows[] = {RMMC__SIM_OPTIONS(THIS_ROW)};
+#undef THIS_ROW
+  check_table("sim", rows, sizeof rows / sizeof rows[0], 0, sizeof init, EXPANDED(RMMC_SIM_OPTIONS_INIT));
+}
+END_TEST
+
+START_TEST(test_options_tracking_table_matches_the_header) {
+  const rmmc_tracking_options_t init = RMMC_TRACKING_OPTIONS_INIT;
+#define THIS_ROW(...) ROW_OF(rmmc_tracking_options_t, init, __VA_ARGS__)
+  row_t rows[] = {RMMC__TRACKING_OPTIONS(THIS_ROW)};
+#undef THIS_ROW
+  check_table("tracking", rows, sizeof rows / sizeof rows[0], 0, sizeof init, EXPANDED(RMMC_TRACKING_OPTIONS_INIT));
+}
+END_TEST
+
+START_TEST(test_options_logging_table_matches_the_header) {
+  const rmmc_logging_options_t init = RMMC_LOGGING_OPTIONS_INIT;
+#define THIS_ROW(...) ROW_OF(rmmc_logging_options_t, init, __VA_ARGS__)
+  row_t rows[] = {RMMC__LOGGING_OPTIONS(THIS_ROW)};
+#undef THIS_ROW
+  check_table("logging", rows, sizeof rows / sizeof rows[0], 0, sizeof init, EXPANDED(RMMC_LOGGING_OPTIONS_INIT));
+}
+END_TEST
+
+START_TEST(test_options_managed_table_matches_the_header) {
+  const rmmc_managed_options_t init = RMMC_MANAGED_OPTIONS_INIT;
+#define THIS_ROW(...) ROW_OF(rmmc_managed_options_t, init, __VA_ARGS__)
+  row_t rows[] = {RMMC__MANAGED_OPTIONS(THIS_ROW)};
+#undef THIS_ROW
+  check_table("managed", rows, sizeof rows / sizeof rows[0], 0, sizeof init, EXPANDED(RMMC_MANAGED_OPTIONS_INIT));
+}
+END_TEST
+
+START_TEST(test_options_cuda_table_matches_the_header) {
+  const rmmc_cuda_options_t init = RMMC_CUDA_OPTIONS_INIT;
+#define THIS_ROW(...) ROW_OF(rmmc_cuda_options_t, init, __VA_ARGS__)
+  row_t rows[] = {RMMC__CUDA_OPTIONS(THIS_ROW)};
+#undef THIS_ROW
+  check_table("cuda", rows, sizeof rows / sizeof rows[0], 0, sizeof init, EXPANDED(RMMC_CUDA_OPTIONS_INIT));
+}
+END_TEST
+
+START_TEST(test_options_cuda_async_table_matches_the_header) {
+  const rmmc_cuda_async_options_t init = RMMC_CUDA_ASYNC_OPTIONS_INIT;
+#define THIS_ROW(...) ROW_OF(rmmc_cuda_async_options_t, init, __VA_ARGS__)
+  row_t rows[] = {RMMC__CUDA_ASYNC_OPTIONS(THIS_ROW)};
+#undef THIS_ROW
+  check_table("cuda_async", rows, sizeof rows / sizeof rows[0], 0, sizeof init, EXPANDED(RMMC_CUDA_ASYNC_OPTIONS_INIT));
+}
+END_TEST
+
+START_TEST(test_options_more_builders_fill_from_their_tables) {
+  /* An int field with the table's range, a bool, sizes; a hand row (path)
+   * beside the table's. */
+  spec_fails("tracking(depth=0) > host", RMMC_ERROR_INVALID_ARGUMENT,
+             "tracking: depth=0 is out of range (1 to 256)");
+  spec_fails("logging(path=/nonexistent/x.csv, flush=true, time=hours) > host",
+             RMMC_ERROR_INVALID_ARGUMENT,
+             "logging: time=hours is neither 'clock' nor 'us'");
+  rmmc_resource_t *r = NULL;
+  ck_assert_int_eq(rmmc_stack_create("tracking(backtrace=true, depth=4) > sim(capacity=1MiB)", -1,
+                                     &r),
+                   RMMC_SUCCESS);
+  void *p = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 512 << 10, 256, NULL, &p), RMMC_SUCCESS);
+  void *q = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 768 << 10, 256, NULL, &q), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 512 << 10, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 START_TEST(test_options_table_check_counts_the_fields) {
   /* The field count the check holds the rows to is not vacuous: the
    * pool's _INIT lists 18 values (size and 17 options), a struct of three
@@ -270,6 +351,13 @@ int main(void) {
   tcase_add_test(tc, test_options_arena_table_matches_the_header);
   tcase_add_test(tc, test_options_binning_table_matches_the_header);
   tcase_add_test(tc, test_options_other_builders_fill_from_their_tables);
+  tcase_add_test(tc, test_options_sim_table_matches_the_header);
+  tcase_add_test(tc, test_options_tracking_table_matches_the_header);
+  tcase_add_test(tc, test_options_logging_table_matches_the_header);
+  tcase_add_test(tc, test_options_managed_table_matches_the_header);
+  tcase_add_test(tc, test_options_cuda_table_matches_the_header);
+  tcase_add_test(tc, test_options_cuda_async_table_matches_the_header);
+  tcase_add_test(tc, test_options_more_builders_fill_from_their_tables);
   tcase_add_test(tc, test_options_table_check_counts_the_fields);
   tcase_add_test(tc, test_options_pool_builder_checks_ranges_from_the_table);
   tcase_add_test(tc, test_options_pool_builder_fills_every_kind);
