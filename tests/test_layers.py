@@ -30,7 +30,7 @@ LAYERS = [
                                                       "src/ipc/ipc_handle.c"]),
     ("dispatch and option values", ["src/core/resource.c", "src/spec/spec_options.c"]),
     ("shared by sub-allocators", ["src/core/stream_events.c"]),
-    ("resources and adaptors", ["src/resources/*", "src/adaptors/*"]),
+    ("resources and adaptors", ["src/resources/*", "src/resources/pool/*", "src/adaptors/*"]),
     ("spec parser and table", ["src/spec/spec.c", "src/spec/spec_table.c", "src/spec/suggest.c"]),
     ("process default", ["src/core/defaults.c", "src/spec/torch_conf.c"]),
     ("registry", ["src/core/registry.c"]),
@@ -50,12 +50,14 @@ def fail(what):
 
 def source_of(member):
     """src_resources_cuda_async.c.o -> src/resources/cuda_async.c (Meson's
-    object names: the source path with '/' as '_')."""
+    object names: the source path with '/' as '_'). Folders deepest first;
+    src/resources/ holds no pool_*.c beside the pool/ folder, so the names
+    cannot be confused."""
     name = re.sub(r"\.o(bj)?$", "", member)
-    for folder in ("src_resources_", "src_adaptors_", "src_containers_", "src_core_", "src_spec_",
-                   "src_ipc_", "src_"):
+    for folder in ("src_resources_pool_", "src_resources_", "src_adaptors_", "src_containers_",
+                   "src_core_", "src_spec_", "src_ipc_", "src_"):
         if name.startswith(folder):
-            return folder.replace("_", "/") + name[len(folder):]
+            return folder[:-1].replace("_", "/") + "/" + name[len(folder):]
     return name
 
 

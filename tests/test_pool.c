@@ -1456,6 +1456,34 @@ START_TEST(test_pool_release_slack_bounds_reserved_while_peak_grows) {
 }
 END_TEST
 
+START_TEST(test_pool_budget_trims_before_it_grows) {
+  /* The budget answers "trim to this goal" (rmmc__pool_admit) and the
+   * chunk backend runs that trim before it asks the upstream: over an
+   * upstream that holds 20 MiB, with 16 MiB reserved (three free 4 MiB
+   * chunks) and a 14 MiB request, the three chunks go back first, so the
+   * upstream never refuses (a growth before the trim would ask for 30). */
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.small_max = 0;
+  o.min_growth = 2 * MiB;
+  fixture_t f = make_fixture(&o);
+  spy_set_capacity(spy_of(f.spy), 20 * MiB);
+  void *p[4];
+  for (int i = 0; i < 4; i++) p[i] = alloc_ok(f.pool, 4 * MiB, NULL);
+  for (int i = 1; i < 4; i++) free_ok(f.pool, p[i], 4 * MiB, NULL);
+  void *big = alloc_ok(f.pool, 14 * MiB, NULL);
+  CHECK_POOL(f.pool);
+  spy_counts_t c = spy_counts(spy_of(f.spy));
+  ck_assert_uint_eq(c.allocate_failures, 0);
+  ck_assert_uint_eq(c.deallocate_calls, 3);
+  ck_assert_uint_eq(field(f.pool, "shrinks"), 3);
+  ck_assert_uint_eq(field(f.pool, "reserved"), 18 * MiB);
+  ck_assert_uint_eq(spy_bytes(&f), 18 * MiB);
+  free_ok(f.pool, big, 14 * MiB, NULL);
+  free_ok(f.pool, p[0], 4 * MiB, NULL);
+  drop_fixture(&f);
+}
+END_TEST
+
 START_TEST(test_pool_budget_follows_a_growing_peak) {
   /* Cold growth: each step allocates a larger block and frees the one
    * before (on two streams in turn). reserved stays within (1 + slack) x
@@ -2007,6 +2035,7 @@ int main(void) {
   tcase_add_test(tc, test_pool_backs_off_when_upstream_refuses);
   tcase_add_test(tc, test_pool_release_before_grow_gives_back_first);
   tcase_add_test(tc, test_pool_release_slack_bounds_reserved_while_peak_grows);
+  tcase_add_test(tc, test_pool_budget_trims_before_it_grows);
   tcase_add_test(tc, test_pool_budget_follows_a_growing_peak);
   tcase_add_test(tc, test_pool_steady_state_keeps_its_memory);
   tcase_add_test(tc, test_pool_gc_threshold_trims);

@@ -389,6 +389,37 @@ START_TEST(test_pool_vm_grows_in_place_within_budget) {
 }
 END_TEST
 
+START_TEST(test_pool_vm_budget_trim_spares_the_growth_hole) {
+  /* [G free 2 MiB][A live 1 MiB][F free 1 MiB][hole], F freed before G,
+   * peak 4 MiB: a 3 MiB request grows past the budget at the hole, into F.
+   * The budget asks vm_grow for a trim to 2.08 MiB, which vm_grow runs
+   * keeping F and the hole: 31 of G's 32 mappings go back (highest first),
+   * F's 16 (older, so first in line otherwise) stay, and the block extends
+   * F in place, mapping only its 2 MiB shortfall (3 MiB if F had gone). */
+  fix_t f;
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.small_max = 0;
+  fix_open(&f, &o);
+  void *g = alloc_ok(f.pool, 2 * MiB, NULL);
+  void *a = alloc_ok(f.pool, MiB, NULL);
+  void *fb = alloc_ok(f.pool, MiB, NULL);
+  ck_assert((uintptr_t)g < (uintptr_t)a && (uintptr_t)a < (uintptr_t)fb);
+  free_ok(f.pool, fb, MiB, NULL);
+  free_ok(f.pool, g, 2 * MiB, NULL);
+  ck_assert_uint_eq(field(f.pool, "reserved"), 4 * MiB);
+  uint64_t unmaps = field(f.pool, "page_unmaps"), maps = field(f.pool, "page_maps");
+  void *big = alloc_ok(f.pool, 3 * MiB, NULL);
+  CHECK_POOL(f.pool);
+  ck_assert_ptr_eq(big, fb);
+  ck_assert_uint_eq(field(f.pool, "page_unmaps") - unmaps, 2 * MiB / PAGE - 1);
+  ck_assert_uint_eq(field(f.pool, "page_maps") - maps, 2 * MiB / PAGE);
+  ck_assert_uint_eq(field(f.pool, "reserved"), 4 * MiB + PAGE);
+  free_ok(f.pool, big, 3 * MiB, NULL);
+  free_ok(f.pool, a, MiB, NULL);
+  fix_close(&f);
+}
+END_TEST
+
 START_TEST(test_pool_vm_release_cached_keeps_live_pages) {
   /* release_cached unmaps every mapping that lies in free memory and keeps
    * the ones under live blocks, whose data survives: what stays mapped is
@@ -1124,6 +1155,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_vm_threads_keep_invariants);
   tcase_add_test(tc, test_pool_vm_large_alignments);
   tcase_add_test(tc, test_pool_vm_grows_in_place_within_budget);
+  tcase_add_test(tc, test_pool_vm_budget_trim_spares_the_growth_hole);
   tcase_add_test(tc, test_pool_vm_release_cached_keeps_live_pages);
   tcase_add_test(tc, test_pool_vm_phases_repeat_without_mappings);
   tcase_add_test(tc, test_pool_vm_pressure_under_limiting_gives_back);

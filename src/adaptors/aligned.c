@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/ptrmap.h"
+#include "aligned_options.h"
 #include "spec/spec.h"
 #include "rmmc/aligned_adaptor.h"
 
@@ -166,18 +167,17 @@ RMMC_API rmmc_status_t rmmc_aligned_adaptor_create(rmmc_resource_t *upstream,
   return RMMC_SUCCESS;
 }
 
+#define ALIGNED_SPEC_ROW(...) RMMC__SPEC_OPTION(rmmc_aligned_options_t, __VA_ARGS__)
 static const rmmc__spec_option_t aligned_spec_options[] = {
-    {"alignment", RMMC__OPT_BYTES, "power of two given to large allocations (default 4096)"},
-    {"threshold", RMMC__OPT_BYTES, "allocations of at least this size are aligned (default 1MiB)"},
-    {NULL, 0, NULL},
+    RMMC__ALIGNED_OPTIONS(ALIGNED_SPEC_ROW){.name = NULL},
 };
+#undef ALIGNED_SPEC_ROW
 
 static rmmc_status_t aligned_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
                                    int device, rmmc_resource_t **out) {
   (void)device;
   rmmc_aligned_options_t opts = RMMC_ALIGNED_OPTIONS_INIT;
-  rmmc_status_t st = rmmc__spec_bytes(args, "alignment", upstream, &opts.alignment);
-  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "threshold", upstream, &opts.threshold);
+  rmmc_status_t st = rmmc__spec_fill(args, aligned_spec_options, upstream, &opts);
   return st == RMMC_SUCCESS ? rmmc_aligned_adaptor_create(upstream, &opts, out) : st;
 }
 

@@ -116,8 +116,8 @@ RMMC_API rmmc_status_t rmmc_failure_callback_adaptor_create_release_cached(
 }
 
 static const rmmc__spec_option_t failure_spec_options[] = {
-    {"retries", RMMC__OPT_INT, "retries per allocation, each after release_cached (default 1)"},
-    {NULL, 0, NULL},
+    {.name = "retries", .type = RMMC__OPT_INT, .help = "retries per allocation, each after release_cached (default 1)"},
+    {.name = NULL},
 };
 
 static rmmc_status_t failure_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,

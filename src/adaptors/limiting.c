@@ -134,8 +134,8 @@ RMMC_API size_t rmmc_limiting_adaptor_get_used(const rmmc_resource_t *r) {
 }
 
 static const rmmc__spec_option_t limiting_spec_options[] = {
-    {"limit", RMMC__OPT_BYTES_PCT, "most bytes outstanding (size, or % of free memory; required, no default)"},
-    {NULL, 0, NULL},
+    {.name = "limit", .type = RMMC__OPT_BYTES_PCT, .help = "most bytes outstanding (size, or % of free memory; required, no default)"},
+    {.name = NULL},
 };
 
 static rmmc_status_t limiting_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "logging_options.h"
 #include "spec/spec.h"
 #include "rmmc/logging_adaptor.h"
 
@@ -334,12 +335,14 @@ RMMC_API rmmc_status_t rmmc_logging_adaptor_create_file(rmmc_resource_t *upstrea
   return create("logging_adaptor_create_file", upstream, -1, file, "a FILE", options, out);
 }
 
+#define LOGGING_SPEC_ROW(...) RMMC__SPEC_OPTION(rmmc_logging_options_t, __VA_ARGS__)
 static const rmmc__spec_option_t logging_spec_options[] = {
-    {"path", RMMC__OPT_STRING, "the CSV file to write, created or truncated (required, no default)"},
-    {"flush", RMMC__OPT_BOOL, "write every line out at once (default false: at flush and destroy)"},
-    {"time", RMMC__OPT_STRING, "clock (RMM's HH:MM:SS.us, default) or us (microseconds since epoch)"},
-    {NULL, 0, NULL},
+    /* Not a field: the create's own argument. */
+    {.name = "path", .type = RMMC__OPT_STRING,
+     .help = "the CSV file to write, created or truncated (required, no default)"},
+    RMMC__LOGGING_OPTIONS(LOGGING_SPEC_ROW){.name = NULL},
 };
+#undef LOGGING_SPEC_ROW
 
 static rmmc_status_t logging_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
                                    int device, rmmc_resource_t **out) {
@@ -349,7 +352,8 @@ static rmmc_status_t logging_build(const rmmc__spec_args_t *args, rmmc_resource_
   if (path == NULL)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "logging needs a file: write logging(path=/tmp/alloc.csv)");
-  rmmc__spec_bool(args, "flush", &opts.flush_each);
+  rmmc_status_t st = rmmc__spec_fill(args, logging_spec_options, upstream, &opts);
+  if (st != RMMC_SUCCESS) return st;
   const char *time = rmmc__spec_string(args, "time");
   if (time != NULL && strcmp(time, "us") == 0)
     opts.time = RMMC_LOGGING_TIME_MICROSECONDS;

@@ -20,10 +20,11 @@
 #include <string.h>
 
 #include "spec/spec.h"
+#include "tracking_options.h"
 #include "rmmc/tracking_adaptor.h"
 
 #define NSHARDS 64
-#define MAX_DEPTH 256
+#define MAX_DEPTH RMMC__TRACKING_MAX_DEPTH
 #define SKIP_FRAMES 2 /* tracking_allocate and rmmc_resource_allocate */
 #define EXTRA_FRAMES 2 /* room for frames a sanitizer's backtrace() wrapper adds */
 
@@ -423,20 +424,17 @@ RMMC_API rmmc_status_t rmmc_tracking_adaptor_create(rmmc_resource_t *upstream,
   return RMMC_SUCCESS;
 }
 
+#define TRACKING_SPEC_ROW(...) RMMC__SPEC_OPTION(rmmc_tracking_options_t, __VA_ARGS__)
 static const rmmc__spec_option_t tracking_spec_options[] = {
-    {"backtrace", RMMC__OPT_BOOL, "capture each allocation's call stack (default false)"},
-    {"depth", RMMC__OPT_INT, "most frames kept per allocation (default 16)"},
-    {NULL, 0, NULL},
+    RMMC__TRACKING_OPTIONS(TRACKING_SPEC_ROW){.name = NULL},
 };
+#undef TRACKING_SPEC_ROW
 
 static rmmc_status_t tracking_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
                                     int device, rmmc_resource_t **out) {
   (void)device;
   rmmc_tracking_options_t opts = RMMC_TRACKING_OPTIONS_INIT;
-  long long depth = opts.backtrace_depth;
-  rmmc__spec_bool(args, "backtrace", &opts.backtrace);
-  rmmc_status_t st = rmmc__spec_int_in(args, "depth", 1, MAX_DEPTH, &depth);
-  opts.backtrace_depth = (int)depth;
+  rmmc_status_t st = rmmc__spec_fill(args, tracking_spec_options, upstream, &opts);
   return st == RMMC_SUCCESS ? rmmc_tracking_adaptor_create(upstream, &opts, out) : st;
 }
 

@@ -11,8 +11,9 @@
  */
 #include <limits.h>
 
+#include "arena_options.h"
 #include "spec/spec.h"
-#include "pool_internal.h"
+#include "pool/pool_internal.h"
 #include "rmmc/arena_resource.h"
 
 #define MIN_SUPERBLOCK ((size_t)64 << 10)
@@ -71,24 +72,17 @@ RMMC_API size_t rmmc_arena_resource_block_size(const rmmc_resource_t *r, size_t 
 
 /* ---- stack spec ---- */
 
+#define ARENA_SPEC_ROW(...) RMMC__SPEC_OPTION(rmmc_arena_options_t, __VA_ARGS__)
 static const rmmc__spec_option_t arena_spec_options[] = {
-    {"superblock", RMMC__OPT_BYTES, "span of a stream heap, a power of two; requests up to a quarter of it stay in the heaps (default 16MiB)"},
-    {"chunk", RMMC__OPT_BYTES, "fewest bytes one growth takes from the upstream (default: the pool's)"},
-    {"max", RMMC__OPT_BYTES_PCT, "most taken from the upstream (default: no limit)"},
-    {"keep", RMMC__OPT_INT, "wholly free superblocks a stream heap keeps (default 1)"},
-    {NULL, 0, NULL},
+    RMMC__ARENA_OPTIONS(ARENA_SPEC_ROW){.name = NULL},
 };
+#undef ARENA_SPEC_ROW
 
 static rmmc_status_t arena_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
                                  int device, rmmc_resource_t **out) {
   (void)device;
   rmmc_arena_options_t o = RMMC_ARENA_OPTIONS_INIT;
-  long long keep = (long long)o.keep_superblocks;
-  rmmc_status_t st = rmmc__spec_int_in(args, "keep", 0, LLONG_MAX, &keep);
-  o.keep_superblocks = (size_t)keep;
-  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "superblock", upstream, &o.superblock_size);
-  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "chunk", upstream, &o.chunk_size);
-  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "max", upstream, &o.max_size);
+  rmmc_status_t st = rmmc__spec_fill(args, arena_spec_options, upstream, &o);
   return st == RMMC_SUCCESS ? rmmc_arena_resource_create(upstream, &o, out) : st;
 }
 

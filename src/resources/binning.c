@@ -19,6 +19,7 @@
 
 #include "core/ptrmap.h"
 #include "spec/spec.h"
+#include "binning_options.h"
 #include "fixed_size_internal.h"
 #include "rmmc/binning_resource.h"
 #include "rmmc/fixed_size_resource.h"
@@ -297,13 +298,11 @@ RMMC_API size_t rmmc_binning_resource_bin_for(const rmmc_resource_t *r, size_t b
   return route((const binning_t *)r, bytes ? bytes : 1, alignment);
 }
 
+#define BINNING_SPEC_ROW(...) RMMC__SPEC_OPTION(rmmc_binning_options_t, __VA_ARGS__)
 static const rmmc__spec_option_t binning_spec_options[] = {
-    {"min", RMMC__OPT_BYTES, "smallest power-of-two bin (default 256B)"},
-    {"max", RMMC__OPT_BYTES, "largest power-of-two bin (default 4MiB)"},
-    {"bins", RMMC__OPT_STRING, "explicit bin sizes, ascending: bins=256B:4KiB:64KiB (default: powers of two from min to max)"},
-    {"chunk", RMMC__OPT_BYTES, "upstream bytes per bin chunk (default 2MiB)"},
-    {NULL, 0, NULL},
+    RMMC__BINNING_OPTIONS(BINNING_SPEC_ROW){.name = NULL},
 };
+#undef BINNING_SPEC_ROW
 
 static rmmc_status_t binning_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
                                    int device, rmmc_resource_t **out) {
@@ -333,9 +332,7 @@ static rmmc_status_t binning_build(const rmmc__spec_args_t *args, rmmc_resource_
     o.bins = sizes;
     o.nbins = n;
   }
-  rmmc_status_t st = rmmc__spec_bytes(args, "min", upstream, &o.min_bin);
-  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "max", upstream, &o.max_bin);
-  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "chunk", upstream, &o.chunk_size);
+  rmmc_status_t st = rmmc__spec_fill(args, binning_spec_options, upstream, &o);
   return st == RMMC_SUCCESS ? rmmc_binning_resource_create(upstream, &o, out) : st;
 }
 

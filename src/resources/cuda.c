@@ -11,6 +11,7 @@
 #include "core/driver.h"
 #include "spec/spec.h"
 #include "cuda_internal.h"
+#include "cuda_options.h"
 #include "rmmc/cuda_resource.h"
 
 typedef struct cuda_resource {
@@ -463,18 +464,17 @@ RMMC_API rmmc_status_t rmmc_cuda_resource_create(int device, rmmc_resource_t **o
   return rmmc_cuda_resource_create_with_options(device, NULL, out);
 }
 
+#define CUDA_SPEC_ROW(...) RMMC__SPEC_OPTION(rmmc_cuda_options_t, __VA_ARGS__)
 static const rmmc__spec_option_t cuda_spec_options[] = {
-    {"ipc", RMMC__OPT_BOOL,
-     "virtual-memory pages shareable with other processes (POSIX file descriptors; default false)"},
-    {NULL, 0, NULL},
+    RMMC__CUDA_OPTIONS(CUDA_SPEC_ROW){.name = NULL},
 };
+#undef CUDA_SPEC_ROW
 
 static rmmc_status_t cuda_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
                                 int device, rmmc_resource_t **out) {
-  (void)upstream;
   rmmc_cuda_options_t o = RMMC_CUDA_OPTIONS_INIT;
-  rmmc__spec_bool(args, "ipc", &o.ipc);
-  return rmmc_cuda_resource_create_with_options(device, &o, out);
+  rmmc_status_t st = rmmc__spec_fill(args, cuda_spec_options, upstream, &o);
+  return st == RMMC_SUCCESS ? rmmc_cuda_resource_create_with_options(device, &o, out) : st;
 }
 
 const rmmc__spec_entry_t rmmc__cuda_spec = {

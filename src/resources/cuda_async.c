@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 
+#include "cuda_async_options.h"
 #include "spec/spec.h"
 #include "rmmc/cuda_async_resource.h"
 #include "rmmc/cuda_resource.h"
@@ -231,12 +232,15 @@ RMMC_API cudaMemPool_t rmmc_cuda_async_resource_pool(const rmmc_resource_t *r) {
   return ((const async_resource_t *)r)->pool;
 }
 
+#define ASYNC_SPEC_ROW(...) RMMC__SPEC_OPTION(rmmc_cuda_async_options_t, __VA_ARGS__)
 static const rmmc__spec_option_t async_spec_options[] = {
-    {"initial", RMMC__OPT_BYTES_PCT, "bytes reserved at creation (default 0)"},
-    {"release_threshold", RMMC__OPT_BYTES_PCT, "bytes kept cached at synchronization (default: all)"},
-    {"default_pool", RMMC__OPT_BOOL, "use the device's default pool (plain cudaMallocAsync)"},
-    {NULL, 0, NULL},
+    RMMC__CUDA_ASYNC_OPTIONS(ASYNC_SPEC_ROW)
+    /* Not a field: it picks the view of the device's default pool. */
+    {.name = "default_pool", .type = RMMC__OPT_BOOL,
+     .help = "use the device's default pool (plain cudaMallocAsync)", .def = "false"},
+    {.name = NULL},
 };
+#undef ASYNC_SPEC_ROW
 
 static rmmc_status_t async_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
                                  int device, rmmc_resource_t **out) {
@@ -247,8 +251,7 @@ static rmmc_status_t async_build(const rmmc__spec_args_t *args, rmmc_resource_t 
   rmmc_cuda_async_options_t opts = RMMC_CUDA_ASYNC_OPTIONS_INIT;
   rmmc_resource_t *probe = NULL;
   rmmc_status_t st = rmmc_cuda_resource_create(device, &probe); /* resolves percentages */
-  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "initial", probe, &opts.initial_pool_size);
-  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "release_threshold", probe, &opts.release_threshold);
+  if (st == RMMC_SUCCESS) st = rmmc__spec_fill(args, async_spec_options, probe, &opts);
   rmmc_resource_release(probe);
   return st == RMMC_SUCCESS ? rmmc_cuda_async_resource_create(device, &opts, out) : st;
 }

@@ -41,6 +41,7 @@
 #include "spec/spec.h"
 #include "core/stream_events.h"
 #include "fixed_size_internal.h"
+#include "fixed_size_options.h"
 #include "rmmc/fixed_size_resource.h"
 
 typedef struct fs_chunk fs_chunk_t;
@@ -606,20 +607,17 @@ RMMC_API size_t rmmc_fixed_size_resource_block_alignment(const rmmc_resource_t *
   return ((const fixed_size_t *)r)->align;
 }
 
+#define FS_SPEC_ROW(...) RMMC__SPEC_OPTION(rmmc_fixed_size_options_t, __VA_ARGS__)
 static const rmmc__spec_option_t fs_spec_options[] = {
-    {"block", RMMC__OPT_BYTES, "bytes per block (default 1MiB)"},
-    {"blocks_per_chunk", RMMC__OPT_INT, "blocks taken from the upstream at a time (default 128)"},
-    {NULL, 0, NULL},
+    RMMC__FIXED_SIZE_OPTIONS(FS_SPEC_ROW){.name = NULL},
 };
+#undef FS_SPEC_ROW
 
 static rmmc_status_t fs_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream, int device,
                               rmmc_resource_t **out) {
   (void)device;
   rmmc_fixed_size_options_t o = RMMC_FIXED_SIZE_OPTIONS_INIT;
-  long long n = (long long)o.blocks_per_chunk;
-  rmmc_status_t st = rmmc__spec_bytes(args, "block", upstream, &o.block_size);
-  if (st == RMMC_SUCCESS) st = rmmc__spec_int_in(args, "blocks_per_chunk", 1, LLONG_MAX, &n);
-  o.blocks_per_chunk = (size_t)n;
+  rmmc_status_t st = rmmc__spec_fill(args, fs_spec_options, upstream, &o);
   return st == RMMC_SUCCESS ? rmmc_fixed_size_resource_create(upstream, &o, out) : st;
 }
 

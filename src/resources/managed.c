@@ -5,6 +5,7 @@
  */
 #include <stdlib.h>
 
+#include "managed_options.h"
 #include "spec/spec.h"
 #include "rmmc/managed_resource.h"
 
@@ -90,17 +91,17 @@ RMMC_API rmmc_status_t rmmc_managed_resource_create(int device, const rmmc_manag
   return RMMC_SUCCESS;
 }
 
+#define MANAGED_SPEC_ROW(...) RMMC__SPEC_OPTION(rmmc_managed_options_t, __VA_ARGS__)
 static const rmmc__spec_option_t managed_spec_options[] = {
-    {"prefetch", RMMC__OPT_BOOL, "prefetch each allocation to the device (default false)"},
-    {NULL, 0, NULL},
+    RMMC__MANAGED_OPTIONS(MANAGED_SPEC_ROW){.name = NULL},
 };
+#undef MANAGED_SPEC_ROW
 
 static rmmc_status_t managed_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
                                    int device, rmmc_resource_t **out) {
-  (void)upstream;
   rmmc_managed_options_t opts = RMMC_MANAGED_OPTIONS_INIT;
-  rmmc__spec_bool(args, "prefetch", &opts.prefetch);
-  return rmmc_managed_resource_create(device, &opts, out);
+  rmmc_status_t st = rmmc__spec_fill(args, managed_spec_options, upstream, &opts);
+  return st == RMMC_SUCCESS ? rmmc_managed_resource_create(device, &opts, out) : st;
 }
 
 const rmmc__spec_entry_t rmmc__managed_spec = {

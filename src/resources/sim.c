@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim_options.h"
 #include "spec/spec.h"
 #include "rmmc/sim_resource.h"
 
@@ -428,18 +429,17 @@ RMMC_API rmmc_status_t rmmc_sim_resource_create(const rmmc_sim_options_t *option
   return RMMC_SUCCESS;
 }
 
+#define SIM_SPEC_ROW(...) RMMC__SPEC_OPTION(rmmc_sim_options_t, __VA_ARGS__)
 static const rmmc__spec_option_t sim_spec_options[] = {
-    {"capacity", RMMC__OPT_BYTES, "bytes the simulated device holds (default: no limit)"},
-    {"alignment", RMMC__OPT_BYTES, "granularity sizes are rounded to (default 256)"},
-    {NULL, 0, NULL},
+    RMMC__SIM_OPTIONS(SIM_SPEC_ROW){.name = NULL},
 };
+#undef SIM_SPEC_ROW
 
 static rmmc_status_t sim_build(const rmmc__spec_args_t *args, rmmc_resource_t *upstream,
                                int device, rmmc_resource_t **out) {
   (void)device;
   rmmc_sim_options_t opts = RMMC_SIM_OPTIONS_INIT;
-  rmmc_status_t st = rmmc__spec_bytes(args, "capacity", upstream, &opts.capacity);
-  if (st == RMMC_SUCCESS) st = rmmc__spec_bytes(args, "alignment", upstream, &opts.alignment);
+  rmmc_status_t st = rmmc__spec_fill(args, sim_spec_options, upstream, &opts);
   return st == RMMC_SUCCESS ? rmmc_sim_resource_create(&opts, out) : st;
 }
 

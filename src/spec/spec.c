@@ -453,7 +453,17 @@ RMMC_API rmmc_status_t rmmc_stack_help_resource(const char *name, char *buf, siz
   append_line(buf, len, &n, line, w, sizeof line);
   const rmmc__spec_option_t *o = e->options;
   for (; o != NULL && o->name != NULL; o++) {
-    w = snprintf(line, sizeof line, "  %-20s %-44s %s\n", o->name, type_unit(o->type), o->help);
+    /* A row described as data (spec.h, RMMC__SPEC_OPTION) also says its
+     * unit, default and range. */
+    char type[64], range[64] = "";
+    snprintf(type, sizeof type, o->unit != NULL && o->unit[0] != '\0' ? "%s (%s)" : "%s",
+             type_unit(o->type), o->unit);
+    if (o->lo != 0 || o->hi != 0) snprintf(range, sizeof range, "; %lld to %lld", o->lo, o->hi);
+    if (o->def != NULL)
+      w = snprintf(line, sizeof line, "  %-20s %-44s %s (default %s%s)\n", o->name, type, o->help,
+                   o->def, range);
+    else
+      w = snprintf(line, sizeof line, "  %-20s %-44s %s\n", o->name, type, o->help);
     append_line(buf, len, &n, line, w, sizeof line);
   }
   if (o == e->options) append_line(buf, len, &n, "  (no options)\n", 15, sizeof line);

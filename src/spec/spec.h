@@ -10,6 +10,8 @@
 #ifndef RMMC_SPEC_INTERNAL_H
 #define RMMC_SPEC_INTERNAL_H
 
+#include <stddef.h>
+
 #include "internal.h"
 
 typedef enum rmmc__opt_type {
@@ -21,11 +23,46 @@ typedef enum rmmc__opt_type {
   RMMC__OPT_STRING,     /* a word or "a quoted string" */
 } rmmc__opt_type_t;
 
+/* Where the generic builder (rmmc__spec_fill) stores an option: the C type
+ * of its field in the layer's options struct. */
+typedef enum rmmc__field_type {
+  RMMC__FIELD_NONE = 0, /* not in a struct: the entry's build reads the option itself */
+  RMMC__FIELD_SIZE,     /* size_t, from BYTES or BYTES_PCT, or a count from INT (in [lo, hi]) */
+  RMMC__FIELD_DOUBLE,   /* double, from DOUBLE */
+  RMMC__FIELD_BOOL,     /* bool, from BOOL */
+  RMMC__FIELD_INT,      /* int, from INT (in [lo, hi]) or BOOL (1 or 0) */
+  RMMC__FIELD_UNSIGNED, /* unsigned, from INT (in [lo, hi]) */
+} rmmc__field_type_t;
+
+/* One option a layer takes. The first three members are what the parser
+ * needs; the rest describe the option as data (an X-macro row per option,
+ * RMMC__SPEC_OPTION), from which the generic builder, the help text and the
+ * test of the table against the public header come. */
 typedef struct rmmc__spec_option {
   const char *name;
   rmmc__opt_type_t type;
   const char *help;
+  rmmc__field_type_t field; /* NONE: not described as data */
+  size_t offset;            /* of the field in the options struct */
+  long long lo, hi;         /* INT and UNSIGNED: the range (lo = hi = 0: the field's type) */
+  const char *def;          /* the default, as the help prints it (NULL: none said) */
+  const char *unit;         /* what the number counts, for the help ("" or NULL: none) */
 } rmmc__spec_option_t;
+
+/* One row of an options table: T the options struct, then the row's
+ * columns (field, spec key, spec type, field type, default as C, default as
+ * text, min, max, unit, help). The C default is the test's
+ * (tests/test_options_tables.c: equal to T's _INIT macro). */
+#define RMMC__SPEC_OPTION(T, field_, key, stype, ftype, cdef, tdef, lo_, hi_, unit_, help_)  \
+  {.name = key,                                                                              \
+   .type = RMMC__OPT_##stype,                                                                \
+   .help = help_,                                                                            \
+   .field = RMMC__FIELD_##ftype,                                                             \
+   .offset = offsetof(T, field_),                                                            \
+   .lo = lo_,                                                                                \
+   .hi = hi_,                                                                                \
+   .def = tdef,                                                                              \
+   .unit = unit_},
 
 #define RMMC__SPEC_MAX_ARGS 24
 /* The longest spec, in characters: it bounds every value too (a logging
@@ -73,6 +110,14 @@ rmmc_status_t rmmc__spec_int_in(const rmmc__spec_args_t *args, const char *name,
 bool rmmc__spec_double(const rmmc__spec_args_t *args, const char *name, double *out);
 bool rmmc__spec_bool(const rmmc__spec_args_t *args, const char *name, bool *out);
 const char *rmmc__spec_string(const rmmc__spec_args_t *args, const char *name);
+
+/* The generic builder: stores every option of `table` that args hold into
+ * the options struct at `options` (the field of each row; rows without one
+ * are the caller's), with the range checks of rmmc__spec_int_in and the
+ * percentages of rmmc__spec_bytes. Fields of options not given keep their
+ * values. RMMC_SUCCESS, or the first error (message set). */
+rmmc_status_t rmmc__spec_fill(const rmmc__spec_args_t *args, const rmmc__spec_option_t *table,
+                              const rmmc_resource_t *upstream, void *options);
 
 /* A bytes or percentage option, resolved: a percentage is of the free
  * memory of the device `upstream` serves (device-kind memory) or of the

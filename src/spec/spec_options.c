@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The stack-spec option values, for the resources' build functions: the
- * accessors (rmmc__spec_int, _double, _bool, _string, _bytes) and the size
- * syntax (rmmc__parse_bytes).
+ * accessors (rmmc__spec_int, _double, _bool, _string, _bytes), the generic
+ * builder that fills an options struct from a table (rmmc__spec_fill) and
+ * the size syntax (rmmc__parse_bytes).
  *
  * Apart from the parser (spec.c) and its table of every resource
  * (spec_table.c) on purpose: each resource's build function reads its
@@ -12,6 +13,7 @@
  * helpers (a percentage of a device's free memory) and status.c.
  */
 #include <ctype.h>
+#include <limits.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -132,5 +134,46 @@ rmmc_status_t rmmc__spec_bytes(const rmmc__spec_args_t *args, const char *name,
     return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "%s: %s=%g%%: host memory size unknown",
                           args->layer, name, v->number);
   *out = (size_t)((double)total * v->number / 100.0) & ~(RMMC_DEFAULT_ALIGNMENT - 1);
+  return RMMC_SUCCESS;
+}
+
+rmmc_status_t rmmc__spec_fill(const rmmc__spec_args_t *args, const rmmc__spec_option_t *table,
+                              const rmmc_resource_t *upstream, void *options) {
+  for (const rmmc__spec_option_t *o = table; o->name != NULL; o++) {
+    if (o->field == RMMC__FIELD_NONE || rmmc__spec_find(args, o->name) == NULL) continue;
+    char *at = (char *)options + o->offset;
+    bool ranged = o->lo != 0 || o->hi != 0, b = false;
+    long long v = 0;
+    rmmc_status_t st = RMMC_SUCCESS;
+    switch (o->field) {
+    case RMMC__FIELD_NONE: break;
+    case RMMC__FIELD_SIZE: /* a size, or a count (INT) */
+      if (o->type != RMMC__OPT_INT) {
+        st = rmmc__spec_bytes(args, o->name, upstream, (size_t *)(void *)at);
+      } else {
+        st = rmmc__spec_int_in(args, o->name, ranged ? o->lo : 0, ranged ? o->hi : LLONG_MAX, &v);
+        if (st == RMMC_SUCCESS) *(size_t *)(void *)at = (size_t)v;
+      }
+      break;
+    case RMMC__FIELD_DOUBLE: (void)rmmc__spec_double(args, o->name, (double *)(void *)at); break;
+    case RMMC__FIELD_BOOL: (void)rmmc__spec_bool(args, o->name, (bool *)(void *)at); break;
+    case RMMC__FIELD_INT: /* an integer, or a bool as 1 or 0 */
+      if (o->type == RMMC__OPT_BOOL) {
+        (void)rmmc__spec_bool(args, o->name, &b);
+        *(int *)(void *)at = b ? 1 : 0;
+      } else {
+        st = rmmc__spec_int_in(args, o->name, ranged ? o->lo : INT_MIN, ranged ? o->hi : INT_MAX,
+                               &v);
+        if (st == RMMC_SUCCESS) *(int *)(void *)at = (int)v;
+      }
+      break;
+    case RMMC__FIELD_UNSIGNED:
+      st = rmmc__spec_int_in(args, o->name, ranged ? o->lo : 0, ranged ? o->hi : (long long)UINT_MAX,
+                             &v);
+      if (st == RMMC_SUCCESS) *(unsigned *)(void *)at = (unsigned)v;
+      break;
+    }
+    if (st != RMMC_SUCCESS) return st;
+  }
   return RMMC_SUCCESS;
 }

@@ -164,7 +164,7 @@ rmmc_status_t rmmc__pool_set_memory_hooks(rmmc_resource_t *r, const rmmc_memory_
  * its own memory reachable (a chunk is the upstream's memory). Then, under
  * the shared lock that every growth takes, the mappings the pool made
  * itself are granted and the peer joins the set that every later mapping
- * is granted to (pool_vm.c), so no mapping falls between the two. */
+ * is granted to (vm.c), so no mapping falls between the two. */
 rmmc_status_t rmmc__pool_enable_peer_access(rmmc_resource_t *r, int peer_device) {
   pool_t *p = (pool_t *)r;
   if (p->be->grant != NULL && !rmmc__vm_can_set_access(p->base.upstream))

@@ -73,16 +73,6 @@ static pool_block_t *hole_merge(pool_t *p, pool_block_t *u) {
 
 /* ---- segments: the mapped ranges of a reservation, sorted ---- */
 
-static size_t seg_lower_bound(const pool_region_t *r, uintptr_t addr) {
-  size_t lo = 0, hi = r->nsegs;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (r->segs[mid].addr < addr) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
 static bool seg_insert(pool_region_t *r, uintptr_t addr, size_t size) {
   if (r->nsegs == r->capsegs) {
     size_t cap = r->capsegs ? 2 * r->capsegs : 16;
@@ -91,7 +81,7 @@ static bool seg_insert(pool_region_t *r, uintptr_t addr, size_t size) {
     r->segs = s;
     r->capsegs = cap;
   }
-  size_t i = seg_lower_bound(r, addr);
+  size_t i = pool_seg_lower_bound(r, addr);
   memmove(r->segs + i + 1, r->segs + i, (r->nsegs - i) * sizeof *r->segs);
   r->segs[i] = (pool_seg_t){addr, size, 0, SEG_ON};
   r->nsegs++;
@@ -151,7 +141,7 @@ static rmmc_status_t map_segment(pool_t *p, pool_region_t *r, uintptr_t a, size_
   if (st != RMMC_SUCCESS) {
     rmmc__error_state_t why;
     rmmc__error_save(&why);
-    size_t i = seg_lower_bound(r, a);
+    size_t i = pool_seg_lower_bound(r, a);
     if (i < r->nsegs && r->segs[i].addr == a) seg_remove(r, i);
     bool stays = upstream_unmap(p, a, n) != RMMC_SUCCESS;
     rmmc__error_restore(&why);
@@ -262,7 +252,7 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
      * no later growth maps it again. */
     rmmc__error_state_t why;
     rmmc__error_save(&why);
-    size_t i = seg_lower_bound(r, pl.m0), j = i;
+    size_t i = pool_seg_lower_bound(r, pl.m0), j = i;
     while (j < r->nsegs && r->segs[j].addr < a) j++;
     while (j-- > i) {
       uintptr_t k0 = r->segs[j].addr;
@@ -324,6 +314,9 @@ static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_b
   return RMMC_SUCCESS;
 }
 
+static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
+                                     uintptr_t keep_hi);
+
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                              size_t align, bool within, pool_block_t **out) {
   place_t pl = {0};
@@ -336,12 +329,16 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
       return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room in a new reservation");
   }
   uint64_t shrinks = p->shrinks;
-  /* Trimming leaves the hole and the free blocks beside it alone: unmapping
-   * what this growth would map back is churn. */
-  p->trim_keep_lo = pl.u->prev != NULL ? pl.u->prev->addr : pl.u->addr;
-  p->trim_keep_hi = pl.u->next != NULL ? pool_bend(pl.u->next) : pool_bend(pl.u);
-  bool ok = rmmc__pool_admit(p, o, stream, pl.m1 - pl.m0, need, within);
-  p->trim_keep_lo = p->trim_keep_hi = 0;
+  /* The budget's trim leaves the hole and the free blocks beside it alone:
+   * unmapping what this growth would map back is churn. */
+  size_t goal;
+  pool_admit_t a = rmmc__pool_admit(p, o, stream, pl.m1 - pl.m0, need, within, &goal);
+  if (a == POOL_ADMIT_TRIM) {
+    (void)vm_trim_keeping(p, goal, pl.u->prev != NULL ? pl.u->prev->addr : pl.u->addr,
+                          pl.u->next != NULL ? pool_bend(pl.u->next) : pool_bend(pl.u));
+    a = rmmc__pool_admit_max(p, pl.m1 - pl.m0);
+  }
+  bool ok = a == POOL_ADMIT_YES;
   if (!ok)
     return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
                   : RMMC_ERROR_OUT_OF_MEMORY;
@@ -408,7 +405,8 @@ static int older_first(const void *x, const void *y) {
   return a->seg > b->seg ? -1 : a->seg < b->seg; /* within a block: highest first */
 }
 
-static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
+static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
+                                     uintptr_t keep_hi) {
   rmmc_status_t st = RMMC_SUCCESS;
   for (pool_region_t *r = p->regions; r != NULL && p->reserved > goal && st == RMMC_SUCCESS;
        r = r->next) {
@@ -418,9 +416,9 @@ static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
     size_t n = 0;
     for (pool_block_t *b = r->first; b != NULL; b = b->next) {
       if (b->state != B_FREE || b->where != W_INDEX) continue;
-      if (b->addr < p->trim_keep_hi && pool_bend(b) > p->trim_keep_lo) continue;
+      if (b->addr < keep_hi && pool_bend(b) > keep_lo) continue;
       if (p->clock - b->freed < p->trim_min_age) continue; /* in use in this round */
-      size_t i = seg_lower_bound(r, b->addr), j = i;
+      size_t i = pool_seg_lower_bound(r, b->addr), j = i;
       while (j < r->nsegs && r->segs[j].addr + r->segs[j].size <= pool_bend(b)) j++;
       if (j == i || !rmmc__pool_settled(p, b, true)) continue;
       for (; i < j; i++) c[n++] = (trim_cand_t){b, r->segs[i].addr, b->freed};
@@ -428,7 +426,7 @@ static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
     qsort(c, n, sizeof *c, older_first);
     for (size_t k = 0; k < n && p->reserved > goal; k++) {
       pool_block_t *b = c[k].b, *rest = NULL;
-      size_t i = seg_lower_bound(r, c[k].seg);
+      size_t i = pool_seg_lower_bound(r, c[k].seg);
       rmmc__pool_unlink_free(p, b);
       st = unmap_seg(p, r, i, b, &rest);
       if (st != RMMC_SUCCESS) {
@@ -443,6 +441,8 @@ static rmmc_status_t vm_trim(pool_t *p, size_t goal) {
   }
   return st;
 }
+
+static rmmc_status_t vm_trim(pool_t *p, size_t goal) { return vm_trim_keeping(p, goal, 0, 0); }
 
 /* ---- peers ---- */
 
@@ -480,7 +480,7 @@ take_back: {
 }
 }
 
-/* ---- sleep mode (pool_sleep.c has the whole of it) ---- */
+/* ---- sleep mode (sleep.c has the whole of it) ---- */
 
 /* Unmaps every mapping that is on, lowest first, each announced before it
  * goes; one the upstream refuses stays on (announced held again) and the
@@ -570,105 +570,18 @@ static rmmc_status_t vm_wake(pool_t *p) {
   return st;
 }
 
-/* ---- lifetime, figures, checks ---- */
-
-static void vm_fini(pool_t *p) {
-  while (p->regions != NULL) {
-    pool_region_t *r = p->regions;
-    for (size_t i = 0; i < r->nsegs; i++) {
-      if (r->segs[i].off != SEG_ON) continue; /* paused: gone already, announced */
-      pool_hook_release(p, r->segs[i].addr, r->segs[i].size);
-      (void)rmmc_resource_vm_unmap(p->base.upstream, (void *)r->segs[i].addr, r->segs[i].size);
-    }
-    (void)rmmc_resource_vm_unreserve(p->base.upstream, (void *)r->base, r->size);
-    rmmc__pool_remove_region(p, r);
-  }
-}
-
-static void vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
-  size_t segs = 0, space = 0;
-  rmmc__lock(&p->lock);
-  for (pool_region_t *r = p->regions; r != NULL; r = r->next) segs += r->nsegs, space += r->size;
-  uint64_t maps = p->page_maps, unmaps = p->page_unmaps;
-  rmmc__unlock(&p->lock);
-  rmmc__emit_text(emit, ctx, "backend", "virtual memory");
-  rmmc__emit_bytes(emit, ctx, "page", p->page);
-  rmmc__emit_bytes(emit, ctx, "address_space", space);
-  rmmc__emit_count(emit, ctx, "mappings", segs);
-  rmmc__emit_count(emit, ctx, "page_maps", maps);
-  rmmc__emit_count(emit, ctx, "page_unmaps", unmaps);
-}
-
-/* Does the union of r's segments cover [a0, a1) exactly (covered) or not
- * touch it at all (!covered)? */
-static bool seg_covers(const pool_region_t *r, uintptr_t a0, uintptr_t a1, bool covered) {
-  size_t i = seg_lower_bound(r, a0);
-  if (i > 0 && r->segs[i - 1].addr + r->segs[i - 1].size > a0) i--;
-  if (!covered) return i == r->nsegs || r->segs[i].addr >= a1;
-  uintptr_t at = a0;
-  for (; i < r->nsegs && at < a1; i++) {
-    if (r->segs[i].addr > at) return false;
-    at = r->segs[i].addr + r->segs[i].size;
-  }
-  return at >= a1;
-}
-
-static bool vm_check(pool_t *p, char *msg, size_t len) {
-  size_t mapped = 0, holes = 0, off = 0;
-  for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
-    for (size_t i = 0; i < r->nsegs; i++) {
-      const pool_seg_t *s = &r->segs[i];
-      bool ok = s->addr >= r->base && s->addr + s->size <= r->base + r->size &&
-                s->addr % p->page == 0 && s->size % p->page == 0 &&
-                (i == 0 || r->segs[i - 1].addr + r->segs[i - 1].size <= s->addr);
-      if (!ok) {
-        snprintf(msg, len, "mapping %p + %zu is out of place", (void *)s->addr, s->size);
-        return false;
-      }
-      mapped += s->size;
-      if (s->off == SEG_WOKEN || (s->off == SEG_OFF && !p->paused)) {
-        snprintf(msg, len, "mapping %p + %zu is %s while the pool is %s", (void *)s->addr,
-                 s->size, s->off == SEG_OFF ? "off" : "half woken", p->paused ? "paused" : "awake");
-        return false;
-      }
-      if (s->off == SEG_OFF) off += s->size;
-    }
-    for (pool_block_t *b = r->first; b != NULL; b = b->next) {
-      bool unmapped = b->state == B_UNMAPPED;
-      holes += unmapped;
-      if (!seg_covers(r, b->addr, pool_bend(b), !unmapped)) {
-        snprintf(msg, len, "block %p + %zu (state %d) is %s", (void *)b->addr, pool_bsize(b),
-                 b->state, unmapped ? "mapped" : "not wholly mapped");
-        return false;
-      }
-      if (unmapped && b->next != NULL && b->next->state == B_UNMAPPED) {
-        snprintf(msg, len, "holes at %p and %p should have merged", (void *)b->addr,
-                 (void *)b->next->addr);
-        return false;
-      }
-    }
-  }
-  size_t listed = 0;
-  for (pool_block_t *u = p->holes; u != NULL; u = u->qnext) listed++;
-  if (off != p->off_bytes) {
-    snprintf(msg, len, "%zu bytes of mappings are off, the pool counts %zu", off, p->off_bytes);
-    return false;
-  }
-  if (mapped != p->reserved || listed != holes) {
-    snprintf(msg, len, "reserved %zu, mappings add up to %zu; %zu holes, %zu listed", p->reserved,
-             mapped, holes, listed);
-    return false;
-  }
-  return true;
-}
+/* vm_check.c: the end, figures and invariants. */
+void rmmc__pool_vm_fini(pool_t *p);
+void rmmc__pool_vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx);
+bool rmmc__pool_vm_check(pool_t *p, char *msg, size_t len);
 
 const pool_backend_t rmmc__pool_vm = {
     .name = "virtual memory",
     .grow = vm_grow,
     .trim = vm_trim,
-    .fini = vm_fini,
-    .describe = vm_describe,
-    .check = vm_check,
+    .fini = rmmc__pool_vm_fini,
+    .describe = rmmc__pool_vm_describe,
+    .check = rmmc__pool_vm_check,
     .grant = vm_grant,
     .sleep = vm_sleep,
     .wake = vm_wake,

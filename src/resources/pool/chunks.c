@@ -11,14 +11,28 @@
 
 #include "pool_internal.h"
 
+static rmmc_status_t chunks_trim(pool_t *p, size_t goal);
+
+/* The budget's answer for growing by `add`, the trim it asks for run. */
+static bool chunks_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add, size_t need,
+                         bool within) {
+  size_t goal;
+  pool_admit_t a = rmmc__pool_admit(p, o, stream, add, need, within, &goal);
+  if (a == POOL_ADMIT_TRIM) {
+    (void)chunks_trim(p, goal);
+    a = rmmc__pool_admit_max(p, add);
+  }
+  return a == POOL_ADMIT_YES;
+}
+
 static rmmc_status_t chunks_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                                  size_t align, bool within, pool_block_t **out) {
   size_t pad = align > POOL_GRANULE ? align - POOL_GRANULE : 0;
   size_t want = rmmc__align_up(need + pad, p->granularity);
   size_t g = want < p->min_growth ? p->min_growth : want;
-  if (!rmmc__pool_admit(p, o, stream, g, need, within)) {
+  if (!chunks_admit(p, o, stream, g, need, within)) {
     /* The maximum: try the request alone before giving up. */
-    if (within || g == want || !rmmc__pool_admit(p, o, stream, want, need, false))
+    if (within || g == want || !chunks_admit(p, o, stream, want, need, false))
       return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget") :
                       RMMC_ERROR_OUT_OF_MEMORY;
     g = want;

@@ -4,7 +4,9 @@
  * free blocks of the shared heap with their owners (indexing, merging,
  * carving), the growth budget, and the upstream calls and errors the core
  * and the backends share. It calls neither: the core (pool.c) and the
- * backends (pool_chunks.c, pool_vm.c) call it.
+ * backends (chunks.c, vm.c) call it. The budget answers "trim to this goal
+ * first" (POOL_ADMIT_TRIM) and its caller runs the trim: a backend its own
+ * (vm_grow keeping the hole it grows into), the core p->be->trim.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,17 +225,19 @@ static size_t budget_for(const pool_t *p, size_t need) {
   return b >= (double)SIZE_MAX ? SIZE_MAX : (size_t)b;
 }
 
-/* Makes room for growing by `add` bytes for a request of `need`. Within
- * the budget only (`within`): true if it fits as things are. Otherwise
- * gives back what the budget, gc_threshold and the maximum ask (covering
- * o's own frees first, so that they can go back once finished) and is
- * false, with the message set, only when the maximum still refuses. */
-bool rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add, size_t need,
-                      bool within) {
+/* May the pool grow by `add` bytes for a request of `need`? Within the
+ * budget only (`within`): YES if it fits as things are, else NO (no
+ * message). Otherwise TRIM with *goal when the budget, gc_threshold or the
+ * maximum ask for memory back first (o's own frees covered first, so that
+ * they can go back once finished): the caller trims to *goal with its
+ * backend's trim, then asks rmmc__pool_admit_max. It calls no backend
+ * itself. */
+pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add,
+                              size_t need, bool within, size_t *goal_out) {
   size_t b = p->release_before_grow ? budget_for(p, need) : SIZE_MAX;
   if (p->gc_limit < b) b = p->gc_limit;
   size_t after = p->reserved + add;
-  if (within) return after <= b && after <= p->max_size;
+  if (within) return after <= b && after <= p->max_size ? POOL_ADMIT_YES : POOL_ADMIT_NO;
   size_t goal = SIZE_MAX;
   if (after > p->max_size) goal = p->max_size;
   if (after > p->gc_limit && p->gc_limit < goal) goal = p->gc_limit;
@@ -256,15 +260,22 @@ bool rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t ad
   }
   if (goal != SIZE_MAX) {
     if (o != NULL && o->uncovered > 0) rmmc__pool_cover(p, o, stream);
-    (void)p->be->trim(p, goal > add ? goal - add : 0);
+    *goal_out = goal > add ? goal - add : 0;
+    return POOL_ADMIT_TRIM;
   }
+  return rmmc__pool_admit_max(p, add);
+}
+
+/* After the trim rmmc__pool_admit asked for: YES if growing by `add` keeps
+ * within the maximum, else NO with the message set. */
+pool_admit_t rmmc__pool_admit_max(pool_t *p, size_t add) {
   if (p->reserved + add > p->max_size) {
     char mx[32];
     rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: its maximum of %s is reached",
                    rmmc__format_bytes(p->max_size, mx, sizeof mx));
-    return false;
+    return POOL_ADMIT_NO;
   }
-  return true;
+  return POOL_ADMIT_YES;
 }
 
 

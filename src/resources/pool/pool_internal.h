@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's parts (internal): the types the stream-ordering core
- * (pool.c) shares with its two growth backends, chunks (pool_chunks.c) and
- * virtual memory (pool_vm.c), and the few core operations the backends
+ * (pool.c) shares with its two growth backends, chunks (chunks.c) and
+ * virtual memory (vm.c), and the few core operations the backends
  * call. include/rmmc/pool_resource.h has the contract and the policies.
  *
  * Memory. The pool holds regions of address space: chunks taken from the
@@ -75,7 +75,7 @@ typedef struct pool_seg {
   uintptr_t addr;
   size_t size;
   uint64_t freed_at; /* pool clock when it last lay wholly in free blocks (trim order) */
-  uint8_t off;       /* SEG_ON, or paused (pool_sleep.c): SEG_OFF (unmapped; resume maps it
+  uint8_t off;       /* SEG_ON, or paused (sleep.c): SEG_OFF (unmapped; resume maps it
                       * again) or SEG_WOKEN (mapped by a wake still in progress) */
 } pool_seg_t;
 
@@ -172,7 +172,8 @@ typedef struct pool_backend {
    * merged, not indexed) of at least `need` bytes in *out; `align` is the
    * alignment the caller will carve at. RMMC_ERROR_OUT_OF_MEMORY when the
    * upstream or the maximum refuses; `within`: also when the growth would
-   * take reserved past the budget (rmmc__pool_admit). o may be NULL (the
+   * take reserved past the budget (rmmc__pool_admit; otherwise the backend
+   * runs the trim the budget asks for, its own). o may be NULL (the
    * initial growth: the block must be clean). */
   rmmc_status_t (*grow)(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                         size_t align, bool within, pool_block_t **out);
@@ -189,7 +190,7 @@ typedef struct pool_backend {
    * nothing. NULL: the backend maps nothing itself (chunks are the
    * upstream's memory, which the upstream made reachable). */
   rmmc_status_t (*grant)(pool_t *p, int d);
-  /* Sleep mode (pool_sleep.c), under every lock, no work pending on the
+  /* Sleep mode (sleep.c), under every lock, no work pending on the
    * pool's memory. sleep unmaps every mapping still mapped (on_release
    * before each), marking it off; one the upstream refuses stays on, the
    * others still go, and the first refusal's status is returned. wake maps
@@ -214,7 +215,7 @@ struct pool {
   size_t small_max, span;
   unsigned stripes; /* heaps per stream: threads on one stream spread over them */
   int graphs_routing; /* atomic: graph pools being routed to, + 1 while paused (the
-                       * allocation's one slow-path gate; pool_sleep.c) */
+                       * allocation's one slow-path gate; sleep.c) */
   const pool_backend_t *be;
   /* options, resolved */
   size_t max_size, min_growth, granularity, gc_limit, event_bytes, cache_bytes;
@@ -253,12 +254,11 @@ struct pool {
   double band;            /* steady-state hysteresis: growth may pass the budget by band x slack */
   /* figures (shared lock) */
   size_t reserved, reserved_peak, committed, committed_peak, span_bytes, free_bytes;
-  uintptr_t trim_keep_lo, trim_keep_hi; /* vm: a range trimming leaves alone (growth in flight) */
   uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
   uint64_t adoptions; /* streams whose covered frees another stream joined (adopt_covered) */
-  rmmc_memory_hooks_t hooks; /* rmmc_resource_set_memory_hooks (shared lock; pool_query.c) */
-  uint64_t peers; /* devices given access (bit d; shared lock; pool_query.c): every mapping's */
-  /* sleep mode (pool_sleep.c; every lock to write) */
+  rmmc_memory_hooks_t hooks; /* rmmc_resource_set_memory_hooks (shared lock; query.c) */
+  uint64_t peers; /* devices given access (bit d; shared lock; query.c): every mapping's */
+  /* sleep mode (sleep.c; every lock to write) */
   int paused;               /* atomic read: allocations are refused */
   size_t off_bytes;         /* bytes of mappings that are off (counted in reserved) */
   struct pool_sleep_head *sleep; /* the backup and counts; NULL before the first pause */
@@ -270,7 +270,7 @@ rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_optio
 /* True if r is a pool made by rmmc_arena_resource_create. */
 bool rmmc__pool_is_arena(const rmmc_resource_t *r);
 
-/* ---- the shared heap (pool_heap.c): what the core and backends call ---- */
+/* ---- the shared heap (shared_heap.c): what the core and backends call ---- */
 
 rmmc_status_t rmmc__pool_no_host_memory(void);
 /* Merges b (free, unindexed) and indexes the result. */
@@ -317,19 +317,27 @@ pool_block_t *rmmc__pool_split(pool_t *p, pool_block_t *b, uintptr_t addr);
 bool rmmc__pool_usable(pool_t *p, pool_block_t *b, const pool_owner_t *o);
 /* Is the work before b's free known finished (asking CUDA if `ask`)? */
 bool rmmc__pool_settled(pool_t *p, pool_block_t *b, bool ask);
+/* The growth budget's answer (rmmc__pool_admit): grow; give back to a goal
+ * first (the caller runs the trim: the shared heap calls no backend); or
+ * refuse. */
+typedef enum { POOL_ADMIT_YES, POOL_ADMIT_TRIM, POOL_ADMIT_NO } pool_admit_t;
 /* May the pool grow by `add` bytes for a request of `need`? Within the
- * budget only (`within`): whether it fits as things are. Otherwise gives
- * back what the budget, gc_threshold and the maximum ask first, and refuses
- * (message set) only when the maximum still does. */
-bool rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add, size_t need,
-                      bool within);
+ * budget only (`within`): whether it fits as things are (YES or NO).
+ * Otherwise TRIM with *goal when the budget, gc_threshold or the maximum
+ * ask for memory back first; the caller trims to *goal, then asks
+ * rmmc__pool_admit_max; or YES, or NO (message set) when the maximum
+ * refuses. */
+pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add,
+                              size_t need, bool within, size_t *goal);
+/* YES if growing by `add` keeps within the maximum, else NO (message set). */
+pool_admit_t rmmc__pool_admit_max(pool_t *p, size_t add);
 /* The out-of-memory error with the pool's figures. */
 rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const char *why);
 /* Upstream calls that may run during another thread's graph capture. */
 rmmc_status_t rmmc__pool_upstream_allocate(pool_t *p, size_t bytes, cudaStream_t stream, void **out);
 rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes);
 
-/* ---- sleep mode (pool_sleep.c) ---- */
+/* ---- sleep mode (sleep.c) ---- */
 
 /* The pool layer of a stack (r itself, or the first pool below it); NULL. */
 pool_t *rmmc__pool_in(rmmc_resource_t *r);
@@ -339,7 +347,7 @@ void rmmc__pool_unlock_all(pool_t *p);
 /* Bytes held from the upstream now: reserved less what is off. */
 static inline size_t pool_held(const pool_t *p) { return p->reserved - p->off_bytes; }
 /* The head of the sleep state, which the first pause makes: pool.c calls
- * the sleep code through it, so the core does not depend on pool_sleep.c
+ * the sleep code through it, so the core does not depend on sleep.c
  * (no cycle) and a program that never pauses links none of it. */
 typedef struct pool_sleep_head {
   /* Frees the backup's host memory once its copies are done (release_cached
@@ -349,7 +357,7 @@ typedef struct pool_sleep_head {
   void (*describe)(pool_t *p, rmmc_field_cb emit, void *ctx);
 } pool_sleep_head_t;
 
-/* ---- queries, memory hooks and peer access (pool_query.c) ---- */
+/* ---- queries, memory hooks and peer access (query.c) ---- */
 
 /* The pool's get_allocation, set_memory_hooks and enable_peer_access slots. */
 rmmc_status_t rmmc__pool_get_allocation(rmmc_resource_t *r, const void *ptr,
@@ -368,6 +376,17 @@ static inline void pool_hook_acquire(pool_t *p, uintptr_t a, size_t n) {
 }
 static inline void pool_hook_release(pool_t *p, uintptr_t a, size_t n) {
   if (RMMC_UNLIKELY(p->hooks.on_release != NULL)) p->hooks.on_release((void *)a, n, p->hooks.user);
+}
+
+/* vm: the first of r's mappings (sorted) at or above addr. */
+static inline size_t pool_seg_lower_bound(const pool_region_t *r, uintptr_t addr) {
+  size_t lo = 0, hi = r->nsegs;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (r->segs[mid].addr < addr) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 static inline pool_block_t *pool_block_of(rmmc__tlsf_node_t *n) {

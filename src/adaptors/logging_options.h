@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The logging adaptor's options, once, as data (internal): one row per option of
+ * rmmc_logging_options_t (its public header is the manual of each), with the columns
+ * of src/resources/pool/options.h. The spec table and builder beside the
+ * logging adaptor's code, the help and tests/test_options_tables.c (against
+ * RMMC_LOGGING_OPTIONS_INIT) are made from it.
+ * path= is the create's own argument, no field: a row of its own in
+ * logging.c; time= is text logging_build turns into the enum (NONE).
+ */
+#ifndef RMMC_LOGGING_OPTIONS_H
+#define RMMC_LOGGING_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rmmc/logging_adaptor.h"
+
+#define RMMC__LOGGING_OPTIONS(X)                                                                   \
+  X(flush_each, "flush", BOOL, BOOL, false, "false: at flush and destroy", 0, 0, "",               \
+    "write every line out at once")                                                                \
+  X(time, "time", STRING, NONE, RMMC_LOGGING_TIME_CLOCK, "clock", 0, 0, "",                        \
+    "clock (RMM's HH:MM:SS.us) or us (microseconds since epoch)")
+
+#endif /* RMMC_LOGGING_OPTIONS_H */

@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The pool core's parts (internal): what the files of the stream-ordering
+ * core share. pool_internal.h has the layout of memory and the locks, which
+ * the backends share too; this header has what only the core uses.
+ *
+ * One translation unit. The core is read as one-job files, each short
+ * enough for one sitting, and compiled as one: pool.c (the slots, the
+ * thread cache and the fast paths) includes the other parts at its end, as
+ * mimalloc's alloc.c includes free.c. The parts' functions stay static, so
+ * the compiler sees the allocate and free paths whole, as it did when they
+ * were one 2,219-line file (the same inlining: the lead's benchmarks hold
+ * the two builds within 3%), and a program that links the pool statically
+ * takes one object for the core (tests/test_layers.py counts them). A part
+ * compiled alone stops at the guard below.
+ *
+ *   pool.c          the resource's slots; the thread cache; allocate and
+ *                   free, small (stream heaps) and large (shared heap)
+ *   policy.c        stream ordering: epochs, covering, the search over
+ *                   other streams' frees, and the slow path as named steps
+ *   stream_heaps.c  stream heaps and the spans the shared heap lends them
+ *   lend.c          out of memory: other heaps' free blocks, lent
+ *   graphs.c        CUDA graph pools
+ *   figures.c       describe, rmmc_pool_resource_figures, invariant checks
+ *   lifetime.c      options resolved, the backend chosen, create,
+ *                   release_cached, destroy
+ * Separate objects: shared_heap.c (the shared heap's blocks, merging, the
+ * growth budget), chunks.c and vm.c (the growth backends), query.c, sleep.c,
+ * spec.c (the stack-spec entry).
+ */
+#ifndef RMMC_POOL_CORE_H
+#define RMMC_POOL_CORE_H
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pool_internal.h"
+#include "rmmc/registry.h"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define POOL_NOINLINE __attribute__((noinline))
+#else
+#define POOL_NOINLINE
+#endif
+
+static const rmmc_resource_ops_t pool_ops, arena_ops;
+
+/* The arena (arena.c) is this pool under another name: both tables. */
+static inline bool is_pool(const rmmc_resource_t *r) {
+  return r != NULL && (r->ops == &pool_ops || r->ops == &arena_ops);
+}
+
+/* Which steps of the slow path a call takes: the out-of-memory path runs
+ * the steps before the last resort, lends from other streams' heaps
+ * (heaps_lend, no lock held), and only then the last resort. */
+typedef enum { SLOW_BEFORE_LAST, SLOW_LAST } slow_steps_t;
+
+/* ---- the parts' functions, by file ---- */
+
+/* pool.c */
+static POOL_NOINLINE rmmc_status_t heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
+                                              pool_owner_t **o);
+static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+                                                  size_t n, size_t align, size_t bytes,
+                                                  slow_steps_t steps, void **out);
+static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                           cudaStream_t stream, size_t n, size_t align,
+                                           size_t bytes, void **out);
+static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_entry_t *e,
+                                       void *ptr, size_t bytes, cudaStream_t stream);
+static POOL_NOINLINE void heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
+static inline bool power_of_two_count(uint64_t *n);
+static POOL_NOINLINE void heap_emptied(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
+static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *ptr, size_t bytes,
+                                             cudaStream_t stream);
+static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t *e, void *ptr,
+                                size_t bytes, bool *cover);
+/* policy.c */
+static void cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream);
+static void consolidate_owner(pool_t *p, pool_owner_t *q);
+static void consolidate(pool_t *p, bool ask);
+static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
+                                               cudaStream_t stream, size_t need, size_t align,
+                                               size_t bytes, slow_steps_t steps,
+                                               pool_block_t **out);
+/* stream_heaps.c */
+static rmmc_status_t heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot,
+                              unsigned stripe, pool_sheap_t **out);
+static pool_sheap_t *heap_of_stripe(pool_owner_t *o, unsigned stripe);
+static size_t heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cudaStream_t stream,
+                                bool in_call);
+static size_t reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need);
+static rmmc_status_t span_take(pool_t *p, pool_sheap_t *h, cudaStream_t stream, size_t bytes,
+                               slow_steps_t steps);
+static size_t retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bool can_wait);
+static POOL_NOINLINE rmmc_status_t small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
+                                                 size_t n, size_t need, size_t align, size_t bytes,
+                                                 slow_steps_t steps, pool_block_t **out);
+/* lend.c */
+static pool_sheap_t *heaps_snapshot(pool_t *p);
+static POOL_NOINLINE rmmc_status_t small_again(pool_t *p, cudaStream_t stream, size_t n,
+                                               size_t align, size_t bytes, void **out);
+static POOL_NOINLINE rmmc_status_t small_short(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                               cudaStream_t stream, size_t n, size_t align,
+                                               size_t bytes, void **out);
+static POOL_NOINLINE rmmc_status_t large_short(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+                                               size_t n, size_t align, size_t bytes, void **out);
+/* graphs.c */
+static void graph_forget(pool_t *p, pool_owner_t *g);
+static void graph_drain(pool_t *p);
+static POOL_NOINLINE pool_owner_t *graph_route(pool_t *p, cudaStream_t stream);
+static POOL_NOINLINE rmmc_status_t graph_allocate(pool_t *p, pool_owner_t *g, cudaStream_t stream,
+                                                  size_t n, size_t align, size_t bytes, void **out);
+static void count_route(pool_t *p, int delta);
+/* figures.c */
+static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx);
+static bool check_locked(pool_t *p, char *msg, size_t len);
+/* lifetime.c */
+static void lock_all(pool_t *p);
+static void unlock_all(pool_t *p);
+static rmmc_status_t pool_release_cached(rmmc_resource_t *r);
+static void pool_destroy(rmmc_resource_t *r);
+
+/* ---- inline helpers the parts share (hot paths among them) ---- */
+
+/* Counts a free of `bytes` into the shared heap on o's stream (shared
+ * lock). True when o's frees are now due an event (enough wait, or another
+ * stream asked, and other streams use the pool): the counts start again
+ * and the caller records o's event on o's stream, after dropping the
+ * shared lock where it can (a record is a driver call, 0.3 us and more,
+ * and the runtime serializes it across threads). */
+static inline bool cover_claim(const pool_t *p, pool_owner_t *o, size_t bytes) {
+  o->uncovered++;
+  o->uncovered_bytes += bytes;
+  if (!RMMC_UNLIKELY(__atomic_load_n(&o->slot->want, __ATOMIC_RELAXED)) &&
+      !(p->nowners > 1 &&
+        (o->uncovered >= p->event_interval || o->uncovered_bytes >= p->event_bytes)))
+    return false;
+  o->uncovered = 0;
+  o->uncovered_bytes = 0;
+  return true;
+}
+
+/* split_limit (chunks): a wholly free chunk far larger than the growth a
+ * request would make is not split for it. */
+static inline bool too_big_to_split(const pool_t *p, const pool_block_t *b, size_t need) {
+  if (p->split_limit == 0.0 || p->last_resort || b->prev != NULL || b->next != NULL ||
+      p->be != &rmmc__pool_chunks)
+    return false;
+  size_t g = rmmc__align_up(need, p->granularity); /* what chunks_grow would take */
+  if (g < p->min_growth) g = p->min_growth;
+  return (double)pool_bsize(b) > p->split_limit * (double)g;
+}
+
+/* The best fit that o's stream may take at once: clean or its own. */
+static inline pool_block_t *find_usable_raw(pool_t *p, pool_owner_t *o, size_t need) {
+  rmmc__tlsf_node_t *x = rmmc__tlsf_find(&p->clean, need);
+  rmmc__tlsf_node_t *y = rmmc__tlsf_find(o->idx, need);
+  if (RMMC_UNLIKELY(x == NULL && y == NULL)) { /* a fit behind a bin's head */
+    x = rmmc__tlsf_find_fit(&p->clean, need);
+    y = rmmc__tlsf_find_fit(o->idx, need);
+  }
+  if (y != NULL && (x == NULL || y->size <= x->size)) x = y;
+  if (x == NULL) return NULL;
+  pool_block_t *b = pool_block_of(x);
+  return RMMC_UNLIKELY(too_big_to_split(p, b, need)) ? NULL : b;
+}
+
+/* ... that holds n bytes at an `align`-aligned address: a block of n bytes
+ * first (it may happen to be aligned), else one that surely is. */
+static inline pool_block_t *find_usable(pool_t *p, pool_owner_t *o, size_t n, size_t align) {
+  pool_block_t *b = find_usable_raw(p, o, n);
+  if (align <= POOL_GRANULE || b == NULL) return b;
+  if (rmmc__align_up(b->addr, align) + n <= pool_bend(b)) return b;
+  return find_usable_raw(p, o, n + align - POOL_GRANULE);
+}
+
+static inline void heap_link(pool_sheap_t *h, pool_block_t *b) {
+  b->where = W_INDEX;
+  rmmc__tlsf_insert(&h->idx, &b->node);
+}
+
+static inline void heap_unlink(pool_sheap_t *h, pool_block_t *b) {
+  if (b->where == W_HOT) h->hot = NULL;
+  else rmmc__tlsf_remove(&h->idx, &b->node);
+  b->where = W_OUT;
+}
+
+static inline size_t heap_cached_bytes(const pool_sheap_t *x) {
+  return x->idx.bytes + (x->hot != NULL ? pool_bsize(x->hot) : 0);
+}
+
+static inline bool heap_free(const pool_block_t *n) {
+  return n != NULL && n->state == B_FREE && n->where != W_OUT;
+}
+
+/* Merges b (free, in no index) with its free neighbours in the span. The
+ * hot block is kept unmerged, so absorbing it can bring another free block
+ * next to b: each side goes on until no free block is left beside b. */
+static inline pool_block_t *heap_merge(pool_sheap_t *h, pool_block_t *b) {
+  pool_block_t *n;
+  while (heap_free(n = b->prev)) {
+    heap_unlink(h, n);
+    pool_absorb(b, n, 0);
+    pool_meta_put(&h->meta, n);
+  }
+  while (heap_free(n = b->next)) {
+    heap_unlink(h, n);
+    pool_absorb(b, n, 1);
+    pool_meta_put(&h->meta, n);
+  }
+  return b;
+}
+
+static inline pool_block_t *heap_search(pool_sheap_t *h, size_t need) {
+  rmmc__tlsf_node_t *x = rmmc__tlsf_find(&h->idx, need);
+  pool_block_t *b = x != NULL ? pool_block_of(x) : NULL;
+  pool_block_t *hot = h->hot;
+  if (hot != NULL && pool_bsize(hot) >= need && (b == NULL || pool_bsize(hot) < pool_bsize(b)))
+    b = hot;
+  return b;
+}
+
+/* Cuts n bytes at `align` out of h's free block b (found by heap_search;
+ * h locked, 2 spare structs) and enters it in h's map: the block, or NULL
+ * without host memory (b stays free). */
+static inline pool_block_t *heap_carve(pool_sheap_t *h, pool_block_t *b, size_t n, size_t align,
+                                       size_t bytes) {
+  bool was_hot = b->where == W_HOT;
+  heap_unlink(h, b);
+  if (was_hot) b = heap_merge(h, b); /* the hot block was kept unmerged */
+  uintptr_t a = rmmc__align_up(b->addr, align);
+  if (a != b->addr) {
+    pool_block_t *r = pool_split_block(&h->meta, b, a);
+    heap_link(h, b);
+    b = r;
+  }
+  if (pool_bsize(b) > n) heap_link(h, pool_split_block(&h->meta, b, b->addr + n));
+  if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&h->used, (void *)b->addr, b, bytes))) {
+    heap_link(h, heap_merge(h, b));
+    return NULL;
+  }
+  return b;
+}
+
+/* Hands out h's block b (in h's map; h locked). */
+static inline void heap_hand_out(pool_sheap_t *h, pool_block_t *b, size_t bytes) {
+  b->state = B_USED;
+  b->requested = bytes;
+  if (b->region->nused++ == 0 && --h->nidle < h->low_idle) h->low_idle = h->nidle;
+  h->in_use += pool_bsize(b);
+  if (h->in_use > h->peak) h->peak = h->in_use;
+}
+
+/* A new highest figure of bytes handed out or lent (the budget's basis). */
+static inline void new_peak(pool_t *p) {
+  p->committed_peak = p->committed;
+  p->peak_clock = p->clock;
+}
+
+#endif /* RMMC_POOL_CORE_H */

@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The pool core's figures and invariants (core.h): describe,
+ * rmmc_pool_resource_figures, and the checks of rmmc_pool_resource_check
+ * and of debug_checks=2.
+ */
+#ifndef RMMC_POOL_CORE_H
+#error "a part of the pool core: pool.c includes it (core.h says why)"
+#endif
+
+static rmmc_status_t not_a_pool(const char *what, const rmmc_resource_t *r) {
+  return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: %s is not a pool", what,
+                        r == NULL ? "NULL" : r->ops->name);
+}
+
+/* ---- figures ---- */
+
+typedef struct totals {
+  size_t in_use, cached, pending, spans, largest;
+} totals_t;
+
+static void add_totals(pool_t *p, totals_t *t) {
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext) {
+      t->in_use += x->in_use;
+      t->cached += heap_cached_bytes(x);
+      t->spans += x->nspans;
+    }
+    t->pending += q->idx->bytes;
+    size_t l = rmmc__tlsf_largest(q->idx);
+    if (l > t->largest) t->largest = l;
+  }
+  size_t l = rmmc__tlsf_largest(&p->clean);
+  if (l > t->largest) t->largest = l;
+  t->in_use += p->committed - p->span_bytes;
+}
+
+static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+  pool_t *p = (pool_t *)r;
+  lock_all(p);
+  totals_t t = {0};
+  add_totals(p, &t);
+  size_t reserved = pool_held(p), reserved_peak = p->reserved_peak, peak = p->committed_peak;
+  size_t regions = p->nregions, heaps = p->nheaps, graphs = 0, graph_bytes = 0;
+  uint64_t retired = p->heaps_retired;
+  for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
+    graphs++, graph_bytes += g->used_bytes + g->idx->bytes;
+  uint64_t grows = p->grows, shrinks = p->shrinks, peers = p->peers, adoptions = p->adoptions;
+  unlock_all(p);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(RESERVED), reserved);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), t.in_use);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(FREE), reserved > t.in_use ? reserved - t.in_use : 0);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(PEAK), peak);
+  rmmc__emit_bytes(emit, ctx, "reserved_peak", reserved_peak);
+  rmmc__emit_bytes(emit, ctx, "largest_free", t.largest);
+  if (p->max_size != SIZE_MAX) rmmc__emit_bytes(emit, ctx, "limit", p->max_size);
+  rmmc__emit_bytes(emit, ctx, "small_max", p->small_max); /* the settings of the stream heaps */
+  rmmc__emit_bytes(emit, ctx, "span_size", p->span);
+  rmmc__emit_bytes(emit, ctx, "heap_cache", p->cache_bytes);
+  rmmc__emit_bytes(emit, ctx, RMMC__FIG(CACHED), t.cached);
+  rmmc__emit_bytes(emit, ctx, "pending", t.pending);
+  rmmc__emit_count(emit, ctx, "regions", regions);
+  rmmc__emit_count(emit, ctx, "graph_pools", graphs);
+  rmmc__emit_bytes(emit, ctx, "graph_bytes", graph_bytes);
+  rmmc__emit_count(emit, ctx, "spans", t.spans);
+  rmmc__emit_count(emit, ctx, "heaps", heaps);
+  rmmc__emit_count(emit, ctx, "heaps_retired", retired);
+  rmmc__emit_count(emit, ctx, "grows", grows);
+  rmmc__emit_count(emit, ctx, "shrinks", shrinks);
+  rmmc__emit_count(emit, ctx, "adoptions", adoptions);
+  if (peers != 0) {
+    char text[200];
+    rmmc__pool_peers_text(peers, text, sizeof text);
+    rmmc__emit_text(emit, ctx, "peers", text);
+  }
+  rmmc__stream_set_describe(&p->streams, emit, ctx);
+  p->be->describe(p, emit, ctx);
+  if (p->sleep != NULL) p->sleep->describe(p, emit, ctx);
+  /* One line per stream. */
+  lock_all(p);
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    size_t in_use = 0, cached = 0, nheaps = 0;
+    for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext)
+      in_use += x->in_use, cached += heap_cached_bytes(x), nheaps++;
+    char name[40], a[32], b[32], c[32], line[200];
+    snprintf(line, sizeof line, "%s in_use=%s cached=%s pending=%s heaps=%zu",
+             rmmc__stream_name(q->slot->stream, name, sizeof name),
+             rmmc__format_bytes(in_use, a, sizeof a), rmmc__format_bytes(cached, b, sizeof b),
+             rmmc__format_bytes(q->idx->bytes, c, sizeof c), nheaps);
+    rmmc__emit_text(emit, ctx, "stream", line);
+  }
+  unlock_all(p);
+}
+
+RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
+                                                  rmmc_pool_figures_t *figures) {
+  if (!is_pool(pool)) return not_a_pool("pool_resource_figures", pool);
+  if (figures == NULL || figures->size < sizeof(size_t))
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "pool_resource_figures: figures must be set with RMMC_POOL_FIGURES_INIT");
+  pool_t *p = (pool_t *)pool;
+  rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;
+  lock_all(p);
+  totals_t t = {0};
+  add_totals(p, &t);
+  f.reserved = pool_held(p);
+  f.grows = p->grows;
+  f.shrinks = p->shrinks;
+  unlock_all(p);
+  f.in_use = t.in_use;
+  f.cached = t.cached;
+  f.pending = t.pending;
+  f.device_syncs = rmmc__atomic_load_u64(&p->streams.syncs);
+  f.event_records = rmmc__atomic_load_u64(&p->streams.records);
+  f.event_waits = rmmc__atomic_load_u64(&p->streams.waits);
+  f.event_queries = rmmc__atomic_load_u64(&p->streams.queries);
+  size_t n = figures->size < sizeof f ? figures->size : sizeof f;
+  memcpy(figures, &f, n);
+  figures->size = n;
+  return RMMC_SUCCESS;
+}
+
+/* ---- invariants ---- */
+
+#define CHECK(cond, ...)                                                                       \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      snprintf(msg, len, __VA_ARGS__);                                                         \
+      return false;                                                                            \
+    }                                                                                          \
+  } while (0)
+
+static bool check_heap(pool_t *p, pool_sheap_t *h, char *msg, size_t len) {
+  size_t free_bytes = 0, nfree = 0, used = 0, nused = 0, idle = 0, foreign = 0;
+  for (pool_region_t *sp = h->spans; sp != NULL; sp = sp->next) {
+    CHECK(sp->heap == h && sp->parent != NULL && sp->parent->state == B_SPAN &&
+              sp->parent->addr == sp->base && pool_bsize(sp->parent) == sp->size,
+          "span %p does not match its shared block", (void *)sp->base);
+    CHECK(sp->base % p->span == 0, "span %p is not aligned to %zu", (void *)sp->base, p->span);
+    uintptr_t at = sp->base;
+    size_t in_span = 0;
+    for (pool_block_t *b = sp->first, *prev = NULL; b != NULL; prev = b, b = b->next) {
+      CHECK(b->addr == at && b->prev == prev && b->region == sp, "span %p: blocks do not tile it",
+            (void *)sp->base);
+      CHECK(pool_bsize(b) > 0 && pool_bsize(b) % POOL_GRANULE == 0 && b->addr % POOL_GRANULE == 0,
+            "block %p has size %zu", (void *)b->addr, pool_bsize(b));
+      if (b->state == B_FREE) {
+        CHECK(b->where == W_INDEX || (b->where == W_HOT && h->hot == b), "free block %p is lost",
+              (void *)b->addr);
+        CHECK(prev == NULL || prev->state != B_FREE || b == h->hot || prev == h->hot,
+              "adjacent free blocks at %p", (void *)b->addr);
+        free_bytes += pool_bsize(b);
+        nfree += b->where == W_INDEX;
+      } else if (b->state == B_USED) {
+        rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&h->used, (void *)b->addr);
+        CHECK(e != NULL && e->value == b, "used block %p is not in its heap's map", (void *)b->addr);
+        used += pool_bsize(b);
+        nused++;
+        in_span++;
+      } else {
+        CHECK(b->state == B_FOREIGN, "block %p of a span has state %d", (void *)b->addr, b->state);
+        foreign++;
+        in_span++;
+      }
+      at += pool_bsize(b);
+    }
+    CHECK(at == sp->base + sp->size, "span %p: blocks do not tile it", (void *)sp->base);
+    CHECK(sp->nused == in_span, "span %p counts %zu used, holds %zu", (void *)sp->base, sp->nused,
+          in_span);
+    idle += sp->nused == 0;
+  }
+  CHECK(rmmc__tlsf_valid(&h->idx), "a stream heap's index is inconsistent");
+  CHECK(h->idx.count == nfree, "a stream heap's index holds %zu blocks, its spans %zu free",
+        h->idx.count, nfree);
+  CHECK(h->idx.bytes + (h->hot != NULL ? pool_bsize(h->hot) : 0) == free_bytes,
+        "a stream heap's free bytes do not add up");
+  CHECK(h->used.count == nused && h->in_use == used, "a stream heap's used blocks do not add up");
+  CHECK(h->nidle == idle, "a stream heap counts %zu idle spans, holds %zu", h->nidle, idle);
+  CHECK(h->nforeign == foreign, "a stream heap counts %zu foreign frees, holds %zu", h->nforeign,
+        foreign);
+  return true;
+}
+
+static bool check_locked(pool_t *p, char *msg, size_t len) {
+  size_t nfree = 0, free_bytes = 0, committed = 0, spans = 0, nused = 0, heaps = 0;
+  for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
+    uintptr_t at = r->base;
+    for (pool_block_t *b = r->first, *prev = NULL; b != NULL; prev = b, b = b->next) {
+      CHECK(b->addr == at && b->prev == prev && b->region == r,
+            "region %p: blocks do not tile it", (void *)r->base);
+      CHECK(pool_bsize(b) > 0 && pool_bsize(b) % POOL_GRANULE == 0 && b->addr % POOL_GRANULE == 0,
+            "block %p has size %zu", (void *)b->addr, pool_bsize(b));
+      if (b->state == B_FREE) {
+        CHECK(b->where == W_INDEX, "free block %p is in no index", (void *)b->addr);
+        CHECK(prev == NULL || prev->state != B_FREE ||
+                  (prev->owner != b->owner &&
+                   ((prev->owner != NULL && b->owner != NULL) ||
+                    (prev->owner != NULL && prev->owner->slot == NULL) ||
+                    (b->owner != NULL && b->owner->slot == NULL))),
+              "free blocks at %p (owner %p tag %llu) and %p (owner %p tag %llu) should have merged",
+              (void *)prev->addr, (void *)prev->owner, (unsigned long long)prev->tag,
+              (void *)b->addr, (void *)b->owner, (unsigned long long)b->tag);
+        nfree++;
+        free_bytes += pool_bsize(b);
+      } else if (b->state == B_USED) {
+        rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, (void *)b->addr);
+        CHECK(e != NULL && e->value == b, "used block %p is not in the map", (void *)b->addr);
+        committed += pool_bsize(b);
+        nused++;
+      } else if (b->state == B_SPAN) {
+        rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->spans, (void *)b->addr);
+        CHECK(e != NULL && ((pool_region_t *)e->value)->parent == b, "span %p is not in the map",
+              (void *)b->addr);
+        committed += pool_bsize(b);
+        spans++;
+      } else {
+        CHECK(b->state == B_UNMAPPED && p->be == &rmmc__pool_vm, "block %p has state %d",
+              (void *)b->addr, b->state);
+      }
+      at += pool_bsize(b);
+    }
+    CHECK(at == r->base + r->size, "region %p: blocks do not tile it", (void *)r->base);
+  }
+  size_t indexed = p->clean.count, indexed_bytes = p->clean.bytes;
+  CHECK(rmmc__tlsf_valid(&p->clean), "the clean index is inconsistent");
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+    CHECK(rmmc__tlsf_valid(q->idx), "a stream's index is inconsistent");
+    size_t listed = 0;
+    for (pool_block_t *b = q->qhead; b != NULL; b = b->qnext, listed++)
+      CHECK(b->owner == q && b->where == W_INDEX, "a stream's list holds a stranger");
+    CHECK(listed == q->idx->count, "a stream's list and index differ");
+    indexed += q->idx->count;
+    indexed_bytes += q->idx->bytes;
+    size_t nheaps = 0;
+    for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext, nheaps++) {
+      CHECK(x->owner == q && x->stripe < p->stripes, "a heap is listed under another stream");
+      for (pool_sheap_t *y = x->onext; y != NULL; y = y->onext)
+        CHECK(y->stripe != x->stripe, "a stream has two heaps of stripe %u", x->stripe);
+      if (!check_heap(p, x, msg, len)) return false;
+    }
+    CHECK(q->listed && q->slot != NULL, "an unlisted stream on the list of owners");
+    heaps += nheaps;
+  }
+  size_t live = 0;
+  for (pool_sheap_t *x = p->heaps; x != NULL; x = x->hnext, live++)
+    CHECK(x->owner != NULL && x->owner->listed && (x->hnext == NULL ? p->heaps_tail == x
+                                                                    : x->hnext->hprev == x),
+          "the list of heaps holds a retired heap or is broken");
+  CHECK(live == p->nheaps, "%zu heaps on the pool's list, %zu made", live, p->nheaps);
+  for (pool_sheap_t *x = p->spare_heaps; x != NULL; x = x->onext)
+    CHECK(x->owner == NULL && x->nspans == 0 && x->used.count == 0 && x->idx.count == 0,
+          "a retired heap holds memory");
+  for (pool_owner_t *g = p->graphs; g != NULL; g = g->next) {
+    CHECK(g->slot == NULL && rmmc__tlsf_valid(g->idx), "a graph pool's index is inconsistent");
+    size_t listed = 0;
+    for (pool_block_t *b = g->qhead; b != NULL; b = b->qnext, listed++)
+      CHECK(b->owner == g && b->where == W_INDEX, "a graph pool's list holds a stranger");
+    CHECK(listed == g->idx->count, "a graph pool's list and index differ");
+    indexed += g->idx->count;
+    indexed_bytes += g->idx->bytes;
+  }
+  CHECK(heaps == p->nheaps, "%zu heaps listed, %zu made", heaps, p->nheaps);
+  CHECK(indexed == nfree && indexed_bytes == free_bytes && free_bytes == p->free_bytes,
+        "indices hold %zu blocks (%zu bytes), the regions %zu free (%zu bytes)", indexed,
+        indexed_bytes, nfree, free_bytes);
+  CHECK(committed == p->committed, "committed %zu, blocks add up to %zu", p->committed,
+        committed);
+  CHECK(nused == p->used.count && spans == p->spans.count, "maps and blocks differ");
+  CHECK(spans * p->span == p->span_bytes, "span bytes do not add up");
+  CHECK(p->reserved <= p->max_size, "reserved %zu above the maximum %zu", p->reserved,
+        p->max_size);
+  CHECK(p->reserved_peak >= p->reserved && p->committed_peak >= p->committed, "peaks below current");
+  return p->be->check(p, msg, len);
+}
+
+#undef CHECK
+
+RMMC_API rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool) {
+  if (!is_pool(pool)) return not_a_pool("pool_resource_check", pool);
+  pool_t *p = (pool_t *)pool;
+  char msg[512];
+  lock_all(p);
+  bool ok = check_locked(p, msg, sizeof msg);
+  unlock_all(p);
+  return ok ? RMMC_SUCCESS : rmmc_set_error(RMMC_ERROR_INTERNAL, "pool invariant broken: %s", msg);
+}

@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The pool core's CUDA graph pools (core.h; rmmc_pool_graph_begin in
+ * include/rmmc/pool_resource.h).
+ */
+#ifndef RMMC_POOL_CORE_H
+#error "a part of the pool core: pool.c includes it (core.h says why)"
+#endif
+
+/* ---- graph pools ----
+ *
+ * A graph pool is a pool_owner_t without a stream: allocations routed to
+ * it (by stream, or by the CUDA capture the calling thread begins next)
+ * take its free blocks first, then clean memory (no stream's work pending:
+ * nothing may make a capture wait), then growth; its blocks go back to it
+ * when freed, whoever frees them, and merge only with each other, so no
+ * work outside the graph ever gets memory a replay of it may write. A
+ * released pool's free blocks return to the shared heap after a device
+ * synchronization (refused while a capture rmmc knows of is underway: then
+ * at the next release, release_cached or last resort); blocks still out
+ * return as ordinary frees. */
+
+static pool_owner_t *graph_find(pool_t *p, uint64_t id0, uint64_t id1) {
+  for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
+    if (!g->released && g->gid[0] == id0 && g->gid[1] == id1) return g;
+  return NULL;
+}
+
+/* Frees a released graph pool's struct once nothing of it is left. */
+static void graph_forget(pool_t *p, pool_owner_t *g) {
+  if (!g->released || g->used_bytes > 0 || g->idx->count > 0) return;
+  for (pool_owner_t **l = &p->graphs; *l != NULL; l = &(*l)->next)
+    if (*l == g) {
+      *l = g->next;
+      break;
+    }
+  free(g->idx);
+  free(g);
+}
+
+/* Released graph pools give their free blocks back (the device is idle:
+ * the caller synchronized it). */
+static void graph_drain(pool_t *p) {
+  for (pool_owner_t *g = p->graphs, *next; g != NULL; g = next) {
+    next = g->next;
+    if (!g->released) continue;
+    while (g->qhead != NULL) {
+      pool_block_t *b = g->qhead;
+      rmmc__pool_unlink_free(p, b);
+      b->owner = NULL;
+      rmmc__pool_put_free(p, b);
+    }
+    graph_forget(p, g);
+  }
+}
+
+/* The graph pool a call on `stream` is routed to, or NULL. */
+static POOL_NOINLINE pool_owner_t *graph_route(pool_t *p, cudaStream_t stream) {
+  const void *key = rmmc__stream_key_fast(stream);
+  unsigned long long cid = 0;
+  bool capturing = false;
+  if (p->cuda && __atomic_load_n(&p->graphs_by_capture, __ATOMIC_RELAXED) > 0) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamGetCaptureInfo(stream, &cs, &cid, NULL, NULL, NULL, NULL) != cudaSuccess)
+      (void)cudaGetLastError();
+    else capturing = cs == cudaStreamCaptureStatusActive;
+  }
+  pool_owner_t *found = NULL;
+  rmmc__lock(&p->lock);
+  for (pool_owner_t *g = p->graphs; g != NULL && found == NULL; g = g->next)
+    if (g->begun > 0 && ((g->route_key != NULL && g->route_key == key) ||
+                         (capturing && g->capture == cid)))
+      found = g;
+  if (found == NULL && capturing) { /* the first allocation of a capture this thread began */
+    uint64_t tid = rmmc__thread_id();
+    for (pool_owner_t *g = p->graphs; g != NULL && found == NULL; g = g->next)
+      if (g->begun > 0 && g->route_key == NULL && g->capture == 0 && g->pending_thread == tid) {
+        g->capture = cid;
+        found = g;
+      }
+  }
+  rmmc__unlock(&p->lock);
+  return found;
+}
+
+static POOL_NOINLINE rmmc_status_t graph_allocate(pool_t *p, pool_owner_t *g, cudaStream_t stream,
+                                                  size_t n, size_t align, size_t bytes,
+                                                  void **out) {
+  size_t need = n + (align - POOL_GRANULE);
+  if (need > POOL_MAX_REQUEST) return rmmc__pool_oom(p, bytes, stream, "larger than any pool can hold");
+  rmmc_status_t st = RMMC_SUCCESS;
+  rmmc__lock(&p->lock);
+  if (!pool_meta_room(&p->meta)) {
+    st = rmmc__pool_no_host_memory();
+    goto unlock;
+  }
+  rmmc__tlsf_node_t *x = rmmc__tlsf_find(g->idx, need);
+  if (x == NULL) x = rmmc__tlsf_find(&p->clean, need);
+  if (x == NULL) { /* other streams' finished frees */
+    consolidate(p, true);
+    x = rmmc__tlsf_find(&p->clean, need);
+  }
+  pool_block_t *b;
+  if (x != NULL) {
+    b = pool_block_of(x);
+    rmmc__pool_unlink_free(p, b);
+  } else if ((st = p->be->grow(p, NULL, stream, n, align, false, &b)) != RMMC_SUCCESS) {
+    if (st == RMMC_ERROR_OUT_OF_MEMORY) st = rmmc__pool_oom(p, bytes, stream, rmmc_last_error_message());
+    goto unlock;
+  } else {
+    p->grows++;
+  }
+  b = rmmc__pool_carve(p, b, n, align);
+  if (!rmmc__ptrmap_insert(&p->used, (void *)b->addr, b, bytes)) {
+    rmmc__pool_put_free(p, b);
+    st = rmmc__pool_no_host_memory();
+    goto unlock;
+  }
+  b->state = B_USED;
+  b->owner = g;
+  b->requested = bytes;
+  g->used_bytes += pool_bsize(b);
+  p->committed += pool_bsize(b);
+  if (p->committed > p->committed_peak) new_peak(p);
+  *out = (void *)b->addr;
+unlock:
+  rmmc__unlock(&p->lock);
+  return st;
+}
+
+/* The pool layer of a stack (r itself, or the first pool below it). */
+static pool_t *pool_in(rmmc_resource_t *r) {
+  for (; r != NULL; r = rmmc_resource_upstream(r))
+    if (is_pool(r)) return (pool_t *)r;
+  return NULL;
+}
+pool_t *rmmc__pool_in(rmmc_resource_t *r) { return pool_in(r); }
+
+/* The router of caching layers above a pool (internal.h): does a call on
+ * `stream` through `stack` reach a pool that sends it to a graph pool? */
+static bool graph_routes_call(rmmc_resource_t *stack, cudaStream_t stream) {
+  pool_t *p = pool_in(stack);
+  return p != NULL && __atomic_load_n(&p->graphs_routing, __ATOMIC_RELAXED) > 0 &&
+         graph_route(p, stream) != NULL;
+}
+
+/* Counts one graph pool more (+1) or less (-1) being routed to. */
+static void count_route(pool_t *p, int delta) {
+  if (delta > 0) rmmc__set_graph_router(graph_routes_call);
+  __atomic_add_fetch(&p->graphs_routing, delta, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&rmmc__graph_routes, delta, __ATOMIC_RELAXED);
+}
+
+RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id0, uint64_t id1,
+                                             bool by_stream, cudaStream_t stream) {
+  pool_t *p = pool_in(stack);
+  if (p == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_begin: %s has no pool layer",
+                          stack == NULL ? "NULL" : rmmc_resource_name(stack));
+  if (!by_stream && !p->cuda)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "pool_graph_begin: routing by capture needs device memory; route a "
+                          "host pool by stream");
+  rmmc_status_t st = RMMC_SUCCESS;
+  rmmc__lock(&p->lock);
+  pool_owner_t *g = graph_find(p, id0, id1);
+  if (g == NULL) {
+    g = calloc(1, sizeof *g);
+    if (g == NULL || (g->idx = calloc(1, sizeof *g->idx)) == NULL) {
+      free(g);
+      st = rmmc__pool_no_host_memory();
+      goto unlock;
+    }
+    g->gid[0] = id0;
+    g->gid[1] = id1;
+    g->next = p->graphs;
+    p->graphs = g;
+  } else if (g->begun > 0) {
+    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                        "pool_graph_begin: graph pool (%llu, %llu) is already being routed to",
+                        (unsigned long long)id0, (unsigned long long)id1);
+    goto unlock;
+  }
+  g->begun = 1;
+  g->capture = 0;
+  g->route_key = by_stream ? rmmc__stream_key(stream) : NULL;
+  g->pending_thread = by_stream ? 0 : rmmc__thread_id();
+  if (!by_stream) {
+    p->graphs_by_capture++;
+    __atomic_add_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
+  }
+  count_route(p, 1);
+unlock:
+  rmmc__unlock(&p->lock);
+  return st;
+}
+
+RMMC_API rmmc_status_t rmmc_pool_graph_end(rmmc_resource_t *stack, uint64_t id0, uint64_t id1) {
+  pool_t *p = pool_in(stack);
+  if (p == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_end: %s has no pool layer",
+                          stack == NULL ? "NULL" : rmmc_resource_name(stack));
+  rmmc_status_t st = RMMC_SUCCESS;
+  rmmc__lock(&p->lock);
+  pool_owner_t *g = graph_find(p, id0, id1);
+  if (g == NULL || g->begun == 0) {
+    st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                        "pool_graph_end: graph pool (%llu, %llu) is not being routed to",
+                        (unsigned long long)id0, (unsigned long long)id1);
+  } else {
+    if (g->route_key == NULL) {
+      p->graphs_by_capture--;
+      __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
+    }
+    g->begun = 0;
+    g->route_key = NULL;
+    g->capture = 0;
+    g->pending_thread = 0;
+    count_route(p, -1);
+  }
+  rmmc__unlock(&p->lock);
+  return st;
+}
+
+RMMC_API rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64_t id0, uint64_t id1) {
+  pool_t *p = pool_in(stack);
+  if (p == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_release: %s has no pool layer",
+                          stack == NULL ? "NULL" : rmmc_resource_name(stack));
+  rmmc__lock(&p->lock);
+  pool_owner_t *g = graph_find(p, id0, id1);
+  if (g == NULL) {
+    rmmc__unlock(&p->lock);
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "pool_graph_release: no graph pool (%llu, %llu)",
+                          (unsigned long long)id0, (unsigned long long)id1);
+  }
+  if (g->begun > 0) {
+    if (g->route_key == NULL) {
+      p->graphs_by_capture--;
+      __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
+    }
+    g->begun = 0;
+    count_route(p, -1);
+  }
+  g->released = true;
+  graph_forget(p, g);
+  rmmc__unlock(&p->lock);
+  /* Replays may still run: the free blocks go back once the device is
+   * idle (an explicit call, so it may synchronize). */
+  if (rmmc__stream_set_sync(&p->streams) == RMMC_SUCCESS) {
+    rmmc__lock(&p->lock);
+    graph_drain(p);
+    rmmc__unlock(&p->lock);
+  }
+  return RMMC_SUCCESS;
+}

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The pool core's last help before out of memory (core.h): other stream
+ * heaps' free blocks, lent to a request the shared heap's steps could not
+ * serve, and the out-of-memory message that says what stayed free.
+ */
+#ifndef RMMC_POOL_CORE_H
+#error "a part of the pool core: pool.c includes it (core.h says why)"
+#endif
+
+/* ---- out of memory: free blocks of other streams' heaps ----
+ *
+ * A stream heap's free blocks sit in spans that hold live blocks too, so
+ * no other stream can take them by giving back idle spans: stream A fills
+ * the pool with 512 KiB blocks and frees every other one, and stream B's
+ * 512 KiB finds half the pool free and none of it in the shared heap
+ * (issue 25, F10). When the shared heap's steps have failed, a request
+ * that fits in a span is served from another heap's free block (the block
+ * stays that heap's; B's free of it is a foreign free), as RMM's
+ * get_block takes another stream's blocks: at once if that stream's work
+ * before its frees into the span is known finished (or B's own stream's),
+ * else behind a GPU-side wait on that stream's event when one covers them;
+ * only after the last resort's synchronization, everything. */
+
+typedef struct lend_seen {
+  size_t free_bytes, largest; /* free in the heaps it looked at */
+  bool pending;               /* a fitting block waits for another stream's work */
+} lend_seen_t;
+
+/* Lists the live heaps through snext (snap_lock held): returns the first. */
+static pool_sheap_t *heaps_snapshot(pool_t *p) {
+  rmmc__lock(&p->lock);
+  for (pool_sheap_t *x = p->heaps; x != NULL; x = x->hnext) x->snext = x->hnext;
+  pool_sheap_t *first = p->heaps;
+  rmmc__unlock(&p->lock);
+  return first;
+}
+
+/* One heap x (locked, live) lends a block for o's stream, or not. */
+static bool heap_lend(pool_t *p, pool_sheap_t *x, pool_owner_t *o, cudaStream_t stream, size_t n,
+                      size_t align, size_t bytes, bool capturing, lend_seen_t *seen, void **out) {
+  size_t need = n + (align - POOL_GRANULE);
+  size_t largest = rmmc__tlsf_largest(&x->idx);
+  if (x->hot != NULL && pool_bsize(x->hot) > largest) largest = pool_bsize(x->hot);
+  seen->free_bytes += heap_cached_bytes(x);
+  if (largest > seen->largest) seen->largest = largest;
+  pool_block_t *b = heap_search(x, need);
+  if (b == NULL || !pool_meta_room(&x->meta)) return false;
+  rmmc__stream_slot_t *s = x->owner->slot;
+  uint64_t tag = b->region->tag;
+  bool ok = x->owner == o || rmmc__stream_slot_known_done(s, tag);
+  if (!ok && !p->cuda) /* host memory: no work behind a stream, a record costs nothing */
+    ok = rmmc__stream_slot_try_record(&p->streams, s, NULL);
+  if (!ok) ok = rmmc__stream_slot_done(&p->streams, s, tag);
+  if (!ok && !capturing && rmmc__stream_slot_covered(s, tag))
+    ok = rmmc__stream_slot_wait(&p->streams, s, stream) == RMMC_SUCCESS;
+  if (!ok) { /* its stream covers its frees at its next call */
+    __atomic_store_n(&s->want, 1, __ATOMIC_RELAXED);
+    seen->pending = true;
+    return false;
+  }
+  if ((b = heap_carve(x, b, n, align, bytes)) == NULL) return false;
+  heap_hand_out(x, b, bytes);
+  *out = (void *)b->addr;
+  return true;
+}
+
+/* Other heaps lend a block of n bytes at `align` to o's stream (no lock
+ * held): true with *out set, or false with the thread's error state as it
+ * was and *seen telling what the heaps hold. */
+static POOL_NOINLINE bool heaps_lend(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t n,
+                                     size_t align, size_t bytes, lend_seen_t *seen, void **out) {
+  *seen = (lend_seen_t){0};
+  if (n + (align - POOL_GRANULE) > p->span) return false;
+  bool capturing = p->cuda && rmmc__stream_is_capturing(stream);
+  rmmc__error_state_t saved;
+  rmmc__error_save(&saved);
+  bool lent = false;
+  pthread_mutex_lock(&p->snap_lock);
+  for (pool_sheap_t *x = heaps_snapshot(p); x != NULL && !lent; x = x->snext) {
+    rmmc__lock(&x->lock);
+    if (x->owner != NULL) lent = heap_lend(p, x, o, stream, n, align, bytes, capturing, seen, out);
+    rmmc__unlock(&x->lock);
+  }
+  pthread_mutex_unlock(&p->snap_lock);
+  rmmc__error_restore(&saved);
+  return lent;
+}
+
+/* The pool's out of memory after every step (the message set, `st` out of
+ * memory): says what stays free in the heaps and why it could not serve,
+ * and tells the wrapper that the rule was applied. */
+static rmmc_status_t pool_out_of_memory(pool_t *p, const lend_seen_t *seen, rmmc_status_t st) {
+  if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  if (seen->free_bytes > 0) {
+    char fb[32], lb[32];
+    rmmc__append_error("; %s stays free inside stream heaps' spans that hold live blocks, largest "
+                       "free block %s%s",
+                       rmmc__format_bytes(seen->free_bytes, fb, sizeof fb),
+                       rmmc__format_bytes(seen->largest, lb, sizeof lb),
+                       seen->pending ? ", one that fits waits for another stream's work" : "");
+  }
+  rmmc__oom_rule_applied(&p->base.base);
+  return st;
+}
+
+/* The heap this thread cached was retired: its heap of the stream again. */
+static POOL_NOINLINE rmmc_status_t small_again(pool_t *p, cudaStream_t stream, size_t n,
+                                               size_t align, size_t bytes, void **out) {
+  pool_sheap_t *h;
+  pool_owner_t *o;
+  rmmc_status_t st = heap_stale(p, stream, &h, &o);
+  return st == RMMC_SUCCESS ? small_allocate(p, h, o, stream, n, align, bytes, out) : st;
+}
+
+/* A small request the shared heap's steps could not serve (no lock held):
+ * other heaps lend; the last resort; other heaps lend, now that every
+ * stream's work is known finished. */
+static POOL_NOINLINE rmmc_status_t small_short(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                               cudaStream_t stream, size_t n, size_t align,
+                                               size_t bytes, void **out) {
+  lend_seen_t seen;
+  if (heaps_lend(p, o, stream, n, align, bytes, &seen, out)) {
+    (void)rmmc__error_restore_call_start();
+    return RMMC_SUCCESS;
+  }
+  rmmc__lock(&h->lock);
+  if (h->owner != o) { /* retired meanwhile */
+    rmmc__unlock(&h->lock);
+    return small_again(p, stream, n, align, bytes, out);
+  }
+  pool_block_t *b;
+  rmmc_status_t st = small_general(p, h, stream, n, n + (align - POOL_GRANULE), align, bytes,
+                                   SLOW_LAST, &b);
+  if (st == RMMC_SUCCESS) {
+    heap_hand_out(h, b, bytes);
+    *out = (void *)b->addr;
+  }
+  rmmc__unlock(&h->lock);
+  if (st == RMMC_ERROR_OUT_OF_MEMORY && heaps_lend(p, o, stream, n, align, bytes, &seen, out)) {
+    (void)rmmc__error_restore_call_start();
+    return RMMC_SUCCESS;
+  }
+  return pool_out_of_memory(p, &seen, st);
+}
+
+/* A large request the shared heap's steps could not serve (no lock held),
+ * as small_short. */
+static POOL_NOINLINE rmmc_status_t large_short(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+                                               size_t n, size_t align, size_t bytes, void **out) {
+  lend_seen_t seen;
+  if (heaps_lend(p, o, stream, n, align, bytes, &seen, out)) {
+    (void)rmmc__error_restore_call_start();
+    return RMMC_SUCCESS;
+  }
+  rmmc_status_t st = large_allocate(p, o, stream, n, align, bytes, SLOW_LAST, out);
+  if (st == RMMC_ERROR_OUT_OF_MEMORY && heaps_lend(p, o, stream, n, align, bytes, &seen, out)) {
+    (void)rmmc__error_restore_call_start();
+    return RMMC_SUCCESS;
+  }
+  return pool_out_of_memory(p, &seen, st);
+}

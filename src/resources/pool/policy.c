@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The pool core's stream-ordering policy (core.h): streams' epochs and
+ * events (covering frees), coalescing other streams' finished frees, the
+ * search over frees another stream may take behind a GPU-side wait, and
+ * the shared heap's slow path as a list of named steps.
+ */
+#ifndef RMMC_POOL_CORE_H
+#error "a part of the pool core: pool.c includes it (core.h says why)"
+#endif
+
+/* ---- streams' epochs ---- */
+
+/* Covers o's frees now, from outside the shared lock: its counts start
+ * again under the lock, the record (on `stream`, o's) follows outside. */
+static void cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream) {
+  rmmc__lock(&p->lock);
+  o->uncovered = 0;
+  o->uncovered_bytes = 0;
+  rmmc__unlock(&p->lock);
+  (void)rmmc__stream_slot_try_record(&p->streams, o->slot, stream);
+}
+
+/* Relabels clean q's shared free blocks whose epoch is known finished and
+ * merges them. A free is tagged past the epoch finished at the time, so
+ * while q's finished epoch stays where the last pass saw it there is
+ * nothing to do. */
+static void consolidate_owner(pool_t *p, pool_owner_t *q) {
+  uint64_t done = __atomic_load_n(&q->slot->epoch_done, __ATOMIC_ACQUIRE);
+  if (q->qhead == NULL || done == q->seen_done) return;
+  q->seen_done = done;
+  pool_block_t *settled = NULL;
+  for (pool_block_t *b = q->qhead, *next; b != NULL; b = next) {
+    next = b->qnext;
+    if (b->tag > done) continue;
+    rmmc__pool_unlink_free(p, b);
+    b->owner = NULL;
+    b->qnext = settled;
+    settled = b;
+  }
+  for (pool_block_t *b = settled, *next; b != NULL; b = next) {
+    next = b->qnext;
+    rmmc__pool_put_free(p, b);
+  }
+}
+
+/* Every stream's finished frees coalesce (asking CUDA once per stream with
+ * recorded, unfinished frees when `ask`): before the pool grows. A stream
+ * left with neither a heap nor free blocks leaves the list of owners here
+ * (only here and in heap_retire: no other pass over the list unlinks). */
+static void consolidate(pool_t *p, bool ask) {
+  for (pool_owner_t *q = p->pending, *next; q != NULL; q = next) {
+    next = q->pnext;
+    if (q->qhead == NULL) {
+      rmmc__pool_pending_remove(p, q);
+      if (q->heap == NULL) rmmc__pool_owner_unlist(p, q);
+      continue;
+    }
+    if (ask) {
+      rmmc__stream_slot_t *s = q->slot;
+      (void)rmmc__stream_slot_done(&p->streams, s, __atomic_load_n(&s->epoch_recorded, __ATOMIC_ACQUIRE));
+    }
+    consolidate_owner(p, q);
+  }
+}
+
+/* ---- the shared heap's search ---- */
+
+/* Other streams' blocks that would serve a request of `need` bytes. A
+ * stream whose fitting block an event covers is asked (one query) whether
+ * that work has finished: then its finished frees coalesce and *settled is
+ * set (search again). Otherwise the best such block is returned (o's
+ * stream may take it after waiting on that event), *from its owner.
+ * Streams whose fitting block no event covers yet are asked to record. */
+static pool_block_t *find_covered(pool_t *p, pool_owner_t *o, size_t need, pool_owner_t **from,
+                                  bool *settled) {
+  *settled = false;
+  for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext) { /* finished: coalesce */
+    if (q == o) continue;
+    rmmc__tlsf_node_t *x = rmmc__tlsf_find(q->idx, need);
+    if (x == NULL) continue;
+    uint64_t tag = pool_block_of(x)->tag;
+    /* Host memory: no work behind a stream, so covering another stream's
+     * frees costs nothing (as span_give_back does). Done once streams come
+     * and go (heaps were retired): a stream that never comes back would
+     * keep its frees, and the clean memory beside them, for good (over
+     * event_interval=64, 30,000 streams held 2 MiB each). Before, each
+     * stream covers its own, as on a GPU: covering for them changes
+     * placement (the 4-stream transformer log over sim, 1.047x -> 1.057x). */
+    if (!rmmc__stream_slot_covered(q->slot, tag) &&
+        (p->cuda || p->heaps_retired == 0 ||
+         !rmmc__stream_slot_try_record(&p->streams, q->slot, NULL))) {
+      __atomic_store_n(&q->slot->want, 1, __ATOMIC_RELAXED);
+    } else if (rmmc__stream_slot_done(&p->streams, q->slot, tag)) {
+      consolidate_owner(p, q);
+      *settled = true;
+    }
+  }
+  pool_block_t *best = NULL; /* then the best still pending behind an event */
+  for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext) {
+    if (q == o) continue;
+    rmmc__tlsf_node_t *x = rmmc__tlsf_find(q->idx, need);
+    if (x == NULL) continue;
+    pool_block_t *b = pool_block_of(x);
+    if (!rmmc__stream_slot_covered(q->slot, b->tag)) continue;
+    if (best == NULL || pool_bsize(b) < pool_bsize(best)) best = b, *from = q;
+  }
+  return best;
+}
+
+/* Other streams' frees that their events cover but that have not finished
+ * yet: o's stream waits on the GPU for one such stream's last event (no
+ * host stall), its covered blocks become o's own (tagged with o's next
+ * epoch: another stream may take them once o's work up to now is done,
+ * which includes the wait) and merge with o's and clean neighbours, one
+ * stream at a time until a block of `need` bytes is free. Memory that
+ * several streams freed side by side so joins into one block without a
+ * synchronization. Returns that block (unindexed not yet: find_usable's),
+ * or NULL when no stream's covered frees make one. */
+static pool_block_t *adopt_covered(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
+                                   size_t align) {
+  uint64_t mine = rmmc__stream_slot_tag(o->slot);
+  for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext) {
+    if (q == o || q->slot == NULL || q->qhead == NULL) continue;
+    uint64_t rec = __atomic_load_n(&q->slot->epoch_recorded, __ATOMIC_ACQUIRE);
+    pool_block_t *b = q->qhead;
+    while (b != NULL && b->tag > rec) b = b->qnext;
+    if (b == NULL) continue;
+    if (rmmc__stream_slot_wait(&p->streams, q->slot, stream) != RMMC_SUCCESS) return NULL;
+    pool_block_t *moved = NULL;
+    for (pool_block_t *next; b != NULL; b = next) {
+      next = b->qnext;
+      if (b->tag > rec) continue;
+      rmmc__pool_unlink_free(p, b);
+      b->owner = o;
+      b->tag = mine;
+      b->qnext = moved;
+      moved = b;
+    }
+    for (pool_block_t *next; moved != NULL; moved = next) {
+      next = moved->qnext;
+      rmmc__pool_put_free(p, moved);
+    }
+    p->adoptions++;
+    if ((b = find_usable(p, o, need, align)) != NULL) return b;
+  }
+  return NULL;
+}
+
+/* ---- the shared heap's slow path ----
+ *
+ * No free block of `need` bytes that o's stream may use at once: the
+ * escalation of pool_resource.h's header comment, cheapest first, as RMM's
+ * stream_ordered_memory_resource::get_block says it (same stream; another
+ * stream without a sync; sync and merge; grow), with growth within the
+ * budget before any GPU-side wait:
+ *   1. reuse without waiting: o's own and clean blocks, after other
+ *      streams' frees known finished coalesce; other heaps' idle spans;
+ *   2. grow within the budget;
+ *   3. reuse behind GPU-side waits: a covered free of another stream, then
+ *      every stream asked once, then other streams' covered frees adopted;
+ *   4. grow past the budget, trimming to it first;
+ *   5. the last resort (only when the caller asks: SLOW_LAST): synchronize
+ *      and merge everything, give everything cached back, grow.
+ * Each step returns a block (take: still indexed; grown: fresh from a
+ * backend) or NULL; the caller of shared_slow lends from other stream heaps
+ * between steps 4 and 5 (lend.c). */
+
+/* Step 1. *covered and *from: the best block another stream freed under an
+ * event, for step 3. */
+static pool_block_t *reuse_without_wait(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
+                                        size_t need, size_t align, size_t fit,
+                                        pool_block_t **covered, pool_owner_t **from) {
+  pool_block_t *b;
+  bool settled;
+  /* Other streams' frees known finished, then those that fit, asked. */
+  consolidate(p, false);
+  if ((b = find_usable(p, o, need, align)) != NULL) return b;
+  *covered = find_covered(p, o, fit, from, &settled);
+  if (settled && (b = find_usable(p, o, need, align)) != NULL) return b;
+  /* Idle spans of other stream heaps come back before the pool grows. */
+  if (reclaim_spans(p, self, align <= p->span ? need : SIZE_MAX) == 0) return NULL;
+  consolidate(p, false);
+  if ((b = find_usable(p, o, need, align)) != NULL) return b;
+  *covered = find_covered(p, o, fit, from, &settled);
+  if (settled && (b = find_usable(p, o, need, align)) != NULL) return b;
+  return NULL;
+}
+
+/* Step 3: never while o's stream is being captured (a wait would join the
+ * capture) except for the query of every stream. */
+static pool_block_t *reuse_after_wait(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+                                      size_t need, size_t align, bool capturing,
+                                      pool_block_t *covered, pool_owner_t *from) {
+  pool_block_t *b;
+  /* Another stream's memory behind a GPU-side wait. */
+  if (!capturing && covered != NULL &&
+      rmmc__stream_slot_wait(&p->streams, from->slot, stream) == RMMC_SUCCESS)
+    return covered;
+  consolidate(p, true);
+  if ((b = find_usable(p, o, need, align)) != NULL) return b;
+  /* Other streams' covered frees, joined behind GPU-side waits. */
+  return capturing ? NULL : adopt_covered(p, o, stream, need, align);
+}
+
+/* Step 4's trimming: gives back what the budget, gc_threshold and the
+ * maximum ask (the backend's trim); false (message set) when the maximum
+ * still refuses. */
+static bool trim_to_budget(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need) {
+  size_t goal;
+  pool_admit_t a = rmmc__pool_admit(p, o, stream, 0, need, false, &goal);
+  if (a == POOL_ADMIT_TRIM) {
+    (void)p->be->trim(p, goal);
+    a = rmmc__pool_admit_max(p, 0);
+  }
+  return a == POOL_ADMIT_YES;
+}
+
+/* A block found free: out of its index, for the caller. */
+static rmmc_status_t slow_take(pool_block_t *b, pool_t *p, pool_block_t **out) {
+  rmmc__pool_unlink_free(p, b);
+  *out = b;
+  return RMMC_SUCCESS;
+}
+
+/* A block a backend's growth made. */
+static rmmc_status_t slow_grown(pool_block_t *b, pool_t *p, pool_block_t **out) {
+  p->grows++;
+  *out = b;
+  return RMMC_SUCCESS;
+}
+
+/* Step 5. The message of the step that failed last says why. */
+static rmmc_status_t last_resort(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
+                                 cudaStream_t stream, size_t need, size_t align, size_t bytes,
+                                 bool capturing, pool_block_t **out) {
+  char why[256];
+  snprintf(why, sizeof why, "%s", rmmc_last_error_message());
+  /* Every stream's memory, everything cached below. */
+  p->last_resort = true;
+  if (!capturing && rmmc__stream_set_sync(&p->streams) == RMMC_SUCCESS) {
+    consolidate(p, false);
+    graph_drain(p);
+  }
+  (void)reclaim_spans(p, self, SIZE_MAX);
+  consolidate(p, false);
+  pool_block_t *b = find_usable(p, o, need, align);
+  rmmc_status_t st = RMMC_SUCCESS;
+  if (b == NULL) {
+    p->trim_min_age = 0;
+    (void)p->be->trim(p, 0);
+    (void)rmmc_resource_release_cached(p->base.upstream);
+    st = p->be->grow(p, o, stream, need, align, false, &b);
+    if (st == RMMC_SUCCESS) {
+      p->last_resort = false;
+      return slow_grown(b, p, out);
+    }
+  }
+  p->last_resort = false;
+  if (b != NULL) return slow_take(b, p, out);
+  if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  /* The out-of-memory rule (internal.h) applied here, under the pool's own
+   * lock; the caller lends from other heaps once more, then tells the
+   * resource.c wrapper not to apply it again (pool_oom_final). */
+  st = rmmc__pool_oom(p, bytes, stream, why);
+  rmmc__append_error(RMMC__RETRIED_NOTE, p->base.base.ops->name);
+  return st;
+}
+
+/* Under the shared lock: the steps above. On success *out is a free block
+ * of at least need bytes, unindexed, that o's stream may use at once.
+ * `bytes`: the caller's request, for the message (a span is taken for a
+ * small one). */
+static rmmc_status_t shared_slow_steps(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
+                                       cudaStream_t stream, size_t need, size_t align,
+                                       size_t bytes, slow_steps_t steps, pool_block_t **out) {
+  size_t fit = need + (align > POOL_GRANULE ? align - POOL_GRANULE : 0);
+  if (fit > POOL_MAX_REQUEST) return rmmc__pool_oom(p, bytes, stream, "larger than any pool can hold");
+  p->clock++;
+  bool capturing = p->cuda && rmmc__stream_is_capturing(stream);
+  if (steps == SLOW_LAST) return last_resort(p, o, self, stream, need, align, bytes, capturing, out);
+  pool_block_t *b, *covered = NULL;
+  pool_owner_t *from = NULL;
+  /* 1. */
+  if ((b = reuse_without_wait(p, o, self, need, align, fit, &covered, &from)) != NULL)
+    return slow_take(b, p, out);
+  /* 2. */
+  rmmc_status_t st = p->be->grow(p, o, stream, need, align, true, &b);
+  if (st == RMMC_SUCCESS) return slow_grown(b, p, out);
+  if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  /* 3. */
+  if ((b = reuse_after_wait(p, o, stream, need, align, capturing, covered, from)) != NULL)
+    return slow_take(b, p, out);
+  /* 4. (5: the caller's next call, SLOW_LAST) */
+  if (trim_to_budget(p, o, stream, need) && (b = find_usable(p, o, need, align)) != NULL)
+    return slow_take(b, p, out);
+  st = p->be->grow(p, o, stream, need, align, false, &b);
+  return st == RMMC_SUCCESS ? slow_grown(b, p, out) : st;
+}
+
+/* The slow path's steps may fail on the way (over the budget, a growth the
+ * upstream refused) before one succeeds: a success leaves the thread's
+ * error state as it was before the call. */
+static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
+                                               cudaStream_t stream, size_t need, size_t align,
+                                               size_t bytes, slow_steps_t steps,
+                                               pool_block_t **out) {
+  rmmc_status_t st = shared_slow_steps(p, o, self, stream, need, align, bytes, steps, out);
+  if (st == RMMC_SUCCESS) (void)rmmc__error_restore_call_start();
+  return st;
+}

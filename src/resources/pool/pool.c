@@ -1,0 +1,474 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The pool resource: the stream-ordering core (include/rmmc/pool_resource.h
+ * has the contract and the policies, pool_internal.h the layout of memory
+ * and the locks, core.h the core's files, which this one includes at its
+ * end; growth and giving back live in the backends, chunks.c and vm.c).
+ * This file: the thread cache, the slots, and the allocate and free paths
+ * in the order a call takes them.
+ *
+ * Hot paths. A call finds its stream's heap through a small thread-local
+ * cache keyed by (pool id, stream). A small request takes the heap's lock,
+ * then the heap's hot block (exact size) or an O(1) index search, carves,
+ * and inserts one entry into the heap's pointer map; a small free takes the
+ * lock, finds and removes the entry, merges with free neighbours and
+ * becomes the new hot block. A large request does the same in the shared
+ * heap under its lock, with the search over the clean blocks and the
+ * stream's own. Everything else (a new span, other streams' memory, growth)
+ * is out of line.
+ *
+ * Shared free blocks and their owners. A free block freed on stream S
+ * sits in S's index (owner S, tag: S's epoch) or, once no stream's work is
+ * pending on it, in the clean index. Merging (rmmc__pool_merge): blocks of
+ * the same owner merge (the tag is the later one), a clean block merges
+ * with any and takes the other's owner and tag; blocks whose epoch is known
+ * finished count as clean. Blocks are relabeled clean lazily, when touched
+ * or in a consolidation pass before the pool grows.
+ */
+#include "core.h"
+
+#define TL_WAYS 8u
+
+/* ---- the thread cache: (pool id, stream key) -> stream heap ---- */
+
+typedef struct tl_entry {
+  uint64_t pool;
+  const void *key;
+  pool_sheap_t *heap;  /* may have been retired since: checked under its lock */
+  pool_owner_t *owner; /* the stream's owner, which lives as long as the pool */
+} tl_entry_t;
+
+/* A thread's number, given on its first call into any pool: threads on one
+ * stream take the stream's heaps in turn (number modulo the stripes). A
+ * thread that exits gives its number back and the next new thread takes
+ * the lowest free one, so threads that come and go (a pool of workers made
+ * anew, each epoch of a replay) keep using the same heaps of a stream
+ * instead of making a new one each time, which strands the old ones' spans
+ * (on 16 CPUs the 4-stream log's warm epoch reserved 1.060x instead of
+ * 1.045x over sim, the server log's 1.245x instead of 1.225x). Numbers past
+ * THREAD_NUMBERS are never given back. */
+enum { THREAD_NUMBERS = 4096 };
+static _Thread_local unsigned tl_number;
+static pthread_mutex_t numbers_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool number_taken[THREAD_NUMBERS];
+static unsigned next_thread_number = THREAD_NUMBERS;
+
+static unsigned thread_number_take(void) {
+  pthread_mutex_lock(&numbers_lock);
+  unsigned n = 0;
+  while (n < THREAD_NUMBERS && number_taken[n]) n++;
+  if (n < THREAD_NUMBERS) number_taken[n] = true;
+  pthread_mutex_unlock(&numbers_lock);
+  return n < THREAD_NUMBERS ? n + 1 : __atomic_add_fetch(&next_thread_number, 1, __ATOMIC_RELAXED);
+}
+
+static void thread_number_give(unsigned n) {
+  if (n == 0 || n > THREAD_NUMBERS) return;
+  pthread_mutex_lock(&numbers_lock);
+  number_taken[n - 1] = false;
+  pthread_mutex_unlock(&numbers_lock);
+}
+
+static inline unsigned thread_stripe(const pool_t *p) {
+  if (tl_number == 0) tl_number = thread_number_take();
+  return (tl_number - 1) % p->stripes;
+}
+
+static _Thread_local tl_entry_t *tl_cache RMMC_TLS_FAST;
+static pthread_key_t tl_key;
+static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
+static bool tl_key_ok;
+
+static void tl_free(void *c) { /* the thread exits */
+  free(c);
+  tl_cache = NULL;
+  thread_number_give(tl_number);
+  tl_number = 0;
+}
+
+static void tl_init(void) { tl_key_ok = pthread_key_create(&tl_key, tl_free) == 0; }
+
+static inline unsigned tl_way(uint64_t pool, const void *key) {
+  uint64_t h = (pool ^ (uint64_t)(uintptr_t)key) * UINT64_C(0x9E3779B97F4A7C15);
+  return (unsigned)(h >> 61) & (TL_WAYS - 1);
+}
+
+static inline tl_entry_t *heap_cached(const pool_t *p, const void *key) {
+  tl_entry_t *c = tl_cache;
+  if (RMMC_LIKELY(c != NULL)) {
+    tl_entry_t *e = &c[tl_way(p->id, key)];
+    if (RMMC_LIKELY(e->pool == p->id && e->key == key)) return e;
+  }
+  return NULL;
+}
+
+/* The calling thread's heap of `stream` (key `key`), made on first use, and
+ * cached for this thread with the stream's owner. */
+static POOL_NOINLINE rmmc_status_t heap_find(pool_t *p, cudaStream_t stream, const void *key,
+                                             pool_sheap_t **out, pool_owner_t **owner) {
+  rmmc__stream_slot_t *slot;
+  rmmc_status_t st = rmmc__stream_set_get(&p->streams, stream, &slot);
+  if (st != RMMC_SUCCESS) return st;
+  pool_owner_t *o = rmmc__stream_slot_user(slot);
+  unsigned stripe = thread_stripe(p);
+  rmmc__lock(&p->lock);
+  pool_sheap_t *h = heap_of_stripe(o, stripe);
+  if (h == NULL) st = heap_new(p, o, slot, stripe, &h);
+  rmmc__unlock(&p->lock);
+  if (st != RMMC_SUCCESS) return st;
+  if (tl_cache == NULL) {
+    pthread_once(&tl_once, tl_init);
+    tl_entry_t *c = calloc(TL_WAYS, sizeof *c);
+    if (c != NULL && tl_key_ok && pthread_setspecific(tl_key, c) == 0) tl_cache = c;
+    else free(c);
+  }
+  if (tl_cache != NULL) tl_cache[tl_way(p->id, key)] = (tl_entry_t){p->id, key, h, o};
+  *out = h;
+  *owner = o;
+  return RMMC_SUCCESS;
+}
+
+/* The calling thread's heap of `stream` and the stream's owner. The heap
+ * may have been retired since it was cached: whoever locks it checks that
+ * its owner is still o (heap_stale). */
+static inline rmmc_status_t heap_of(pool_t *p, cudaStream_t stream, pool_sheap_t **out,
+                                    pool_owner_t **owner) {
+  const void *key = rmmc__stream_key_fast(stream);
+  tl_entry_t *e = heap_cached(p, key);
+  if (RMMC_LIKELY(e != NULL)) {
+    *out = e->heap;
+    *owner = e->owner;
+    return RMMC_SUCCESS;
+  }
+  return heap_find(p, stream, key, out, owner);
+}
+
+/* h was retired (and maybe reused) since this thread cached it: the
+ * thread's heap of the stream again (h is not locked). */
+static POOL_NOINLINE rmmc_status_t heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
+                                              pool_owner_t **o) {
+  return heap_find(p, stream, rmmc__stream_key_fast(stream), h, o);
+}
+
+/* ---- the resource's slots ---- */
+
+/* Expensive checks (debug_checks=2): every invariant after every call. */
+#if RMMC_DEBUG_CHECKS >= 2
+static rmmc_status_t expensive_check(pool_t *p, rmmc_status_t st, const char *where) {
+  char msg[512];
+  rmmc__error_state_t saved;
+  rmmc__error_save(&saved);
+  lock_all(p);
+  bool ok = check_locked(p, msg, sizeof msg);
+  unlock_all(p);
+  if (!ok) {
+    fprintf(stderr, "rmmc: pool invariant broken after %s: %s\n", where, msg);
+    abort();
+  }
+  rmmc__error_restore(&saved);
+  return st;
+}
+#define POOL_EXPENSIVE(p, st, where) expensive_check(p, st, where)
+#else
+#define POOL_EXPENSIVE(p, st, where) (st)
+#endif
+
+static rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
+                                      cudaStream_t stream, void **out);
+static rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t bytes, cudaStream_t stream);
+
+static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                   cudaStream_t stream, void **out) {
+  pool_t *p = (pool_t *)r;
+  return POOL_EXPENSIVE(p, pool_allocate_in(p, bytes, alignment, stream, out), "allocate");
+}
+
+static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                     size_t alignment, cudaStream_t stream) {
+  (void)alignment;
+  pool_t *p = (pool_t *)r;
+  return POOL_EXPENSIVE(p, pool_deallocate_in(p, ptr, bytes, stream), "deallocate");
+}
+
+/* An allocation while paused (sleep.c): refused. */
+static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes) {
+  char b[32];
+  rmmc__lock(&p->lock); /* release_cached may drop mappings meanwhile (TSan) */
+  size_t off = p->off_bytes;
+  rmmc__unlock(&p->lock);
+  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
+                        "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) "
+                        "and holds no memory until rmmc_pool_resume (%s of its pages are given "
+                        "back)",
+                        bytes, rmmc__format_bytes(off, b, sizeof b));
+}
+
+static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
+                                             cudaStream_t stream, void **out) {
+  pool_sheap_t *h;
+  pool_owner_t *o;
+  rmmc_status_t st = heap_of(p, stream, &h, &o);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
+  size_t n = rmmc__align_up(bytes, POOL_GRANULE);
+  if (RMMC_UNLIKELY(__atomic_load_n(&p->graphs_routing, __ATOMIC_RELAXED) > 0)) {
+    if (__atomic_load_n(&p->paused, __ATOMIC_RELAXED)) return paused_error(p, bytes);
+    pool_owner_t *g = graph_route(p, stream);
+    if (g != NULL) return graph_allocate(p, g, stream, n, alignment, bytes, out);
+  }
+  if (RMMC_LIKELY(n <= p->small_max && n + (alignment - POOL_GRANULE) <= p->span))
+    return small_allocate(p, h, o, stream, n, alignment, bytes, out);
+  st = large_allocate(p, o, stream, n, alignment, bytes, SLOW_BEFORE_LAST, out);
+  if (RMMC_UNLIKELY(st == RMMC_ERROR_OUT_OF_MEMORY))
+    st = large_short(p, o, stream, n, alignment, bytes, out);
+  return st;
+}
+
+static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                           cudaStream_t stream, size_t n, size_t align,
+                                           size_t bytes, void **out) {
+  size_t need = n + (align - POOL_GRANULE);
+  rmmc_status_t st = RMMC_SUCCESS;
+  rmmc__lock(&h->lock);
+  if (RMMC_UNLIKELY(h->owner != o)) {
+    rmmc__unlock(&h->lock);
+    return small_again(p, stream, n, align, bytes, out);
+  }
+  pool_block_t *b = h->hot;
+  if (RMMC_LIKELY(b != NULL && pool_bsize(b) == need && align == POOL_GRANULE)) {
+    if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&h->used, (void *)b->addr, b, bytes))) {
+      st = rmmc__pool_no_host_memory();
+      goto unlock;
+    }
+    h->hot = NULL;
+    b->where = W_OUT;
+  } else if ((st = small_general(p, h, stream, n, need, align, bytes, SLOW_BEFORE_LAST, &b)) !=
+             RMMC_SUCCESS) {
+    rmmc__unlock(&h->lock);
+    if (st == RMMC_ERROR_OUT_OF_MEMORY) st = small_short(p, h, o, stream, n, align, bytes, out);
+    return st;
+  }
+  heap_hand_out(h, b, bytes);
+  *out = (void *)b->addr;
+unlock:
+  rmmc__unlock(&h->lock);
+  return st;
+}
+
+/* ---- large blocks: the shared heap ---- */
+
+static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o,
+                                                  cudaStream_t stream, size_t n, size_t align,
+                                                  size_t bytes, slow_steps_t steps, void **out) {
+  size_t need = n + (align - POOL_GRANULE);
+  rmmc_status_t st = RMMC_SUCCESS;
+  rmmc__lock(&p->lock);
+  /* o's last heap may have been retired since this thread cached it. */
+  if (!pool_meta_room(&p->meta) || !rmmc__pool_owner_ready(p, o)) {
+    st = rmmc__pool_no_host_memory();
+    goto unlock;
+  }
+  pool_block_t *b = need <= POOL_MAX_REQUEST ? find_usable(p, o, n, align) : NULL;
+  if (RMMC_LIKELY(b != NULL)) rmmc__pool_unlink_free(p, b);
+  else if ((st = shared_slow(p, o, NULL, stream, n, align, bytes, steps, &b)) != RMMC_SUCCESS)
+    goto unlock;
+  b = rmmc__pool_carve(p, b, n, align);
+  if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&p->used, (void *)b->addr, b, bytes))) {
+    rmmc__pool_put_free(p, b);
+    st = rmmc__pool_no_host_memory();
+    goto unlock;
+  }
+  b->state = B_USED;
+  b->owner = NULL;
+  b->requested = bytes;
+  p->committed += pool_bsize(b);
+  if (p->committed > p->committed_peak) new_peak(p);
+  *out = (void *)b->addr;
+unlock:
+  rmmc__unlock(&p->lock);
+  return st;
+}
+
+static inline rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t bytes,
+                                               cudaStream_t stream) {
+  pool_sheap_t *h;
+  pool_owner_t *o;
+  rmmc_status_t st = heap_of(p, stream, &h, &o);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
+  if (RMMC_LIKELY(bytes <= p->small_max)) {
+    rmmc__lock(&h->lock);
+    rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&h->used, ptr);
+    if (RMMC_LIKELY(e != NULL && h->owner == o)) {
+      st = small_free(p, h, e, ptr, bytes, stream);
+      rmmc__unlock(&h->lock);
+      return st;
+    }
+    rmmc__unlock(&h->lock);
+  }
+  return free_slow(p, o, ptr, bytes, stream);
+}
+
+/* Frees the small block of h's map entry e on h's own stream (h locked). */
+static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_entry_t *e,
+                                       void *ptr, size_t bytes, cudaStream_t stream) {
+  pool_block_t *b = e->value;
+  if (RMMC_UNLIKELY(b->requested != bytes))
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
+                          b->requested, bytes);
+  rmmc__ptrmap_remove(&h->used, e);
+  h->in_use -= pool_bsize(b);
+  pool_region_t *sp = b->region;
+  sp->tag = rmmc__stream_slot_tag(h->owner->slot);
+  /* b becomes the hot block as it is, for an exact-size reuse; the previous
+   * hot block merges with its neighbours and is indexed (b is not free yet
+   * for that merge). */
+  pool_block_t *old = h->hot;
+  if (old != NULL) {
+    h->hot = NULL;
+    old->where = W_OUT;
+    heap_link(h, heap_merge(h, old));
+  }
+  b->state = B_FREE;
+  h->hot = b;
+  b->where = W_HOT;
+  if (--sp->nused == 0) {
+    if (++h->nidle * p->span > p->cache_bytes) heap_trim(p, h, stream);
+    else if (p->cuda && h->in_use == 0 && power_of_two_count(&h->empties))
+      heap_emptied(p, h, stream);
+  }
+  return RMMC_SUCCESS;
+}
+
+/* Keeps h's wholly free spans within cache_size (h's lock held). */
+static POOL_NOINLINE void heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream) {
+  size_t keep = p->cache_bytes / p->span;
+  rmmc__lock(&p->lock);
+  (void)heap_release_idle(p, h, keep, stream, true);
+  rmmc__unlock(&p->lock);
+}
+
+/* Device memory: h's stream has just freed its last block, for the 1st,
+ * 2nd, 4th, 8th, ... time: its event covers those frees (h locked, in a
+ * call on h's stream). A stream made per request or per task frees its
+ * last block once or a few times and never comes back: when its heap is
+ * retired (or its idle spans taken back), the spans it freed into can then
+ * serve other streams once a query finds the work done, where an
+ * uncovered span waited for a device synchronization (a heap's small
+ * frees record nothing: no other stream can reach them while the heap
+ * holds them). A stream that keeps working pays log2 of its emptyings:
+ * nothing in a steady state. */
+static inline bool power_of_two_count(uint64_t *n) {
+  uint64_t c = ++*n;
+  return (c & (c - 1)) == 0;
+}
+
+static POOL_NOINLINE void heap_emptied(pool_t *p, pool_sheap_t *h, cudaStream_t stream) {
+  (void)rmmc__stream_slot_try_record(&p->streams, h->owner->slot, stream);
+}
+
+/* A free that h's map does not hold: a large block, a block of another
+ * stream's heap (a foreign free), or bad input. No lock held. */
+static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *ptr, size_t bytes,
+                                             cudaStream_t stream) {
+  rmmc__lock(&p->lock);
+  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, ptr);
+  if (e != NULL && !rmmc__pool_owner_ready(p, o)) { /* its last heap retired meanwhile */
+    rmmc__unlock(&p->lock);
+    return rmmc__pool_no_host_memory();
+  }
+  if (e != NULL) {
+    bool cover = false;
+    rmmc_status_t st = large_free(p, o, e, ptr, bytes, &cover);
+    rmmc__unlock(&p->lock);
+    if (cover) (void)rmmc__stream_slot_try_record(&p->streams, o->slot, stream);
+    return st;
+  }
+  e = p->span > 0 ? rmmc__ptrmap_find(&p->spans, (void *)((uintptr_t)ptr & ~(p->span - 1))) : NULL;
+  pool_sheap_t *a = e != NULL ? ((pool_region_t *)e->value)->heap : NULL;
+  rmmc__unlock(&p->lock);
+  if (a == NULL)
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "pool: %p was not allocated by this pool, or was freed already", ptr);
+  rmmc_status_t st = RMMC_SUCCESS;
+  bool foreign = false;
+  uint64_t tag = 0;
+  rmmc__lock(&a->lock);
+  e = rmmc__ptrmap_find(&a->used, ptr);
+  if (e == NULL) {
+    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                        "pool: %p was not allocated by this pool, or was freed already", ptr);
+  } else if (a->owner == o) { /* this stream's: another thread's heap of it */
+    st = small_free(p, a, e, ptr, bytes, stream);
+  } else {
+    pool_block_t *b = e->value;
+    if (b->requested != bytes) {
+      st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
+                          b->requested, bytes);
+    } else { /* reusable by a's stream once o's work up to now is done */
+      rmmc__ptrmap_remove(&a->used, e);
+      a->in_use -= pool_bsize(b);
+      b->state = B_FOREIGN;
+      b->owner = o;
+      b->tag = tag = rmmc__stream_slot_tag(o->slot);
+      b->qnext = a->foreign;
+      a->foreign = b;
+      a->nforeign++;
+      foreign = true;
+    }
+  }
+  rmmc__unlock(&a->lock);
+  if (foreign && !rmmc__stream_slot_covered(o->slot, tag)) cover_now(p, o, stream);
+  return st;
+}
+
+/* Frees the large block of map entry e on o's stream (shared lock held).
+ * *cover: o's frees are due an event, which the caller records once it has
+ * dropped the shared lock (cover_claim). */
+static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t *e, void *ptr,
+                                size_t bytes, bool *cover) {
+  pool_block_t *b = e->value;
+  if (RMMC_UNLIKELY(b->requested != bytes))
+    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                          "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
+                          b->requested, bytes);
+  rmmc__ptrmap_remove(&p->used, e);
+  size_t size = pool_bsize(b);
+  p->committed -= size;
+  b->state = B_FREE;
+  pool_owner_t *g = b->owner; /* a graph pool's block goes back to it */
+  if (RMMC_UNLIKELY(g != NULL)) {
+    g->used_bytes -= size;
+    if (!g->released) {
+      b->tag = 0;
+      rmmc__pool_put_free(p, b);
+      return RMMC_SUCCESS;
+    }
+    graph_forget(p, g); /* released: the block is the freeing stream's, as any */
+  }
+  b->owner = o;
+  b->tag = rmmc__stream_slot_tag(o->slot);
+  p->clock++;
+  rmmc__pool_put_free(p, b);
+  *cover = cover_claim(p, o, size);
+  return RMMC_SUCCESS;
+}
+
+#define POOL_OPS(NAME)                                                                         \
+  {                                                                                            \
+    .version = RMMC_RESOURCE_OPS_VERSION, .name = NAME, .allocate = pool_allocate,             \
+    .deallocate = pool_deallocate, .release_cached = pool_release_cached,                      \
+    .describe = pool_describe, .destroy = pool_destroy, .upstream = rmmc__adaptor_upstream,    \
+    .get_allocation = rmmc__pool_get_allocation,                                               \
+    .set_memory_hooks = rmmc__pool_set_memory_hooks,                                           \
+    .enable_peer_access = rmmc__pool_enable_peer_access,                                       \
+  }
+static const rmmc_resource_ops_t pool_ops = POOL_OPS("pool"), arena_ops = POOL_OPS("arena");
+
+/* The core's other parts: one translation unit (core.h says why). */
+#include "stream_heaps.c"
+#include "lend.c"
+#include "policy.c"
+#include "graphs.c"
+#include "figures.c"
+#include "lifetime.c"
