@@ -49,6 +49,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULT_TAG = "TORCH_DIST_RESULT "
+DEFAULT_SPEC = "pool > cuda"
 
 
 def native_backend(torch):
@@ -301,18 +302,31 @@ def _median(xs):
 
 
 def compare(runs):
-    """Checks per (model, world): identical losses of every rank in every
+    """Checks per (model, world), and per rmmc spec where the runs hold
+    several: identical losses of every rank in every
     run (native and rmmc), rmmc's median step time <= native's (the median
     over runs of the slowest rank's median step), and rmmc's peak reserved
     per rank <= native's (medians over runs). Returns [(check, ok, detail)]
     with ok True/False/None (None: nothing to compare)."""
     out = []
     keys = sorted({(r["model"], r["world"]) for r in runs})
+    groups = []
     for model, world in keys:
-        group = [r for r in runs if r["model"] == model and r["world"] == world]
-        native = [r for r in group if r["allocator"] == "native"]
-        rm = [r for r in group if r["allocator"] == "rmmc"]
+        same = [r for r in runs if r["model"] == model and r["world"] == world]
+        native = [r for r in same if r["allocator"] == "native"]
+        specs = sorted({r.get("spec") or DEFAULT_SPEC for r in same if r["allocator"] == "rmmc"})
         tag = "%s %d GPU(s)" % (model, world)
+        if len(specs) <= 1:
+            groups.append((tag, native, [r for r in same if r["allocator"] == "rmmc"]))
+            continue
+        # Several rmmc stacks in one set of runs: each against the same
+        # native runs, named by its spec.
+        for spec in specs:
+            groups.append(("%s, %s" % (tag, spec), native,
+                           [r for r in same if r["allocator"] == "rmmc"
+                            and (r.get("spec") or DEFAULT_SPEC) == spec]))
+    for tag, native, rm in groups:
+        group = native + rm
         if not native or not rm:
             out.append((tag + ": native and rmmc runs", None,
                         "%d native, %d rmmc run(s)" % (len(native), len(rm))))
@@ -371,7 +385,7 @@ def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=("ddp", "fsdp"), default="ddp")
     ap.add_argument("--allocator", choices=("native", "rmmc"), default="rmmc")
-    ap.add_argument("--spec", default="pool > cuda", help="rmmc's stack (default 'pool > cuda')")
+    ap.add_argument("--spec", default=DEFAULT_SPEC, help="rmmc's stack (default 'pool > cuda')")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64)

@@ -73,6 +73,18 @@ check(len(alone) == 1 and alone[0][1] is None, "no native run: nothing to compar
 # Groups by model and world: ddp on 2 and on 4 GPUs are separate checks.
 both = good + [run("ddp", "native", 4, 10.0, 1000), run("ddp", "rmmc", 4, 9.0, 900)]
 check(len(td.compare(both)) == 6, "two worlds, three checks each")
+# Several rmmc specs in one set of runs: each checked against the same
+# native runs, under its own name; one spec alone keeps the plain name.
+chunks = dict(run("fsdp", "rmmc", 2, 9.0, 1100), spec="pool(expandable=false) > cuda")
+specs = [run("fsdp", "native", 2, 10.0, 1000), dict(run("fsdp", "rmmc", 2, 9.0, 900), spec="pool > cuda"),
+         chunks]
+r = results(specs)
+check(len(r) == 6, "two specs, three checks each: %s" % sorted(r))
+check(r.get("fsdp 2 GPU(s), pool > cuda: peak reserved per rank rmmc <= native") is True,
+      "the lower spec passes under its name")
+check(r.get("fsdp 2 GPU(s), pool(expandable=false) > cuda: peak reserved per rank rmmc <= native")
+      is False, "the higher spec fails under its name")
+check("fsdp 2 GPU(s): identical losses" in results(specs[:2]), "one spec: the plain name")
 
 with tempfile.TemporaryDirectory() as tmp:
     paths = []
