@@ -116,7 +116,7 @@ def rank_main(args):
     spec = None
     if args.allocator == "rmmc":
         import rmmc.torch
-        spec = args.spec
+        spec = args.spec.replace("{rank}", str(rank))  # a log file per rank, say
         if args.cap_rank == rank:
             spec = "limiting(limit=%s) > %s" % (args.cap, spec)
         rmmc.torch.use(spec)  # before CUDA starts: this rank's own stack
@@ -203,6 +203,7 @@ def rank_main(args):
         for r in rows:
             print("rank %d losses: %s" % (r["rank"], " ".join("%.6f" % v for v in r["losses"])))
         result = {"model": args.model, "allocator": args.allocator, "spec": args.spec,
+                  "label": args.label or args.spec,
                   "world": world, "steps": args.steps, "warmup": args.warmup,
                   "device_name": torch.cuda.get_device_name(device), "ranks": rows}
         print(RESULT_TAG + json.dumps({k: v for k, v in result.items() if k != "ranks"}))
@@ -301,9 +302,14 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+def _name(run):
+    """What names an rmmc run in --compare: its --label, else its spec."""
+    return run.get("label") or run.get("spec") or DEFAULT_SPEC
+
+
 def compare(runs):
-    """Checks per (model, world), and per rmmc spec where the runs hold
-    several: identical losses of every rank in every
+    """Checks per (model, world), and per rmmc spec (or --label) where the
+    runs hold several: identical losses of every rank in every
     run (native and rmmc), rmmc's median step time <= native's (the median
     over runs of the slowest rank's median step), and rmmc's peak reserved
     per rank <= native's (medians over runs). Returns [(check, ok, detail)]
@@ -314,7 +320,7 @@ def compare(runs):
     for model, world in keys:
         same = [r for r in runs if r["model"] == model and r["world"] == world]
         native = [r for r in same if r["allocator"] == "native"]
-        specs = sorted({r.get("spec") or DEFAULT_SPEC for r in same if r["allocator"] == "rmmc"})
+        specs = sorted({_name(r) for r in same if r["allocator"] == "rmmc"})
         tag = "%s %d GPU(s)" % (model, world)
         if len(specs) <= 1:
             groups.append((tag, native, [r for r in same if r["allocator"] == "rmmc"]))
@@ -324,7 +330,7 @@ def compare(runs):
         for spec in specs:
             groups.append(("%s, %s" % (tag, spec), native,
                            [r for r in same if r["allocator"] == "rmmc"
-                            and (r.get("spec") or DEFAULT_SPEC) == spec]))
+                            and _name(r) == spec]))
     for tag, native, rm in groups:
         group = native + rm
         if not native or not rm:
@@ -385,7 +391,12 @@ def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=("ddp", "fsdp"), default="ddp")
     ap.add_argument("--allocator", choices=("native", "rmmc"), default="rmmc")
-    ap.add_argument("--spec", default=DEFAULT_SPEC, help="rmmc's stack (default 'pool > cuda')")
+    ap.add_argument("--spec", default=DEFAULT_SPEC,
+                    help="rmmc's stack (default 'pool > cuda'); {rank} becomes the rank, as in "
+                    "'logging(path=fsdp-{rank}.csv) > pool > cuda'")
+    ap.add_argument("--label", default=None,
+                    help="the run's name in the JSON and in --compare (default: the spec), "
+                    "e.g. for a variant set by an environment variable")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64)

@@ -85,6 +85,12 @@ check(r.get("fsdp 2 GPU(s), pool > cuda: peak reserved per rank rmmc <= native")
 check(r.get("fsdp 2 GPU(s), pool(expandable=false) > cuda: peak reserved per rank rmmc <= native")
       is False, "the higher spec fails under its name")
 check("fsdp 2 GPU(s): identical losses" in results(specs[:2]), "one spec: the plain name")
+# A label names a variant the spec alone does not (an environment variable).
+off = dict(run("fsdp", "rmmc", 2, 9.0, 1100), spec="pool > cuda", label="X=0 pool > cuda")
+r = results(specs[:2] + [off])
+check(r.get("fsdp 2 GPU(s), X=0 pool > cuda: peak reserved per rank rmmc <= native") is False
+      and r.get("fsdp 2 GPU(s), pool > cuda: peak reserved per rank rmmc <= native") is True,
+      "labels part runs of one spec: %s" % sorted(r))
 
 with tempfile.TemporaryDirectory() as tmp:
     paths = []
