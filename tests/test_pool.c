@@ -1911,6 +1911,64 @@ START_TEST(test_pool_initial_size_reserves_what_it_asks) {
 }
 END_TEST
 
+/* Issue 28: the defaults are no longer told by their values. min_growth=32MiB
+ * over virtual memory used to read as unset (32 MiB was the _INIT value and
+ * the chunks' default); now RMMC_POOL_MIN_GROWTH_DEFAULT is the default and
+ * 32 MiB is 32 MiB. page= likewise: 0 takes the upstream's larger page, an
+ * explicit 32 MiB is checked against it. */
+static size_t reserved_after_3MiB(const char *spec) {
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = rmmc_stack_create(spec, -1, &r);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s: %s", spec, rmmc_last_error_message());
+  void *p = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 3 * MiB, 256, NULL, &p), RMMC_SUCCESS);
+  size_t reserved = (size_t)field(r, "reserved");
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 3 * MiB, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+  return reserved;
+}
+
+START_TEST(test_pool_explicit_defaults_are_taken_as_given) {
+  /* Virtual memory (sim's 2 MiB pages): the shortfall, or min_growth. */
+  ck_assert_uint_eq(reserved_after_3MiB("pool > sim"), 4 * MiB);
+  ck_assert_uint_eq(reserved_after_3MiB("pool(min_growth=32MiB) > sim"), 32 * MiB);
+  ck_assert_uint_eq(reserved_after_3MiB("pool(min_growth=8MiB) > sim"), 8 * MiB);
+  /* Chunks: 32 MiB by default, or min_growth. */
+  ck_assert_uint_eq(reserved_after_3MiB("pool(expandable=false) > sim"), 32 * MiB);
+  ck_assert_uint_eq(reserved_after_3MiB("pool(expandable=false, min_growth=4MiB) > sim"), 4 * MiB);
+  /* The C API: the _INIT value is the default; 32 MiB is taken as given. */
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  ck_assert(o.min_growth == RMMC_POOL_MIN_GROWTH_DEFAULT);
+  ck_assert_uint_eq(o.page_size, 0);
+  rmmc_resource_t *up = NULL, *r = NULL;
+  ck_assert_int_eq(rmmc_stack_create("sim", -1, &up), RMMC_SUCCESS);
+  o.min_growth = 32 * MiB;
+  ck_assert_int_eq(rmmc_pool_resource_create(up, &o, &r), RMMC_SUCCESS);
+  void *p = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 3 * MiB, 256, NULL, &p), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "reserved"), 32 * MiB);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 3 * MiB, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+  /* Above 128 TiB is still refused; only the default's value passes. */
+  o.min_growth = RMMC_POOL_MIN_GROWTH_DEFAULT - 1;
+  r = (rmmc_resource_t *)1;
+  ck_assert_int_eq(rmmc_pool_resource_create(up, &o, &r), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(r);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "min_growth"));
+  rmmc_resource_release(up);
+  /* page=: the default follows an upstream page above 32 MiB; an explicit
+   * 32 MiB that is no multiple of it is refused, saying so. */
+  ck_assert_int_eq(rmmc_stack_create("pool > sim(alignment=64MiB)", -1, &r), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+  r = (rmmc_resource_t *)1;
+  ck_assert_int_eq(rmmc_stack_create("pool(page=32MiB) > sim(alignment=64MiB)", -1, &r),
+                   RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(r);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "page_size") != NULL, "%s",
+                rmmc_last_error_message());
+}
+END_TEST
+
 START_TEST(test_pool_destroy_returns_everything_with_live_blocks) {
   /* Destroying a pool gives its chunks back even with blocks still out
    * (they are the caller's to stop using), large and small, on several
@@ -2046,6 +2104,7 @@ int main(void) {
   tcase_add_test(tc, test_pool_bad_frees_lose_nothing);
   tcase_add_test(tc, test_pool_create_rejects_bad_options);
   tcase_add_test(tc, test_pool_initial_size_reserves_what_it_asks);
+  tcase_add_test(tc, test_pool_explicit_defaults_are_taken_as_given);
   tcase_add_test(tc, test_pool_destroy_returns_everything_with_live_blocks);
   tcase_add_test(tc, test_pool_spec_entry_takes_every_option);
   suite_add_tcase(s, tc);

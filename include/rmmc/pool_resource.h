@@ -133,9 +133,11 @@ typedef struct rmmc_pool_options {
    * 0 both mean no limit). Specs also take a percentage of the device's
    * free memory (of the host's memory for host upstreams). */
   size_t maximum_size;
-  /* min_growth=: chunks: fewest bytes one growth takes (default 32 MiB);
-   * larger requests grow by their own size. Virtual memory: growth maps
-   * the shortfall, at least this many bytes if set (default 0). */
+  /* min_growth=: chunks: fewest bytes one growth takes; larger requests
+   * grow by their own size. Virtual memory: growth maps the shortfall, at
+   * least this many bytes. RMMC_POOL_MIN_GROWTH_DEFAULT (the _INIT value):
+   * 32 MiB for chunks, nothing more than the shortfall for virtual memory;
+   * any other value, 32 MiB included, is taken as given. */
   size_t min_growth;
   /* granularity=: chunks: growth is rounded up to this power of two
    * (default 2 MiB, at least 256). */
@@ -181,8 +183,9 @@ typedef struct rmmc_pool_options {
    * chunks otherwise; 1: virtual memory (RMMC_ERROR_NOT_SUPPORTED without
    * it); 0: chunks. */
   int expandable;
-  /* page=: virtual memory: most bytes one mapping covers (default 32 MiB;
-   * a multiple of the upstream's page). Memory goes back a whole mapping
+  /* page=: virtual memory: most bytes one mapping covers, a multiple of
+   * the upstream's page (0, the default: 32 MiB, or the upstream's page
+   * where that is larger). Memory goes back a whole mapping
    * at a time; a mapping costs about the same whatever its size (~50 us on
    * an H100). */
   size_t page_size;
@@ -204,10 +207,13 @@ typedef struct rmmc_pool_options {
   unsigned stream_heaps;
 } rmmc_pool_options_t;
 
+/* min_growth's default: the backend's own (see min_growth above). */
+#define RMMC_POOL_MIN_GROWTH_DEFAULT SIZE_MAX
+
 #define RMMC_POOL_OPTIONS_INIT                                                                 \
-  {sizeof(rmmc_pool_options_t), 0, SIZE_MAX, (size_t)32 << 20, (size_t)2 << 20,              \
-   (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 1, (size_t)256 << 20, 0.02, 8.0, -1,         \
-   (size_t)32 << 20, 0, (size_t)8 << 20, 0}
+  {sizeof(rmmc_pool_options_t), 0, SIZE_MAX, RMMC_POOL_MIN_GROWTH_DEFAULT, (size_t)2 << 20,  \
+   (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 1, (size_t)256 << 20, 0.02, 8.0, -1, 0, 0,   \
+   (size_t)8 << 20, 0}
 
 /* Creates a pool over `upstream`, which it retains (the caller keeps its
  * own reference); NULL options mean defaults. Reserves initial_size at

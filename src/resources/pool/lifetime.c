@@ -126,7 +126,8 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
     bad = "split_limit must be 0 (off) or at least 1";
   else if (o->event_interval < 1)
     bad = "event_interval must be at least 1";
-  else if (o->min_growth > POOL_MAX_REQUEST || o->initial_size > POOL_MAX_REQUEST)
+  else if ((o->min_growth != RMMC_POOL_MIN_GROWTH_DEFAULT && o->min_growth > POOL_MAX_REQUEST) ||
+           o->initial_size > POOL_MAX_REQUEST)
     bad = "initial_size and min_growth must be at most 128 TiB";
   else if (o->expandable < -1 || o->expandable > 1)
     bad = "expandable must be -1 (when the upstream can), 0 or 1";
@@ -187,12 +188,13 @@ static rmmc_status_t choose_backend(pool_t *p, const rmmc_pool_options_t *o) {
                           rmmc_resource_name(up));
   if (o->expandable == 0 || up_page == 0) {
     p->be = &rmmc__pool_chunks;
+    if (p->min_growth == RMMC_POOL_MIN_GROWTH_DEFAULT) p->min_growth = (size_t)32 << 20;
     if (p->min_growth == 0) p->min_growth = p->granularity;
     p->min_growth = rmmc__align_up(p->min_growth, p->granularity);
     return RMMC_SUCCESS;
   }
   size_t seg = o->page_size != 0 ? o->page_size : (size_t)32 << 20;
-  if (o->page_size == ((size_t)32 << 20) && seg < up_page) seg = up_page; /* the default only */
+  if (o->page_size == 0 && seg < up_page) seg = up_page; /* the default only */
   if (seg < up_page || seg % up_page != 0 || seg > ((size_t)1 << 40))
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "pool_resource_create: page_size %zu must be a multiple of %s's page "
@@ -218,7 +220,8 @@ static rmmc_status_t choose_backend(pool_t *p, const rmmc_pool_options_t *o) {
   p->segment = seg;
   size_t align = p->span > up_page ? p->span : up_page;
   p->address_space = rmmc__align_up(space, align);
-  p->min_growth = o->min_growth == ((size_t)32 << 20) ? 0 : rmmc__align_up(o->min_growth, up_page);
+  p->min_growth = o->min_growth == RMMC_POOL_MIN_GROWTH_DEFAULT ? 0
+                                                                 : rmmc__align_up(o->min_growth, up_page);
   return RMMC_SUCCESS;
 }
 

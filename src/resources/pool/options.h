@@ -31,8 +31,8 @@
     "bytes reserved at creation")                                                              \
   X(maximum_size, "max", BYTES_PCT, SIZE, SIZE_MAX, "no limit", 0, 0, "",                      \
     "most bytes reserved from the upstream")                                                   \
-  X(min_growth, "min_growth", BYTES, SIZE, (size_t)32 << 20, "32MiB", 0, 0, "",                \
-    "chunks: fewest bytes one growth takes")                                                   \
+  X(min_growth, "min_growth", BYTES, SIZE, RMMC_POOL_MIN_GROWTH_DEFAULT,                      \
+    "chunks 32MiB, virtual memory the shortfall", 0, 0, "", "fewest bytes one growth takes")                                                   \
   X(growth_granularity, "granularity", BYTES, SIZE, (size_t)2 << 20, "2MiB", 0, 0, "",         \
     "chunks: growth rounded up to this power of two")                                          \
   X(small_max, "small_max", BYTES, SIZE, (size_t)1 << 20, "1MiB", 0, 0, "",                    \
@@ -57,7 +57,7 @@
     "freed bytes per stream between event records")                                            \
   X(expandable, "expandable", BOOL, INT, -1, "virtual memory when the upstream has it", 0, 0,  \
     "", "virtual memory (true) or chunks (false)")                                             \
-  X(page_size, "page", BYTES, SIZE, (size_t)32 << 20, "32MiB", 0, 0, "",                       \
+  X(page_size, "page", BYTES, SIZE, 0, "32MiB, or the upstream's page if larger", 0, 0, "",    \
     "virtual memory: most bytes one mapping covers")                                           \
   X(address_space, "address_space", BYTES, SIZE, 0, "max, else 2x memory", 0, 0, "",           \
     "virtual memory: bytes of one reservation")
