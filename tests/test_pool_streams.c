@@ -10,7 +10,9 @@
  * from that stream's heap before the pool reports out of memory, and the
  * message says what stays free and does not say twice that the cache was
  * given back. The conformance battery (support/conformance.c) holds every
- * caching stack to the same two contracts. Host suite.
+ * caching stack to the same two contracts. RMMC_HOST_EVENT_LAG makes a
+ * host stream's records finish late, as a busy GPU's do: another stream
+ * then waits for a free it would otherwise take at once. Host suite.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -381,6 +383,44 @@ START_TEST(test_pool_streams_oom_large_request_from_a_heap) {
 }
 END_TEST
 
+/* What stream b's 64 MiB costs after stream a freed 64 MiB, with a's
+ * records finishing `lag` records late (RMMC_HOST_EVENT_LAG, read when the
+ * pool is made): event_waits and reserved, before and after. */
+static void take_after_free(const char *lag, uint64_t *waits, uint64_t *grown) {
+  ck_assert_int_eq(setenv("RMMC_HOST_EVENT_LAG", lag, 1), 0);
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = rmmc_stack_create("pool > sim", -1, &r);
+  ck_assert_int_eq(unsetenv("RMMC_HOST_EVENT_LAG"), 0);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  void *s = NULL, *x = NULL, *y = NULL;
+  /* b first, so that two streams are listed and each free records. */
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, STREAM(2), &s), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, s, 2 * MiB, 256, STREAM(2)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 64 * MiB, 256, STREAM(1), &x), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, x, 64 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  uint64_t w0 = field(r, "event_waits"), r0 = field(r, "reserved");
+  ck_assert_int_eq(rmmc_resource_allocate(r, 64 * MiB, 256, STREAM(2), &y), RMMC_SUCCESS);
+  *waits = field(r, "event_waits") - w0;
+  *grown = field(r, "reserved") - r0;
+  ck_assert_int_eq(rmmc_resource_deallocate(r, y, 64 * MiB, 256, STREAM(2)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+
+START_TEST(test_pool_streams_host_event_lag_delays_what_is_known_finished) {
+  uint64_t waits, grown;
+  /* Host memory as usual: a's free is finished at once, b takes it. */
+  take_after_free("0", &waits, &grown);
+  ck_assert_uint_eq(waits, 0);
+  ck_assert_uint_eq(grown, 0);
+  /* Two records late: a's free is covered but not known finished, so b
+   * takes it behind a wait on a's event (no growth: over the budget). */
+  take_after_free("2", &waits, &grown);
+  ck_assert_uint_eq(waits, 1);
+  ck_assert_uint_eq(grown, 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("pool_streams");
   TCase *tc = tcase_create("pool_streams");
@@ -393,6 +433,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_pool_streams_oom_takes_another_streams_free_blocks, 0, nspecs);
   tcase_add_loop_test(tc, test_pool_streams_oom_message_tells_what_stays, 0, nspecs);
   tcase_add_test(tc, test_pool_streams_oom_large_request_from_a_heap);
+  tcase_add_test(tc, test_pool_streams_host_event_lag_delays_what_is_known_finished);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

@@ -31,6 +31,8 @@ void rmmc__stream_set_init(rmmc__stream_set_t *s, const rmmc_resource_t *r, size
   memset(s, 0, sizeof *s);
   pthread_mutex_init(&s->lock, NULL);
   s->host = r->kind == RMMC_MEMORY_HOST;
+  const char *lag = getenv("RMMC_HOST_EVENT_LAG");
+  if (s->host && lag != NULL) s->host_lag = strtoull(lag, NULL, 10);
   s->device = r->device;
   s->user_size = user_size;
   rmmc__ptrmap_init(&s->map);
@@ -204,7 +206,8 @@ static rmmc_status_t record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
     if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaEventRecord (stream-ordered free)");
   }
   rmmc__atomic_max_u64(&slot->epoch_recorded, e);
-  if (s->host) rmmc__atomic_max_u64(&slot->epoch_done, e); /* no device work to wait for */
+  if (s->host && e > s->host_lag) /* no device work to wait for */
+    rmmc__atomic_max_u64(&slot->epoch_done, e - s->host_lag);
   __atomic_store_n(&slot->want, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&slot->recorded, true, __ATOMIC_RELEASE);
   return RMMC_SUCCESS;

@@ -34,6 +34,14 @@
  * host memory (covering costs nothing there, so host-memory resources
  * follow the device policy with every record completing immediately).
  *
+ * A busy GPU finishes records late. For host memory the environment
+ * variable RMMC_HOST_EVENT_LAG=N (read when a set is made; default 0) lets
+ * a record finish only N records later on its stream, or at a device
+ * synchronization, so that a replay over sim meets the stale knowledge a
+ * GPU run does (FSDP2's logs: lag 0 reserves 4,396 MiB, lag 4 4,494 MiB,
+ * which is what the H100s measured: docs/design.md, issue 27). A tool for
+ * studying the pool's policy on the host; it changes nothing else.
+ *
  * Graph capture. Nothing here is ever issued on a stream that is being
  * captured: record and wait check the stream first and decline; a query
  * (which CUDA forbids while any thread captures in global mode) runs under
@@ -67,6 +75,7 @@ typedef struct rmmc__stream_slot {
 typedef struct rmmc__stream_set {
   pthread_mutex_t lock;
   bool host;        /* no CUDA at all */
+  uint64_t host_lag; /* host: how many records late records finish (RMMC_HOST_EVENT_LAG) */
   int device;       /* the device whose events these are */
   size_t user_size; /* zeroed owner bytes after each slot (rmmc__stream_slot_user) */
   rmmc__ptrmap_t map;
