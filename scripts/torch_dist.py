@@ -320,17 +320,14 @@ def compare(runs):
     for model, world in keys:
         same = [r for r in runs if r["model"] == model and r["world"] == world]
         native = [r for r in same if r["allocator"] == "native"]
-        specs = sorted({_name(r) for r in same if r["allocator"] == "rmmc"})
+        rm = [r for r in same if r["allocator"] == "rmmc"]
+        specs = sorted({_name(r) for r in rm})
         tag = "%s %d GPU(s)" % (model, world)
         if len(specs) <= 1:
-            groups.append((tag, native, [r for r in same if r["allocator"] == "rmmc"]))
-            continue
-        # Several rmmc stacks in one set of runs: each against the same
-        # native runs, named by its spec.
-        for spec in specs:
-            groups.append(("%s, %s" % (tag, spec), native,
-                           [r for r in same if r["allocator"] == "rmmc"
-                            and _name(r) == spec]))
+            groups.append((tag, native, rm))
+        else:  # several rmmc stacks: each against the same native runs, by name
+            groups += [("%s, %s" % (tag, s), native, [r for r in rm if _name(r) == s])
+                       for s in specs]
     for tag, native, rm in groups:
         group = native + rm
         if not native or not rm:

@@ -177,6 +177,11 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   return RMMC_SUCCESS;
 }
 
+/* The backends' defaults that the options' _INIT leaves to them
+ * (RMMC_POOL_MIN_GROWTH_DEFAULT, page_size 0). */
+#define CHUNKS_MIN_GROWTH ((size_t)32 << 20)
+#define VM_MAPPING ((size_t)32 << 20)
+
 /* Chooses the backend and sets its options. */
 static rmmc_status_t choose_backend(pool_t *p, const rmmc_pool_options_t *o) {
   rmmc_resource_t *up = p->base.upstream;
@@ -188,13 +193,12 @@ static rmmc_status_t choose_backend(pool_t *p, const rmmc_pool_options_t *o) {
                           rmmc_resource_name(up));
   if (o->expandable == 0 || up_page == 0) {
     p->be = &rmmc__pool_chunks;
-    if (p->min_growth == RMMC_POOL_MIN_GROWTH_DEFAULT) p->min_growth = (size_t)32 << 20;
+    if (p->min_growth == RMMC_POOL_MIN_GROWTH_DEFAULT) p->min_growth = CHUNKS_MIN_GROWTH;
     if (p->min_growth == 0) p->min_growth = p->granularity;
     p->min_growth = rmmc__align_up(p->min_growth, p->granularity);
     return RMMC_SUCCESS;
   }
-  size_t seg = o->page_size != 0 ? o->page_size : (size_t)32 << 20;
-  if (o->page_size == 0 && seg < up_page) seg = up_page; /* the default only */
+  size_t seg = o->page_size != 0 ? o->page_size : VM_MAPPING < up_page ? up_page : VM_MAPPING;
   if (seg < up_page || seg % up_page != 0 || seg > ((size_t)1 << 40))
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "pool_resource_create: page_size %zu must be a multiple of %s's page "
@@ -220,8 +224,8 @@ static rmmc_status_t choose_backend(pool_t *p, const rmmc_pool_options_t *o) {
   p->segment = seg;
   size_t align = p->span > up_page ? p->span : up_page;
   p->address_space = rmmc__align_up(space, align);
-  p->min_growth = o->min_growth == RMMC_POOL_MIN_GROWTH_DEFAULT ? 0
-                                                                 : rmmc__align_up(o->min_growth, up_page);
+  p->min_growth =
+      o->min_growth == RMMC_POOL_MIN_GROWTH_DEFAULT ? 0 : rmmc__align_up(o->min_growth, up_page);
   return RMMC_SUCCESS;
 }
 

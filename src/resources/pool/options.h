@@ -31,8 +31,8 @@
     "bytes reserved at creation")                                                              \
   X(maximum_size, "max", BYTES_PCT, SIZE, SIZE_MAX, "no limit", 0, 0, "",                      \
     "most bytes reserved from the upstream")                                                   \
-  X(min_growth, "min_growth", BYTES, SIZE, RMMC_POOL_MIN_GROWTH_DEFAULT,                      \
-    "chunks 32MiB, virtual memory the shortfall", 0, 0, "", "fewest bytes one growth takes")                                                   \
+  X(min_growth, "min_growth", BYTES, SIZE, RMMC_POOL_MIN_GROWTH_DEFAULT,                       \
+    "chunks 32MiB, virtual memory the shortfall", 0, 0, "", "fewest bytes one growth takes")   \
   X(growth_granularity, "granularity", BYTES, SIZE, (size_t)2 << 20, "2MiB", 0, 0, "",         \
     "chunks: growth rounded up to this power of two")                                          \
   X(small_max, "small_max", BYTES, SIZE, (size_t)1 << 20, "1MiB", 0, 0, "",                    \
