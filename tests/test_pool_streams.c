@@ -421,6 +421,54 @@ START_TEST(test_pool_streams_host_event_lag_delays_what_is_known_finished) {
 }
 END_TEST
 
+/* Stream 1 holds x and z, stream 2 y and w, 32 MiB each, side by side;
+ * stream 2 frees y and w and stream 1 frees x, none known finished (a
+ * lag of 1000 records). Stream 1 then asks for 96 MiB: it takes stream
+ * 2's frees behind waits, but x + y (64 MiB) and w (32 MiB) do not fit,
+ * and the growth past the budget would take reserved from 128 MiB to a
+ * new high-water mark. With sync_before_peak the pool waits for both
+ * streams' events first (event_syncs), x + y go back and the growth stays
+ * at the old peak; without it they cannot go back and the peak rises. The
+ * peak reserved and event_syncs, for `spec` (over sim: no memory to
+ * touch). */
+static void grow_past_unfinished(const char *spec, uint64_t *peak, uint64_t *syncs) {
+  ck_assert_int_eq(setenv("RMMC_HOST_EVENT_LAG", "1000", 1), 0);
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = rmmc_stack_create(spec, -1, &r);
+  ck_assert_int_eq(unsetenv("RMMC_HOST_EVENT_LAG"), 0);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  void *x, *y, *z, *w, *q = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(1), &x), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(2), &y), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(1), &z), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(2), &w), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "reserved"), 128 * MiB);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, y, 32 * MiB, 256, STREAM(2)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, w, 32 * MiB, 256, STREAM(2)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, x, 32 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  st = rmmc_resource_allocate(r, 96 * MiB, 256, STREAM(1), &q);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  *peak = field(r, "reserved_peak");
+  *syncs = field(r, "event_syncs");
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 96 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, z, 32 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "in_use"), 0);
+  rmmc_resource_release(r);
+}
+
+START_TEST(test_pool_streams_sync_before_peak_keeps_the_peak) {
+  uint64_t peak, syncs;
+  grow_past_unfinished("pool(small_max=0) > sim", &peak, &syncs);
+  ck_assert_uint_eq(peak, 128 * MiB);
+  ck_assert_uint_eq(syncs, 2); /* both streams had frees not known finished */
+  grow_past_unfinished("pool(small_max=0, sync_before_peak=false) > sim", &peak, &syncs);
+  ck_assert_uint_gt(peak, 128 * MiB);
+  ck_assert_uint_eq(syncs, 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("pool_streams");
   TCase *tc = tcase_create("pool_streams");
@@ -434,6 +482,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_pool_streams_oom_message_tells_what_stays, 0, nspecs);
   tcase_add_test(tc, test_pool_streams_oom_large_request_from_a_heap);
   tcase_add_test(tc, test_pool_streams_host_event_lag_delays_what_is_known_finished);
+  tcase_add_test(tc, test_pool_streams_sync_before_peak_keeps_the_peak);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

@@ -100,7 +100,8 @@
  * "spans" (lent to stream heaps), "heaps" (live stream heaps, of every
  * stream), "heaps_retired" (heaps retired so far), "cached" (free bytes
  * inside stream heaps), "streams", "event_records", "event_waits", "event_queries",
- * "device_syncs", "grows" (upstream allocations or mappings), "shrinks"
+ * "event_syncs" (the host waited for a stream's last event before the pool
+ * grew past its peak reserved: below), "device_syncs", "grows" (upstream allocations or mappings), "shrinks"
  * (upstream frees or unmappings), "adoptions" (times a stream short of
  * memory waited on another stream's event and took all of that stream's
  * covered frees, rather than growing past its budget), and one text field "stream" per stream
@@ -205,6 +206,15 @@ typedef struct rmmc_pool_options {
    * (default 0: the machine's online CPUs, at most 64; 1: one heap per
    * stream; at most 1024). */
   unsigned stream_heaps;
+  /* sync_before_peak=: before a growth past the most the pool ever
+   * reserved, the host waits for the last event of each stream with frees
+   * not yet known finished (cudaEventSynchronize: a stall while the GPU
+   * catches up), so those frees can merge and go back and the pool may not
+   * need the new high-water mark (default true; false: the pool grows
+   * instead, keeping more memory reserved while the GPU runs behind: FSDP2's
+   * ranks, docs/design.md, issue 27). Counted as the figure event_syncs.
+   * Since 0.3. */
+  bool sync_before_peak;
 } rmmc_pool_options_t;
 
 /* min_growth's default: the backend's own (see min_growth above). */
@@ -213,7 +223,7 @@ typedef struct rmmc_pool_options {
 #define RMMC_POOL_OPTIONS_INIT                                                                 \
   {sizeof(rmmc_pool_options_t), 0, SIZE_MAX, RMMC_POOL_MIN_GROWTH_DEFAULT, (size_t)2 << 20,  \
    (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 1, (size_t)256 << 20, 0.02, 8.0, -1, 0, 0,   \
-   (size_t)8 << 20, 0}
+   (size_t)8 << 20, 0, true}
 
 /* Creates a pool over `upstream`, which it retains (the caller keeps its
  * own reference); NULL options mean defaults. Reserves initial_size at
@@ -249,9 +259,10 @@ typedef struct rmmc_pool_figures {
   size_t cached;     /* free bytes held in stream heaps */
   size_t pending;    /* free bytes waiting for some stream's work */
   uint64_t grows, shrinks, device_syncs, event_records, event_waits, event_queries;
+  uint64_t event_syncs; /* since 0.3: host waits on a stream's event before a new peak */
 } rmmc_pool_figures_t;
 
-#define RMMC_POOL_FIGURES_INIT {sizeof(rmmc_pool_figures_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define RMMC_POOL_FIGURES_INIT {sizeof(rmmc_pool_figures_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* Fills *figures (whose size member is set with RMMC_POOL_FIGURES_INIT).
  * RMMC_ERROR_INVALID_ARGUMENT if `pool` is not a pool or figures is NULL

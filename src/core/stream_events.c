@@ -252,6 +252,27 @@ bool rmmc__stream_slot_done(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, ui
   return true;
 }
 
+bool rmmc__stream_slot_finish(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot) {
+  uint64_t rec = __atomic_load_n(&slot->epoch_recorded, __ATOMIC_ACQUIRE);
+  if (rmmc__stream_slot_known_done(slot, rec)) return false;
+  if (!s->host) {
+    if (__atomic_load_n(&rmmc__captures_underway, __ATOMIC_RELAXED) > 0) return false;
+    int mode = rmmc__capture_relax(), saved;
+    bool done = false;
+    if (rmmc__device_push(s->device, &saved) == RMMC_SUCCESS) {
+      cudaError_t err = cudaEventSynchronize(slot->event);
+      rmmc__device_pop(saved);
+      if (err != cudaSuccess) (void)cudaGetLastError();
+      done = err == cudaSuccess;
+    }
+    rmmc__capture_restore(mode);
+    if (!done) return false; /* an error: nothing becomes known finished */
+  }
+  rmmc__atomic_add_u64(&s->finishes, 1);
+  rmmc__atomic_max_u64(&slot->epoch_done, rec);
+  return true;
+}
+
 rmmc_status_t rmmc__stream_slot_wait(rmmc__stream_set_t *s, const rmmc__stream_slot_t *producer,
                                      cudaStream_t consumer) {
   if (s->host) {
@@ -332,4 +353,5 @@ void rmmc__stream_set_describe(rmmc__stream_set_t *s, rmmc_field_cb emit, void *
   rmmc__emit_count(emit, ctx, "device_syncs", rmmc__atomic_load_u64(&s->syncs));
   rmmc__emit_count(emit, ctx, "stream_syncs", rmmc__atomic_load_u64(&s->stream_syncs));
   rmmc__emit_count(emit, ctx, "event_queries", rmmc__atomic_load_u64(&s->queries));
+  rmmc__emit_count(emit, ctx, "event_syncs", rmmc__atomic_load_u64(&s->finishes));
 }

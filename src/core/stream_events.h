@@ -81,7 +81,7 @@ typedef struct rmmc__stream_set {
   rmmc__ptrmap_t map;
   rmmc__stream_slot_t **slots;
   uint32_t nslots, cap;
-  uint64_t records, waits, syncs, stream_syncs, queries; /* relaxed counters, for describe */
+  uint64_t records, waits, syncs, stream_syncs, queries, finishes; /* relaxed counters, for describe */
 } rmmc__stream_set_t;
 
 /* Owner data starts at this alignment after the slot. */
@@ -174,6 +174,12 @@ static inline bool rmmc__stream_slot_known_done(const rmmc__stream_slot_t *slot,
  * mode) when the tag is covered but not yet known finished. Never fails: an
  * error reads as not finished. */
 bool rmmc__stream_slot_done(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, uint64_t tag);
+/* Blocks the host until the work before slot's last record has finished
+ * (cudaEventSynchronize under a relaxed capture mode), after which every
+ * free it covers is known finished. Returns whether anything recorded was
+ * not yet known finished and now is; declines (false) while a known graph
+ * capture is underway. Counted as event_syncs. */
+bool rmmc__stream_slot_finish(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot);
 
 /* ---- graph capture ---- */
 
@@ -192,7 +198,7 @@ int rmmc__capture_relax(void);
 void rmmc__capture_restore(int mode);
 
 /* Emits streams, event_records, event_waits, device_syncs, stream_syncs,
- * event_queries. */
+ * event_queries, event_syncs. */
 void rmmc__stream_set_describe(rmmc__stream_set_t *s, rmmc_field_cb emit, void *ctx);
 
 #endif /* RMMC_STREAM_EVENTS_H */

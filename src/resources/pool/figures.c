@@ -114,6 +114,7 @@ RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
   f.event_records = rmmc__atomic_load_u64(&p->streams.records);
   f.event_waits = rmmc__atomic_load_u64(&p->streams.waits);
   f.event_queries = rmmc__atomic_load_u64(&p->streams.queries);
+  f.event_syncs = rmmc__atomic_load_u64(&p->streams.finishes);
   size_t n = figures->size < sizeof f ? figures->size : sizeof f;
   memcpy(figures, &f, n);
   figures->size = n;

@@ -152,6 +152,7 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
     p->stripes = cpus < 1 ? 1 : cpus > 64 ? 64 : (unsigned)cpus;
   }
   p->release_before_grow = o->release_before_grow;
+  p->sync_before_peak = o->sync_before_peak;
   p->slack = o->release_slack;
   p->band = 3.0;
   p->split_limit = o->split_limit;

@@ -60,6 +60,8 @@
   X(page_size, "page", BYTES, SIZE, 0, "32MiB, or the upstream's page if larger", 0, 0, "",    \
     "virtual memory: most bytes one mapping covers")                                           \
   X(address_space, "address_space", BYTES, SIZE, 0, "max, else 2x memory", 0, 0, "",           \
-    "virtual memory: bytes of one reservation")
+    "virtual memory: bytes of one reservation")                                                \
+  X(sync_before_peak, "sync_before_peak", BOOL, BOOL, true, "true", 0, 0, "",                  \
+    "wait for streams' unfinished frees before reserved passes its peak")
 
 #endif /* RMMC_POOL_OPTIONS_H */

@@ -216,6 +216,17 @@ static bool trim_to_budget(pool_t *p, pool_owner_t *o, cudaStream_t stream, size
   return a == POOL_ADMIT_YES;
 }
 
+/* Is some stream's recorded work not yet known finished (its frees can be
+ * neither reused by other streams nor given back)? */
+static bool unfinished_frees(const pool_t *p) {
+  for (const pool_owner_t *q = p->pending; q != NULL; q = q->pnext)
+    if (q->slot != NULL &&
+        !rmmc__stream_slot_known_done(q->slot, __atomic_load_n(&q->slot->epoch_recorded,
+                                                               __ATOMIC_ACQUIRE)))
+      return true;
+  return false;
+}
+
 /* A block found free: out of its index, for the caller. */
 static rmmc_status_t slow_take(pool_block_t *b, pool_t *p, pool_block_t **out) {
   rmmc__pool_unlink_free(p, b);
@@ -228,6 +239,42 @@ static rmmc_status_t slow_grown(pool_block_t *b, pool_t *p, pool_block_t **out) 
   p->grows++;
   *out = b;
   return RMMC_SUCCESS;
+}
+
+/* Step 4's growth. On a busy GPU most frees wait behind work the host has
+ * run ahead of, so they can neither go to another stream nor go back, and
+ * the pool would grow to a new high-water mark while holding them (FSDP2's
+ * ranks: design.md, issue 27). So it first grows only as far as its peak
+ * reserved; when that is not enough, the host waits for each stream's last
+ * event (the caller's recorded now), the frees behind them merge and
+ * may go back, and the pool tries again before growing past its peak. A
+ * stall (event_syncs), taken only before a new high-water mark. */
+static rmmc_status_t grow_past_budget(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+                                      size_t need, size_t align, bool capturing,
+                                      pool_block_t **out) {
+  pool_block_t *b;
+  rmmc_status_t st;
+  if (p->sync_before_peak && !capturing && p->free_bytes >= need && unfinished_frees(p)) {
+    p->hold_peak = true;
+    st = p->be->grow(p, o, stream, need, align, false, &b);
+    p->hold_peak = false;
+    if (st == RMMC_SUCCESS) return slow_grown(b, p, out);
+    if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+    /* o's own frees (those adopted from other streams too) under o's event
+     * first: the only stream this call may record on. */
+    rmmc__pool_cover(p, o, stream);
+    bool settled = false;
+    for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext)
+      if (q->slot != NULL && rmmc__stream_slot_finish(&p->streams, q->slot)) settled = true;
+    if (settled) {
+      consolidate(p, false);
+      if ((b = find_usable(p, o, need, align)) != NULL ||
+          (trim_to_budget(p, o, stream, need) && (b = find_usable(p, o, need, align)) != NULL))
+        return slow_take(b, p, out);
+    }
+  }
+  st = p->be->grow(p, o, stream, need, align, false, &b);
+  return st == RMMC_SUCCESS ? slow_grown(b, p, out) : st;
 }
 
 /* Step 5. The message of the step that failed last says why. */
@@ -294,8 +341,7 @@ static rmmc_status_t shared_slow_steps(pool_t *p, pool_owner_t *o, pool_sheap_t 
   /* 4. (5: the caller's next call, SLOW_LAST) */
   if (trim_to_budget(p, o, stream, need) && (b = find_usable(p, o, need, align)) != NULL)
     return slow_take(b, p, out);
-  st = p->be->grow(p, o, stream, need, align, false, &b);
-  return st == RMMC_SUCCESS ? slow_grown(b, p, out) : st;
+  return grow_past_budget(p, o, stream, need, align, capturing, out);
 }
 
 /* The slow path's steps may fail on the way (over the budget, a growth the

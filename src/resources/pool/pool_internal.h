@@ -221,11 +221,12 @@ struct pool {
   size_t max_size, min_growth, granularity, gc_limit, event_bytes, cache_bytes;
   unsigned event_interval;
   double slack, split_limit;
-  bool release_before_grow;
+  bool release_before_grow, sync_before_peak;
   size_t page, segment, address_space; /* vm: the upstream's page, most bytes per mapping */
   /* the shared heap */
   rmmc__lock_t lock __attribute__((aligned(64)));
   bool last_resort;
+  bool hold_peak; /* step 4's first growth: no new high-water mark (policy.c) */
   pool_owner_t *graphs; /* graph pools, listed */
   int graphs_by_capture; /* routed by capture id (shared lock) */
   pool_region_t *regions;

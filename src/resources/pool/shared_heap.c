@@ -267,8 +267,13 @@ pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, s
 }
 
 /* After the trim rmmc__pool_admit asked for: YES if growing by `add` keeps
- * within the maximum, else NO with the message set. */
+ * within the maximum (and, while hold_peak, within the peak reserved), else
+ * NO with the message set. */
 pool_admit_t rmmc__pool_admit_max(pool_t *p, size_t add) {
+  if (p->hold_peak && p->reserved + add > p->reserved_peak) {
+    rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: growing would pass its peak reserved");
+    return POOL_ADMIT_NO;
+  }
   if (p->reserved + add > p->max_size) {
     char mx[32];
     rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: its maximum of %s is reached",
