@@ -692,6 +692,64 @@ START_TEST(test_gpu_pool_expandable) {
 }
 END_TEST
 
+/* sync_before_peak on the GPU (issue 27): stream 1 holds x and z, stream 2
+ * y and w, 32 MiB each; slow kernels still write x, y and w when they are
+ * freed, so none of those frees is finished. Stream 1's 96 MiB fits in no
+ * free block, and growing would take reserved past its 128 MiB peak: the
+ * pool waits for both streams' events (event_syncs), gives x + y back
+ * (their kernels done) and maps the new block within the old peak; z keeps
+ * its bytes and the new block takes writes. Without the option the peak
+ * rises and nothing waits. */
+static void sync_before_peak_case(const char *spec, bool expect_sync) {
+  rmmc_resource_t *r = stack(spec);
+  cudaStream_t s1, s2;
+  CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  const size_t n = 32 * MiB;
+  void *x, *y, *z, *w, *q = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, s1, &x), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, s2, &y), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, s1, &z), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, s2, &w), RMMC_SUCCESS);
+  uint64_t reserved = 0, peak = 0, syncs = 0;
+  ck_assert(rmmc_resource_get_field(r, "reserved", &reserved));
+  ck_assert_uint_eq(reserved, 128 * MiB);
+  CUDA_OK(cudaMemsetAsync(z, B_VALUE, n, s1));
+  CUDA_OK(gpu_slow_fill(y, n, 1, 4 * SLOW_NS, s2));
+  CUDA_OK(gpu_slow_fill(w, n, 2, 4 * SLOW_NS, s2));
+  CUDA_OK(gpu_slow_fill(x, n, 3, 4 * SLOW_NS, s1));
+  ck_assert_int_eq(rmmc_resource_deallocate(r, y, n, 256, s2), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, w, n, 256, s2), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, x, n, 256, s1), RMMC_SUCCESS);
+  rmmc_status_t st = rmmc_resource_allocate(r, 3 * n, 256, s1, &q);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s: %s", spec, rmmc_last_error_message());
+  CUDA_OK(cudaMemsetAsync(q, A_VALUE, 3 * n, s1));
+  expect_all(q, 3 * n, A_VALUE, "the 96 MiB block");
+  expect_all(z, n, B_VALUE, "z, live throughout");
+  ck_assert(rmmc_resource_get_field(r, "reserved_peak", &peak));
+  ck_assert(rmmc_resource_get_field(r, "event_syncs", &syncs));
+  if (expect_sync) {
+    ck_assert_msg(peak == 128 * MiB, "%s: peak reserved %zu MiB", spec, (size_t)(peak / MiB));
+    ck_assert_uint_ge(syncs, 1);
+  } else {
+    ck_assert_uint_gt(peak, 128 * MiB);
+    ck_assert_uint_eq(syncs, 0);
+  }
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 3 * n, 256, s1), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, z, n, 256, s1), RMMC_SUCCESS);
+  CUDA_OK(cudaDeviceSynchronize());
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  CUDA_OK(cudaStreamDestroy(s1));
+  CUDA_OK(cudaStreamDestroy(s2));
+  rmmc_resource_release(r);
+}
+
+START_TEST(test_gpu_sync_before_peak_gives_unfinished_frees_back) {
+  sync_before_peak_case("pool(small_max=0) > cuda", true);
+  sync_before_peak_case("pool(small_max=0, sync_before_peak=false) > cuda", false);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("gpu_pool");
   TCase *tc = tcase_create("cuda");
@@ -710,6 +768,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_pool_spec_and_limits);
   tcase_add_test(tc, test_gpu_cuda_vm_calls);
   tcase_add_test(tc, test_gpu_pool_expandable);
+  tcase_add_test(tc, test_gpu_sync_before_peak_gives_unfinished_frees_back);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, true);
 }

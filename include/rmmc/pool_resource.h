@@ -50,6 +50,10 @@
  * past its budget, the short stream waits on other streams' events one at
  * a time and takes all their covered frees, which merge with each other
  * (memory freed side by side on several streams joins into one block).
+ * Before a growth would take reserved past the most the pool ever held,
+ * and only then, the host waits for the last event of each stream whose
+ * frees are not yet known finished (sync_before_peak, cudaEventSynchronize:
+ * the "event_syncs" figure), so those frees can merge and go back first.
  * The pool never synchronizes the device on a normal path:
  * only as the last resort before out of memory and in release_cached.
  * Events outlive their streams, and the pool calls CUDA only on the stream
