@@ -105,7 +105,8 @@
  * stream), "heaps_retired" (heaps retired so far), "cached" (free bytes
  * inside stream heaps), "streams", "event_records", "event_waits", "event_queries",
  * "event_syncs" (the host waited for a stream's last event before the pool
- * grew past its peak reserved: below), "device_syncs", "grows" (upstream allocations or mappings), "shrinks"
+ * grew past its peak reserved: below), "device_syncs", "grows" (upstream
+ * allocations or mappings), "shrinks"
  * (upstream frees or unmappings), "adoptions" (times a stream short of
  * memory waited on another stream's event and took all of that stream's
  * covered frees, rather than growing past its budget), and one text field "stream" per stream

@@ -81,7 +81,8 @@ typedef struct rmmc__stream_set {
   rmmc__ptrmap_t map;
   rmmc__stream_slot_t **slots;
   uint32_t nslots, cap;
-  uint64_t records, waits, syncs, stream_syncs, queries, finishes; /* relaxed counters, for describe */
+  /* relaxed counters, for describe */
+  uint64_t records, waits, syncs, stream_syncs, queries, finishes;
 } rmmc__stream_set_t;
 
 /* Owner data starts at this alignment after the slot. */

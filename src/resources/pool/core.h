@@ -171,7 +171,8 @@ static inline pool_block_t *find_usable_raw(pool_t *p, pool_owner_t *o, size_t n
 
 /* ... that holds n bytes at an `align`-aligned address: a block of n bytes
  * first (it may happen to be aligned), else one that surely is. */
-RMMC_HOT static inline pool_block_t *find_usable(pool_t *p, pool_owner_t *o, size_t n, size_t align) {
+RMMC_HOT
+static inline pool_block_t *find_usable(pool_t *p, pool_owner_t *o, size_t n, size_t align) {
   pool_block_t *b = find_usable_raw(p, o, n);
   if (align <= POOL_GRANULE || b == NULL) return b;
   if (rmmc__align_up(b->addr, align) + n <= pool_bend(b)) return b;

@@ -177,13 +177,15 @@ static rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
                                       cudaStream_t stream, void **out);
 static rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t bytes, cudaStream_t stream);
 
-RMMC_HOT static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+RMMC_HOT
+static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                    cudaStream_t stream, void **out) {
   pool_t *p = (pool_t *)r;
   return POOL_EXPENSIVE(p, pool_allocate_in(p, bytes, alignment, stream, out), "allocate");
 }
 
-RMMC_HOT static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+RMMC_HOT
+static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
                                      size_t alignment, cudaStream_t stream) {
   (void)alignment;
   pool_t *p = (pool_t *)r;
@@ -256,7 +258,8 @@ unlock:
 
 /* ---- large blocks: the shared heap ---- */
 
-RMMC_HOT static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o,
+RMMC_HOT
+static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o,
                                                   cudaStream_t stream, size_t n, size_t align,
                                                   size_t bytes, slow_steps_t steps, void **out) {
   size_t need = n + (align - POOL_GRANULE);
@@ -368,7 +371,8 @@ static POOL_NOINLINE void heap_emptied(pool_t *p, pool_sheap_t *h, cudaStream_t 
 
 /* A free that h's map does not hold: a large block, a block of another
  * stream's heap (a foreign free), or bad input. No lock held. */
-RMMC_HOT static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *ptr, size_t bytes,
+RMMC_HOT
+static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *ptr, size_t bytes,
                                              cudaStream_t stream) {
   rmmc__lock(&p->lock);
   rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, ptr);

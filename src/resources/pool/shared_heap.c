@@ -120,7 +120,8 @@ void rmmc__pool_pending_remove(pool_t *p, pool_owner_t *o) {
   if (o->pnext != NULL) o->pnext->pprev = o->pprev;
 }
 
-RMMC_HOT void rmmc__pool_link_free(pool_t *p, pool_block_t *b) {
+RMMC_HOT
+void rmmc__pool_link_free(pool_t *p, pool_block_t *b) {
   b->where = W_INDEX;
   rmmc__tlsf_insert(index_of(p, b->owner), &b->node);
   if (b->owner != NULL) { /* the owner's list, for consolidation */
@@ -137,7 +138,8 @@ RMMC_HOT void rmmc__pool_link_free(pool_t *p, pool_block_t *b) {
   p->free_bytes += pool_bsize(b);
 }
 
-RMMC_HOT void rmmc__pool_unlink_free(pool_t *p, pool_block_t *b) {
+RMMC_HOT
+void rmmc__pool_unlink_free(pool_t *p, pool_block_t *b) {
   rmmc__tlsf_remove(index_of(p, b->owner), &b->node);
   if (b->owner != NULL) {
     if (b->qprev != NULL) b->qprev->qnext = b->qnext;
@@ -159,7 +161,8 @@ bool rmmc__pool_usable(pool_t *p, pool_block_t *b, const pool_owner_t *o) {
   return b->owner == NULL || b->owner == o || rmmc__pool_settled(p, b, false);
 }
 
-RMMC_HOT pool_block_t *rmmc__pool_merge(pool_t *p, pool_block_t *b) {
+RMMC_HOT
+pool_block_t *rmmc__pool_merge(pool_t *p, pool_block_t *b) {
   if (b->owner != NULL && pool_owner_done(b->owner, b->tag)) b->owner = NULL;
   /* Absorbing a finished block of another stream can bring a block of b's
    * own stream next to b: each side goes on until nothing more merges. A
@@ -188,7 +191,8 @@ RMMC_HOT pool_block_t *rmmc__pool_merge(pool_t *p, pool_block_t *b) {
   return b;
 }
 
-RMMC_HOT void rmmc__pool_put_free(pool_t *p, pool_block_t *b) {
+RMMC_HOT
+void rmmc__pool_put_free(pool_t *p, pool_block_t *b) {
   b->freed = p->clock; /* merging keeps the latest: see rmmc__pool_merge */
   rmmc__pool_link_free(p, rmmc__pool_merge(p, b));
 }

@@ -310,7 +310,8 @@ static size_t retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bo
 
 /* A small allocation past the hot block (h's lock held): the index, then
  * foreign frees, then a new span. */
-RMMC_HOT static POOL_NOINLINE rmmc_status_t small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
+RMMC_HOT
+static POOL_NOINLINE rmmc_status_t small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
                                                  size_t n, size_t need, size_t align,
                                                  size_t bytes, slow_steps_t steps,
                                                  pool_block_t **out) {
