@@ -446,8 +446,11 @@ static void grow_past_unfinished(const char *spec, uint64_t *peak, uint64_t *syn
   ck_assert_int_eq(rmmc_resource_deallocate(r, y, 32 * MiB, 256, STREAM(2)), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_deallocate(r, w, 32 * MiB, 256, STREAM(2)), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_deallocate(r, x, 32 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  rmmc_clear_last_error();
   st = rmmc_resource_allocate(r, 96 * MiB, 256, STREAM(1), &q);
   ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  /* The first try's refusal (not past the peak) leaves no message. */
+  ck_assert_str_eq(rmmc_last_error_message(), "");
   ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
   *peak = field(r, "reserved_peak");
   *syncs = field(r, "event_syncs");
@@ -457,6 +460,41 @@ static void grow_past_unfinished(const char *spec, uint64_t *peak, uint64_t *syn
   ck_assert_uint_eq(field(r, "in_use"), 0);
   rmmc_resource_release(r);
 }
+
+/* The same frees under a maximum of 128 MiB: 112 MiB fits neither after
+ * the wait nor after the last resort (z's 32 MiB + 112 MiB), so the request
+ * fails with the maximum's message, not the first try's refusal, and the
+ * pool is intact and serves 96 MiB afterwards. */
+START_TEST(test_pool_streams_sync_before_peak_fails_with_the_maximum) {
+  ck_assert_int_eq(setenv("RMMC_HOST_EVENT_LAG", "1000", 1), 0);
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = rmmc_stack_create("pool(small_max=0, max=128MiB) > sim", -1, &r);
+  ck_assert_int_eq(unsetenv("RMMC_HOST_EVENT_LAG"), 0);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  void *x, *y, *z, *w, *q = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(1), &x), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(2), &y), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(1), &z), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(2), &w), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, y, 32 * MiB, 256, STREAM(2)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, w, 32 * MiB, 256, STREAM(2)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, x, 32 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 112 * MiB, 256, STREAM(1), &q),
+                   RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(q);
+  const char *msg = rmmc_last_error_message();
+  ck_assert_msg(strstr(msg, "maximum") != NULL && strstr(msg, "pass its peak") == NULL, "%s", msg);
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  ck_assert_uint_le(field(r, "reserved_peak"), 128 * MiB);
+  /* It serves afterwards: 96 MiB beside z. */
+  ck_assert_int_eq(rmmc_resource_allocate(r, 96 * MiB, 256, STREAM(1), &q), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 96 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, z, 32 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "in_use"), 0);
+  rmmc_resource_release(r);
+}
+END_TEST
 
 START_TEST(test_pool_streams_sync_before_peak_keeps_the_peak) {
   uint64_t peak, syncs;
@@ -483,6 +521,7 @@ int main(void) {
   tcase_add_test(tc, test_pool_streams_oom_large_request_from_a_heap);
   tcase_add_test(tc, test_pool_streams_host_event_lag_delays_what_is_known_finished);
   tcase_add_test(tc, test_pool_streams_sync_before_peak_keeps_the_peak);
+  tcase_add_test(tc, test_pool_streams_sync_before_peak_fails_with_the_maximum);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }
