@@ -171,6 +171,11 @@ static inline bool rmmc__stream_slot_covered(const rmmc__stream_slot_t *slot, ui
 static inline bool rmmc__stream_slot_known_done(const rmmc__stream_slot_t *slot, uint64_t tag) {
   return __atomic_load_n(&slot->epoch_done, __ATOMIC_ACQUIRE) >= tag;
 }
+/* Is all the work before slot's last record known finished? No call. */
+static inline bool rmmc__stream_slot_known_idle(const rmmc__stream_slot_t *slot) {
+  uint64_t rec = __atomic_load_n(&slot->epoch_recorded, __ATOMIC_ACQUIRE);
+  return rmmc__stream_slot_known_done(slot, rec);
+}
 /* As known_done, asking CUDA (one cuEventQuery, under a relaxed capture
  * mode) when the tag is covered but not yet known finished. Never fails: an
  * error reads as not finished. */

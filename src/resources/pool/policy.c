@@ -220,10 +220,7 @@ static bool trim_to_budget(pool_t *p, pool_owner_t *o, cudaStream_t stream, size
  * neither reused by other streams nor given back)? */
 static bool unfinished_frees(const pool_t *p) {
   for (const pool_owner_t *q = p->pending; q != NULL; q = q->pnext)
-    if (q->slot != NULL &&
-        !rmmc__stream_slot_known_done(q->slot, __atomic_load_n(&q->slot->epoch_recorded,
-                                                               __ATOMIC_ACQUIRE)))
-      return true;
+    if (q->slot != NULL && !rmmc__stream_slot_known_idle(q->slot)) return true;
   return false;
 }
 

@@ -345,11 +345,7 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
   if (p->shrinks != shrinks) { /* trimming moved things: place again, admit again */
     if (!best_place(p, o, need, align, &pl))
       return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room after trimming");
-    if (p->reserved + (pl.m1 - pl.m0) > p->max_size) {
-      char mx[32];
-      return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: its maximum of %s is reached",
-                            rmmc__format_bytes(p->max_size, mx, sizeof mx));
-    }
+    if (rmmc__pool_admit_max(p, pl.m1 - pl.m0) != POOL_ADMIT_YES) return RMMC_ERROR_OUT_OF_MEMORY;
   }
   return map_place(p, o, pl, out);
 }
