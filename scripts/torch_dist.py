@@ -100,6 +100,30 @@ class _Transformer:
         self.model = LM()
 
 
+# The allocator's counters the timed steps are compared by: rmmc's pool
+# (growths, trims, page maps, host waits, events) or the native caching
+# allocator's (segments taken and given back, retries).
+POOL_COUNTERS = ("grows", "shrinks", "page_maps", "page_unmaps", "event_syncs", "event_records",
+                 "event_waits", "event_queries", "stream_syncs", "device_syncs")
+NATIVE_COUNTERS = (("segment.all.allocated", "grows"), ("segment.all.freed", "shrinks"),
+                   ("num_alloc_retries", "retries"), ("num_sync_all_streams", "device_syncs"))
+
+
+def _counters(allocator, torch, device, rmmc_mod):
+    out = {}
+    if allocator == "rmmc":
+        for _name, f in rmmc_mod.dist.rank_figures(device=device.index)["layers"]:
+            for k in POOL_COUNTERS:
+                if isinstance(f.get(k), int):
+                    out[k] = out.get(k, 0) + f[k]
+    else:
+        st = torch.cuda.memory_stats(device)
+        for k, name in NATIVE_COUNTERS:
+            if k in st:
+                out[name] = int(st[k])
+    return out
+
+
 def rank_main(args):
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -155,9 +179,12 @@ def rank_main(args):
                     torch.randint(0, 2048, (args.batch, args.seq), generator=gen))
                    for _ in range(4)]
     loss_fn = nn.CrossEntropyLoss()
-    losses, times = [], []
+    losses, times, host = [], [], []
+    before = None
     try:
         for step in range(args.steps):
+            if step == args.warmup:
+                before = _counters(args.allocator, torch, device, rmmc)
             x, y = batches[step % len(batches)]
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             torch.cuda.synchronize()
@@ -167,6 +194,7 @@ def rank_main(args):
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            host.append(time.perf_counter() - t0)  # the host's share: launches, allocator
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
             losses.append(loss.item())
@@ -181,7 +209,11 @@ def rank_main(args):
 
     timed = times[args.warmup:] or times
     extra = {"allocator": args.allocator, "model": args.model,
-             "step_ms": 1000.0 * statistics.median(timed), "losses": losses}
+             "step_ms": 1000.0 * statistics.median(timed),
+             "host_ms": 1000.0 * statistics.median(host[args.warmup:] or host), "losses": losses}
+    if before is not None:  # what the allocator did during the timed steps
+        after = _counters(args.allocator, torch, device, rmmc)
+        extra["timed"] = {k: after[k] - before.get(k, 0) for k in after}
     if args.allocator == "rmmc":
         fig = rmmc.dist.rank_figures(device=local, extra=extra)
         if fig.get("plugin_peak") is not None:  # exactly the bytes PyTorch held at most
@@ -370,6 +402,36 @@ def compare(runs):
     return out
 
 
+def timed_summary(runs):
+    """Per (model, world, allocator or spec): the median over runs of the
+    slowest rank's median step and host time (the host's share: launches and
+    the allocator, before the step's synchronize), and the median per rank of
+    the allocator's counters over the timed steps. Lines of text."""
+    out = []
+    keys = sorted({(r["model"], r["world"], r["allocator"],
+                    _name(r) if r["allocator"] == "rmmc" else "native") for r in runs})
+    for model, world, alloc, name in keys:
+        v = [r for r in runs if (r["model"], r["world"], r["allocator"]) == (model, world, alloc)
+             and (alloc != "rmmc" or _name(r) == name)]
+        step = _median([max(x["step_ms"] for x in r["ranks"]) for r in v])
+        hosts = [max(x["host_ms"] for x in r["ranks"]) for r in v
+                 if all("host_ms" in x for x in r["ranks"])]
+        counts = {}
+        for r in v:
+            for x in r["ranks"]:
+                for k, n in (x.get("timed") or {}).items():
+                    counts.setdefault(k, []).append(n)
+        steps = v[0].get("steps", 0) - v[0].get("warmup", 0)
+        line = "%s %d GPU(s), %s: step %.2f ms" % (model, world, name, step)
+        if hosts:
+            line += ", host %.2f ms" % _median(hosts)
+        if counts:
+            line += "; per rank over %d timed steps: %s" % (steps, ", ".join(
+                "%s %g" % (k, _median(n)) for k, n in sorted(counts.items())))
+        out.append(line)
+    return out
+
+
 def compare_main(paths):
     runs = []
     for p in paths:
@@ -381,6 +443,8 @@ def compare_main(paths):
     rows = compare(runs)
     for check, ok, detail in rows:
         print("%-6s %s | %s" % ({True: "PASS", False: "FAIL", None: "SKIP"}[ok], check, detail))
+    for line in timed_summary(runs):
+        print("info   " + line)
     return 0 if rows and all(ok is not False for _, ok, _ in rows) and runs else 1
 
 

@@ -92,6 +92,22 @@ check(r.get("fsdp 2 GPU(s), X=0 pool > cuda: peak reserved per rank rmmc <= nati
       and r.get("fsdp 2 GPU(s), pool > cuda: peak reserved per rank rmmc <= native") is True,
       "labels part runs of one spec: %s" % sorted(r))
 
+# The timed steps' summary: medians over runs of the slowest rank's step and
+# host time, medians per rank of the allocator's counters.
+timed = [dict(run("fsdp", "native", 2, 10.0, 1000), steps=60, warmup=10),
+         dict(run("fsdp", "rmmc", 2, 9.0, 900), steps=60, warmup=10, spec="pool > cuda")]
+for r, grows in zip(timed, (0, 4)):
+    for x in r["ranks"]:
+        x["host_ms"] = 3.0 + x["rank"]
+        x["timed"] = {"grows": grows + x["rank"], "shrinks": 2}
+lines = td.timed_summary(timed)
+check(lines == ["fsdp 2 GPU(s), native: step 11.00 ms, host 4.00 ms; per rank over 50 timed "
+                "steps: grows 0.5, shrinks 2",
+                "fsdp 2 GPU(s), pool > cuda: step 10.00 ms, host 4.00 ms; per rank over 50 "
+                "timed steps: grows 4.5, shrinks 2"], "timed summary: %s" % lines)
+check(td.timed_summary(good[:2])[0] == "ddp 2 GPU(s), native: step 11.00 ms",
+      "runs without host times or counters: the step alone: %s" % td.timed_summary(good[:2]))
+
 with tempfile.TemporaryDirectory() as tmp:
     paths = []
     for i, x in enumerate(good):
