@@ -210,6 +210,7 @@ def rank_main(args):
     timed = times[args.warmup:] or times
     extra = {"allocator": args.allocator, "model": args.model,
              "step_ms": 1000.0 * statistics.median(timed),
+             "steps_ms": [round(1000.0 * t, 3) for t in times],
              "host_ms": 1000.0 * statistics.median(host[args.warmup:] or host), "losses": losses}
     if before is not None:  # what the allocator did during the timed steps
         after = _counters(args.allocator, torch, device, rmmc)
