@@ -512,11 +512,60 @@ START_TEST(test_pool_streams_sync_before_peak_keeps_the_peak) {
 }
 END_TEST
 
+/* sync_before_peak waits one mark at a time (a mark every 16th record of a
+ * stream). Stream 1 frees x (4 MiB; it goes back at once: release_cached),
+ * then A (64 MiB, its record epoch 2), then 20 blocks of 1 MiB (epochs
+ * 3-22, merging into one free block of the latest epoch); stream 2 holds a
+ * block, so each free records. Nothing is known finished (lag 1000). A
+ * request of 68 MiB fits no free block, and the peak holds it once A goes
+ * back: waiting for stream 1's mark at epoch 16 (A's free is before it) is
+ * enough, so the 20 MiB freed after the mark stay not known finished
+ * (pending), where a wait for stream 1's last record would have settled
+ * them too. */
+START_TEST(test_pool_streams_sync_before_peak_waits_one_mark_at_a_time) {
+  ck_assert_int_eq(setenv("RMMC_HOST_EVENT_LAG", "1000", 1), 0);
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = rmmc_stack_create("pool(small_max=0) > sim", -1, &r);
+  ck_assert_int_eq(unsetenv("RMMC_HOST_EVENT_LAG"), 0);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  void *s2, *x, *f[20], *g, *a, *b, *q = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, STREAM(2), &s2), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 4 * MiB, 256, STREAM(1), &x), RMMC_SUCCESS);
+  for (int i = 0; i < 20; i++)
+    ck_assert_int_eq(rmmc_resource_allocate(r, MiB, 256, STREAM(1), &f[i]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, STREAM(1), &g), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 64 * MiB, 256, STREAM(1), &a), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(1), &b), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "reserved"), 124 * MiB);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, x, 4 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "reserved"), 120 * MiB);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, a, 64 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  for (int i = 0; i < 20; i++)
+    ck_assert_int_eq(rmmc_resource_deallocate(r, f[i], MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "pending"), 84 * MiB);
+  st = rmmc_resource_allocate(r, 68 * MiB, 256, STREAM(1), &q);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "reserved_peak"), 124 * MiB);
+  ck_assert_uint_eq(field(r, "event_syncs"), 1);     /* stream 1's first mark */
+  ck_assert_uint_eq(field(r, "pending"), 20 * MiB); /* freed after the mark */
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 68 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, g, 2 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, b, 32 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, s2, 2 * MiB, 256, STREAM(2)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "in_use"), 0);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("pool_streams");
   TCase *tc = tcase_create("pool_streams");
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, test_pool_streams_many_keep_heaps_bounded);
+  tcase_add_test(tc, test_pool_streams_sync_before_peak_waits_one_mark_at_a_time);
   tcase_add_test(tc, test_pool_streams_heap_with_a_block_stays);
   tcase_add_test(tc, test_pool_streams_come_and_go_on_threads);
   tcase_add_test(tc, test_pool_streams_stale_cache_finds_the_heap_again);

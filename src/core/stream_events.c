@@ -38,11 +38,29 @@ void rmmc__stream_set_init(rmmc__stream_set_t *s, const rmmc_resource_t *r, size
   rmmc__ptrmap_init(&s->map);
 }
 
+void rmmc__stream_set_marks(rmmc__stream_set_t *s, uint32_t every) {
+  s->mark_every = every;
+}
+
+/* A slot's events (the device current). */
+static void slot_events_destroy(rmmc__stream_slot_t *slot) {
+  if (slot->event != NULL) (void)cudaEventDestroy(slot->event);
+  for (unsigned i = 0; i < RMMC__SLOT_MARKS; i++)
+    if (slot->marks[i] != NULL) (void)cudaEventDestroy(slot->marks[i]);
+}
+
+static cudaError_t slot_events_create(const rmmc__stream_set_t *s, rmmc__stream_slot_t *slot) {
+  cudaError_t err = cudaEventCreateWithFlags(&slot->event, cudaEventDisableTiming);
+  for (unsigned i = 0; err == cudaSuccess && s->mark_every > 0 && i < RMMC__SLOT_MARKS; i++)
+    err = cudaEventCreateWithFlags(&slot->marks[i], cudaEventDisableTiming);
+  return err;
+}
+
 void rmmc__stream_set_fini(rmmc__stream_set_t *s) {
   int saved = -1;
   bool pushed = !s->host && s->nslots > 0 && rmmc__device_push(s->device, &saved) == RMMC_SUCCESS;
   for (uint32_t i = 0; i < s->nslots; i++) {
-    if (pushed && s->slots[i]->event != NULL) (void)cudaEventDestroy(s->slots[i]->event);
+    if (pushed) slot_events_destroy(s->slots[i]);
     free(s->slots[i]);
   }
   if (pushed) rmmc__device_pop(saved);
@@ -68,9 +86,12 @@ static rmmc_status_t new_slot(rmmc__stream_set_t *s, cudaStream_t stream, const 
     int saved;
     rmmc_status_t st = rmmc__device_push(s->device, &saved);
     if (st == RMMC_SUCCESS) {
-      cudaError_t err = cudaEventCreateWithFlags(&slot->event, cudaEventDisableTiming);
+      cudaError_t err = slot_events_create(s, slot);
+      if (err != cudaSuccess) {
+        slot_events_destroy(slot);
+        st = rmmc_set_cuda_error(err, "cudaEventCreateWithFlags (stream slot)");
+      }
       rmmc__device_pop(saved);
-      if (err != cudaSuccess) st = rmmc_set_cuda_error(err, "cudaEventCreateWithFlags (stream slot)");
     }
     if (st != RMMC_SUCCESS) {
       free(slot);
@@ -79,8 +100,8 @@ static rmmc_status_t new_slot(rmmc__stream_set_t *s, cudaStream_t stream, const 
   }
   if (!rmmc__ptrmap_insert(&s->map, (void *)key, slot, 0)) {
     int saved;
-    if (slot->event != NULL && rmmc__device_push(s->device, &saved) == RMMC_SUCCESS) {
-      (void)cudaEventDestroy(slot->event);
+    if (!s->host && rmmc__device_push(s->device, &saved) == RMMC_SUCCESS) {
+      slot_events_destroy(slot);
       rmmc__device_pop(saved);
     }
     free(slot);
@@ -191,12 +212,27 @@ static rmmc_status_t record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
   }
   uint64_t e = __atomic_add_fetch(&slot->epoch_next, 1, __ATOMIC_ACQ_REL);
   rmmc__atomic_add_u64(&s->records, 1);
+  /* Every mark_every-th epoch is also a mark: its number is withdrawn while
+   * the mark's event moves and published once the record is issued. */
+  unsigned m = RMMC__SLOT_MARKS;
+  if (RMMC_UNLIKELY(s->mark_every > 0) && e % s->mark_every == 0) {
+    m = (unsigned)((e / s->mark_every) % RMMC__SLOT_MARKS);
+    __atomic_store_n(&slot->mark_epoch[m], 0, __ATOMIC_RELEASE);
+  }
   if (!s->host) {
     const rmmc__driver_t *d = rmmc__driver();
     CUresult res = CUDA_SUCCESS;
     cudaError_t err = cudaSuccess;
     if (d != NULL) res = d->event_record((CUevent)slot->event, (CUstream)stream);
     else err = cudaEventRecord(slot->event, stream);
+    if (m < RMMC__SLOT_MARKS && res == CUDA_SUCCESS && err == cudaSuccess) {
+      bool marked = d != NULL ? d->event_record((CUevent)slot->marks[m], (CUstream)stream) == CUDA_SUCCESS
+                              : cudaEventRecord(slot->marks[m], stream) == cudaSuccess;
+      if (!marked) { /* no mark this time: the last record still covers everything */
+        if (d == NULL) (void)cudaGetLastError();
+        m = RMMC__SLOT_MARKS;
+      }
+    }
     rmmc__device_pop(saved);
     if (quiet && (res != CUDA_SUCCESS || err != cudaSuccess)) {
       if (err != cudaSuccess) (void)cudaGetLastError();
@@ -206,6 +242,7 @@ static rmmc_status_t record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
     if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaEventRecord (stream-ordered free)");
   }
   rmmc__atomic_max_u64(&slot->epoch_recorded, e);
+  if (m < RMMC__SLOT_MARKS) __atomic_store_n(&slot->mark_epoch[m], e, __ATOMIC_RELEASE);
   if (s->host && e > s->host_lag) /* no device work to wait for */
     rmmc__atomic_max_u64(&slot->epoch_done, e - s->host_lag);
   __atomic_store_n(&slot->want, 0, __ATOMIC_RELAXED);
@@ -252,15 +289,16 @@ bool rmmc__stream_slot_done(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, ui
   return true;
 }
 
-bool rmmc__stream_slot_finish(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot) {
-  uint64_t rec = __atomic_load_n(&slot->epoch_recorded, __ATOMIC_ACQUIRE);
-  if (rmmc__stream_slot_known_done(slot, rec)) return false;
+/* Blocks the host until `event`'s last record has finished, then counts
+ * epoch `upto` (or more) of slot as known finished. */
+static bool finish_at(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, cudaEvent_t event,
+                      uint64_t upto) {
   if (!s->host) {
     if (__atomic_load_n(&rmmc__captures_underway, __ATOMIC_RELAXED) > 0) return false;
     int mode = rmmc__capture_relax(), saved;
     bool done = false;
     if (rmmc__device_push(s->device, &saved) == RMMC_SUCCESS) {
-      cudaError_t err = cudaEventSynchronize(slot->event);
+      cudaError_t err = cudaEventSynchronize(event);
       rmmc__device_pop(saved);
       if (err != cudaSuccess) (void)cudaGetLastError();
       done = err == cudaSuccess;
@@ -269,8 +307,33 @@ bool rmmc__stream_slot_finish(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot) 
     if (!done) return false; /* an error: nothing becomes known finished */
   }
   rmmc__atomic_add_u64(&s->finishes, 1);
-  rmmc__atomic_max_u64(&slot->epoch_done, rec);
+  rmmc__atomic_max_u64(&slot->epoch_done, upto);
   return true;
+}
+
+bool rmmc__stream_slot_finish(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot) {
+  uint64_t rec = __atomic_load_n(&slot->epoch_recorded, __ATOMIC_ACQUIRE);
+  if (rmmc__stream_slot_known_done(slot, rec)) return false;
+  return finish_at(s, slot, slot->event, rec);
+}
+
+bool rmmc__stream_slot_finish_mark(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot) {
+  uint64_t done = __atomic_load_n(&slot->epoch_done, __ATOMIC_ACQUIRE);
+  uint64_t rec = __atomic_load_n(&slot->epoch_recorded, __ATOMIC_ACQUIRE);
+  if (done >= rec) return false;
+  /* The oldest mark past what is known finished. Its event may have moved
+   * on to a later mark meanwhile: the wait is then longer, never wrong. */
+  uint64_t best = UINT64_MAX;
+  unsigned at = RMMC__SLOT_MARKS;
+  for (unsigned i = 0; i < RMMC__SLOT_MARKS; i++) {
+    uint64_t e = __atomic_load_n(&slot->mark_epoch[i], __ATOMIC_ACQUIRE);
+    if (e > done && e < rec && e < best) {
+      best = e;
+      at = i;
+    }
+  }
+  if (at == RMMC__SLOT_MARKS) return finish_at(s, slot, slot->event, rec);
+  return finish_at(s, slot, slot->marks[at], best);
 }
 
 rmmc_status_t rmmc__stream_slot_wait(rmmc__stream_set_t *s, const rmmc__stream_slot_t *producer,

@@ -61,9 +61,18 @@
 #include "internal.h"
 #include "core/ptrmap.h"
 
+/* Checkpoints ("marks") a slot keeps when its set asks for them
+ * (rmmc__stream_set_marks): besides the event every record moves, every
+ * mark_every-th record also records one of RMMC__SLOT_MARKS events in turn,
+ * so that the host can wait for an earlier point of a busy stream than its
+ * last record (rmmc__stream_slot_finish_mark). */
+#define RMMC__SLOT_MARKS 8u
+
 typedef struct rmmc__stream_slot {
   cudaStream_t stream; /* the handle (per-thread streams: cudaStreamPerThread) */
   cudaEvent_t event;   /* device kinds only; NULL for host memory */
+  cudaEvent_t marks[RMMC__SLOT_MARKS]; /* device kinds, when the set keeps marks */
+  uint64_t mark_epoch[RMMC__SLOT_MARKS]; /* atomic: the epoch each mark closed; 0: none */
   uint32_t id;         /* order of first use: 0, 1, 2, ... (for messages) */
   bool recorded;       /* atomic: the event was recorded at least once */
   /* Epochs (atomic; see "Epochs" above): records started, the highest
@@ -76,6 +85,7 @@ typedef struct rmmc__stream_set {
   pthread_mutex_t lock;
   bool host;        /* no CUDA at all */
   uint64_t host_lag; /* host: how many records late records finish (RMMC_HOST_EVENT_LAG) */
+  uint32_t mark_every; /* 0: no marks; else a mark every mark_every-th record */
   int device;       /* the device whose events these are */
   size_t user_size; /* zeroed owner bytes after each slot (rmmc__stream_slot_user) */
   rmmc__ptrmap_t map;
@@ -92,6 +102,11 @@ typedef struct rmmc__stream_set {
 /* Prepares a set for memory of r's kind and device (r: the resource
  * itself or its upstream). Allocates nothing. */
 void rmmc__stream_set_init(rmmc__stream_set_t *s, const rmmc_resource_t *r, size_t user_size);
+
+/* Asks every slot made from now on to keep marks, one per `every` records
+ * (call before the first get()). Each mark costs one more event record per
+ * `every` records and RMMC__SLOT_MARKS events per slot. */
+void rmmc__stream_set_marks(rmmc__stream_set_t *s, uint32_t every);
 
 /* Destroys every slot and its event. */
 void rmmc__stream_set_fini(rmmc__stream_set_t *s);
@@ -186,6 +201,12 @@ bool rmmc__stream_slot_done(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, ui
  * not yet known finished and now is; declines (false) while a known graph
  * capture is underway. Counted as event_syncs. */
 bool rmmc__stream_slot_finish(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot);
+/* As rmmc__stream_slot_finish, but only as far as the oldest mark not yet
+ * known finished (the nearest point of the stream's work, so the shortest
+ * wait), or the last record when no such mark is left. Called again, it
+ * goes one mark further each time; false once everything recorded is
+ * known finished (or while a known capture is underway). */
+bool rmmc__stream_slot_finish_mark(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot);
 
 /* ---- graph capture ---- */
 

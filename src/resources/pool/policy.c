@@ -238,36 +238,47 @@ static rmmc_status_t slow_grown(pool_block_t *b, pool_t *p, pool_block_t **out) 
   return RMMC_SUCCESS;
 }
 
+/* Grows, but not past the peak reserved (trimming to the budget first). */
+static rmmc_status_t grow_within_peak(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+                                      size_t need, size_t align, pool_block_t **out) {
+  pool_block_t *b;
+  p->hold_peak = true;
+  rmmc_status_t st = p->be->grow(p, o, stream, need, align, false, &b);
+  p->hold_peak = false;
+  return st == RMMC_SUCCESS ? slow_grown(b, p, out) : st;
+}
+
 /* Step 4's growth. On a busy GPU most frees wait behind work the host has
  * run ahead of, so they can neither go to another stream nor go back, and
  * the pool would grow to a new high-water mark while holding them (FSDP2's
  * ranks: design.md, issue 27). So it first grows only as far as its peak
- * reserved; when that is not enough, the host waits for each stream's last
- * event (the caller's recorded now), the frees behind them merge and
- * may go back, and the pool tries again before growing past its peak. A
- * stall (event_syncs), taken only before a new high-water mark. */
+ * reserved; when that is not enough, the host waits, one mark at a time
+ * (stream_events.h: the oldest point of each pending stream not yet known
+ * finished, the nearest, so the shortest wait; the caller's own frees
+ * recorded now), and after each wait the frees behind it merge and may go
+ * back, and the pool tries again within its peak; only when every stream
+ * is known finished does it grow past. A stall (event_syncs), taken only
+ * before a new high-water mark. */
 static rmmc_status_t grow_past_budget(pool_t *p, pool_owner_t *o, cudaStream_t stream,
                                       size_t need, size_t align, bool capturing,
                                       pool_block_t **out) {
   pool_block_t *b;
   rmmc_status_t st;
   if (p->sync_before_peak && !capturing && p->free_bytes >= need && unfinished_frees(p)) {
-    p->hold_peak = true;
-    st = p->be->grow(p, o, stream, need, align, false, &b);
-    p->hold_peak = false;
-    if (st == RMMC_SUCCESS) return slow_grown(b, p, out);
+    st = grow_within_peak(p, o, stream, need, align, out);
     if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
     /* o's own frees (those adopted from other streams too) under o's event
      * first: the only stream this call may record on. */
     rmmc__pool_cover(p, o, stream);
-    bool settled = false;
-    for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext)
-      if (q->slot != NULL && rmmc__stream_slot_finish(&p->streams, q->slot)) settled = true;
-    if (settled) {
+    for (;;) {
+      bool settled = false;
+      for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext)
+        if (q->slot != NULL && rmmc__stream_slot_finish_mark(&p->streams, q->slot)) settled = true;
+      if (!settled) break;
       consolidate(p, false);
-      if ((b = find_usable(p, o, need, align)) != NULL ||
-          (trim_to_budget(p, o, stream, need) && (b = find_usable(p, o, need, align)) != NULL))
-        return slow_take(b, p, out);
+      if ((b = find_usable(p, o, need, align)) != NULL) return slow_take(b, p, out);
+      st = grow_within_peak(p, o, stream, need, align, out);
+      if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
     }
   }
   st = p->be->grow(p, o, stream, need, align, false, &b);
