@@ -388,15 +388,22 @@ START_TEST(test_pool_streams_oom_large_request_from_a_heap) {
 }
 END_TEST
 
+/* `spec` made with records finishing `lag` records late
+ * (RMMC_HOST_EVENT_LAG, read when the pool is made). */
+static rmmc_resource_t *lagged_stack(const char *spec, const char *lag) {
+  ck_assert_int_eq(setenv("RMMC_HOST_EVENT_LAG", lag, 1), 0);
+  rmmc_resource_t *r = NULL;
+  rmmc_status_t st = rmmc_stack_create(spec, -1, &r);
+  ck_assert_int_eq(unsetenv("RMMC_HOST_EVENT_LAG"), 0);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  return r;
+}
+
 /* What stream b's 64 MiB costs after stream a freed 64 MiB, with a's
  * records finishing `lag` records late (RMMC_HOST_EVENT_LAG, read when the
  * pool is made): event_waits and reserved, before and after. */
 static void take_after_free(const char *lag, uint64_t *waits, uint64_t *grown) {
-  ck_assert_int_eq(setenv("RMMC_HOST_EVENT_LAG", lag, 1), 0);
-  rmmc_resource_t *r = NULL;
-  rmmc_status_t st = rmmc_stack_create("pool > sim", -1, &r);
-  ck_assert_int_eq(unsetenv("RMMC_HOST_EVENT_LAG"), 0);
-  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  rmmc_resource_t *r = lagged_stack("pool > sim", lag);
   void *s = NULL, *x = NULL, *y = NULL;
   /* b first, so that two streams are listed and each free records. */
   ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, STREAM(2), &s), RMMC_SUCCESS);
@@ -437,11 +444,7 @@ END_TEST
  * peak reserved and event_syncs, for `spec` (over sim: no memory to
  * touch). */
 static void grow_past_unfinished(const char *spec, uint64_t *peak, uint64_t *syncs) {
-  ck_assert_int_eq(setenv("RMMC_HOST_EVENT_LAG", "1000", 1), 0);
-  rmmc_resource_t *r = NULL;
-  rmmc_status_t st = rmmc_stack_create(spec, -1, &r);
-  ck_assert_int_eq(unsetenv("RMMC_HOST_EVENT_LAG"), 0);
-  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  rmmc_resource_t *r = lagged_stack(spec, "1000");
   void *x, *y, *z, *w, *q = NULL;
   ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(1), &x), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(2), &y), RMMC_SUCCESS);
@@ -452,7 +455,7 @@ static void grow_past_unfinished(const char *spec, uint64_t *peak, uint64_t *syn
   ck_assert_int_eq(rmmc_resource_deallocate(r, w, 32 * MiB, 256, STREAM(2)), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_deallocate(r, x, 32 * MiB, 256, STREAM(1)), RMMC_SUCCESS);
   rmmc_clear_last_error();
-  st = rmmc_resource_allocate(r, 96 * MiB, 256, STREAM(1), &q);
+  rmmc_status_t st = rmmc_resource_allocate(r, 96 * MiB, 256, STREAM(1), &q);
   ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
   /* The first try's refusal (not past the peak) leaves no message. */
   ck_assert_str_eq(rmmc_last_error_message(), "");
@@ -471,11 +474,7 @@ static void grow_past_unfinished(const char *spec, uint64_t *peak, uint64_t *syn
  * fails with the maximum's message, not the first try's refusal, and the
  * pool is intact and serves 96 MiB afterwards. */
 START_TEST(test_pool_streams_sync_before_peak_fails_with_the_maximum) {
-  ck_assert_int_eq(setenv("RMMC_HOST_EVENT_LAG", "1000", 1), 0);
-  rmmc_resource_t *r = NULL;
-  rmmc_status_t st = rmmc_stack_create("pool(small_max=0, max=128MiB) > sim", -1, &r);
-  ck_assert_int_eq(unsetenv("RMMC_HOST_EVENT_LAG"), 0);
-  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  rmmc_resource_t *r = lagged_stack("pool(small_max=0, max=128MiB) > sim", "1000");
   void *x, *y, *z, *w, *q = (void *)1;
   ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(1), &x), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, STREAM(2), &y), RMMC_SUCCESS);
@@ -523,11 +522,7 @@ END_TEST
  * (pending), where a wait for stream 1's last record would have settled
  * them too. */
 START_TEST(test_pool_streams_sync_before_peak_waits_one_mark_at_a_time) {
-  ck_assert_int_eq(setenv("RMMC_HOST_EVENT_LAG", "1000", 1), 0);
-  rmmc_resource_t *r = NULL;
-  rmmc_status_t st = rmmc_stack_create("pool(small_max=0) > sim", -1, &r);
-  ck_assert_int_eq(unsetenv("RMMC_HOST_EVENT_LAG"), 0);
-  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  rmmc_resource_t *r = lagged_stack("pool(small_max=0) > sim", "1000");
   void *s2, *x, *f[20], *g, *a, *b, *q = NULL;
   ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, STREAM(2), &s2), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, 4 * MiB, 256, STREAM(1), &x), RMMC_SUCCESS);
@@ -544,7 +539,7 @@ START_TEST(test_pool_streams_sync_before_peak_waits_one_mark_at_a_time) {
   for (int i = 0; i < 20; i++)
     ck_assert_int_eq(rmmc_resource_deallocate(r, f[i], MiB, 256, STREAM(1)), RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "pending"), 84 * MiB);
-  st = rmmc_resource_allocate(r, 68 * MiB, 256, STREAM(1), &q);
+  rmmc_status_t st = rmmc_resource_allocate(r, 68 * MiB, 256, STREAM(1), &q);
   ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
   ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "reserved_peak"), 124 * MiB);

@@ -51,9 +51,12 @@
  * a time and takes all their covered frees, which merge with each other
  * (memory freed side by side on several streams joins into one block).
  * Before a growth would take reserved past the most the pool ever held,
- * and only then, the host waits for the last event of each stream whose
- * frees are not yet known finished (sync_before_peak, cudaEventSynchronize:
- * the "event_syncs" figure), so those frees can merge and go back first.
+ * and only then, the host waits for the streams whose frees are not yet
+ * known finished (sync_before_peak, cudaEventSynchronize: the "event_syncs"
+ * figure), so those frees can merge and go back first: one checkpoint at a
+ * time, the oldest not known finished first (the nearest point of a busy
+ * stream's queue), trying again after each, so a wait rarely drains a
+ * stream.
  * The pool never synchronizes the device on a normal path:
  * only as the last resort before out of memory and in release_cached.
  * Events outlive their streams, and the pool calls CUDA only on the stream
@@ -212,13 +215,14 @@ typedef struct rmmc_pool_options {
    * stream; at most 1024). */
   unsigned stream_heaps;
   /* sync_before_peak=: before a growth past the most the pool ever
-   * reserved, the host waits for the last event of each stream with frees
-   * not yet known finished (cudaEventSynchronize: a stall while the GPU
-   * catches up), so those frees can merge and go back and the pool may not
-   * need the new high-water mark (default true; false: the pool grows
-   * instead, keeping more memory reserved while the GPU runs behind: FSDP2's
-   * ranks, docs/design.md, issue 27). Counted as the figure event_syncs.
-   * Since 0.3. */
+   * reserved, the host waits for each stream with frees not yet known
+   * finished (cudaEventSynchronize: a stall while the GPU catches up), one
+   * checkpoint at a time (every 16th event record of a stream also records
+   * one of 8 checkpoint events), so those frees can merge and go back and
+   * the pool may not need the new high-water mark (default true; false:
+   * the pool grows instead, keeping more memory reserved while the GPU runs
+   * behind: FSDP2's ranks, docs/design.md, issue 27). Counted as the figure
+   * event_syncs. Since 0.3. */
   bool sync_before_peak;
 } rmmc_pool_options_t;
 
