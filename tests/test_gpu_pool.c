@@ -750,6 +750,67 @@ START_TEST(test_gpu_sync_before_peak_gives_unfinished_frees_back) {
 }
 END_TEST
 
+/* sync_before_peak waits one checkpoint at a time, on the GPU (the host
+ * test, test_pool_streams' sync_before_peak_waits_one_mark_at_a_time, has
+ * the same frees and figures). Stream 1 frees x (it goes back:
+ * release_cached), A (64 MiB) and 14 blocks of 1 MiB, the last of which
+ * records its first mark; then a kernel that spins 200 ms, and 6 more
+ * blocks of 1 MiB behind it. 68 MiB fits only once A goes back: the pool
+ * waits for the mark (work that is done), not for the spinning kernel, so
+ * stream 1 is still busy when the call returns, and the 20 MiB merged
+ * with the blocks freed behind the kernel stay pending. */
+START_TEST(test_gpu_sync_before_peak_waits_for_a_mark_not_the_stream) {
+  rmmc_resource_t *r = stack("pool(small_max=0) > cuda");
+  cudaStream_t s1, s2;
+  CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  void *s2b, *x, *f[20], *g, *a, *b, *q = NULL;
+  uint64_t reserved = 0, peak = 0, syncs = 0, pending = 0;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, s2, &s2b), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 4 * MiB, 256, s1, &x), RMMC_SUCCESS);
+  for (int i = 0; i < 20; i++)
+    ck_assert_int_eq(rmmc_resource_allocate(r, MiB, 256, s1, &f[i]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, s1, &g), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 64 * MiB, 256, s1, &a), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, s1, &b), RMMC_SUCCESS);
+  ck_assert(rmmc_resource_get_field(r, "reserved", &reserved));
+  ck_assert_uint_eq(reserved, 124 * MiB);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, x, 4 * MiB, 256, s1), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert(rmmc_resource_get_field(r, "reserved", &reserved));
+  ck_assert_uint_eq(reserved, 120 * MiB);
+  CUDA_OK(cudaMemsetAsync(b, B_VALUE, 32 * MiB, s1));
+  ck_assert_int_eq(rmmc_resource_deallocate(r, a, 64 * MiB, 256, s1), RMMC_SUCCESS);
+  for (int i = 0; i < 14; i++)
+    ck_assert_int_eq(rmmc_resource_deallocate(r, f[i], MiB, 256, s1), RMMC_SUCCESS);
+  CUDA_OK(gpu_slow_fill(g, 2 * MiB, A_VALUE, 4 * SLOW_NS, s1));
+  for (int i = 14; i < 20; i++)
+    ck_assert_int_eq(rmmc_resource_deallocate(r, f[i], MiB, 256, s1), RMMC_SUCCESS);
+  rmmc_status_t st = rmmc_resource_allocate(r, 68 * MiB, 256, s1, &q);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
+  ck_assert_int_eq(cudaStreamQuery(s1), cudaErrorNotReady); /* the kernel still spins */
+  ck_assert(rmmc_resource_get_field(r, "reserved_peak", &peak));
+  ck_assert(rmmc_resource_get_field(r, "event_syncs", &syncs));
+  ck_assert(rmmc_resource_get_field(r, "pending", &pending));
+  ck_assert_uint_eq(peak, 124 * MiB);
+  ck_assert_uint_eq(syncs, 1);
+  ck_assert_uint_eq(pending, 20 * MiB);
+  CUDA_OK(cudaMemsetAsync(q, A_VALUE, 68 * MiB, s1));
+  expect_all(q, 68 * MiB, A_VALUE, "the 68 MiB block");
+  expect_all(g, 2 * MiB, A_VALUE, "the block the kernel wrote");
+  expect_all(b, 32 * MiB, B_VALUE, "b, live throughout");
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 68 * MiB, 256, s1), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, g, 2 * MiB, 256, s1), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, b, 32 * MiB, 256, s1), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, s2b, 2 * MiB, 256, s2), RMMC_SUCCESS);
+  CUDA_OK(cudaDeviceSynchronize());
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  CUDA_OK(cudaStreamDestroy(s1));
+  CUDA_OK(cudaStreamDestroy(s2));
+  rmmc_resource_release(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("gpu_pool");
   TCase *tc = tcase_create("cuda");
@@ -769,6 +830,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_cuda_vm_calls);
   tcase_add_test(tc, test_gpu_pool_expandable);
   tcase_add_test(tc, test_gpu_sync_before_peak_gives_unfinished_frees_back);
+  tcase_add_test(tc, test_gpu_sync_before_peak_waits_for_a_mark_not_the_stream);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, true);
 }

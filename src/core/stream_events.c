@@ -49,11 +49,26 @@ static void slot_events_destroy(rmmc__stream_slot_t *slot) {
     if (slot->marks[i] != NULL) (void)cudaEventDestroy(slot->marks[i]);
 }
 
-static cudaError_t slot_events_create(const rmmc__stream_set_t *s, rmmc__stream_slot_t *slot) {
-  cudaError_t err = cudaEventCreateWithFlags(&slot->event, cudaEventDisableTiming);
-  for (unsigned i = 0; err == cudaSuccess && s->mark_every > 0 && i < RMMC__SLOT_MARKS; i++)
-    err = cudaEventCreateWithFlags(&slot->marks[i], cudaEventDisableTiming);
-  return err;
+/* Mark i's event, made on its first use (the device current), so that a
+ * stream that records fewer than mark_every times (a stream per request)
+ * makes none; NULL when it cannot be made (that mark is then skipped). */
+static cudaEvent_t mark_event(rmmc__stream_slot_t *slot, unsigned i) {
+  cudaEvent_t ev = __atomic_load_n(&slot->marks[i], __ATOMIC_ACQUIRE);
+  if (RMMC_LIKELY(ev != NULL)) return ev;
+  int mode = rmmc__capture_relax(); /* another thread's capture stays intact */
+  cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  rmmc__capture_restore(mode);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  cudaEvent_t none = NULL;
+  if (!__atomic_compare_exchange_n(&slot->marks[i], &none, ev, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE)) {
+    (void)cudaEventDestroy(ev); /* another record made it first */
+    ev = none;
+  }
+  return ev;
 }
 
 void rmmc__stream_set_fini(rmmc__stream_set_t *s) {
@@ -86,12 +101,9 @@ static rmmc_status_t new_slot(rmmc__stream_set_t *s, cudaStream_t stream, const 
     int saved;
     rmmc_status_t st = rmmc__device_push(s->device, &saved);
     if (st == RMMC_SUCCESS) {
-      cudaError_t err = slot_events_create(s, slot);
-      if (err != cudaSuccess) {
-        slot_events_destroy(slot);
-        st = rmmc_set_cuda_error(err, "cudaEventCreateWithFlags (stream slot)");
-      }
+      cudaError_t err = cudaEventCreateWithFlags(&slot->event, cudaEventDisableTiming);
       rmmc__device_pop(saved);
+      if (err != cudaSuccess) st = rmmc_set_cuda_error(err, "cudaEventCreateWithFlags (stream slot)");
     }
     if (st != RMMC_SUCCESS) {
       free(slot);
@@ -226,8 +238,9 @@ static rmmc_status_t record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
     if (d != NULL) res = d->event_record((CUevent)slot->event, (CUstream)stream);
     else err = cudaEventRecord(slot->event, stream);
     if (m < RMMC__SLOT_MARKS && res == CUDA_SUCCESS && err == cudaSuccess) {
-      bool marked = d != NULL ? d->event_record((CUevent)slot->marks[m], (CUstream)stream) == CUDA_SUCCESS
-                              : cudaEventRecord(slot->marks[m], stream) == cudaSuccess;
+      cudaEvent_t ev = mark_event(slot, m);
+      bool marked = ev != NULL && (d != NULL ? d->event_record((CUevent)ev, (CUstream)stream) == CUDA_SUCCESS
+                                             : cudaEventRecord(ev, stream) == cudaSuccess);
       if (!marked) { /* no mark this time: the last record still covers everything */
         if (d == NULL) (void)cudaGetLastError();
         m = RMMC__SLOT_MARKS;
@@ -333,7 +346,7 @@ bool rmmc__stream_slot_finish_mark(rmmc__stream_set_t *s, rmmc__stream_slot_t *s
     }
   }
   if (at == RMMC__SLOT_MARKS) return finish_at(s, slot, slot->event, rec);
-  return finish_at(s, slot, slot->marks[at], best);
+  return finish_at(s, slot, __atomic_load_n(&slot->marks[at], __ATOMIC_ACQUIRE), best);
 }
 
 rmmc_status_t rmmc__stream_slot_wait(rmmc__stream_set_t *s, const rmmc__stream_slot_t *producer,

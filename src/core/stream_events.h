@@ -71,7 +71,7 @@
 typedef struct rmmc__stream_slot {
   cudaStream_t stream; /* the handle (per-thread streams: cudaStreamPerThread) */
   cudaEvent_t event;   /* device kinds only; NULL for host memory */
-  cudaEvent_t marks[RMMC__SLOT_MARKS]; /* device kinds, when the set keeps marks */
+  cudaEvent_t marks[RMMC__SLOT_MARKS]; /* atomic; device kinds, made on first use */
   uint64_t mark_epoch[RMMC__SLOT_MARKS]; /* atomic: the epoch each mark closed; 0: none */
   uint32_t id;         /* order of first use: 0, 1, 2, ... (for messages) */
   bool recorded;       /* atomic: the event was recorded at least once */
@@ -104,8 +104,9 @@ typedef struct rmmc__stream_set {
 void rmmc__stream_set_init(rmmc__stream_set_t *s, const rmmc_resource_t *r, size_t user_size);
 
 /* Asks every slot made from now on to keep marks, one per `every` records
- * (call before the first get()). Each mark costs one more event record per
- * `every` records and RMMC__SLOT_MARKS events per slot. */
+ * (call before the first get()). Marks cost one more event record per
+ * `every` records, and a slot makes its mark events as it first needs them
+ * (at most RMMC__SLOT_MARKS; none for a stream of fewer records). */
 void rmmc__stream_set_marks(rmmc__stream_set_t *s, uint32_t every);
 
 /* Destroys every slot and its event. */
