@@ -324,12 +324,6 @@ static bool finish_at(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, cudaEven
   return true;
 }
 
-bool rmmc__stream_slot_finish(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot) {
-  uint64_t rec = __atomic_load_n(&slot->epoch_recorded, __ATOMIC_ACQUIRE);
-  if (rmmc__stream_slot_known_done(slot, rec)) return false;
-  return finish_at(s, slot, slot->event, rec);
-}
-
 bool rmmc__stream_slot_finish_mark(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot) {
   uint64_t done = __atomic_load_n(&slot->epoch_done, __ATOMIC_ACQUIRE);
   uint64_t rec = __atomic_load_n(&slot->epoch_recorded, __ATOMIC_ACQUIRE);

@@ -196,17 +196,14 @@ static inline bool rmmc__stream_slot_known_idle(const rmmc__stream_slot_t *slot)
  * mode) when the tag is covered but not yet known finished. Never fails: an
  * error reads as not finished. */
 bool rmmc__stream_slot_done(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot, uint64_t tag);
-/* Blocks the host until the work before slot's last record has finished
- * (cudaEventSynchronize under a relaxed capture mode), after which every
- * free it covers is known finished. Returns whether anything recorded was
- * not yet known finished and now is; declines (false) while a known graph
- * capture is underway. Counted as event_syncs. */
-bool rmmc__stream_slot_finish(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot);
-/* As rmmc__stream_slot_finish, but only as far as the oldest mark not yet
- * known finished (the nearest point of the stream's work, so the shortest
- * wait), or the last record when no such mark is left. Called again, it
- * goes one mark further each time; false once everything recorded is
- * known finished (or while a known capture is underway). */
+/* Blocks the host until the work before slot's oldest mark not yet known
+ * finished has finished (the nearest point of the stream's work, so the
+ * shortest wait), or before its last record when no such mark is left
+ * (cudaEventSynchronize under a relaxed capture mode); every free that
+ * point covers is then known finished. Called again, it goes one mark
+ * further each time. Returns whether anything recorded was not yet known
+ * finished and now is: false once everything recorded is known finished,
+ * and while a known graph capture is underway. Counted as event_syncs. */
 bool rmmc__stream_slot_finish_mark(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot);
 
 /* ---- graph capture ---- */
