@@ -711,9 +711,7 @@ static void sync_before_peak_case(const char *spec, bool expect_sync) {
   ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, s2, &y), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, s1, &z), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, n, 256, s2, &w), RMMC_SUCCESS);
-  uint64_t reserved = 0, peak = 0, syncs = 0;
-  ck_assert(rmmc_resource_get_field(r, "reserved", &reserved));
-  ck_assert_uint_eq(reserved, 128 * MiB);
+  ck_assert_uint_eq(field(r, "reserved"), 128 * MiB);
   CUDA_OK(cudaMemsetAsync(z, B_VALUE, n, s1));
   CUDA_OK(gpu_slow_fill(y, n, 1, 4 * SLOW_NS, s2));
   CUDA_OK(gpu_slow_fill(w, n, 2, 4 * SLOW_NS, s2));
@@ -726,8 +724,7 @@ static void sync_before_peak_case(const char *spec, bool expect_sync) {
   CUDA_OK(cudaMemsetAsync(q, A_VALUE, 3 * n, s1));
   expect_all(q, 3 * n, A_VALUE, "the 96 MiB block");
   expect_all(z, n, B_VALUE, "z, live throughout");
-  ck_assert(rmmc_resource_get_field(r, "reserved_peak", &peak));
-  ck_assert(rmmc_resource_get_field(r, "event_syncs", &syncs));
+  uint64_t peak = field(r, "reserved_peak"), syncs = field(r, "event_syncs");
   if (expect_sync) {
     ck_assert_msg(peak == 128 * MiB, "%s: peak reserved %zu MiB", spec, (size_t)(peak / MiB));
     ck_assert_uint_ge(syncs, 1);
@@ -765,7 +762,6 @@ START_TEST(test_gpu_sync_before_peak_waits_for_a_mark_not_the_stream) {
   CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   void *s2b, *x, *f[20], *g, *a, *b, *q = NULL;
-  uint64_t reserved = 0, peak = 0, syncs = 0, pending = 0;
   ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, s2, &s2b), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, 4 * MiB, 256, s1, &x), RMMC_SUCCESS);
   for (int i = 0; i < 20; i++)
@@ -773,12 +769,10 @@ START_TEST(test_gpu_sync_before_peak_waits_for_a_mark_not_the_stream) {
   ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, s1, &g), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, 64 * MiB, 256, s1, &a), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_allocate(r, 32 * MiB, 256, s1, &b), RMMC_SUCCESS);
-  ck_assert(rmmc_resource_get_field(r, "reserved", &reserved));
-  ck_assert_uint_eq(reserved, 124 * MiB);
+  ck_assert_uint_eq(field(r, "reserved"), 124 * MiB);
   ck_assert_int_eq(rmmc_resource_deallocate(r, x, 4 * MiB, 256, s1), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
-  ck_assert(rmmc_resource_get_field(r, "reserved", &reserved));
-  ck_assert_uint_eq(reserved, 120 * MiB);
+  ck_assert_uint_eq(field(r, "reserved"), 120 * MiB);
   CUDA_OK(cudaMemsetAsync(b, B_VALUE, 32 * MiB, s1));
   ck_assert_int_eq(rmmc_resource_deallocate(r, a, 64 * MiB, 256, s1), RMMC_SUCCESS);
   for (int i = 0; i < 14; i++)
@@ -789,12 +783,9 @@ START_TEST(test_gpu_sync_before_peak_waits_for_a_mark_not_the_stream) {
   rmmc_status_t st = rmmc_resource_allocate(r, 68 * MiB, 256, s1, &q);
   ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
   ck_assert_int_eq(cudaStreamQuery(s1), cudaErrorNotReady); /* the kernel still spins */
-  ck_assert(rmmc_resource_get_field(r, "reserved_peak", &peak));
-  ck_assert(rmmc_resource_get_field(r, "event_syncs", &syncs));
-  ck_assert(rmmc_resource_get_field(r, "pending", &pending));
-  ck_assert_uint_eq(peak, 124 * MiB);
-  ck_assert_uint_eq(syncs, 1);
-  ck_assert_uint_eq(pending, 20 * MiB);
+  ck_assert_uint_eq(field(r, "reserved_peak"), 124 * MiB);
+  ck_assert_uint_eq(field(r, "event_syncs"), 1);     /* stream 1's first mark */
+  ck_assert_uint_eq(field(r, "pending"), 20 * MiB); /* freed behind the kernel */
   CUDA_OK(cudaMemsetAsync(q, A_VALUE, 68 * MiB, s1));
   expect_all(q, 68 * MiB, A_VALUE, "the 68 MiB block");
   expect_all(g, 2 * MiB, A_VALUE, "the block the kernel wrote");

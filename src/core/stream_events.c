@@ -38,8 +38,8 @@ void rmmc__stream_set_init(rmmc__stream_set_t *s, const rmmc_resource_t *r, size
   rmmc__ptrmap_init(&s->map);
 }
 
-void rmmc__stream_set_marks(rmmc__stream_set_t *s, uint32_t every) {
-  s->mark_every = every;
+void rmmc__stream_set_marks(rmmc__stream_set_t *s, uint32_t shift) {
+  s->mark_shift = shift;
 }
 
 /* A slot's events (the device current). */
@@ -50,7 +50,7 @@ static void slot_events_destroy(rmmc__stream_slot_t *slot) {
 }
 
 /* Mark i's event, made on its first use (the device current), so that a
- * stream that records fewer than mark_every times (a stream per request)
+ * stream that records fewer than 2^mark_shift times (a stream per request)
  * makes none; NULL when it cannot be made (that mark is then skipped). */
 static cudaEvent_t mark_event(rmmc__stream_slot_t *slot, unsigned i) {
   cudaEvent_t ev = __atomic_load_n(&slot->marks[i], __ATOMIC_ACQUIRE);
@@ -224,11 +224,11 @@ static rmmc_status_t record(rmmc__stream_set_t *s, rmmc__stream_slot_t *slot,
   }
   uint64_t e = __atomic_add_fetch(&slot->epoch_next, 1, __ATOMIC_ACQ_REL);
   rmmc__atomic_add_u64(&s->records, 1);
-  /* Every mark_every-th epoch is also a mark: its number is withdrawn while
-   * the mark's event moves and published once the record is issued. */
+  /* Every 2^mark_shift-th epoch is also a mark: its number is withdrawn
+   * while the mark's event moves and published once the record is issued. */
   unsigned m = RMMC__SLOT_MARKS;
-  if (RMMC_UNLIKELY(s->mark_every > 0) && e % s->mark_every == 0) {
-    m = (unsigned)((e / s->mark_every) % RMMC__SLOT_MARKS);
+  if (RMMC_UNLIKELY(s->mark_shift > 0) && (e & ((UINT64_C(1) << s->mark_shift) - 1)) == 0) {
+    m = (unsigned)((e >> s->mark_shift) % RMMC__SLOT_MARKS);
     __atomic_store_n(&slot->mark_epoch[m], 0, __ATOMIC_RELEASE);
   }
   if (!s->host) {

@@ -63,7 +63,7 @@
 
 /* Checkpoints ("marks") a slot keeps when its set asks for them
  * (rmmc__stream_set_marks): besides the event every record moves, every
- * mark_every-th record also records one of RMMC__SLOT_MARKS events in turn,
+ * 2^mark_shift-th record also records one of RMMC__SLOT_MARKS events in turn,
  * so that the host can wait for an earlier point of a busy stream than its
  * last record (rmmc__stream_slot_finish_mark). */
 #define RMMC__SLOT_MARKS 8u
@@ -85,7 +85,7 @@ typedef struct rmmc__stream_set {
   pthread_mutex_t lock;
   bool host;        /* no CUDA at all */
   uint64_t host_lag; /* host: how many records late records finish (RMMC_HOST_EVENT_LAG) */
-  uint32_t mark_every; /* 0: no marks; else a mark every mark_every-th record */
+  uint32_t mark_shift; /* 0: no marks; else a mark every 2^mark_shift-th record */
   int device;       /* the device whose events these are */
   size_t user_size; /* zeroed owner bytes after each slot (rmmc__stream_slot_user) */
   rmmc__ptrmap_t map;
@@ -103,11 +103,11 @@ typedef struct rmmc__stream_set {
  * itself or its upstream). Allocates nothing. */
 void rmmc__stream_set_init(rmmc__stream_set_t *s, const rmmc_resource_t *r, size_t user_size);
 
-/* Asks every slot made from now on to keep marks, one per `every` records
- * (call before the first get()). Marks cost one more event record per
- * `every` records, and a slot makes its mark events as it first needs them
- * (at most RMMC__SLOT_MARKS; none for a stream of fewer records). */
-void rmmc__stream_set_marks(rmmc__stream_set_t *s, uint32_t every);
+/* Asks every slot made from now on to keep marks, one per 2^shift records
+ * (shift >= 1; call before the first get()). Marks cost one more event
+ * record per 2^shift, and a slot makes its mark events as it first needs
+ * them (at most RMMC__SLOT_MARKS; none for a stream of fewer records). */
+void rmmc__stream_set_marks(rmmc__stream_set_t *s, uint32_t shift);
 
 /* Destroys every slot and its event. */
 void rmmc__stream_set_fini(rmmc__stream_set_t *s);

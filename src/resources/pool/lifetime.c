@@ -154,7 +154,7 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   p->release_before_grow = o->release_before_grow;
   p->sync_before_peak = o->sync_before_peak;
   /* Its waits go one mark at a time (policy.c, grow_past_budget). */
-  if (p->sync_before_peak) rmmc__stream_set_marks(&p->streams, POOL_MARK_EVERY);
+  if (p->sync_before_peak) rmmc__stream_set_marks(&p->streams, POOL_MARK_SHIFT);
   p->slack = o->release_slack;
   p->band = 3.0;
   p->split_limit = o->split_limit;

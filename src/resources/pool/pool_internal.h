@@ -48,7 +48,7 @@
  * every 16th event record, 8 kept per stream, so the marks reach about 128
  * records back (FSDP2 records about 360 per 69 ms step on the H100s, so
  * some 25 ms of a busy stream's queue, a mark about every 3 ms). */
-#define POOL_MARK_EVERY 16u
+#define POOL_MARK_SHIFT 4u /* a mark every 16th record */
 
 typedef struct pool_block pool_block_t;
 typedef struct pool_region pool_region_t;
