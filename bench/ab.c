@@ -1,0 +1,537 @@
+// SPDX-License-Identifier: Apache-2.0
+/* rmmc-ab: two builds of librmmc timed in one process, burst by burst.
+ *
+ *   rmmc-ab [options] LIB_A LIB_B
+ *
+ * Why. Timing two builds in alternating processes (scripts/gpu-compare)
+ * does not resolve a few percent on the GPU machines: over 18 rounds on
+ * one H100 the per-round ratio of glibc's malloc, code neither build
+ * touches, ran from 0.41 to 3.9 (docs/design.md, issue 28). The machine's
+ * speed moves between processes and within seconds. Here both libraries
+ * are loaded into one process (dlopen, RTLD_LOCAL: each keeps its own
+ * globals, thread caches and symbols; librmmc binds its own calls with
+ * -Bsymbolic-functions) and take turns in short bursts (--ops calls per
+ * thread, about a millisecond), the order flipping every burst. A burst's
+ * ratio B/A compares two runs a millisecond apart, so what drifts slower
+ * than that cancels, and the median over hundreds of bursts resolves well
+ * under 1% where a process-level median resolves 10-20%.
+ *
+ * What each burst does is rmmc-bench's case (tools/bench_engine.c): pair
+ * (allocate S bytes, free them) or random (L live blocks per thread; each
+ * step frees a random live block and allocates a size uniform in
+ * [min, max] in its place), on one non-blocking stream per thread (an
+ * opaque key per thread on host stacks), with the same seeded sequence for
+ * A and B, timed from a barrier to the last thread's end, with a
+ * cudaStreamSynchronize of each thread's stream inside, memory never
+ * touched. ns/call = wall / calls per thread (rmmc-bench's wall * threads /
+ * calls). Both stacks are built from the same spec, each by its own
+ * library, and must hand every block back: a failed call stops the run.
+ *
+ * Output: per library its median ns/call and the address of its
+ * rmmc_resource_allocate (two distinct libraries), then B/A: the ratio of
+ * the medians, the median of the per-burst ratios, its 95% bootstrap
+ * interval and the share of bursts where B was faster. --json writes the
+ * same as one JSON object. Exit status: 0 done; 1 a library, stack or call
+ * failed (the message says which); 2 bad command line.
+ *
+ * The code placement of each library stays as its build put it; to
+ * average over placements, relink both with a pad and run again
+ * (scripts/gpu-compare does). The same library given twice is one handle:
+ * an A/A run that measures the method's own noise; a copy of it at another
+ * path loads twice. */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "rmmc/resource.h"
+
+/* One loaded library and the stack it built. */
+typedef struct {
+  const char *path;
+  void *dl;
+  rmmc_status_t (*stack_create)(const char *, int, rmmc_resource_t **);
+  rmmc_status_t (*allocate)(rmmc_resource_t *, size_t, size_t, cudaStream_t, void **);
+  rmmc_status_t (*deallocate)(rmmc_resource_t *, void *, size_t, size_t, cudaStream_t);
+  void (*release)(rmmc_resource_t *);
+  const char *(*status_name)(rmmc_status_t);
+  const char *(*last_error)(void);
+  rmmc_resource_t *r;
+} lib_t;
+
+typedef struct {
+  bool random; /* else pair */
+  size_t size, min, max;
+  int live, threads, bursts, warmup;
+  long ops; /* calls per thread per burst, even */
+  uint64_t seed;
+} ab_case_t;
+
+typedef struct worker worker_t;
+
+typedef struct {
+  lib_t lib[2];
+  ab_case_t c;
+  bool gpu;
+  worker_t *w;
+  pthread_barrier_t start, end;
+  double *ns[2]; /* per timed burst */
+} ab_t;
+
+struct worker {
+  ab_t *ab;
+  int index;
+  pthread_t thread;
+  cudaStream_t stream;
+  bool own_stream;
+  size_t steps;       /* length of the op sequence (cycled) */
+  uint32_t *victim;   /* random: which live block each step replaces */
+  size_t *sizes;      /* random: the size it allocates in its place */
+  void **live[2];     /* random: each library's live blocks */
+  size_t *live_size[2];
+  size_t pos[2];      /* each library's place in the sequence */
+  char error[512];
+  bool failed;
+};
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* splitmix64, as tools/bench_engine.c: the same sequence on every platform. */
+static uint64_t next_random(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15u);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+
+static void fail(worker_t *w, const lib_t *l, const char *what, size_t bytes, rmmc_status_t st) {
+  if (w->failed) return;
+  w->failed = true;
+  snprintf(w->error, sizeof w->error, "thread %d, %s: %s(%zu bytes) failed with %s: %s", w->index,
+           l->path, what, bytes, l->status_name(st), l->last_error());
+}
+
+static inline bool alloc(worker_t *w, const lib_t *l, size_t bytes, void **p) {
+  rmmc_status_t st = l->allocate(l->r, bytes, RMMC_DEFAULT_ALIGNMENT, w->stream, p);
+  if (st == RMMC_SUCCESS) return true;
+  fail(w, l, "allocate", bytes, st);
+  return false;
+}
+
+static inline bool dealloc(worker_t *w, const lib_t *l, void *p, size_t bytes) {
+  rmmc_status_t st = l->deallocate(l->r, p, bytes, RMMC_DEFAULT_ALIGNMENT, w->stream);
+  if (st == RMMC_SUCCESS) return true;
+  fail(w, l, "deallocate", bytes, st);
+  return false;
+}
+
+/* One burst of --ops calls on library s: the timed loop. */
+static void burst(worker_t *w, int s) {
+  const ab_t *ab = w->ab;
+  const lib_t *l = &ab->lib[s];
+  long steps = ab->c.ops / 2;
+  if (w->failed) return;
+  if (!ab->c.random) {
+    size_t bytes = ab->c.size;
+    for (long i = 0; i < steps; i++) {
+      void *p;
+      if (!alloc(w, l, bytes, &p) || !dealloc(w, l, p, bytes)) return;
+    }
+  } else {
+    void **live = w->live[s];
+    size_t *live_size = w->live_size[s];
+    size_t pos = w->pos[s];
+    for (long i = 0; i < steps; i++) {
+      uint32_t j = w->victim[pos];
+      if (!dealloc(w, l, live[j], live_size[j])) return;
+      live[j] = NULL;
+      if (!alloc(w, l, w->sizes[pos], &live[j])) return;
+      live_size[j] = w->sizes[pos];
+      if (++pos == w->steps) pos = 0;
+    }
+    w->pos[s] = pos;
+  }
+  if (ab->gpu && cudaStreamSynchronize(w->stream) != cudaSuccess && !w->failed) {
+    w->failed = true;
+    snprintf(w->error, sizeof w->error, "thread %d: cudaStreamSynchronize failed", w->index);
+  }
+}
+
+/* Burst b's first library: A on even bursts, B on odd ones. */
+static int first_of(int b) { return b & 1; }
+
+static void *worker_main(void *arg) {
+  worker_t *w = arg;
+  ab_t *ab = w->ab;
+  for (int b = 0; b < ab->c.warmup + ab->c.bursts; b++) {
+    for (int o = 0; o < 2; o++) {
+      pthread_barrier_wait(&ab->start);
+      burst(w, o == 0 ? first_of(b) : 1 - first_of(b));
+      pthread_barrier_wait(&ab->end);
+    }
+  }
+  return NULL;
+}
+
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("rmmc-ab: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\n(rmmc-ab --help for usage)\n", stderr);
+  return 2;
+}
+
+static const char usage[] =
+    "usage: rmmc-ab [options] LIB_A LIB_B\n"
+    "Times two builds of librmmc in one process, in alternating bursts.\n"
+    "  --stack SPEC   the stack each library builds (default 'pool > cuda' with a\n"
+    "                 GPU, 'pool > host' without)\n"
+    "  --pattern P    pair (default) or random\n"
+    "  --size BYTES   pair: the size (default 256)\n"
+    "  --min BYTES    random: smallest size (default 256)\n"
+    "  --max BYTES    random: largest size (default 4194304)\n"
+    "  --live N       random: live blocks per thread (default 1000)\n"
+    "  --threads N    threads, each on its own stream (default 1)\n"
+    "  --ops N        calls per thread per burst (default 20000; rounded up to even)\n"
+    "  --bursts N     timed bursts per library (default 300; 10 untimed first)\n"
+    "  --seed N       sequence seed (default 1)\n"
+    "  --placement N  draw where the stacks' host structs fall from seed N (a live\n"
+    "                 host block of random size before each; odd N builds B first;\n"
+    "                 default 0: A then B, no blocks)\n"
+    "  --json FILE    also write the result as one JSON object\n";
+
+static bool parse_count(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end != '\0' || v < lo || v > hi) return false;
+  *out = (long)v;
+  return true;
+}
+
+static bool load(lib_t *l, const char *path, char *err, size_t len) {
+  l->path = path;
+  /* A name without a slash is a file here, not a search of the library path. */
+  char here[4096];
+  if (strchr(path, '/') == NULL && snprintf(here, sizeof here, "./%s", path) < (int)sizeof here)
+    l->dl = dlopen(here, RTLD_NOW | RTLD_LOCAL);
+  else
+    l->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (l->dl == NULL) {
+    snprintf(err, len, "cannot load %s: %s", path, dlerror());
+    return false;
+  }
+#define SYM(field, name)                                                           \
+  do {                                                                             \
+    *(void **)&l->field = dlsym(l->dl, name);                                      \
+    if (l->field == NULL) {                                                        \
+      snprintf(err, len, "%s has no %s: not a librmmc build", path, name);         \
+      return false;                                                                \
+    }                                                                              \
+  } while (0)
+  SYM(stack_create, "rmmc_stack_create");
+  SYM(allocate, "rmmc_resource_allocate");
+  SYM(deallocate, "rmmc_resource_deallocate");
+  SYM(release, "rmmc_resource_release");
+  SYM(status_name, "rmmc_status_name");
+  SYM(last_error, "rmmc_last_error_message");
+#undef SYM
+  return true;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n) {
+  double *t = malloc((size_t)n * sizeof *t);
+  if (t == NULL) return 0;
+  memcpy(t, v, (size_t)n * sizeof *t);
+  qsort(t, (size_t)n, sizeof *t, cmp_double);
+  double m = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+  free(t);
+  return m;
+}
+
+/* 95% bootstrap interval of the median of v (2,000 resamples, seeded). */
+static void interval(const double *v, int n, double *lo, double *hi) {
+  enum { R = 2000 };
+  double *meds = malloc(R * sizeof *meds), *s = malloc((size_t)n * sizeof *s);
+  *lo = *hi = 0;
+  if (meds != NULL && s != NULL) {
+    uint64_t st = 1;
+    for (int r = 0; r < R; r++) {
+      for (int i = 0; i < n; i++) s[i] = v[next_random(&st) % (uint64_t)n];
+      meds[r] = median(s, n);
+    }
+    qsort(meds, R, sizeof *meds, cmp_double);
+    *lo = meds[R * 25 / 1000];
+    *hi = meds[R * 975 / 1000 - 1];
+  }
+  free(meds);
+  free(s);
+}
+
+/* The op sequence and, for random, both libraries' first live blocks. */
+static bool setup_worker(ab_t *ab, worker_t *w, char *err, size_t len) {
+  const ab_case_t *c = &ab->c;
+  if (ab->gpu) {
+    if (cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking) != cudaSuccess) {
+      snprintf(err, len, "cudaStreamCreateWithFlags failed");
+      return false;
+    }
+    w->own_stream = true;
+  } else {
+    w->stream = (cudaStream_t)(void *)w; /* distinct, never a special handle */
+  }
+  if (!c->random) return true;
+  uint64_t st = c->seed + (uint64_t)w->index;
+  w->steps = 65536;
+  w->victim = malloc(w->steps * sizeof *w->victim);
+  w->sizes = malloc(w->steps * sizeof *w->sizes);
+  size_t *first = malloc((size_t)c->live * sizeof *first);
+  bool ok = w->victim != NULL && w->sizes != NULL && first != NULL;
+  uint64_t span = (uint64_t)(c->max - c->min) + 1;
+  for (int j = 0; ok && j < c->live; j++) first[j] = c->min + (size_t)(next_random(&st) % span);
+  for (size_t i = 0; ok && i < w->steps; i++) {
+    w->victim[i] = (uint32_t)(next_random(&st) % (uint64_t)c->live);
+    w->sizes[i] = c->min + (size_t)(next_random(&st) % span);
+  }
+  for (int s = 0; ok && s < 2; s++) {
+    w->live[s] = calloc((size_t)c->live, sizeof(void *));
+    w->live_size[s] = calloc((size_t)c->live, sizeof(size_t));
+    ok = w->live[s] != NULL && w->live_size[s] != NULL;
+    for (int j = 0; ok && j < c->live; j++) {
+      ok = alloc(w, &ab->lib[s], first[j], &w->live[s][j]);
+      if (ok) w->live_size[s][j] = first[j];
+    }
+  }
+  free(first);
+  if (!ok) snprintf(err, len, "%s", w->failed ? w->error : "out of host memory for the sequences");
+  return ok;
+}
+
+/* Frees what setup_worker made; false if a free failed. */
+static bool teardown_worker(ab_t *ab, worker_t *w) {
+  bool ok = true;
+  for (int s = 0; s < 2; s++) {
+    for (int j = 0; w->live[s] != NULL && j < ab->c.live; j++)
+      if (w->live[s][j] != NULL) ok = dealloc(w, &ab->lib[s], w->live[s][j], w->live_size[s][j]) && ok;
+    free(w->live[s]);
+    free(w->live_size[s]);
+  }
+  free(w->victim);
+  free(w->sizes);
+  if (w->own_stream) {
+    cudaStreamSynchronize(w->stream);
+    cudaStreamDestroy(w->stream);
+  }
+  return ok;
+}
+
+int main(int argc, char **argv) {
+  ab_t ab = {0};
+  ab.c = (ab_case_t){.size = 256, .min = 256, .max = 4u << 20, .live = 1000, .threads = 1,
+                     .bursts = 300, .warmup = 10, .ops = 20000, .seed = 1};
+  const char *spec = NULL, *json = NULL, *paths[2] = {NULL, NULL};
+  uint64_t placement = 0;
+  void *pads[2] = {NULL, NULL};
+  int npaths = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    long v;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    }
+    if (a[0] != '-') {
+      if (npaths == 2) return usage_error("more than two libraries ('%s')", a);
+      paths[npaths++] = a;
+      continue;
+    }
+    if (i + 1 >= argc) return usage_error("%s needs a value", a);
+    const char *val = argv[++i];
+    if (!strcmp(a, "--stack")) spec = val;
+    else if (!strcmp(a, "--json")) json = val;
+    else if (!strcmp(a, "--pattern")) {
+      if (!strcmp(val, "pair")) ab.c.random = false;
+      else if (!strcmp(val, "random")) ab.c.random = true;
+      else return usage_error("--pattern takes pair or random, not '%s'", val);
+    } else if (!strcmp(a, "--size") && parse_count(val, 1, 1L << 40, &v)) ab.c.size = (size_t)v;
+    else if (!strcmp(a, "--min") && parse_count(val, 1, 1L << 40, &v)) ab.c.min = (size_t)v;
+    else if (!strcmp(a, "--max") && parse_count(val, 1, 1L << 40, &v)) ab.c.max = (size_t)v;
+    else if (!strcmp(a, "--live") && parse_count(val, 1, 1 << 20, &v)) ab.c.live = (int)v;
+    else if (!strcmp(a, "--threads") && parse_count(val, 1, 256, &v)) ab.c.threads = (int)v;
+    else if (!strcmp(a, "--ops") && parse_count(val, 2, 1L << 30, &v)) ab.c.ops = (v + 1) & ~1L;
+    else if (!strcmp(a, "--bursts") && parse_count(val, 1, 1 << 20, &v)) ab.c.bursts = (int)v;
+    else if (!strcmp(a, "--seed") && parse_count(val, 0, INT64_MAX, &v)) ab.c.seed = (uint64_t)v;
+    else if (!strcmp(a, "--placement") && parse_count(val, 0, INT64_MAX, &v)) placement = (uint64_t)v;
+    else if (!strcmp(a, "--size") || !strcmp(a, "--min") || !strcmp(a, "--max") ||
+             !strcmp(a, "--live") || !strcmp(a, "--threads") || !strcmp(a, "--ops") ||
+             !strcmp(a, "--bursts") || !strcmp(a, "--seed") || !strcmp(a, "--placement"))
+      return usage_error("bad value for %s: '%s'", a, val);
+    else return usage_error("unknown option '%s'", a);
+  }
+  if (npaths != 2) return usage_error("give two libraries, LIB_A and LIB_B");
+  if (ab.c.random && ab.c.min > ab.c.max) return usage_error("--min is above --max");
+
+  char err[600];
+  int rc = 1, made = 0, started = 0;
+  for (int s = 0; s < 2; s++)
+    if (!load(&ab.lib[s], paths[s], err, sizeof err)) goto out;
+  int ndev = 0;
+  ab.gpu = cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0;
+  if (spec == NULL) spec = ab.gpu ? "pool > cuda" : "pool > host";
+  /* Data placement: with --placement, each stack is built after a live
+   * host block of a random size (0-64 KiB), and an odd seed builds B's
+   * first, so that where the stacks' structs fall is drawn per process
+   * too. */
+  uint64_t pst = placement;
+  for (; made < 2; made++) {
+    lib_t *l = &ab.lib[placement & 1 ? 1 - made : made];
+    if (placement != 0) {
+      pads[made] = malloc(1 + 16 * (size_t)(next_random(&pst) % 4096));
+      if (pads[made] == NULL) {
+        snprintf(err, sizeof err, "out of host memory");
+        goto out;
+      }
+    }
+    rmmc_status_t st = l->stack_create(spec, -1, &l->r);
+    if (st != RMMC_SUCCESS) {
+      snprintf(err, sizeof err, "%s: '%s' failed with %s: %s", l->path, spec, l->status_name(st),
+               l->last_error());
+      goto out;
+    }
+  }
+  ab.w = calloc((size_t)ab.c.threads, sizeof *ab.w);
+  ab.ns[0] = calloc((size_t)ab.c.bursts, sizeof(double));
+  ab.ns[1] = calloc((size_t)ab.c.bursts, sizeof(double));
+  if (ab.w == NULL || ab.ns[0] == NULL || ab.ns[1] == NULL) {
+    snprintf(err, sizeof err, "out of host memory");
+    goto out;
+  }
+  int ready = 0;
+  for (; ready < ab.c.threads; ready++) {
+    ab.w[ready].ab = &ab;
+    ab.w[ready].index = ready;
+    if (!setup_worker(&ab, &ab.w[ready], err, sizeof err)) {
+      ready++; /* its half-made state is torn down below */
+      goto workers;
+    }
+  }
+  if (pthread_barrier_init(&ab.start, NULL, (unsigned)ab.c.threads + 1) != 0 ||
+      pthread_barrier_init(&ab.end, NULL, (unsigned)ab.c.threads + 1) != 0) {
+    fprintf(stderr, "rmmc-ab: pthread_barrier_init failed\n");
+    exit(1);
+  }
+  for (; started < ab.c.threads; started++)
+    if (pthread_create(&ab.w[started].thread, NULL, worker_main, &ab.w[started]) != 0) break;
+  if (started < ab.c.threads) {
+    /* The barriers count every thread: without all of them nothing can run. */
+    fprintf(stderr, "rmmc-ab: cannot start thread %d of %d\n", started + 1, ab.c.threads);
+    exit(1);
+  }
+  for (int b = 0; b < ab.c.warmup + ab.c.bursts; b++) {
+    for (int o = 0; o < 2; o++) {
+      int s = o == 0 ? first_of(b) : 1 - first_of(b);
+      pthread_barrier_wait(&ab.start);
+      uint64_t t0 = now_ns();
+      pthread_barrier_wait(&ab.end);
+      uint64_t t1 = now_ns();
+      if (b >= ab.c.warmup) ab.ns[s][b - ab.c.warmup] = (double)(t1 - t0) / (double)ab.c.ops;
+    }
+  }
+  for (int i = 0; i < started; i++) pthread_join(ab.w[i].thread, NULL);
+  pthread_barrier_destroy(&ab.start);
+  pthread_barrier_destroy(&ab.end);
+  rc = 0;
+  for (int i = 0; i < ab.c.threads && rc == 0; i++)
+    if (ab.w[i].failed) {
+      snprintf(err, sizeof err, "%s", ab.w[i].error);
+      rc = 1;
+    }
+
+workers:
+  for (int i = 0; i < ready; i++) {
+    if (!teardown_worker(&ab, &ab.w[i]) && rc == 0) {
+      snprintf(err, sizeof err, "%s", ab.w[i].error);
+      rc = 1;
+    }
+  }
+  if (rc == 0) {
+    int n = ab.c.bursts;
+    double *ratio = malloc((size_t)n * sizeof *ratio);
+    if (ratio == NULL) {
+      snprintf(err, sizeof err, "out of host memory");
+      rc = 1;
+      goto out;
+    }
+    int faster = 0;
+    for (int b = 0; b < n; b++) {
+      ratio[b] = ab.ns[1][b] / ab.ns[0][b];
+      faster += ratio[b] < 1;
+    }
+    double ma = median(ab.ns[0], n), mb = median(ab.ns[1], n), mr = median(ratio, n), lo, hi;
+    interval(ratio, n, &lo, &hi);
+    char name[96];
+    if (ab.c.random)
+      snprintf(name, sizeof name, "random %zu-%zu live %d t%d", ab.c.min, ab.c.max, ab.c.live,
+               ab.c.threads);
+    else
+      snprintf(name, sizeof name, "pair %zu t%d", ab.c.size, ab.c.threads);
+    for (int s = 0; s < 2; s++) {
+      printf("%c: %s (rmmc_resource_allocate at %p)\n", 'A' + s, ab.lib[s].path,
+             *(void **)&ab.lib[s].allocate);
+    }
+    printf("%s on '%s', %d bursts of %ld calls per thread, order flipping each burst:\n", name,
+           spec, n, ab.c.ops);
+    printf("  A %.2f ns/call, B %.2f ns/call; B/A: medians %.3f, per burst %.3f "
+           "(95%% interval %.3f-%.3f), B faster in %d of %d bursts\n",
+           ma, mb, mb / ma, mr, lo, hi, faster, n);
+    if (json != NULL) {
+      FILE *f = fopen(json, "w");
+      if (f == NULL) {
+        snprintf(err, sizeof err, "cannot write %s: %s", json, strerror(errno));
+        rc = 1;
+      } else {
+        fprintf(f,
+                "{\"case\": \"%s\", \"stack\": \"%s\", \"bursts\": %d, \"ops\": %ld, "
+                "\"a\": \"%s\", \"b\": \"%s\", \"a_ns_per_call\": %.4f, \"b_ns_per_call\": %.4f, "
+                "\"ratio_of_medians\": %.5f, \"median_ratio\": %.5f, \"interval95\": [%.5f, %.5f], "
+                "\"b_faster_bursts\": %d, \"placement\": %llu}\n",
+                name, spec, n, ab.c.ops, paths[0], paths[1], ma, mb, mb / ma, mr, lo, hi, faster, (unsigned long long)placement);
+        fclose(f);
+      }
+    }
+    free(ratio);
+  }
+out:
+  for (int s = 0; s < 2; s++) {
+    if (ab.lib[s].r != NULL) ab.lib[s].release(ab.lib[s].r);
+    free(pads[s]);
+  }
+  free(ab.w);
+  free(ab.ns[0]);
+  free(ab.ns[1]);
+  if (rc != 0) fprintf(stderr, "rmmc-ab: %s\n", err);
+  return rc;
+}
