@@ -79,12 +79,37 @@ typedef struct {
   uint64_t seed;
 } ab_case_t;
 
+/* --log: a log in RMM's CSV format, resolved once into events on slots
+ * (a slot is one live block of the log: its pointer's place while live). */
+typedef struct {
+  uint32_t slot;
+  uint8_t free; /* 1: deallocate, 0: allocate */
+  uint8_t stream;
+  size_t size;
+} ab_event_t;
+
+enum { AB_MAX_STREAMS = 64 };
+
+typedef struct {
+  ab_event_t *ev;
+  size_t nev, nslots;
+  ab_event_t *left; /* the slots live at the log's end, as their last allocation */
+  size_t nleft;
+  uint64_t stream_ids[AB_MAX_STREAMS];
+  cudaStream_t streams[AB_MAX_STREAMS];
+  bool created[AB_MAX_STREAMS];
+  int nstreams;
+  size_t skipped; /* frees of pointers the log never handed out, failures */
+} ab_log_t;
+
 typedef struct worker worker_t;
 
 typedef struct {
   lib_t lib[2];
   ab_case_t c;
   bool gpu;
+  const char *log_path;
+  ab_log_t log;
   worker_t *w;
   pthread_barrier_t start, end;
   double *ns[2]; /* per timed burst */
@@ -102,6 +127,7 @@ struct worker {
   void **live[2];     /* random: each library's live blocks */
   size_t *live_size[2];
   size_t pos[2];      /* each library's place in the sequence */
+  void **slots[2];    /* --log: each library's blocks of the log's slots */
   char error[512];
   bool failed;
 };
@@ -127,15 +153,17 @@ static void fail(worker_t *w, const lib_t *l, const char *what, size_t bytes, rm
            l->path, what, bytes, l->status_name(st), l->last_error());
 }
 
-static inline bool alloc(worker_t *w, const lib_t *l, size_t bytes, void **p) {
-  rmmc_status_t st = l->allocate(l->r, bytes, RMMC_DEFAULT_ALIGNMENT, w->stream, p);
+static inline bool alloc(worker_t *w, const lib_t *l, size_t bytes, cudaStream_t stream,
+                         void **p) {
+  rmmc_status_t st = l->allocate(l->r, bytes, RMMC_DEFAULT_ALIGNMENT, stream, p);
   if (st == RMMC_SUCCESS) return true;
   fail(w, l, "allocate", bytes, st);
   return false;
 }
 
-static inline bool dealloc(worker_t *w, const lib_t *l, void *p, size_t bytes) {
-  rmmc_status_t st = l->deallocate(l->r, p, bytes, RMMC_DEFAULT_ALIGNMENT, w->stream);
+static inline bool dealloc(worker_t *w, const lib_t *l, void *p, size_t bytes,
+                           cudaStream_t stream) {
+  rmmc_status_t st = l->deallocate(l->r, p, bytes, RMMC_DEFAULT_ALIGNMENT, stream);
   if (st == RMMC_SUCCESS) return true;
   fail(w, l, "deallocate", bytes, st);
   return false;
@@ -147,11 +175,22 @@ static void burst(worker_t *w, int s) {
   const lib_t *l = &ab->lib[s];
   long steps = ab->c.ops / 2;
   if (w->failed) return;
-  if (!ab->c.random) {
+  if (ab->log.ev != NULL) {
+    void **slot = w->slots[s];
+    const ab_event_t *e = ab->log.ev, *end = e + ab->log.nev;
+    for (; e < end; e++) {
+      if (e->free) {
+        if (!dealloc(w, l, slot[e->slot], e->size, ab->log.streams[e->stream])) return;
+        slot[e->slot] = NULL;
+      } else if (!alloc(w, l, e->size, ab->log.streams[e->stream], &slot[e->slot])) {
+        return;
+      }
+    }
+  } else if (!ab->c.random) {
     size_t bytes = ab->c.size;
     for (long i = 0; i < steps; i++) {
       void *p;
-      if (!alloc(w, l, bytes, &p) || !dealloc(w, l, p, bytes)) return;
+      if (!alloc(w, l, bytes, w->stream, &p) || !dealloc(w, l, p, bytes, w->stream)) return;
     }
   } else {
     void **live = w->live[s];
@@ -159,17 +198,30 @@ static void burst(worker_t *w, int s) {
     size_t pos = w->pos[s];
     for (long i = 0; i < steps; i++) {
       uint32_t j = w->victim[pos];
-      if (!dealloc(w, l, live[j], live_size[j])) return;
+      if (!dealloc(w, l, live[j], live_size[j], w->stream)) return;
       live[j] = NULL;
-      if (!alloc(w, l, w->sizes[pos], &live[j])) return;
+      if (!alloc(w, l, w->sizes[pos], w->stream, &live[j])) return;
       live_size[j] = w->sizes[pos];
       if (++pos == w->steps) pos = 0;
     }
     w->pos[s] = pos;
   }
-  if (ab->gpu && cudaStreamSynchronize(w->stream) != cudaSuccess && !w->failed) {
+  if (ab->gpu && (ab->log.ev != NULL ? cudaDeviceSynchronize() : cudaStreamSynchronize(w->stream)) !=
+                     cudaSuccess && !w->failed) {
     w->failed = true;
-    snprintf(w->error, sizeof w->error, "thread %d: cudaStreamSynchronize failed", w->index);
+    snprintf(w->error, sizeof w->error, "thread %d: synchronizing failed", w->index);
+  }
+}
+
+/* --log: what a pass left live goes back, untimed, so each pass starts
+ * from the same state (a warm pool, nothing live). */
+static void leftovers(worker_t *w, int s) {
+  const ab_t *ab = w->ab;
+  for (size_t i = 0; i < ab->log.nleft; i++) {
+    const ab_event_t *e = &ab->log.left[i];
+    void **p = &w->slots[s][e->slot];
+    if (*p != NULL) dealloc(w, &ab->lib[s], *p, e->size, ab->log.streams[e->stream]);
+    *p = NULL;
   }
 }
 
@@ -182,11 +234,151 @@ static void *worker_main(void *arg) {
   for (int b = 0; b < ab->c.warmup + ab->c.bursts; b++) {
     for (int o = 0; o < 2; o++) {
       pthread_barrier_wait(&ab->start);
-      burst(w, o == 0 ? first_of(b) : 1 - first_of(b));
+      int s = o == 0 ? first_of(b) : 1 - first_of(b);
+      burst(w, s);
       pthread_barrier_wait(&ab->end);
+      leftovers(w, s);
     }
   }
   return NULL;
+}
+
+/* Reads an RMM CSV log (Thread,Time,Action,Pointer,Size,Stream; plain
+ * text) into events on slots. A free of a pointer that is not live, or an
+ * allocation of one that is, is skipped and counted; "allocate failure"
+ * lines are skipped. */
+static bool load_log(ab_log_t *log, const char *path, char *err, size_t len) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) {
+    snprintf(err, len, "cannot read %s: %s", path, strerror(errno));
+    return false;
+  }
+  size_t lines = 0, cap = 16;
+  int ch;
+  while ((ch = getc(f)) != EOF) lines += ch == '\n';
+  rewind(f);
+  while (cap < 2 * lines + 16) cap *= 2;
+  struct entry { uint64_t key; uint32_t slot; uint8_t state; } *map = calloc(cap, sizeof *map);
+  uint32_t *spare = malloc((lines + 1) * sizeof *spare); /* slots free for reuse */
+  size_t *slot_size = malloc((lines + 1) * sizeof *slot_size);
+  uint8_t *slot_stream = malloc(lines + 1);
+  log->ev = malloc((lines + 1) * sizeof *log->ev);
+  bool ok = map != NULL && spare != NULL && slot_size != NULL && slot_stream != NULL &&
+            log->ev != NULL;
+  size_t nspare = 0;
+  char line[512];
+  if (!ok) snprintf(err, len, "out of host memory for %s", path);
+  if (ok && (fgets(line, sizeof line, f) == NULL ||
+             strncmp(line, "Thread,Time,Action,Pointer,Size,Stream", 38) != 0)) {
+    snprintf(err, len, "%s: not an RMM CSV log (header Thread,Time,Action,Pointer,Size,Stream)",
+             path);
+    ok = false;
+  }
+  for (size_t no = 2; ok && fgets(line, sizeof line, f) != NULL; no++) {
+    char *field[6], *save = NULL;
+    int n = 0;
+    for (char *t = strtok_r(line, ",\r\n", &save); t != NULL && n < 6; t = strtok_r(NULL, ",\r\n", &save))
+      field[n++] = t;
+    if (n == 0) continue;
+    if (n < 6) {
+      snprintf(err, len, "%s:%zu: %d fields, not 6", path, no, n);
+      ok = false;
+      break;
+    }
+    bool is_free = !strcmp(field[2], "free");
+    if (!is_free && strcmp(field[2], "allocate") != 0) { /* allocate failure */
+      log->skipped++;
+      continue;
+    }
+    uint64_t key = strtoull(field[3], NULL, 16), sid = strtoull(field[5], NULL, 16);
+    size_t size = (size_t)strtoull(field[4], NULL, 10);
+    int si = 0;
+    while (si < log->nstreams && log->stream_ids[si] != sid) si++;
+    if (si == log->nstreams) {
+      if (si == AB_MAX_STREAMS) {
+        snprintf(err, len, "%s:%zu: more than %d streams", path, no, AB_MAX_STREAMS);
+        ok = false;
+        break;
+      }
+      log->stream_ids[log->nstreams++] = sid;
+    }
+    size_t h = (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> 20) & (cap - 1), tomb = cap;
+    while (map[h].state != 0 && !(map[h].state == 1 && map[h].key == key)) {
+      if (map[h].state == 2 && tomb == cap) tomb = h;
+      h = (h + 1) & (cap - 1);
+    }
+    ab_event_t *e = &log->ev[log->nev];
+    if (is_free) {
+      if (map[h].state != 1 || size == 0) {
+        log->skipped++;
+        continue;
+      }
+      map[h].state = 2;
+      *e = (ab_event_t){map[h].slot, 1, slot_stream[map[h].slot], slot_size[map[h].slot]};
+      spare[nspare++] = map[h].slot;
+    } else {
+      if (map[h].state == 1 || size == 0) {
+        log->skipped++;
+        continue;
+      }
+      if (tomb != cap) h = tomb;
+      uint32_t slot = nspare > 0 ? spare[--nspare] : (uint32_t)log->nslots++;
+      map[h] = (struct entry){key, slot, 1};
+      slot_size[slot] = size;
+      slot_stream[slot] = (uint8_t)si;
+      *e = (ab_event_t){slot, 0, (uint8_t)si, size};
+    }
+    log->nev++;
+  }
+  if (ok) {
+    log->left = malloc((log->nslots + 1) * sizeof *log->left);
+    ok = log->left != NULL;
+    for (size_t i = 0; ok && i < cap; i++)
+      if (map[i].state == 1)
+        log->left[log->nleft++] =
+            (ab_event_t){map[i].slot, 0, slot_stream[map[i].slot], slot_size[map[i].slot]};
+    if (!ok) snprintf(err, len, "out of host memory for %s", path);
+  }
+  if (ok && log->nev == 0) {
+    snprintf(err, len, "%s: no events", path);
+    ok = false;
+  }
+  fclose(f);
+  free(map);
+  free(spare);
+  free(slot_size);
+  free(slot_stream);
+  return ok;
+}
+
+/* The log's streams as rmmc-replay maps them: real non-blocking streams on
+ * a GPU (0 the legacy default stream), the logged values as keys without. */
+static bool map_streams(ab_t *ab, char *err, size_t len) {
+  ab_log_t *log = &ab->log;
+  for (int s = 0; s < log->nstreams; s++) {
+    uint64_t id = log->stream_ids[s];
+    if (!ab->gpu) {
+      log->streams[s] = (cudaStream_t)(uintptr_t)id;
+    } else if (id == 0) {
+      log->streams[s] = NULL;
+    } else if (id == (uint64_t)(uintptr_t)cudaStreamLegacy ||
+               id == (uint64_t)(uintptr_t)cudaStreamPerThread) {
+      log->streams[s] = (cudaStream_t)(uintptr_t)id;
+    } else if (cudaStreamCreateWithFlags(&log->streams[s], cudaStreamNonBlocking) == cudaSuccess) {
+      log->created[s] = true;
+    } else {
+      snprintf(err, len, "cudaStreamCreateWithFlags failed");
+      return false;
+    }
+  }
+  return true;
+}
+
+static void free_log(ab_log_t *log) {
+  for (int s = 0; s < log->nstreams; s++)
+    if (log->created[s]) cudaStreamDestroy(log->streams[s]);
+  free(log->ev);
+  free(log->left);
 }
 
 static int usage_error(const char *fmt, ...) {
@@ -210,6 +402,9 @@ static const char usage[] =
     "  --max BYTES    random: largest size (default 4194304)\n"
     "  --live N       random: live blocks per thread (default 1000)\n"
     "  --threads N    threads, each on its own stream (default 1)\n"
+    "  --log FILE     instead of a pattern, replay an RMM CSV log (plain text) on one\n"
+    "                 thread, on its logged streams; a burst is one pass of the log,\n"
+    "                 and what it leaves live is freed untimed\n"
     "  --ops N        calls per thread per burst (default 20000; rounded up to even)\n"
     "  --bursts N     timed bursts per library (default 300; 10 untimed first)\n"
     "  --seed N       sequence seed (default 1)\n"
@@ -303,6 +498,15 @@ static bool setup_worker(ab_t *ab, worker_t *w, char *err, size_t len) {
   } else {
     w->stream = (cudaStream_t)(void *)w; /* distinct, never a special handle */
   }
+  if (ab->log.ev != NULL) {
+    w->slots[0] = calloc(ab->log.nslots + 1, sizeof(void *));
+    w->slots[1] = calloc(ab->log.nslots + 1, sizeof(void *));
+    if (w->slots[0] == NULL || w->slots[1] == NULL) {
+      snprintf(err, len, "out of host memory for the log's slots");
+      return false;
+    }
+    return true;
+  }
   if (!c->random) return true;
   uint64_t st = c->seed + (uint64_t)w->index;
   w->steps = 65536;
@@ -321,7 +525,7 @@ static bool setup_worker(ab_t *ab, worker_t *w, char *err, size_t len) {
     w->live_size[s] = calloc((size_t)c->live, sizeof(size_t));
     ok = w->live[s] != NULL && w->live_size[s] != NULL;
     for (int j = 0; ok && j < c->live; j++) {
-      ok = alloc(w, &ab->lib[s], first[j], &w->live[s][j]);
+      ok = alloc(w, &ab->lib[s], first[j], w->stream, &w->live[s][j]);
       if (ok) w->live_size[s][j] = first[j];
     }
   }
@@ -335,9 +539,20 @@ static bool teardown_worker(ab_t *ab, worker_t *w) {
   bool ok = true;
   for (int s = 0; s < 2; s++) {
     for (int j = 0; w->live[s] != NULL && j < ab->c.live; j++)
-      if (w->live[s][j] != NULL) ok = dealloc(w, &ab->lib[s], w->live[s][j], w->live_size[s][j]) && ok;
+      if (w->live[s][j] != NULL)
+        ok = dealloc(w, &ab->lib[s], w->live[s][j], w->live_size[s][j], w->stream) && ok;
     free(w->live[s]);
     free(w->live_size[s]);
+  }
+  for (int s = 0; s < 2; s++) {
+    for (size_t j = 0; w->slots[s] != NULL && j < ab->log.nslots; j++) {
+      if (w->slots[s][j] == NULL) continue;
+      const ab_event_t *e = NULL; /* a slot left live by a failed pass: its last allocation */
+      for (size_t i = ab->log.nev; i-- > 0 && e == NULL;)
+        if (ab->log.ev[i].slot == j && !ab->log.ev[i].free) e = &ab->log.ev[i];
+      if (e != NULL) ok = dealloc(w, &ab->lib[s], w->slots[s][j], e->size, ab->log.streams[e->stream]) && ok;
+    }
+    free(w->slots[s]);
   }
   free(w->victim);
   free(w->sizes);
@@ -371,6 +586,7 @@ int main(int argc, char **argv) {
     if (i + 1 >= argc) return usage_error("%s needs a value", a);
     const char *val = argv[++i];
     if (!strcmp(a, "--stack")) spec = val;
+    else if (!strcmp(a, "--log")) ab.log_path = val;
     else if (!strcmp(a, "--json")) json = val;
     else if (!strcmp(a, "--pattern")) {
       if (!strcmp(val, "pair")) ab.c.random = false;
@@ -393,6 +609,7 @@ int main(int argc, char **argv) {
   }
   if (npaths != 2) return usage_error("give two libraries, LIB_A and LIB_B");
   if (ab.c.random && ab.c.min > ab.c.max) return usage_error("--min is above --max");
+  if (ab.log_path != NULL && ab.c.threads != 1) return usage_error("--log replays on one thread");
 
   char err[600];
   int rc = 1, made = 0, started = 0;
@@ -401,6 +618,10 @@ int main(int argc, char **argv) {
   int ndev = 0;
   ab.gpu = cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0;
   if (spec == NULL) spec = ab.gpu ? "pool > cuda" : "pool > host";
+  if (ab.log_path != NULL && (!load_log(&ab.log, ab.log_path, err, sizeof err) ||
+                              !map_streams(&ab, err, sizeof err)))
+    goto out;
+  if (ab.log_path != NULL) ab.c.ops = (long)ab.log.nev; /* a burst: one pass */
   /* Data placement: with --placement, each stack is built after a live
    * host block of a random size (0-64 KiB), and an odd seed builds B's
    * first, so that where the stacks' structs fall is drawn per process
@@ -493,7 +714,10 @@ workers:
     double ma = median(ab.ns[0], n), mb = median(ab.ns[1], n), mr = median(ratio, n), lo, hi;
     interval(ratio, n, &lo, &hi);
     char name[96];
-    if (ab.c.random)
+    if (ab.log_path != NULL) {
+      const char *base = strrchr(ab.log_path, '/');
+      snprintf(name, sizeof name, "replay %s", base != NULL ? base + 1 : ab.log_path);
+    } else if (ab.c.random)
       snprintf(name, sizeof name, "random %zu-%zu live %d t%d", ab.c.min, ab.c.max, ab.c.live,
                ab.c.threads);
     else
@@ -517,8 +741,11 @@ workers:
                 "{\"case\": \"%s\", \"stack\": \"%s\", \"bursts\": %d, \"ops\": %ld, "
                 "\"a\": \"%s\", \"b\": \"%s\", \"a_ns_per_call\": %.4f, \"b_ns_per_call\": %.4f, "
                 "\"ratio_of_medians\": %.5f, \"median_ratio\": %.5f, \"interval95\": [%.5f, %.5f], "
-                "\"b_faster_bursts\": %d, \"placement\": %llu}\n",
-                name, spec, n, ab.c.ops, paths[0], paths[1], ma, mb, mb / ma, mr, lo, hi, faster, (unsigned long long)placement);
+                "\"b_faster_bursts\": %d, \"placement\": %llu, \"log_events\": %zu, "
+                "\"log_skipped\": %zu, \"log_slots\": %zu, \"log_streams\": %d}\n",
+                name, spec, n, ab.c.ops, paths[0], paths[1], ma, mb, mb / ma, mr, lo, hi, faster,
+                (unsigned long long)placement, ab.log.nev, ab.log.skipped, ab.log.nslots,
+                ab.log.nstreams);
         fclose(f);
       }
     }
@@ -529,6 +756,7 @@ out:
     if (ab.lib[s].r != NULL) ab.lib[s].release(ab.lib[s].r);
     free(pads[s]);
   }
+  free_log(&ab.log);
   free(ab.w);
   free(ab.ns[0]);
   free(ab.ns[1]);
