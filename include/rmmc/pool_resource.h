@@ -222,7 +222,9 @@ typedef struct rmmc_pool_options {
    * the pool may not need the new high-water mark (default true; false:
    * the pool grows instead, keeping more memory reserved while the GPU runs
    * behind: FSDP2's ranks, docs/design.md, issue 27). Counted as the figure
-   * event_syncs. Since 0.3. */
+   * event_syncs. The checkpoints cost about 2% of the pool's call time on
+   * one-thread replays of logs that free across 4-8 streams (H100;
+   * docs/performance.md, "Comparing two builds"). Since 0.3. */
   bool sync_before_peak;
 } rmmc_pool_options_t;
 
