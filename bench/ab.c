@@ -58,6 +58,8 @@
 
 #include "rmmc/resource.h"
 
+#include "bench_clock.h" /* now_ns, next_random: rmmc-bench's clock and sequences */
+
 /* One loaded library and the stack it built. */
 typedef struct {
   const char *path;
@@ -131,20 +133,6 @@ struct worker {
   char error[512];
   bool failed;
 };
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* splitmix64, as tools/bench_engine.c: the same sequence on every platform. */
-static uint64_t next_random(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15u);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-  return z ^ (z >> 31);
-}
 
 static void fail(worker_t *w, const lib_t *l, const char *what, size_t bytes, rmmc_status_t st) {
   if (w->failed) return;

@@ -11,6 +11,7 @@
  * generated before the threads start, so no random-number work is timed.
  */
 #include "bench_engine.h"
+#include "bench_clock.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -67,20 +68,6 @@ typedef struct engine {
   pthread_barrier_t inner; /* workers */
   worker_t *workers;
 } engine_t;
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* splitmix64: small, fast, and the same on every platform. */
-static uint64_t next_random(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15u);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-  return z ^ (z >> 31);
-}
 
 static size_t random_size(uint64_t *state, const bench_case_t *c) {
   uint64_t span = (uint64_t)(c->max_bytes - c->min_bytes) + 1;

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_clock.h"
 #include "replay_engine.h"
 #include "spec/spec.h" /* rmmc__stack_create_hooked */
 
@@ -38,12 +39,6 @@ typedef struct meter {
   uint64_t calls;   /* atomic: calls into the base */
   uint64_t ns;      /* atomic: time inside them */
 } meter_t;
-
-static inline uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void meter_took(meter_t *m, uint64_t t0) {
   __atomic_add_fetch(&m->ns, now_ns() - t0, __ATOMIC_RELAXED);
