@@ -24,8 +24,12 @@
  * A and B, timed from a barrier to the last thread's end, with a
  * cudaStreamSynchronize of each thread's stream inside, memory never
  * touched. ns/call = wall / calls per thread (rmmc-bench's wall * threads /
- * calls). Both stacks are built from the same spec, each by its own
- * library, and must hand every block back: a failed call stops the run.
+ * calls). `--log` replays an RMM log instead: a burst is one pass, on one
+ * thread (or, with --logged-threads, on a thread per logged thread in the
+ * log's order across threads, each call timed as rmmc-replay times them,
+ * since the hand-offs would swamp a wall clock). Both stacks are built
+ * from the same spec, each by its own library, and must hand every block
+ * back: a failed call stops the run.
  *
  * Output: per library its median ns/call and the address of its
  * rmmc_resource_allocate (two distinct libraries), then B/A: the ratio of
@@ -46,6 +50,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -87,10 +92,11 @@ typedef struct {
   uint32_t slot;
   uint8_t free; /* 1: deallocate, 0: allocate */
   uint8_t stream;
+  uint16_t thread; /* the logged thread (an index) */
   size_t size;
 } ab_event_t;
 
-enum { AB_MAX_STREAMS = 64 };
+enum { AB_MAX_STREAMS = 64, AB_MAX_THREADS = 256 };
 
 typedef struct {
   ab_event_t *ev;
@@ -101,6 +107,8 @@ typedef struct {
   cudaStream_t streams[AB_MAX_STREAMS];
   bool created[AB_MAX_STREAMS];
   int nstreams;
+  uint64_t thread_ids[AB_MAX_THREADS];
+  int nthreads;
   size_t skipped; /* frees of pointers the log never handed out, failures */
 } ab_log_t;
 
@@ -112,6 +120,10 @@ typedef struct {
   bool gpu;
   const char *log_path;
   ab_log_t log;
+  bool logged_threads; /* --logged-threads: a worker per logged thread */
+  void **slots[2];     /* --log: each library's blocks of the log's slots */
+  size_t turn;         /* atomic, --logged-threads: the next event to run */
+  bool aborted;        /* atomic: a call failed; nobody waits for a turn */
   worker_t *w;
   pthread_barrier_t start, end;
   double *ns[2]; /* per timed burst */
@@ -129,7 +141,9 @@ struct worker {
   void **live[2];     /* random: each library's live blocks */
   size_t *live_size[2];
   size_t pos[2];      /* each library's place in the sequence */
-  void **slots[2];    /* --log: each library's blocks of the log's slots */
+  size_t *mine;       /* --logged-threads: this thread's events, in log order */
+  size_t nmine;
+  uint64_t call_ns;   /* --logged-threads: time inside the calls this burst */
   char error[512];
   bool failed;
 };
@@ -157,22 +171,61 @@ static inline bool dealloc(worker_t *w, const lib_t *l, void *p, size_t bytes,
   return false;
 }
 
+/* One event of a log on library l. */
+static inline bool run_event(worker_t *w, const lib_t *l, const ab_event_t *e, void **slot) {
+  cudaStream_t stream = w->ab->log.streams[e->stream];
+  if (e->free) {
+    if (!dealloc(w, l, slot[e->slot], e->size, stream)) return false;
+    slot[e->slot] = NULL;
+    return true;
+  }
+  return alloc(w, l, e->size, stream, &slot[e->slot]);
+}
+
+/* Waits until event i is next; false once a call failed anywhere. */
+static bool wait_turn(ab_t *ab, size_t i) {
+  for (unsigned k = 0; __atomic_load_n(&ab->turn, __ATOMIC_ACQUIRE) != i; k++) {
+    if (__atomic_load_n(&ab->aborted, __ATOMIC_ACQUIRE)) return false;
+    if (k < 4000) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      sched_yield();
+    }
+  }
+  return true;
+}
+
 /* One burst of --ops calls on library s: the timed loop. */
 static void burst(worker_t *w, int s) {
   const ab_t *ab = w->ab;
   const lib_t *l = &ab->lib[s];
   long steps = ab->c.ops / 2;
   if (w->failed) return;
-  if (ab->log.ev != NULL) {
-    void **slot = w->slots[s];
+  if (ab->log.ev != NULL && !ab->logged_threads) {
     const ab_event_t *e = ab->log.ev, *end = e + ab->log.nev;
-    for (; e < end; e++) {
-      if (e->free) {
-        if (!dealloc(w, l, slot[e->slot], e->size, ab->log.streams[e->stream])) return;
-        slot[e->slot] = NULL;
-      } else if (!alloc(w, l, e->size, ab->log.streams[e->stream], &slot[e->slot])) {
+    for (; e < end; e++)
+      if (!run_event(w, l, e, ab->slots[s])) return;
+  } else if (ab->log.ev != NULL) {
+    /* In the log's order across threads: the thread that ran event i hands
+     * the turn to the owner of event i+1 (as rmmc-replay does). The hand-offs
+     * would swamp the calls in a wall-clock figure, so the calls alone are
+     * timed, as rmmc-replay times them. */
+    const ab_event_t *ev = ab->log.ev;
+    w->call_ns = 0;
+    for (size_t k = 0; k < w->nmine; k++) {
+      size_t i = w->mine[k];
+      if ((i == 0 || ev[i - 1].thread != w->index) && !wait_turn(w->ab, i)) return;
+      uint64_t t0 = now_ns();
+      bool ok = run_event(w, l, &ev[i], ab->slots[s]);
+      w->call_ns += now_ns() - t0;
+      if (!ok) {
+        __atomic_store_n(&w->ab->aborted, true, __ATOMIC_RELEASE);
         return;
       }
+      if (i + 1 < ab->log.nev && ev[i + 1].thread != w->index)
+        __atomic_store_n(&w->ab->turn, i + 1, __ATOMIC_RELEASE);
     }
   } else if (!ab->c.random) {
     size_t bytes = ab->c.size;
@@ -205,9 +258,10 @@ static void burst(worker_t *w, int s) {
  * from the same state (a warm pool, nothing live). */
 static void leftovers(worker_t *w, int s) {
   const ab_t *ab = w->ab;
+  if (w->index != 0) return; /* the slots are shared: one thread frees them */
   for (size_t i = 0; i < ab->log.nleft; i++) {
     const ab_event_t *e = &ab->log.left[i];
-    void **p = &w->slots[s][e->slot];
+    void **p = &ab->slots[s][e->slot];
     if (*p != NULL) dealloc(w, &ab->lib[s], *p, e->size, ab->log.streams[e->stream]);
     *p = NULL;
   }
@@ -280,6 +334,17 @@ static bool load_log(ab_log_t *log, const char *path, char *err, size_t len) {
     }
     uint64_t key = strtoull(field[3], NULL, 16), sid = strtoull(field[5], NULL, 16);
     size_t size = (size_t)strtoull(field[4], NULL, 10);
+    uint64_t tid = strtoull(field[0], NULL, 10);
+    int ti = 0;
+    while (ti < log->nthreads && log->thread_ids[ti] != tid) ti++;
+    if (ti == log->nthreads) {
+      if (ti == AB_MAX_THREADS) {
+        snprintf(err, len, "%s:%zu: more than %d threads", path, no, AB_MAX_THREADS);
+        ok = false;
+        break;
+      }
+      log->thread_ids[log->nthreads++] = tid;
+    }
     int si = 0;
     while (si < log->nstreams && log->stream_ids[si] != sid) si++;
     if (si == log->nstreams) {
@@ -302,7 +367,8 @@ static bool load_log(ab_log_t *log, const char *path, char *err, size_t len) {
         continue;
       }
       map[h].state = 2;
-      *e = (ab_event_t){map[h].slot, 1, slot_stream[map[h].slot], slot_size[map[h].slot]};
+      *e = (ab_event_t){map[h].slot, 1, slot_stream[map[h].slot], (uint16_t)ti,
+                        slot_size[map[h].slot]};
       spare[nspare++] = map[h].slot;
     } else {
       if (map[h].state == 1 || size == 0) {
@@ -314,7 +380,7 @@ static bool load_log(ab_log_t *log, const char *path, char *err, size_t len) {
       map[h] = (struct entry){key, slot, 1};
       slot_size[slot] = size;
       slot_stream[slot] = (uint8_t)si;
-      *e = (ab_event_t){slot, 0, (uint8_t)si, size};
+      *e = (ab_event_t){slot, 0, (uint8_t)si, (uint16_t)ti, size};
     }
     log->nev++;
   }
@@ -324,7 +390,7 @@ static bool load_log(ab_log_t *log, const char *path, char *err, size_t len) {
     for (size_t i = 0; ok && i < cap; i++)
       if (map[i].state == 1)
         log->left[log->nleft++] =
-            (ab_event_t){map[i].slot, 0, slot_stream[map[i].slot], slot_size[map[i].slot]};
+            (ab_event_t){map[i].slot, 0, slot_stream[map[i].slot], 0, slot_size[map[i].slot]};
     if (!ok) snprintf(err, len, "out of host memory for %s", path);
   }
   if (ok && log->nev == 0) {
@@ -393,6 +459,8 @@ static const char usage[] =
     "  --log FILE     instead of a pattern, replay an RMM CSV log (plain text) on one\n"
     "                 thread, on its logged streams; a burst is one pass of the log,\n"
     "                 and what it leaves live is freed untimed\n"
+    "  --logged-threads  with --log: a thread per logged thread, in the log's order\n"
+    "                 across threads (as rmmc-replay)\n"
     "  --ops N        calls per thread per burst (default 20000; rounded up to even)\n"
     "  --bursts N     timed bursts per library (default 300; 10 untimed first)\n"
     "  --seed N       sequence seed (default 1)\n"
@@ -486,13 +554,17 @@ static bool setup_worker(ab_t *ab, worker_t *w, char *err, size_t len) {
   } else {
     w->stream = (cudaStream_t)(void *)w; /* distinct, never a special handle */
   }
-  if (ab->log.ev != NULL) {
-    w->slots[0] = calloc(ab->log.nslots + 1, sizeof(void *));
-    w->slots[1] = calloc(ab->log.nslots + 1, sizeof(void *));
-    if (w->slots[0] == NULL || w->slots[1] == NULL) {
-      snprintf(err, len, "out of host memory for the log's slots");
+  if (ab->log.ev != NULL) { /* the slots are the run's (ab->slots) */
+    if (!ab->logged_threads) return true;
+    for (size_t i = 0; i < ab->log.nev; i++) w->nmine += ab->log.ev[i].thread == w->index;
+    w->mine = malloc((w->nmine + 1) * sizeof *w->mine);
+    if (w->mine == NULL) {
+      snprintf(err, len, "out of host memory for the log's threads");
       return false;
     }
+    size_t k = 0;
+    for (size_t i = 0; i < ab->log.nev; i++)
+      if (ab->log.ev[i].thread == w->index) w->mine[k++] = i;
     return true;
   }
   if (!c->random) return true;
@@ -532,16 +604,20 @@ static bool teardown_worker(ab_t *ab, worker_t *w) {
     free(w->live[s]);
     free(w->live_size[s]);
   }
-  for (int s = 0; s < 2; s++) {
-    for (size_t j = 0; w->slots[s] != NULL && j < ab->log.nslots; j++) {
-      if (w->slots[s][j] == NULL) continue;
-      const ab_event_t *e = NULL; /* a slot left live by a failed pass: its last allocation */
-      for (size_t i = ab->log.nev; i-- > 0 && e == NULL;)
-        if (ab->log.ev[i].slot == j && !ab->log.ev[i].free) e = &ab->log.ev[i];
-      if (e != NULL) ok = dealloc(w, &ab->lib[s], w->slots[s][j], e->size, ab->log.streams[e->stream]) && ok;
+  if (w->index == 0) { /* the log's slots: what a failed pass left live */
+    for (int s = 0; s < 2; s++) {
+      for (size_t j = 0; ab->slots[s] != NULL && j < ab->log.nslots; j++) {
+        if (ab->slots[s][j] == NULL) continue;
+        const ab_event_t *e = NULL; /* the slot's last allocation */
+        for (size_t i = ab->log.nev; i-- > 0 && e == NULL;)
+          if (ab->log.ev[i].slot == j && !ab->log.ev[i].free) e = &ab->log.ev[i];
+        if (e != NULL)
+          ok = dealloc(w, &ab->lib[s], ab->slots[s][j], e->size, ab->log.streams[e->stream]) && ok;
+        ab->slots[s][j] = NULL;
+      }
     }
-    free(w->slots[s]);
   }
+  free(w->mine);
   free(w->victim);
   free(w->sizes);
   if (w->own_stream) {
@@ -571,6 +647,10 @@ int main(int argc, char **argv) {
       paths[npaths++] = a;
       continue;
     }
+    if (!strcmp(a, "--logged-threads")) {
+      ab.logged_threads = true;
+      continue;
+    }
     if (i + 1 >= argc) return usage_error("%s needs a value", a);
     const char *val = argv[++i];
     if (!strcmp(a, "--stack")) spec = val;
@@ -597,7 +677,9 @@ int main(int argc, char **argv) {
   }
   if (npaths != 2) return usage_error("give two libraries, LIB_A and LIB_B");
   if (ab.c.random && ab.c.min > ab.c.max) return usage_error("--min is above --max");
-  if (ab.log_path != NULL && ab.c.threads != 1) return usage_error("--log replays on one thread");
+  if (ab.log_path != NULL && ab.c.threads != 1)
+    return usage_error("--log replays on one thread, or with --logged-threads on the log's");
+  if (ab.logged_threads && ab.log_path == NULL) return usage_error("--logged-threads needs --log");
 
   char err[600];
   int rc = 1, made = 0, started = 0;
@@ -609,7 +691,16 @@ int main(int argc, char **argv) {
   if (ab.log_path != NULL && (!load_log(&ab.log, ab.log_path, err, sizeof err) ||
                               !map_streams(&ab, err, sizeof err)))
     goto out;
-  if (ab.log_path != NULL) ab.c.ops = (long)ab.log.nev; /* a burst: one pass */
+  if (ab.log_path != NULL) {
+    ab.c.ops = (long)ab.log.nev; /* a burst: one pass */
+    if (ab.logged_threads) ab.c.threads = ab.log.nthreads;
+    ab.slots[0] = calloc(ab.log.nslots + 1, sizeof(void *));
+    ab.slots[1] = calloc(ab.log.nslots + 1, sizeof(void *));
+    if (ab.slots[0] == NULL || ab.slots[1] == NULL) {
+      snprintf(err, sizeof err, "out of host memory for the log's slots");
+      goto out;
+    }
+  }
   /* Data placement: with --placement, each stack is built after a live
    * host block of a random size (0-64 KiB), and an odd seed builds B's
    * first, so that where the stacks' structs fall is drawn per process
@@ -652,6 +743,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rmmc-ab: pthread_barrier_init failed\n");
     exit(1);
   }
+  /* The least time between two clock reads, taken off each timed call. */
+  uint64_t clock_ns = UINT64_MAX;
+  for (int i = 0; i < 2000; i++) {
+    uint64_t a = now_ns(), b = now_ns();
+    if (b - a < clock_ns) clock_ns = b - a;
+  }
   for (; started < ab.c.threads; started++)
     if (pthread_create(&ab.w[started].thread, NULL, worker_main, &ab.w[started]) != 0) break;
   if (started < ab.c.threads) {
@@ -662,11 +759,18 @@ int main(int argc, char **argv) {
   for (int b = 0; b < ab.c.warmup + ab.c.bursts; b++) {
     for (int o = 0; o < 2; o++) {
       int s = o == 0 ? first_of(b) : 1 - first_of(b);
+      __atomic_store_n(&ab.turn, 0, __ATOMIC_RELEASE); /* --logged-threads: event 0 first */
       pthread_barrier_wait(&ab.start);
       uint64_t t0 = now_ns();
       pthread_barrier_wait(&ab.end);
       uint64_t t1 = now_ns();
-      if (b >= ab.c.warmup) ab.ns[s][b - ab.c.warmup] = (double)(t1 - t0) / (double)ab.c.ops;
+      if (b < ab.c.warmup) continue;
+      double took = (double)(t1 - t0);
+      if (ab.logged_threads) { /* the calls' own time, less the clock's */
+        took = -(double)clock_ns * (double)ab.c.ops;
+        for (int i = 0; i < ab.c.threads; i++) took += (double)ab.w[i].call_ns;
+      }
+      ab.ns[s][b - ab.c.warmup] = took / (double)ab.c.ops;
     }
   }
   for (int i = 0; i < started; i++) pthread_join(ab.w[i].thread, NULL);
@@ -704,7 +808,8 @@ workers:
     char name[96];
     if (ab.log_path != NULL) {
       const char *base = strrchr(ab.log_path, '/');
-      snprintf(name, sizeof name, "replay %s", base != NULL ? base + 1 : ab.log_path);
+      snprintf(name, sizeof name, "replay %s%s", base != NULL ? base + 1 : ab.log_path,
+               ab.logged_threads ? ", logged threads" : "");
     } else if (ab.c.random)
       snprintf(name, sizeof name, "random %zu-%zu live %d t%d", ab.c.min, ab.c.max, ab.c.live,
                ab.c.threads);
@@ -730,10 +835,10 @@ workers:
                 "\"a\": \"%s\", \"b\": \"%s\", \"a_ns_per_call\": %.4f, \"b_ns_per_call\": %.4f, "
                 "\"ratio_of_medians\": %.5f, \"median_ratio\": %.5f, \"interval95\": [%.5f, %.5f], "
                 "\"b_faster_bursts\": %d, \"placement\": %llu, \"log_events\": %zu, "
-                "\"log_skipped\": %zu, \"log_slots\": %zu, \"log_streams\": %d}\n",
+                "\"log_skipped\": %zu, \"log_slots\": %zu, \"log_streams\": %d, \"log_threads\": %d}\n",
                 name, spec, n, ab.c.ops, paths[0], paths[1], ma, mb, mb / ma, mr, lo, hi, faster,
                 (unsigned long long)placement, ab.log.nev, ab.log.skipped, ab.log.nslots,
-                ab.log.nstreams);
+                ab.log.nstreams, ab.logged_threads ? ab.log.nthreads : 1);
         fclose(f);
       }
     }
@@ -745,6 +850,8 @@ out:
     free(pads[s]);
   }
   free_log(&ab.log);
+  free(ab.slots[0]);
+  free(ab.slots[1]);
   free(ab.w);
   free(ab.ns[0]);
   free(ab.ns[1]);

@@ -121,6 +121,29 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, so, se = run(*QUICK, "--log", log, "--stack", "limiting(limit=3MiB) > pool > host",
                      LIB, copy)
     check(rc == 0, "--log frees what a pass leaves live (%d: %s)" % (rc, se.strip()))
+    # --logged-threads: a thread per logged thread, in the log's order; a
+    # block allocated on one thread is freed on the other.
+    log2 = os.path.join(tmp, "two.csv")
+    with open(log2, "w") as f:
+        f.write("Thread,Time,Action,Pointer,Size,Stream\n"
+                "7,1,allocate,0x1000,1048576,0x7f01\n"
+                "9,2,allocate,0x2000,512,0x7f02\n"
+                "9,3,free,0x1000,1048576,0x7f02\n"
+                "7,4,allocate,0x3000,1048576,0x7f01\n"
+                "7,5,free,0x2000,512,0x7f01\n")
+    rc, so, se = run(*QUICK, "--log", log2, "--logged-threads", "--json", out, "--stack",
+                     "limiting(limit=3MiB) > pool > host", LIB, copy)
+    check(rc == 0 and "replay two.csv, logged threads" in so,
+          "--logged-threads: exit 0 (%d: %s)" % (rc, se.strip()))
+    try:
+        rec = json.load(open(out))
+    except (OSError, ValueError):
+        rec = {}
+    check(rec.get("log_threads") == 2 and rec.get("log_events") == 5 and
+          rec.get("log_slots") == 2 and rec.get("a_ns_per_call", 0) > 0,
+          "--logged-threads: 2 threads, 5 events on 2 slots, timed: %s" % rec)
+    rc, so, se = run(*QUICK, "--logged-threads", LIB, copy)
+    check(rc == 2 and "--logged-threads needs --log" in se, "--logged-threads alone: exit 2")
     bad = os.path.join(tmp, "bad.csv")
     with open(bad, "w") as f:
         f.write("a,b,c\n1,2,3\n")
@@ -129,7 +152,7 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, so, se = run(*QUICK, "--log", os.path.join(tmp, "none.csv"), LIB, copy)
     check(rc == 1 and "cannot read" in se, "--log, no file: exit 1 (%d: %s)" % (rc, se))
     rc, so, se = run(*QUICK, "--log", log, "--threads", "2", LIB, copy)
-    check(rc == 2 and "--log replays on one thread" in se, "--log with threads: exit 2")
+    check(rc == 2 and "--log replays on one thread" in se, "--log with --threads: exit 2")
 
     # The command line itself.
     for args, what in (((LIB,), "give two libraries"),
