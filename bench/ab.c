@@ -285,6 +285,17 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
+/* The index of `id` among the n ids seen so far, added if new; -1 when
+ * there is no room for it. */
+static int id_index(uint64_t *ids, int *n, int max, uint64_t id) {
+  int i = 0;
+  while (i < *n && ids[i] != id) i++;
+  if (i < *n) return i;
+  if (*n == max) return -1;
+  ids[(*n)++] = id;
+  return i;
+}
+
 /* Reads an RMM CSV log (Thread,Time,Action,Pointer,Size,Stream; plain
  * text) into events on slots. A free of a pointer that is not live, or an
  * allocation of one that is, is skipped and counted; "allocate failure"
@@ -334,26 +345,13 @@ static bool load_log(ab_log_t *log, const char *path, char *err, size_t len) {
     }
     uint64_t key = strtoull(field[3], NULL, 16), sid = strtoull(field[5], NULL, 16);
     size_t size = (size_t)strtoull(field[4], NULL, 10);
-    uint64_t tid = strtoull(field[0], NULL, 10);
-    int ti = 0;
-    while (ti < log->nthreads && log->thread_ids[ti] != tid) ti++;
-    if (ti == log->nthreads) {
-      if (ti == AB_MAX_THREADS) {
-        snprintf(err, len, "%s:%zu: more than %d threads", path, no, AB_MAX_THREADS);
-        ok = false;
-        break;
-      }
-      log->thread_ids[log->nthreads++] = tid;
-    }
-    int si = 0;
-    while (si < log->nstreams && log->stream_ids[si] != sid) si++;
-    if (si == log->nstreams) {
-      if (si == AB_MAX_STREAMS) {
-        snprintf(err, len, "%s:%zu: more than %d streams", path, no, AB_MAX_STREAMS);
-        ok = false;
-        break;
-      }
-      log->stream_ids[log->nstreams++] = sid;
+    int ti = id_index(log->thread_ids, &log->nthreads, AB_MAX_THREADS, strtoull(field[0], NULL, 10));
+    int si = id_index(log->stream_ids, &log->nstreams, AB_MAX_STREAMS, sid);
+    if (ti < 0 || si < 0) {
+      snprintf(err, len, "%s:%zu: more than %d %s", path, no, ti < 0 ? AB_MAX_THREADS : AB_MAX_STREAMS,
+               ti < 0 ? "threads" : "streams");
+      ok = false;
+      break;
     }
     size_t h = (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> 20) & (cap - 1), tomb = cap;
     while (map[h].state != 0 && !(map[h].state == 1 && map[h].key == key)) {

@@ -32,6 +32,23 @@ def run(*args):
 
 QUICK = ("--bursts", "12", "--ops", "400")
 
+
+def write_log(folder, name, lines):
+    """An RMM CSV log of `lines` (after the header) in folder/name."""
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write("Thread,Time,Action,Pointer,Size,Stream\n" + "".join(l + "\n" for l in lines))
+    return path
+
+
+def load(path):
+    """The JSON object rmmc-ab wrote, or {} (the checks then fail)."""
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError):
+        return {}
+
+
 with tempfile.TemporaryDirectory() as tmp:
     copy = os.path.join(tmp, "librmmc-copy.so")
     shutil.copyfile(LIB, copy)
@@ -97,22 +114,16 @@ with tempfile.TemporaryDirectory() as tmp:
     # --log: a pass of an RMM CSV log per burst. Three streams; a free the
     # log never allocated and an "allocate failure" are skipped; one block
     # stays live at the end (freed between passes, untimed).
-    log = os.path.join(tmp, "tiny.csv")
-    with open(log, "w") as f:
-        f.write("Thread,Time,Action,Pointer,Size,Stream\n"
-                "0,1,allocate,0x1000,256,0x0\n"
-                "0,2,allocate,0x2000,4096,0x7f01\n"
-                "0,3,free,0x1000,256,0x0\n"
-                "0,4,allocate,0x1000,1048576,0x7f02\n"
-                "0,5,free,0x9000,64,0x0\n"
-                "0,6,allocate failure,0x0,99999999999,0x0\n"
-                "0,7,free,0x2000,4096,0x7f01\n")
+    log = write_log(tmp, "tiny.csv", ["0,1,allocate,0x1000,256,0x0",
+                                      "0,2,allocate,0x2000,4096,0x7f01",
+                                      "0,3,free,0x1000,256,0x0",
+                                      "0,4,allocate,0x1000,1048576,0x7f02",
+                                      "0,5,free,0x9000,64,0x0",
+                                      "0,6,allocate failure,0x0,99999999999,0x0",
+                                      "0,7,free,0x2000,4096,0x7f01"])
     rc, so, se = run(*QUICK, "--log", log, "--json", out, LIB, copy)
     check(rc == 0 and "replay tiny.csv" in so, "--log: exit 0 (%d: %s)" % (rc, se.strip()))
-    try:
-        rec = json.load(open(out))
-    except (OSError, ValueError):
-        rec = {}
+    rec = load(out)
     check(rec.get("log_events") == 5 and rec.get("log_skipped") == 2 and
           rec.get("log_slots") == 2 and rec.get("log_streams") == 3 and rec.get("ops") == 5,
           "--log reads 5 events on 2 slots and 3 streams, skips 2: %s" % rec)
@@ -123,22 +134,16 @@ with tempfile.TemporaryDirectory() as tmp:
     check(rc == 0, "--log frees what a pass leaves live (%d: %s)" % (rc, se.strip()))
     # --logged-threads: a thread per logged thread, in the log's order; a
     # block allocated on one thread is freed on the other.
-    log2 = os.path.join(tmp, "two.csv")
-    with open(log2, "w") as f:
-        f.write("Thread,Time,Action,Pointer,Size,Stream\n"
-                "7,1,allocate,0x1000,1048576,0x7f01\n"
-                "9,2,allocate,0x2000,512,0x7f02\n"
-                "9,3,free,0x1000,1048576,0x7f02\n"
-                "7,4,allocate,0x3000,1048576,0x7f01\n"
-                "7,5,free,0x2000,512,0x7f01\n")
+    log2 = write_log(tmp, "two.csv", ["7,1,allocate,0x1000,1048576,0x7f01",
+                                      "9,2,allocate,0x2000,512,0x7f02",
+                                      "9,3,free,0x1000,1048576,0x7f02",
+                                      "7,4,allocate,0x3000,1048576,0x7f01",
+                                      "7,5,free,0x2000,512,0x7f01"])
     rc, so, se = run(*QUICK, "--log", log2, "--logged-threads", "--json", out, "--stack",
                      "limiting(limit=3MiB) > pool > host", LIB, copy)
     check(rc == 0 and "replay two.csv, logged threads" in so,
           "--logged-threads: exit 0 (%d: %s)" % (rc, se.strip()))
-    try:
-        rec = json.load(open(out))
-    except (OSError, ValueError):
-        rec = {}
+    rec = load(out)
     check(rec.get("log_threads") == 2 and rec.get("log_events") == 5 and
           rec.get("log_slots") == 2 and rec.get("a_ns_per_call", 0) > 0,
           "--logged-threads: 2 threads, 5 events on 2 slots, timed: %s" % rec)
