@@ -543,16 +543,7 @@ static void interval(const double *v, int n, double *lo, double *hi) {
 /* The op sequence and, for random, both libraries' first live blocks. */
 static bool setup_worker(ab_t *ab, worker_t *w, char *err, size_t len) {
   const ab_case_t *c = &ab->c;
-  if (ab->gpu) {
-    if (cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking) != cudaSuccess) {
-      snprintf(err, len, "cudaStreamCreateWithFlags failed");
-      return false;
-    }
-    w->own_stream = true;
-  } else {
-    w->stream = (cudaStream_t)(void *)w; /* distinct, never a special handle */
-  }
-  if (ab->log.ev != NULL) { /* the slots are the run's (ab->slots) */
+  if (ab->log.ev != NULL) { /* the log's own streams and the run's slots */
     if (!ab->logged_threads) return true;
     for (size_t i = 0; i < ab->log.nev; i++) w->nmine += ab->log.ev[i].thread == w->index;
     w->mine = malloc((w->nmine + 1) * sizeof *w->mine);
@@ -564,6 +555,15 @@ static bool setup_worker(ab_t *ab, worker_t *w, char *err, size_t len) {
     for (size_t i = 0; i < ab->log.nev; i++)
       if (ab->log.ev[i].thread == w->index) w->mine[k++] = i;
     return true;
+  }
+  if (ab->gpu) {
+    if (cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking) != cudaSuccess) {
+      snprintf(err, len, "cudaStreamCreateWithFlags failed");
+      return false;
+    }
+    w->own_stream = true;
+  } else {
+    w->stream = (cudaStream_t)(void *)w; /* distinct, never a special handle */
   }
   if (!c->random) return true;
   uint64_t st = c->seed + (uint64_t)w->index;
