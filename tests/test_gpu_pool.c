@@ -749,7 +749,7 @@ END_TEST
 
 /* sync_before_peak waits one checkpoint at a time, on the GPU (the host
  * test, test_pool_streams' sync_before_peak_waits_one_mark_at_a_time, has
- * the same frees and figures). Stream 1 frees x (it goes back:
+ * the same frees and figures): a checkpoint every 16th record. Stream 1 frees x (it goes back:
  * release_cached), A (64 MiB) and 14 blocks of 1 MiB, the last of which
  * records its first mark; then a kernel that spins 200 ms, and 6 more
  * blocks of 1 MiB behind it. 68 MiB fits only once A goes back: the pool
@@ -757,7 +757,7 @@ END_TEST
  * stream 1 is still busy when the call returns, and the 20 MiB merged
  * with the blocks freed behind the kernel stay pending. */
 START_TEST(test_gpu_sync_before_peak_waits_for_a_mark_not_the_stream) {
-  rmmc_resource_t *r = stack("pool(small_max=0) > cuda");
+  rmmc_resource_t *r = stack("pool(small_max=0, checkpoint_every=16) > cuda");
   cudaStream_t s1, s2;
   CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));

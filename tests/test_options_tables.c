@@ -297,7 +297,7 @@ START_TEST(test_options_table_check_counts_the_fields) {
   /* The field count the check holds the rows to is not vacuous: the
 XX, a struct of three
    * values 3, a nested brace or call one each. */
-  ck_assert_uint_eq(init_values(EXPANDED(RMMC_POOL_OPTIONS_INIT)), 19);
+  ck_assert_uint_eq(init_values(EXPANDED(RMMC_POOL_OPTIONS_INIT)), 20);
   ck_assert_uint_eq(init_values("{sizeof(x), 0, (size_t)1 << 20}"), 3);
   ck_assert_uint_eq(init_values("{f(a, b), {1, 2}}"), 2);
 }
@@ -308,6 +308,13 @@ START_TEST(test_options_pool_builder_checks_ranges_from_the_table) {
              "pool: stream_heaps=2000 is out of range (0 to 1024)");
   spec_fails("pool(event_interval=0) > host", RMMC_ERROR_INVALID_ARGUMENT,
              "pool: event_interval=0 is out of range (1 to 4294967295)");
+  spec_fails("pool(checkpoint_every=131072) > host", RMMC_ERROR_INVALID_ARGUMENT,
+             "pool: checkpoint_every=131072 is out of range (0 to 65536)");
+  /* In range for the table, refused by the create (a power of two). */
+  spec_fails("pool(checkpoint_every=48) > host", RMMC_ERROR_INVALID_ARGUMENT,
+             "checkpoint_every must be 0 (none) or a power of two from 2 to 65536");
+  spec_fails("pool(checkpoint_every=1) > host", RMMC_ERROR_INVALID_ARGUMENT,
+             "checkpoint_every must be 0 (none) or a power of two from 2 to 65536");
   /* A fraction reaches the struct (the create checks it). */
   spec_fails("pool(gc_threshold=2) > host", RMMC_ERROR_INVALID_ARGUMENT,
              "gc_threshold must be a fraction from 0 to 1");

@@ -1837,6 +1837,9 @@ START_TEST(test_pool_create_rejects_bad_options) {
   BAD(20, o.expandable = 2, "expandable");
   BAD(21, o.expandable = -2, "expandable");
   BAD(22, o.stream_heaps = 1025, "stream_heaps");
+  BAD(23, o.checkpoint_every = 1, "checkpoint_every");
+  BAD(24, o.checkpoint_every = 24, "checkpoint_every");
+  BAD(25, o.checkpoint_every = 131072, "checkpoint_every");
 #undef BAD
   /* Virtual memory over an upstream without it. */
   o = (rmmc_pool_options_t)RMMC_POOL_OPTIONS_INIT;
@@ -1857,6 +1860,7 @@ START_TEST(test_pool_create_rejects_bad_options) {
   o.maximum_size = 0; /* no limit */
   o.release_slack = 0;
   o.cache_size = 0;
+  o.checkpoint_every = 65536;
   ck_assert_int_eq(rmmc_pool_resource_create(spy, &o, &pool), RMMC_SUCCESS);
   uint64_t unused;
   ck_assert(!rmmc_resource_get_field(pool, "limit", &unused));
@@ -2049,7 +2053,8 @@ START_TEST(test_pool_spec_entry_takes_every_option) {
   static const char *options[] = {"initial", "max", "min_growth", "granularity", "small_max",
                                   "small_chunk", "cache", "gc_threshold", "release_before_grow",
                                   "release_slack", "split_limit", "event_interval", "event_bytes",
-                                  "expandable", "page", "address_space"};
+                                  "expandable", "page", "address_space", "sync_before_peak",
+                                  "checkpoint_every"};
   for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
     ck_assert_msg(strstr(help, options[i]) != NULL, "help lacks %s", options[i]);
   ck_assert_ptr_null(strstr(help, "sync_before_grow"));

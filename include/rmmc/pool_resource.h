@@ -217,15 +217,21 @@ typedef struct rmmc_pool_options {
   /* sync_before_peak=: before a growth past the most the pool ever
    * reserved, the host waits for each stream with frees not yet known
    * finished (cudaEventSynchronize: a stall while the GPU catches up), one
-   * checkpoint at a time (every 16th event record of a stream also records
-   * one of 8 checkpoint events), so those frees can merge and go back and
-   * the pool may not need the new high-water mark (default true; false:
-   * the pool grows instead, keeping more memory reserved while the GPU runs
-   * behind: FSDP2's ranks, docs/design.md, issue 27). Counted as the figure
-   * event_syncs. The checkpoints cost about 2% of the pool's call time on
-   * one-thread replays of logs that free across 4-8 streams (H100;
-   * docs/performance.md, "Comparing two builds"). Since 0.3. */
+   * checkpoint at a time (checkpoint_every below), so those frees can merge
+   * and go back and the pool may not need the new high-water mark (default
+   * true; false: the pool grows instead, keeping more memory reserved while
+   * the GPU runs behind: FSDP2's ranks, docs/design.md, issue 27). Counted
+   * as the figure event_syncs. Since 0.3. */
   bool sync_before_peak;
+  /* checkpoint_every=: with sync_before_peak, every this-many-th event
+   * record of a stream also records one of 8 checkpoint events, so the host
+   * can wait for an earlier point of a busy stream than its last record
+   * (default 64; a power of two from 2 to 65536; 0: no checkpoints, the
+   * wait is for the stream's last record). Each checkpoint is one more
+   * event record: at 16, about 2% of the pool's call time on one-thread
+   * replays of logs that free across 4-8 streams, at 64 about a quarter of
+   * that (H100; docs/performance.md, "Comparing two builds"). Since 0.4. */
+  unsigned checkpoint_every;
 } rmmc_pool_options_t;
 
 /* min_growth's default: the backend's own (see min_growth above). */
@@ -234,7 +240,7 @@ typedef struct rmmc_pool_options {
 #define RMMC_POOL_OPTIONS_INIT                                                                 \
   {sizeof(rmmc_pool_options_t), 0, SIZE_MAX, RMMC_POOL_MIN_GROWTH_DEFAULT, (size_t)2 << 20,  \
    (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 1, (size_t)256 << 20, 0.02, 8.0, -1, 0, 0,   \
-   (size_t)8 << 20, 0, true}
+   (size_t)8 << 20, 0, true, 64}
 
 /* Creates a pool over `upstream`, which it retains (the caller keeps its
  * own reference); NULL options mean defaults. Reserves initial_size at

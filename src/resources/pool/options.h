@@ -62,6 +62,8 @@
   X(address_space, "address_space", BYTES, SIZE, 0, "max, else 2x memory", 0, 0, "",           \
     "virtual memory: bytes of one reservation")                                                \
   X(sync_before_peak, "sync_before_peak", BOOL, BOOL, true, "true", 0, 0, "",                  \
-    "wait for streams' unfinished frees before reserved passes its peak")
+    "wait for streams' unfinished frees before reserved passes its peak")                     \
+  X(checkpoint_every, "checkpoint_every", INT, UNSIGNED, 64, "64", 0, 65536, "records",        \
+    "sync_before_peak: a checkpoint every this-many-th event record (power of two; 0: none)")
 
 #endif /* RMMC_POOL_OPTIONS_H */

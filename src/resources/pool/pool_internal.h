@@ -44,11 +44,6 @@
 
 #define POOL_GRANULE ((size_t)256)
 #define POOL_MAX_REQUEST ((size_t)1 << 47) /* larger requests cannot be met */
-/* sync_before_peak's waits go one mark at a time (stream_events.h): a mark
- * every 16th event record, 8 kept per stream, so the marks reach about 128
- * records back (FSDP2 records about 360 per 69 ms step on the H100s, so
- * some 25 ms of a busy stream's queue, a mark about every 3 ms). */
-#define POOL_MARK_SHIFT 4u /* a mark every 16th record */
 
 typedef struct pool_block pool_block_t;
 typedef struct pool_region pool_region_t;
