@@ -230,7 +230,7 @@ typedef struct rmmc_pool_options {
    * wait is for the stream's last record). Each checkpoint is one more
    * event record: at 16, about 2% of the pool's call time on one-thread
    * replays of logs that free across 4-8 streams, at 64 about a quarter of
-   * that (H100; docs/performance.md, "Comparing two builds"). Since 0.4. */
+   * that (H100; docs/performance.md, "Comparing two builds"). Since 0.3. */
   unsigned checkpoint_every;
 } rmmc_pool_options_t;
 
