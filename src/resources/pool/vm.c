@@ -343,8 +343,17 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
     return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
                   : RMMC_ERROR_OUT_OF_MEMORY;
   if (p->shrinks != shrinks) { /* trimming moved things: place again, admit again */
-    if (!best_place(p, o, need, align, &pl))
-      return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room after trimming");
+    /* The trim keeps the hole and its neighbours, so the place found
+     * above stays; yet one CI run (rmmc-stress, 4 threads over host memory,
+     * ASan) once found none here, not reproduced in some 2,000 runs since
+     * (docs/design.md, session 16). A new reservation serves the request
+     * rather than failing it with an internal error. */
+    if (!best_place(p, o, need, align, &pl)) {
+      rmmc_status_t st = reserve_region(p, need, align);
+      if (st != RMMC_SUCCESS) return st;
+      if (!best_place(p, o, need, align, &pl))
+        return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room after trimming");
+    }
     if (rmmc__pool_admit_max(p, pl.m1 - pl.m0) != POOL_ADMIT_YES) return RMMC_ERROR_OUT_OF_MEMORY;
   }
   return map_place(p, o, pl, out);
