@@ -345,7 +345,7 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
   if (p->shrinks != shrinks) { /* trimming moved things: place again, admit again */
     /* The trim keeps the hole and its neighbours, so the place found
      * above stays; yet one CI run (rmmc-stress, 4 threads over host memory,
-     * ASan) once found none here, not reproduced in some 2,000 runs since
+     * ASan) once found none here, not reproduced in some 3,500 runs since
      * (docs/design.md, session 16). A new reservation serves the request
      * rather than failing it with an internal error. */
     if (!best_place(p, o, need, align, &pl)) {
