@@ -133,8 +133,8 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
     bad = "expandable must be -1 (when the upstream can), 0 or 1";
   else if (o->stream_heaps > 1024)
     bad = "stream_heaps must be 0 (one per CPU) to 1024";
-  else if (o->checkpoint_every != 0 &&
-           (o->checkpoint_every == 1 || o->checkpoint_every > 65536 || !rmmc__is_pow2(o->checkpoint_every)))
+  else if (o->checkpoint_every != 0 && (o->checkpoint_every < 2 || o->checkpoint_every > 65536 ||
+                                         !rmmc__is_pow2(o->checkpoint_every)))
     bad = "checkpoint_every must be 0 (none) or a power of two from 2 to 65536";
   if (bad != NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resource_create: %s", bad);
   p->max_size = o->maximum_size == 0 || o->maximum_size == SIZE_MAX

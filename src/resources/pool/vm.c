@@ -317,17 +317,25 @@ static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_b
 static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
                                      uintptr_t keep_hi);
 
+/* Where a growth goes: the hole needing least mapped, else a new
+ * reservation (refused `within` the budget once the pool has one). */
+static rmmc_status_t place(pool_t *p, pool_owner_t *o, size_t need, size_t align, bool within,
+                           place_t *pl) {
+  if (best_place(p, o, need, align, pl)) return RMMC_SUCCESS;
+  if (within && p->regions != NULL)
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: its address space is full");
+  rmmc_status_t st = reserve_region(p, need, align);
+  if (st != RMMC_SUCCESS) return st;
+  if (!best_place(p, o, need, align, pl))
+    return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room in a new reservation");
+  return RMMC_SUCCESS;
+}
+
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                              size_t align, bool within, pool_block_t **out) {
   place_t pl = {0};
-  if (!best_place(p, o, need, align, &pl)) {
-    if (within && p->regions != NULL)
-      return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: its address space is full");
-    rmmc_status_t st = reserve_region(p, need, align);
-    if (st != RMMC_SUCCESS) return st;
-    if (!best_place(p, o, need, align, &pl))
-      return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room in a new reservation");
-  }
+  rmmc_status_t st = place(p, o, need, align, within, &pl);
+  if (st != RMMC_SUCCESS) return st;
   uint64_t shrinks = p->shrinks;
   /* The budget's trim leaves the hole and the free blocks beside it alone:
    * unmapping what this growth would map back is churn. */
@@ -343,17 +351,11 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
     return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
                   : RMMC_ERROR_OUT_OF_MEMORY;
   if (p->shrinks != shrinks) { /* trimming moved things: place again, admit again */
-    /* The trim keeps the hole and its neighbours, so the place found
-     * above stays; yet one CI run (rmmc-stress, 4 threads over host memory,
-     * ASan) once found none here, not reproduced in some 3,500 runs since
-     * (docs/design.md, session 16). A new reservation serves the request
-     * rather than failing it with an internal error. */
-    if (!best_place(p, o, need, align, &pl)) {
-      rmmc_status_t st = reserve_region(p, need, align);
-      if (st != RMMC_SUCCESS) return st;
-      if (!best_place(p, o, need, align, &pl))
-        return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room after trimming");
-    }
+    /* The same placement as above. The trim keeps the hole and its
+     * neighbours, so the first place should stay; one CI run (rmmc-stress
+     * over host memory, ASan) once found none, not reproduced in some
+     * 3,500 runs (docs/design.md, session 16): a new reservation then. */
+    if ((st = place(p, o, need, align, within, &pl)) != RMMC_SUCCESS) return st;
     if (rmmc__pool_admit_max(p, pl.m1 - pl.m0) != POOL_ADMIT_YES) return RMMC_ERROR_OUT_OF_MEMORY;
   }
   return map_place(p, o, pl, out);
