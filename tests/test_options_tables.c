@@ -297,7 +297,7 @@ START_TEST(test_options_table_check_counts_the_fields) {
   /* The field count the check holds the rows to is not vacuous: the
 XX, a struct of three
    * values 3, a nested brace or call one each. */
-  ck_assert_uint_eq(init_values(EXPANDED(RMMC_POOL_OPTIONS_INIT)), 20);
+  ck_assert_uint_eq(init_values(EXPANDED(RMMC_POOL_OPTIONS_INIT)), 21);
   ck_assert_uint_eq(init_values("{sizeof(x), 0, (size_t)1 << 20}"), 3);
   ck_assert_uint_eq(init_values("{f(a, b), {1, 2}}"), 2);
 }
@@ -315,6 +315,8 @@ START_TEST(test_options_pool_builder_checks_ranges_from_the_table) {
              "checkpoint_every must be 0 (none) or a power of two from 2 to 65536");
   spec_fails("pool(checkpoint_every=1) > host", RMMC_ERROR_INVALID_ARGUMENT,
              "checkpoint_every must be 0 (none) or a power of two from 2 to 65536");
+  spec_fails("pool(release_band=-1) > host", RMMC_ERROR_INVALID_ARGUMENT,
+             "release_band must be from 0 to 1000");
   /* A fraction reaches the struct (the create checks it). */
   spec_fails("pool(gc_threshold=2) > host", RMMC_ERROR_INVALID_ARGUMENT,
              "gc_threshold must be a fraction from 0 to 1");

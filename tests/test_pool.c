@@ -14,6 +14,7 @@
  * the maximum and its message); split_limit; bad frees, bad options, the
  * figures and the spec entry; destroy with live blocks. Host suite.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1840,6 +1841,9 @@ START_TEST(test_pool_create_rejects_bad_options) {
   BAD(23, o.checkpoint_every = 1, "checkpoint_every");
   BAD(24, o.checkpoint_every = 24, "checkpoint_every");
   BAD(25, o.checkpoint_every = 131072, "checkpoint_every");
+  BAD(26, o.release_band = -0.5, "release_band");
+  BAD(27, o.release_band = 1001, "release_band");
+  BAD(28, o.release_band = NAN, "release_band");
 #undef BAD
   /* Virtual memory over an upstream without it. */
   o = (rmmc_pool_options_t)RMMC_POOL_OPTIONS_INIT;
@@ -1861,6 +1865,7 @@ START_TEST(test_pool_create_rejects_bad_options) {
   o.release_slack = 0;
   o.cache_size = 0;
   o.checkpoint_every = 65536;
+  o.release_band = 1000;
   ck_assert_int_eq(rmmc_pool_resource_create(spy, &o, &pool), RMMC_SUCCESS);
   uint64_t unused;
   ck_assert(!rmmc_resource_get_field(pool, "limit", &unused));
@@ -2054,7 +2059,7 @@ START_TEST(test_pool_spec_entry_takes_every_option) {
                                   "small_chunk", "cache", "gc_threshold", "release_before_grow",
                                   "release_slack", "split_limit", "event_interval", "event_bytes",
                                   "expandable", "page", "address_space", "sync_before_peak",
-                                  "checkpoint_every"};
+                                  "checkpoint_every", "release_band"};
   for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
     ck_assert_msg(strstr(help, options[i]) != NULL, "help lacks %s", options[i]);
   ck_assert_ptr_null(strstr(help, "sync_before_grow"));

@@ -420,6 +420,62 @@ START_TEST(test_pool_vm_budget_trim_spares_the_growth_hole) {
 }
 END_TEST
 
+START_TEST(test_pool_vm_steady_band_widens_until_rounds_settle) {
+  /* Peak 50 MiB; each round holds B (20 MiB) and needs D (18.75 MiB)
+   * where A and C (15 MiB each) were: 53.75 MiB reserved, past the fixed
+   * band's 1.06x (53 MiB). At release_band=3 every round gives back (A's
+   * pages) and maps again; at the default the band widens by half a slack
+   * per give-back (3.5, 4: 1.08x, 54 MiB) and after that the rounds map
+   * and unmap nothing. Data survives every move. */
+  for (int fixed = 1; fixed >= 0; fixed--) {
+    fix_t f;
+    rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+    o.small_max = 0;
+    if (fixed) o.release_band = 3.0;
+    fix_open(&f, &o);
+    const size_t na = 15 * MiB, nb = 20 * MiB, nd = 18 * MiB + 768 * KiB;
+    void *peak = alloc_ok(f.pool, 50 * MiB, NULL);
+    free_ok(f.pool, peak, 50 * MiB, NULL);
+    uint64_t moves_late = 0, shrinks_before = 0;
+    for (unsigned round = 1; round <= 8; round++) {
+      uint64_t maps = field(f.pool, "page_maps"), unmaps = field(f.pool, "page_unmaps");
+      void *a = alloc_ok(f.pool, na, NULL), *b = alloc_ok(f.pool, nb, NULL);
+      void *c = alloc_ok(f.pool, na, NULL);
+      pool_fill(b, nb, round);
+      free_ok(f.pool, a, na, NULL);
+      free_ok(f.pool, c, na, NULL);
+      void *d = alloc_ok(f.pool, nd, NULL);
+      pool_fill(d, nd, round + 100);
+      CHECK_POOL(f.pool);
+      ck_assert(pool_filled(b, nb, round));
+      ck_assert(pool_filled(d, nd, round + 100));
+      ck_assert_uint_le(field(f.pool, "reserved"), (uint64_t)(1.08 * (double)(50 * MiB)));
+      free_ok(f.pool, b, nb, NULL);
+      free_ok(f.pool, d, nd, NULL);
+      ck_assert_uint_eq(field(f.pool, "peak"), 50 * MiB);
+      if (round == 4) shrinks_before = field(f.pool, "shrinks");
+      if (round > 4)
+        moves_late += field(f.pool, "page_maps") - maps + field(f.pool, "page_unmaps") - unmaps;
+    }
+    uint64_t shrinks_late = field(f.pool, "shrinks") - shrinks_before;
+    char band[16] = "";
+    ck_assert(pool_text(f.pool, "release_band", band, sizeof band));
+    if (fixed) {
+      ck_assert_msg(shrinks_late >= 4 && moves_late > 0, "fixed band: %llu give-backs late",
+                    (unsigned long long)shrinks_late);
+      ck_assert_str_eq(band, "3.0");
+    } else {
+      ck_assert_msg(shrinks_late == 0 && moves_late == 0,
+                    "widening band: %llu give-backs, %llu page calls in rounds 5-8",
+                    (unsigned long long)shrinks_late, (unsigned long long)moves_late);
+      ck_assert_str_eq(band, "4.0");
+      ck_assert_uint_ge(field(f.pool, "reserved"), 53 * MiB);
+    }
+    fix_close(&f);
+  }
+}
+END_TEST
+
 START_TEST(test_pool_vm_release_cached_keeps_live_pages) {
   /* release_cached unmaps every mapping that lies in free memory and keeps
    * the ones under live blocks, whose data survives: what stays mapped is
@@ -1156,6 +1212,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_vm_large_alignments);
   tcase_add_test(tc, test_pool_vm_grows_in_place_within_budget);
   tcase_add_test(tc, test_pool_vm_budget_trim_spares_the_growth_hole);
+  tcase_add_test(tc, test_pool_vm_steady_band_widens_until_rounds_settle);
   tcase_add_test(tc, test_pool_vm_release_cached_keeps_live_pages);
   tcase_add_test(tc, test_pool_vm_phases_repeat_without_mappings);
   tcase_add_test(tc, test_pool_vm_pressure_under_limiting_gives_back);

@@ -79,10 +79,13 @@
  * in a steady state (no new peak) only once the growth would pass a band
  * of 3 x release_slack more (1.06x by default), and then down to the
  * budget, so a round that needs a little more than the last one does not
- * give back and take again; in a workload that repeats, no upstream call
- * is made. Only memory no stream has work pending on goes back (what is
- * pending goes at a later growth). gc_threshold and maximum_size bound
- * reserved bytes the same way, steady or not. When the upstream refuses,
+ * give back and take again; each such steady-state give-back widens the
+ * band by 0.5 x release_slack, up to release_band (4: 1.08x), so a
+ * workload whose rounds keep giving back and taking again settles; in a
+ * workload that repeats, no upstream call is made. Only memory no stream
+ * has work pending on goes back (what is pending goes at a later growth).
+ * gc_threshold and maximum_size bound reserved bytes the same way, steady
+ * or not. When the upstream refuses,
  * a request that fits in a span is served from a free block of another
  * stream's heap (free memory inside spans that still hold live blocks,
  * which no other step reaches) if that stream's work before its frees
@@ -232,6 +235,17 @@ typedef struct rmmc_pool_options {
    * replays of logs that free across 4-8 streams, at 64 about a quarter of
    * that (H100; docs/performance.md, "Comparing two builds"). Since 0.3. */
   unsigned checkpoint_every;
+  /* release_band=: in a steady state (no new peak) a growth gives back
+   * free memory only once it would take reserved past the budget by more
+   * than band x release_slack. The band starts at 3 (or at this, if
+   * lower) and widens by 0.5 each time a steady-state growth still has to
+   * give back, up to this (default 4: from 1.06x to 1.08x the peak at the
+   * default slack), so a workload whose every round gives back and takes
+   * memory again settles instead (FSDP2 on 4 GPUs: from 2 page moves per
+   * step to none; docs/design.md, "Session 17"). 3: the fixed band of
+   * earlier versions; 0: give back whenever past the budget. From 0 to
+   * 1000. Since 0.3. */
+  double release_band;
 } rmmc_pool_options_t;
 
 /* min_growth's default: the backend's own (see min_growth above). */
@@ -240,7 +254,7 @@ typedef struct rmmc_pool_options {
 #define RMMC_POOL_OPTIONS_INIT                                                                 \
   {sizeof(rmmc_pool_options_t), 0, SIZE_MAX, RMMC_POOL_MIN_GROWTH_DEFAULT, (size_t)2 << 20,  \
    (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 1, (size_t)256 << 20, 0.02, 8.0, -1, 0, 0,   \
-   (size_t)8 << 20, 0, true, 64}
+   (size_t)8 << 20, 0, true, 64, 4.0}
 
 /* Creates a pool over `upstream`, which it retains (the caller keeps its
  * own reference); NULL options mean defaults. Reserves initial_size at

@@ -46,6 +46,8 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
     graphs++, graph_bytes += g->used_bytes + g->idx->bytes;
   uint64_t grows = p->grows, shrinks = p->shrinks, peers = p->peers, adoptions = p->adoptions;
+  char band[16]; /* the steady-state band now, in release_slacks (rmmc__pool_admit) */
+  snprintf(band, sizeof band, "%.1f", p->band);
   unlock_all(p);
   rmmc__emit_bytes(emit, ctx, RMMC__FIG(RESERVED), reserved);
   rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), t.in_use);
@@ -68,6 +70,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "grows", grows);
   rmmc__emit_count(emit, ctx, "shrinks", shrinks);
   rmmc__emit_count(emit, ctx, "adoptions", adoptions);
+  rmmc__emit_text(emit, ctx, "release_band", band);
   if (peers != 0) {
     char text[200];
     rmmc__pool_peers_text(peers, text, sizeof text);

@@ -136,6 +136,8 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   else if (o->checkpoint_every != 0 && (o->checkpoint_every < 2 || o->checkpoint_every > 65536 ||
                                          !rmmc__is_pow2(o->checkpoint_every)))
     bad = "checkpoint_every must be 0 (none) or a power of two from 2 to 65536";
+  else if (!(o->release_band >= 0.0 && o->release_band <= 1000.0))
+    bad = "release_band must be from 0 to 1000";
   if (bad != NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resource_create: %s", bad);
   p->max_size = o->maximum_size == 0 || o->maximum_size == SIZE_MAX
                     ? SIZE_MAX
@@ -163,7 +165,8 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   if (p->sync_before_peak && o->checkpoint_every > 0)
     rmmc__stream_set_marks(&p->streams, (uint32_t)__builtin_ctz(o->checkpoint_every));
   p->slack = o->release_slack;
-  p->band = 3.0;
+  p->band_max = o->release_band;
+  p->band = p->band_max < 3.0 ? p->band_max : 3.0;
   p->split_limit = o->split_limit;
   p->event_interval = o->event_interval;
   p->event_bytes = o->event_bytes;

@@ -64,6 +64,8 @@
   X(sync_before_peak, "sync_before_peak", BOOL, BOOL, true, "true", 0, 0, "",                  \
     "wait for streams' unfinished frees before reserved passes its peak")                     \
   X(checkpoint_every, "checkpoint_every", INT, UNSIGNED, 64, "64", 0, 65536, "records",        \
-    "sync_before_peak: a checkpoint every this-many-th event record (power of two; 0: none)")
+    "sync_before_peak: a checkpoint every this-many-th event record (power of two; 0: none)")  \
+  X(release_band, "release_band", DOUBLE, DOUBLE, 4.0, "4", 0, 0, "x slack",                   \
+    "steady state: the band past the budget widens from 3 to this while growths give back")
 
 #endif /* RMMC_POOL_OPTIONS_H */

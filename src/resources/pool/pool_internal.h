@@ -252,7 +252,8 @@ struct pool {
   uint64_t clock; /* shared-heap frees and slow paths: the time base of idleness */
   uint64_t peak_clock;    /* the clock when committed_peak last rose */
   uint64_t trim_min_age;  /* trimming leaves blocks freed more recently than this */
-  double band;            /* steady-state hysteresis: growth may pass the budget by band x slack */
+  double band, band_max;  /* steady-state hysteresis: growth may pass the budget by band x slack,
+                           * band widening to band_max (shared_heap.c, rmmc__pool_admit) */
   /* figures (shared lock) */
   size_t reserved, reserved_peak, committed, committed_peak, span_bytes, free_bytes;
   uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
