@@ -115,7 +115,9 @@
  * allocations or mappings), "shrinks"
  * (upstream frees or unmappings), "adoptions" (times a stream short of
  * memory waited on another stream's event and took all of that stream's
- * covered frees, rather than growing past its budget), and one text field "stream" per stream
+ * covered frees, rather than growing past its budget), the text field
+ * "release_band" (the steady-state band now, in release_slacks: "3.0" to
+ * release_band; see "Growth and giving back"), and one text field "stream" per stream
  * that holds a heap or free blocks in the shared heap:
  * "NAME in_use=BYTES cached=BYTES pending=BYTES heaps=N" (pending: free
  * bytes in the shared heap waiting for that stream's work).
