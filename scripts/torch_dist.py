@@ -380,12 +380,18 @@ def compare(runs):
         out.append((tag + ": identical losses", worst == 0.0,
                     "every rank of %d run(s) equal to native run 1" % len(group) if worst == 0.0
                     else "largest difference %.3g" % worst))
-        step = {k: _median([max(x["step_ms"] for x in r["ranks"]) for r in v])
-                for k, v in (("native", native), ("rmmc", rm))}
+        # Each run's slowest rank; the runs' spread beside the medians, since
+        # on a shared host whole runs move by a few percent (docs/
+        # performance.md, session 17).
+        per_run = {k: [max(x["step_ms"] for x in r["ranks"]) for r in v]
+                   for k, v in (("native", native), ("rmmc", rm))}
+        step = {k: _median(v) for k, v in per_run.items()}
         out.append((tag + ": median step time rmmc <= native", step["rmmc"] <= step["native"],
-                    "rmmc %.2f ms, native %.2f ms (%.3fx, medians of %d/%d runs)" % (
+                    "rmmc %.2f ms, native %.2f ms (%.3fx, medians of %d/%d runs; runs "
+                    "%.2f-%.2f and %.2f-%.2f)" % (
                         step["rmmc"], step["native"], step["rmmc"] / step["native"], len(rm),
-                        len(native))))
+                        len(native), min(per_run["rmmc"]), max(per_run["rmmc"]),
+                        min(per_run["native"]), max(per_run["native"]))))
         worse = []
         detail = []
         for rank in sorted(ref):

@@ -56,6 +56,9 @@ check(r.get("ddp 2 GPU(s): peak reserved per rank rmmc <= native") is True, "low
 detail = {c: d for c, _, d in td.compare(good)}
 check("rmmc 10.50 ms, native 12.00 ms" in detail["ddp 2 GPU(s): median step time rmmc <= native"],
       "step detail: %s" % detail["ddp 2 GPU(s): median step time rmmc <= native"])
+check("runs 10.00-31.00 and 11.00-13.00" in detail["ddp 2 GPU(s): median step time rmmc <= native"],
+      "the runs' spread (slowest rank of each): %s"
+      % detail["ddp 2 GPU(s): median step time rmmc <= native"])
 
 bad_loss = good[:-1] + [run("ddp", "rmmc", 2, 9.0, 900, losses=[2.5, 2.25, 2.0000001])]
 check(results(bad_loss)["ddp 2 GPU(s): identical losses"] is False, "a differing loss fails")
