@@ -71,8 +71,7 @@ static rmmc_status_t chunks_trim(pool_t *p, size_t goal) {
   for (pool_region_t *r = p->regions, *next; r != NULL && p->reserved > goal; r = next) {
     next = r->next;
     pool_block_t *b = r->first;
-    if (b->state != B_FREE || b->next != NULL || p->clock - b->freed < p->trim_min_age ||
-        !rmmc__pool_settled(p, b, true))
+    if (b->state != B_FREE || b->next != NULL || !rmmc__pool_settled(p, b, true))
       continue;
     rmmc__pool_unlink_free(p, b);
     pool_hook_release(p, r->base, r->size);

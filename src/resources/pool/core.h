@@ -259,7 +259,6 @@ static inline void heap_hand_out(pool_sheap_t *h, pool_block_t *b, size_t bytes)
 /* A new highest figure of bytes handed out or lent (the budget's basis). */
 static inline void new_peak(pool_t *p) {
   p->committed_peak = p->committed;
-  p->peak_clock = p->clock;
 }
 
 #endif /* RMMC_POOL_CORE_H */

@@ -63,7 +63,6 @@ static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
   rmmc__lock(&p->lock);
   if (st == RMMC_SUCCESS) graph_drain(p);
   consolidate(p, true);
-  p->trim_min_age = 0;
   st = p->be->trim(p, 0);
   rmmc__unlock(&p->lock);
   if (p->sleep != NULL) p->sleep->drop(p, false);

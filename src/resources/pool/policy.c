@@ -302,7 +302,6 @@ static rmmc_status_t last_resort(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
   pool_block_t *b = find_usable(p, o, need, align);
   rmmc_status_t st = RMMC_SUCCESS;
   if (b == NULL) {
-    p->trim_min_age = 0;
     (void)p->be->trim(p, 0);
     (void)rmmc_resource_release_cached(p->base.upstream);
     st = p->be->grow(p, o, stream, need, align, false, &b);

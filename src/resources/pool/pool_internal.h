@@ -250,8 +250,6 @@ struct pool {
   pool_sheap_t *snap_first; /* lock_all's list */
   pool_meta_t meta;
   uint64_t clock; /* shared-heap frees and slow paths: the time base of idleness */
-  uint64_t peak_clock;    /* the clock when committed_peak last rose */
-  uint64_t trim_min_age;  /* trimming leaves blocks freed more recently than this */
   double band, band_max;  /* steady-state hysteresis: growth may pass the budget by band x slack,
                            * band widening to band_max (shared_heap.c, rmmc__pool_admit) */
   /* figures (shared lock) */

@@ -246,12 +246,9 @@ pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, s
   if (after > p->max_size) goal = p->max_size;
   if (after > p->gc_limit && p->gc_limit < goal) goal = p->gc_limit;
   if (after > b && b < goal) goal = b;
-  /* Hysteresis: while the peak rises (a cold start) any free memory may go
-   * back; in a steady state only memory idle for longer than it has been
-   * since the peak last rose, so what a repeating workload uses once per
-   * round stays (the maximum and gc_threshold are not steady: under them
-   * anything goes). */
-  p->trim_min_age = 0;
+  /* Hysteresis: while the peak rises (a cold start) a growth past the
+   * budget gives back first; in a steady state only past the band below
+   * (the maximum and gc_threshold have no band: past them it gives back). */
   if (goal == b && p->committed + need <= p->committed_peak) {
     /* Hysteresis band: in a steady state (the peak does not rise) growth
      * may go past the budget, up to band x slack more, before anything goes

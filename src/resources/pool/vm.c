@@ -424,7 +424,6 @@ static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
     for (pool_block_t *b = r->first; b != NULL; b = b->next) {
       if (b->state != B_FREE || b->where != W_INDEX) continue;
       if (b->addr < keep_hi && pool_bend(b) > keep_lo) continue;
-      if (p->clock - b->freed < p->trim_min_age) continue; /* in use in this round */
       size_t i = pool_seg_lower_bound(r, b->addr), j = i;
       while (j < r->nsegs && r->segs[j].addr + r->segs[j].size <= pool_bend(b)) j++;
       if (j == i || !rmmc__pool_settled(p, b, true)) continue;
