@@ -8,6 +8,7 @@
  * first" (POOL_ADMIT_TRIM) and its caller runs the trim: a backend its own
  * (vm_grow keeping the hole it grows into), the core p->be->trim.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,8 +264,8 @@ pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, s
                 (double)(p->committed_peak > p->committed + need ? p->committed_peak
                                                                  : p->committed + need);
     if ((double)after <= hi) goal = SIZE_MAX;
-    else if (p->band < p->band_max)
-      p->band = p->band + 0.5 < p->band_max ? p->band + 0.5 : p->band_max;
+    else
+      p->band = fmin(p->band + 0.5, p->band_max);
   }
   if (goal != SIZE_MAX) {
     if (o != NULL && o->uncovered > 0) rmmc__pool_cover(p, o, stream);
