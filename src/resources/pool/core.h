@@ -251,7 +251,7 @@ static inline pool_block_t *heap_carve(pool_sheap_t *h, pool_block_t *b, size_t 
 static inline void heap_hand_out(pool_sheap_t *h, pool_block_t *b, size_t bytes) {
   b->state = B_USED;
   b->requested = bytes;
-  if (b->region->nused++ == 0 && --h->nidle < h->low_idle) h->low_idle = h->nidle;
+  if (b->region->nused++ == 0) h->nidle--;
   h->in_use += pool_bsize(b);
   if (h->in_use > h->peak) h->peak = h->in_use;
 }

@@ -74,9 +74,8 @@ enum { SEG_ON = 0, SEG_OFF, SEG_WOKEN };
 typedef struct pool_seg {
   uintptr_t addr;
   size_t size;
-  uint64_t freed_at; /* pool clock when it last lay wholly in free blocks (trim order) */
-  uint8_t off;       /* SEG_ON, or paused (sleep.c): SEG_OFF (unmapped; resume maps it
-                      * again) or SEG_WOKEN (mapped by a wake still in progress) */
+  uint8_t off; /* SEG_ON, or paused (sleep.c): SEG_OFF (unmapped; resume maps it
+                * again) or SEG_WOKEN (mapped by a wake still in progress) */
 } pool_seg_t;
 
 struct pool_region {
@@ -155,8 +154,6 @@ struct pool_sheap {
   rmmc__ptrmap_t used;
   pool_region_t *spans;
   size_t nspans, nidle; /* spans held; of which wholly free */
-  size_t low_idle;      /* fewest wholly free spans since `tick` */
-  uint64_t tick;        /* pool clock at the last trim of idle spans */
   pool_block_t *foreign; /* blocks of its spans freed on other streams */
   size_t nforeign;
   pool_meta_t meta;

@@ -113,8 +113,7 @@ static rmmc_status_t heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *s
     h->stripe = stripe;
     h->hot = NULL;
     h->spans = NULL;
-    h->nspans = h->nidle = h->low_idle = 0;
-    h->tick = 0;
+    h->nspans = h->nidle = 0;
     h->in_use = h->peak = 0;
     h->span_takes = h->span_returns = 0;
     h->empties = 0;
@@ -163,7 +162,6 @@ static void span_give_back(pool_t *p, pool_sheap_t *x, pool_region_t *sp, cudaSt
   span_list_remove(x, sp);
   x->nspans--;
   x->nidle--;
-  if (x->low_idle > x->nidle) x->low_idle = x->nidle;
   x->span_returns++;
   rmmc__ptrmap_remove(&p->spans, rmmc__ptrmap_find(&p->spans, (void *)sp->base));
   pool_block_t *b = sp->parent;

@@ -83,7 +83,7 @@ static bool seg_insert(pool_region_t *r, uintptr_t addr, size_t size) {
   }
   size_t i = pool_seg_lower_bound(r, addr);
   memmove(r->segs + i + 1, r->segs + i, (r->nsegs - i) * sizeof *r->segs);
-  r->segs[i] = (pool_seg_t){addr, size, 0, SEG_ON};
+  r->segs[i] = (pool_seg_t){addr, size, SEG_ON};
   r->nsegs++;
   return true;
 }
