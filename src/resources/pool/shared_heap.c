@@ -248,22 +248,17 @@ pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, s
   if (after > p->gc_limit && p->gc_limit < goal) goal = p->gc_limit;
   if (after > b && b < goal) goal = b;
   /* Hysteresis: while the peak rises (a cold start) a growth past the
-   * budget gives back first; in a steady state only past the band below
-   * (the maximum and gc_threshold have no band: past them it gives back). */
+   * budget gives back first. In a steady state (the peak does not rise) it
+   * may go past the budget by up to band x slack before anything goes back
+   * (and then back down to the budget), so a round that needs a little more
+   * than the last does not give back and take again. A give-back here all
+   * the same means the rounds need more than the band: it widens by half a
+   * slack for the next, up to band_max, as glibc raises its trim threshold
+   * after a free shows the last one too low (FSDP2 on 4 GPUs gave back and
+   * took again 2 pages a step at 3 x; docs/design.md, session 17). The
+   * maximum and gc_threshold have no band: past them it gives back. */
   if (goal == b && p->committed + need <= p->committed_peak) {
-    /* Hysteresis band: in a steady state (the peak does not rise) growth
-     * may go past the budget, up to band x slack more, before anything goes
-     * back (and then back down to the budget), so a round that needs a
-     * little more than the last does not give back and take again. A
-     * give-back here all the same means the rounds need more than the band:
-     * it widens by half a slack for the next, up to band_max, as glibc
-     * raises its trim threshold after a free shows the last one too low
-     * (FSDP2 on 4 GPUs gave back and took again 2 pages a step at 3 x;
-     * docs/design.md, session 17). */
-    double hi = (1.0 + p->band * p->slack) *
-                (double)(p->committed_peak > p->committed + need ? p->committed_peak
-                                                                 : p->committed + need);
-    if ((double)after <= hi) goal = SIZE_MAX;
+    if ((double)after <= (1.0 + p->band * p->slack) * (double)p->committed_peak) goal = SIZE_MAX;
     else
       p->band = fmin(p->band + 0.5, p->band_max);
   }
