@@ -43,6 +43,7 @@ import contextlib
 import ctypes
 import numbers
 import os
+import re
 import sys
 import threading
 import warnings
@@ -66,6 +67,26 @@ _PLUGIN_LOSES = ("torch.cuda.memory_stats/memory_allocated/memory_summary, cudnn
                  "(cacheInfo), torch.cuda.MemPool, torch.compile(mode='reduce-overhead'), "
                  "memory history and snapshots, torch.OutOfMemoryError (a RuntimeError "
                  "comes instead) and torch.multiprocessing sharing of CUDA tensors")
+
+# The torch releases the native backend is compiled and self-tested against
+# (scripts/torch-native-check): oldest and newest. A newer torch is tried,
+# and a failure says that it is newer than the newest tested.
+TESTED_TORCH = ((2, 9), (2, 15))
+
+
+def _torch_release(version):
+    """(major, minor) of a torch version string ("2.14.1+cu130" -> (2, 14))."""
+    m = re.match(r"\s*(\d+)\.(\d+)", str(version))
+    if m is None:
+        raise ValueError("not a torch version: %r" % (version,))
+    return int(m.group(1)), int(m.group(2))
+
+
+def native_cxx_std(version):
+    """The C++ standard the native backend is compiled with against torch
+    `version`: "c++20" from 2.14 (its headers need it), else "c++17"."""
+    return "c++20" if _torch_release(version) >= (2, 14) else "c++17"
+
 
 _native_lib = None  # the loaded backend (ctypes.CDLL)
 _backend = None     # "native" or "plugin" once use() succeeded
@@ -169,7 +190,9 @@ def build_native(verbose=False):
         os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
     try:
         path = ext.load(name=name, sources=[src], extra_include_paths=[_include_dir()],
-                        extra_cflags=["-O2", "-Wall"],
+                        # the standard this release's headers need (as
+                        # scripts/torch-native-check compiles it)
+                        extra_cflags=["-O2", "-Wall", "-std=" + native_cxx_std(torch.__version__)],
                         # A compiler that links libstdc++ statically (the GPU
                         # machine's /opt/gcc) puts a second copy of it in the
                         # backend; exported, its symbols bind to the process's
