@@ -138,7 +138,7 @@ class NativeBackend:
 
     def bytes_out(self, device=None):
         """Bytes handed to PyTorch on the device (each block rounded up to
-        256, as rmmc hands them out)."""
+        512 as PyTorch rounds it, which is what rmmc hands out)."""
         import torch
         dev = torch.cuda.current_device() if device is None else int(device)
         return self._dll.rmmc_torch_native_bytes_out(dev)
