@@ -324,11 +324,13 @@ def main():
     one = {}
 
     def one_test(mode, n):
-        if args.budget and time.time() - start > args.budget:
+        left = args.budget - (time.time() - start) if args.budget else None
+        if left is not None and left <= 0:
             got = {key_of(n): ("missing", "not run: the --budget of %d s was spent" % args.budget)}
             seconds = 0.0
         else:
-            got, seconds, _, _ = run_pytest(mode, args.spec, file, [n], args.timeout, cwd)
+            limit = args.timeout if left is None else max(30, min(args.timeout, int(left) + 30))
+            got, seconds, _, _ = run_pytest(mode, args.spec, file, [n], limit, cwd)
         with lock:
             per[mode].update(got)
             secs[mode][key_of(n)] = seconds
@@ -341,8 +343,10 @@ def main():
         # native, then rmmc: one at a time, so their device-wide tests do
         # not meet (the per-test runs beside them allocate little).
         for mode in ("torch", "rmmc"):
-            got, seconds, rc, tail = run_pytest(mode, args.spec, file, ids,
-                                                max(args.timeout, 900), cwd)
+            limit = max(args.timeout, 900)
+            if args.budget:
+                limit = max(60, int(args.budget - (time.time() - start)))
+            got, seconds, rc, tail = run_pytest(mode, args.spec, file, ids, limit, cwd)
             with lock:
                 one[mode] = {"results": got, "seconds": seconds, "exit": rc, "tail": tail}
             print("  one process, %s: %s in %.0fs (exit %s)" % (mode, counts(got), seconds, rc),
