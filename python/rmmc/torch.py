@@ -548,10 +548,12 @@ def pool_spec(spec):
     """Inside the block, the private pools this thread makes
     (torch.cuda.MemPool(), torch.cuda.graph's pool) get an rmmc stack built
     from `spec` instead of the device's default spec. Sleep mode needs an
-    expandable pool ("pool > cuda", the default pool kind); sharing pages
-    with another process needs "pool > cuda(ipc=true)". The spec is
-    checked here (ParseError) and built when the pool is made. Native
-    backend only (RuntimeError otherwise)."""
+    expandable pool ("pool > cuda", the default pool kind); its pages are
+    shareable with another process unless it says cuda(ipc=false), and its
+    pool layer takes a private pool's defaults where it says nothing
+    (small_chunk=2MiB, min_growth=2MiB, page=1TiB: the README's "PyTorch's
+    own tests"). The spec is checked here (ParseError) and built when the
+    pool is made. Native backend only (RuntimeError otherwise)."""
     from . import validate
     native = _need_native("pool_spec")
     if not isinstance(spec, str):
