@@ -1041,12 +1041,16 @@ struct Route {
   cudaStream_t stream = nullptr; // the stream of that first allocation
 };
 
-// Is `s` being captured into a graph? An error reads as yes, the safe answer.
-inline bool stream_capturing(cudaStream_t s) {
+// Is `s` being captured into a graph? An error reads as `on_error`: yes
+// before a stream-ordered call on it (the safe answer), and for a route's
+// stream that can no longer be asked (destroyed since) no, unless the
+// error says a capture uses the legacy stream implicitly.
+inline bool stream_capturing(cudaStream_t s, bool on_error = true) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+  cudaError_t err = cudaStreamIsCapturing(s, &st);
+  if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return true;
+    return on_error || err == cudaErrorStreamCaptureImplicit;
   }
   return st != cudaStreamCaptureStatusNone;
 }
@@ -1092,7 +1096,8 @@ inline bool capture_possible(const DeviceState& d) {
   if (d.captures > 0)
     return true;
   for (const Route& r : d.routes)
-    if (r.kind == Route::UNKNOWN || (r.kind == Route::CAPTURE && stream_capturing(r.stream)))
+    if (r.kind == Route::UNKNOWN ||
+        (r.kind == Route::CAPTURE && stream_capturing(r.stream, false)))
       return true;
   return false;
 }
