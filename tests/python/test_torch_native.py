@@ -51,17 +51,20 @@ def test_include_dir_honours_rmmc_include(tmp_path, monkeypatch):
     assert rt._include_dir() == str(tmp_path)
 
 
+def launcher(*args):
+    """`python -m rmmc.torch ARGS` in a subprocess with this sys.path."""
+    return subprocess.run([sys.executable, "-m", "rmmc.torch"] + list(args), capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+
+
 def test_launcher_help():
-    p = subprocess.run([sys.executable, "-m", "rmmc.torch", "--help"], capture_output=True,
-                       text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    p = launcher("--help")
     assert p.returncode == 0, p.stderr
     assert "--spec" in p.stdout and "--backend" in p.stdout
 
 
 def test_launcher_needs_a_script():
-    p = subprocess.run([sys.executable, "-m", "rmmc.torch", "--spec", "pool > cuda"],
-                       capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    p = launcher("--spec", "pool > cuda")
     assert p.returncode == 2
     assert "a script or -m MODULE is needed" in p.stderr
 
@@ -93,7 +96,8 @@ def test_launcher_passes_module_arguments_untouched(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("ECHO_ARGV_OUT", str(out))
     for k in ("RMMC_ALLOC_CONF", "RMMC_TORCH_BACKEND", "RMMC_TORCH_AUTOLOAD"):
-        monkeypatch.delenv(k, raising=False)
+        monkeypatch.setenv(k, "")  # so that the undo removes what _main sets
+        monkeypatch.delenv(k)
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     installed = []
     rt._main(["--spec", "pool > cuda", "--backend", "native", "-m", "echo_argv_mod", "-q", "-k",
@@ -114,9 +118,7 @@ def test_launcher_passes_module_arguments_untouched(tmp_path, monkeypatch):
 
 
 def test_launcher_refuses_an_unknown_option_of_its_own():
-    p = subprocess.run([sys.executable, "-m", "rmmc.torch", "-q", "train.py"],
-                       capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    p = launcher("-q", "train.py")
     assert p.returncode == 2
     assert "unrecognized arguments: -q" in p.stderr
 
