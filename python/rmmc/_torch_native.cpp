@@ -1032,6 +1032,14 @@ struct Block {
   std::vector<int> ipc_fds; // descriptors it refers to (closed at free)
 };
 
+// A block freed with recorded streams, and the events recorded on them at
+// the free: it goes back to its stack once they are complete.
+struct Pending {
+  void* ptr = nullptr;
+  Block block;
+  std::vector<cudaEvent_t> events;
+};
+
 struct Route {
   MempoolId_t id;
   std::function<bool(cudaStream_t)> filter;
@@ -1071,6 +1079,11 @@ struct DeviceState {
   // was being captured: given back once no capture may be underway.
   std::vector<std::pair<void*, Block>> deferred;
   std::atomic<size_t> ndeferred{0}; // deferred.size(), read without the lock
+  // Blocks freed with recorded streams, each waiting for the events
+  // recorded on those streams at the free (release_block).
+  std::vector<Pending> pending;
+  std::atomic<size_t> npending{0};
+  std::vector<cudaEvent_t> free_events; // recorded and found complete: reused
   Counters counters;
   ResetBase base;
   StackFigures retired; // grows and shrinks of private pools destroyed
@@ -1295,6 +1308,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
           stacks.push_back(rmmc_resource_retain(d.stack));
       }
       give_back_deferred(d);
+      give_back_pending(d, true);
       for (Reaped& r : dead)
         destroy_pool_stack(d, std::move(r));
       for (rmmc_resource_t* s : stacks) {
@@ -1894,7 +1908,9 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   void free_block(void* ptr);
   void give_back(void* ptr);
   void give_back_deferred(DeviceState& d);
+  void give_back_pending(DeviceState& d, bool wait);
   void release_block(DeviceState& d, void* ptr, Block&& b);
+  void finish_release(DeviceState& d, void* ptr, Block&& b);
 
  private:
   // Devices PyTorch counted (init), or CUDA counts if init has not run.
@@ -2274,6 +2290,9 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
   DeviceState& d = dev(device);
   if (d.ndeferred.load(std::memory_order_relaxed) != 0)
     give_back_deferred(d);
+  if (d.npending.load(std::memory_order_relaxed) != 0)
+    give_back_pending(d, false); // PyTorch's process_events
+
   const size_t bytes = round_size(size); // what rmmc hands out
   Pool* pool = nullptr;
   rmmc_resource_t* res = nullptr;
@@ -2396,6 +2415,8 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
           }
         }
       }
+      if (retry)
+        give_back_pending(d, true); // blocks waiting for recorded streams, once done
       for (Reaped& r : dead)
         destroy_pool_stack(d, std::move(r));
       for (rmmc_resource_t* s : stacks) {
@@ -2532,7 +2553,7 @@ void RmmcAllocator::give_back(void* ptr) {
 
 // Gives back the blocks whose release waited for captures to end, once no
 // capture may be underway on the device (release_block keeps one whose
-// streams are still being captured).
+// streams are still being captured, or records its events now).
 void RmmcAllocator::give_back_deferred(DeviceState& d) {
   std::vector<std::pair<void*, Block>> ready;
   {
@@ -2546,43 +2567,121 @@ void RmmcAllocator::give_back_deferred(DeviceState& d) {
     release_block(d, pr.first, std::move(pr.second));
 }
 
-// Returns a block (out of the map) to the stack it came from, after its
-// stream waits for the streams recordStream named (GPU-side waits, no host
-// stall); destroys its private pool if that was the pool's last block and
-// the pool is released. A block with recorded streams one of which is
-// being captured waits (deferred) until no capture may be underway: an
-// event recorded in a capture cannot order work outside it, nor one
-// outside a capture work in it (PyTorch defers those frees the same way).
-// Runs in destructors: warns, never throws.
-void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
-  c10::cuda::CUDAGuard guard(b.device);
-  bool defer = false;
-  if (!b.streams.empty()) {
-    defer = stream_capturing(b.stream);
-    for (size_t k = 0; k < b.streams.size() && !defer; k++)
-      defer = stream_capturing(b.streams[k]);
+// Gives back the blocks freed with recorded streams whose events show that
+// work done (`wait`: waits for it: emptyCache, an out-of-memory retry).
+// Nothing while a capture may be underway: an event query is one of the
+// calls a global-mode capture forbids (PyTorch skips its process_events
+// then too). The events go back to the device's free list.
+void RmmcAllocator::give_back_pending(DeviceState& d, bool wait) {
+  std::vector<Pending> mine;
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    if (d.pending.empty() || capture_possible(d))
+      return;
+    mine.swap(d.pending);
+    d.npending = 0;
   }
+  std::vector<Pending> ready, later;
+  CaptureRelaxed relaxed; // a capture rmmc was not told of stays intact
+  for (Pending& pd : mine) {
+    bool done = true;
+    for (cudaEvent_t ev : pd.events) {
+      const cudaError_t e = wait ? cudaEventSynchronize(ev) : cudaEventQuery(ev);
+      if (e != cudaSuccess)
+        (void)cudaGetLastError(); // not ready, or an error: the block waits on
+      if (e != cudaSuccess) {
+        done = false;
+        break;
+      }
+    }
+    (done ? ready : later).push_back(std::move(pd));
+  }
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    for (Pending& pd : ready)
+      d.free_events.insert(d.free_events.end(), pd.events.begin(), pd.events.end());
+    for (Pending& pd : later)
+      d.pending.push_back(std::move(pd));
+    d.npending = d.pending.size();
+  }
+  for (Pending& pd : ready)
+    finish_release(d, pd.ptr, std::move(pd.block));
+}
+
+// Returns a block (out of the map) to the stack it came from. A block with
+// recorded streams (recordStream) is not handed out again before the work
+// those streams had queued when it was freed is done, PyTorch's rule: an
+// event is recorded on each and the block waits, still active, until the
+// next allocations find them complete (give_back_pending). One whose
+// streams are being captured waits (deferred) until no capture may be
+// underway: an event recorded in a capture tells nothing outside it
+// (PyTorch defers those frees the same way). Runs in destructors: warns,
+// never throws.
+void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
+  if (b.streams.empty())
+    return finish_release(d, ptr, std::move(b));
+  c10::cuda::CUDAGuard guard(b.device);
+  bool defer = stream_capturing(b.stream);
+  for (size_t k = 0; k < b.streams.size() && !defer; k++)
+    defer = stream_capturing(b.streams[k]);
+  Pending pd;
   for (size_t k = 0; k < b.streams.size() && !defer; k++) {
-    if (rmmc_stream_wait(b.stream, b.streams[k]) != RMMC_SUCCESS) {
-      rmmc_clear_last_error();
-      {
-        std::lock_guard<std::mutex> g(d.mutex);
-        defer = capture_possible(d); // a synchronization now could break a capture
+    cudaEvent_t ev = nullptr;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      if (!d.free_events.empty()) {
+        ev = d.free_events.back();
+        d.free_events.pop_back();
       }
-      // The free must not race that work: wait for all of it.
-      if (!defer && cudaDeviceSynchronize() != cudaSuccess) {
-        (void)cudaGetLastError();
-        TORCH_WARN("rmmc: freeing ", ptr, ": cannot order it after a recorded stream");
-      }
-      break;
+    }
+    if (ev == nullptr && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ev = nullptr;
+    }
+    if (ev != nullptr && cudaEventRecord(ev, b.streams[k]) == cudaSuccess) {
+      pd.events.push_back(ev);
+      continue;
+    }
+    (void)cudaGetLastError();
+    if (ev != nullptr)
+      (void)cudaEventDestroy(ev);
+    // No event: the free must not race that work; wait for all of it,
+    // unless a capture may be underway (then later).
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      defer = capture_possible(d);
+    }
+    if (!defer && cudaDeviceSynchronize() != cudaSuccess) {
+      (void)cudaGetLastError();
+      TORCH_WARN("rmmc: freeing ", ptr, ": cannot order it after a recorded stream");
+    }
+    break;
+  }
+  const bool synchronized = !defer && pd.events.size() < b.streams.size();
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    if (defer || synchronized) // the events recorded so far serve no more
+      d.free_events.insert(d.free_events.end(), pd.events.begin(), pd.events.end());
+    if (defer) {
+      d.deferred.emplace_back(ptr, std::move(b));
+      d.ndeferred = d.deferred.size();
+      return;
+    }
+    if (!synchronized) {
+      pd.ptr = ptr;
+      pd.block = std::move(b);
+      d.pending.push_back(std::move(pd));
+      d.npending = d.pending.size();
+      return;
     }
   }
-  if (defer) {
-    std::lock_guard<std::mutex> g(d.mutex);
-    d.deferred.emplace_back(ptr, std::move(b));
-    d.ndeferred = d.deferred.size();
-    return;
-  }
+  finish_release(d, ptr, std::move(b)); // the device was synchronized: nothing to wait for
+}
+
+// The end of a block's release: its descriptors closed, its memory back to
+// its stack (or its allocator), the counts, its pool reaped if that was
+// its last block.
+void RmmcAllocator::finish_release(DeviceState& d, void* ptr, Block&& b) {
   for (int fd : b.ipc_fds)
     close(fd);
   rmmc_status_t st = RMMC_SUCCESS;
