@@ -189,6 +189,16 @@ inline std::string spec_with_defaults(const std::string& spec, bool shareable,
   return out;
 }
 
+// The innermost layer of a spec (its base resource: "cuda(ipc=true)" of
+// "pool > cuda(ipc=true)"), what a MemPool(no_split=True) allocates from:
+// each block its own allocation. A spec it cannot split is returned whole.
+inline std::string base_layer(const std::string& spec) {
+  std::vector<std::string> layers;
+  if (!split_top(spec, '>', &layers))
+    return spec;
+  return trim(layers.back());
+}
+
 // The same over a whole configuration (RMMC_ALLOC_CONF's form: items
 // separated by ';', each "DEVICES: SPEC" or a spec), for the shareable
 // default only.
@@ -920,6 +930,11 @@ int main() {
                    "0: pool > cuda(ipc=true); 1-3: cuda;*: arena > cuda(ipc=false)"),
               1);
     EXPECT_EQ(same(config_with_defaults(""), ""), 1);
+    EXPECT_EQ(same(base_layer("statistics > pool(initial=1GiB) > cuda(ipc=true)"),
+                   "cuda(ipc=true)"),
+              1);
+    EXPECT_EQ(same(base_layer("cuda_async"), "cuda_async"), 1);
+    EXPECT_EQ(same(base_layer("pool(x=1 > cuda"), "pool(x=1 > cuda"), 1);
   }
 
   EXPECT_EQ(std::string(format_size(512)) == "512 bytes", 1);
@@ -1008,6 +1023,7 @@ struct Pool {
   size_t live = 0;          // blocks out (zombies included)
   bool use_on_oom = false;
   std::string spec;         // its stack's spec; empty: the device's default
+  bool no_split = false;    // setNoSplit: its stack is the spec's base layer alone
 };
 
 // The spec the calling thread's new private pools get instead of the
@@ -1549,6 +1565,39 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     std::lock_guard<std::mutex> g(d.mutex);
     pool_locked(d, device, id).use_on_oom = use_on_oom;
   }
+#if RMMC_TORCH_AT_LEAST(2, 10)
+  // MemPool(no_split=True): the pool never carves one allocation into
+  // several blocks (what a registration per tensor, ncclMemAlloc-style,
+  // needs): its stack becomes its spec's base layer alone (cuda), each
+  // block its own allocation and its own segment in snapshots. PyTorch
+  // calls it as the pool is made, before any block: the stack built then
+  // has taken no memory, so replacing it synchronizes nothing.
+  void setNoSplit(DeviceIndex device, MempoolId_t id) override {
+    DeviceState& d = dev(device);
+    Reaped old;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      Pool& p = pool_locked(d, device, id);
+      if (p.no_split)
+        return;
+      TORCH_CHECK(p.live == 0, "rmmc: setNoSplit: pool (", id.first, ", ", id.second,
+                  ") has blocks out already");
+      if (p.stack != nullptr && capture_possible(d)) {
+        // destroying even an unused stack synchronizes: keep it (splitting)
+        TORCH_WARN("rmmc: setNoSplit during a capture: pool (", id.first, ", ", id.second,
+                   ") keeps its splitting stack");
+        return;
+      }
+      p.no_split = true;
+      if (p.allocator || p.stack == nullptr)
+        return; // another allocator's pool, or a stack built at first use
+      old = Reaped{p.stack, std::move(p.segments), p.id};
+      p.stack = nullptr;
+    }
+    destroy_pool_stack(d, std::move(old));
+    ensure_stack(d, device, id);
+  }
+#endif
   bool checkPoolLiveAllocations(DeviceIndex device, MempoolId_t id,
                                 const std::unordered_set<void*>& expected) override {
     DeviceState& d = dev(device);
@@ -2013,7 +2062,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   // pages; where the device cannot share them, without. Its memory hooks
   // report to *segments.
   rmmc_resource_t* build_pool_stack(DeviceIndex device, const std::string& chosen,
-                                    SegmentTable* segments) {
+                                    SegmentTable* segments, bool no_split = false) {
     std::string spec = chosen, unshared;
     if (spec.empty()) {
       const char* config = nullptr;
@@ -2024,6 +2073,10 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: private pool: ", last_error());
       spec = buf;
       unshared = unshared_spec(device);
+    }
+    if (no_split) {
+      spec = base_layer(spec);
+      unshared = unshared.empty() ? unshared : base_layer(unshared);
     }
     const std::string first = spec_with_defaults(spec, shareable_, true);
     const std::string second = spec_with_defaults(unshared.empty() ? spec : unshared, false, true);
@@ -2083,15 +2136,17 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   // Gives pool `id` its stack unless it has one (or another allocator).
   void ensure_stack(DeviceState& d, DeviceIndex device, MempoolId_t id) {
     std::string spec;
+    bool no_split = false;
     {
       std::lock_guard<std::mutex> g(d.mutex);
       auto it = d.pools.find(id);
       if (it == d.pools.end() || it->second->stack != nullptr || it->second->allocator)
         return;
       spec = it->second->spec;
+      no_split = it->second->no_split;
     }
     std::shared_ptr<SegmentTable> segments = new_segments(device, id);
-    rmmc_resource_t* built = build_pool_stack(device, spec, segments.get());
+    rmmc_resource_t* built = build_pool_stack(device, spec, segments.get(), no_split);
     {
       std::lock_guard<std::mutex> g(d.mutex);
       auto it = d.pools.find(id);
@@ -2299,6 +2354,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
   std::shared_ptr<CCA::CUDAAllocator> other;
   bool need_stack = false;
   std::string over_limit, spec;
+  bool no_split = false;
   size_t out_now = 0;
   {
     std::lock_guard<std::mutex> g(d.mutex);
@@ -2326,6 +2382,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
       } else if (pool->stack == nullptr) {
         need_stack = true;
         spec = pool->spec;
+        no_split = pool->no_split;
       } else {
         res = pool->stack;
       }
@@ -2362,7 +2419,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
     rmmc_resource_t* built = nullptr;
     std::shared_ptr<SegmentTable> segments = new_segments(device, pool->id);
     try {
-      built = build_pool_stack(device, spec, segments.get());
+      built = build_pool_stack(device, spec, segments.get(), no_split);
     } catch (...) {
       std::lock_guard<std::mutex> g(d.mutex);
       pool->live--;

@@ -62,6 +62,11 @@ NOT_APPLICABLE = {
         "segment per small request, 20 MiB for 1-10 MiB, 2 MiB rounding above) and its "
         "split of reserved bytes and segments between a small and a large pool; rmmc's "
         "pool has one heap and its own growth sizes",
+    "TestMemPool::test_mempool_no_split":
+        "asserts that a pool which splits packs two 4 MiB tensors into one segment (the "
+        "caching allocator's 20 MiB segments for 1-10 MiB requests); rmmc's private pools "
+        "grow by what a request needs, so both pools hold one segment per tensor (a "
+        "no_split pool's stack is its spec's base layer: one allocation per block)",
 }
 
 RESULT_ORDER = ("passed", "xfailed", "skipped", "failed", "error", "xpassed", "crashed",
