@@ -2903,7 +2903,7 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
     MempoolId_t pool;
   };
   const bool all = only == MempoolId_t{0, 0};
-  std::vector<Item> items;
+  std::vector<Item> items, others;
   std::vector<View> views;
   {
     std::lock_guard<std::mutex> g(d.mutex);
@@ -2915,14 +2915,37 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
         views.push_back({p.segments.get(), p.segments, p.stack, p.id});
     }
     for (auto& kv : d.blocks) {
-      if (kv.second.zombie || kv.second.res == nullptr)
+      if (kv.second.zombie)
         continue;
       MempoolId_t pid = kv.second.pool != nullptr ? kv.second.pool->id : MempoolId_t{0, 0};
       if (!all && pid != only)
         continue;
+      if (kv.second.res == nullptr) { // another allocator's (MemPool(allocator=...))
+        others.push_back({reinterpret_cast<uintptr_t>(kv.first), kv.second.size,
+                          kv.second.stream, nullptr, pid, kv.second.context});
+        continue;
+      }
       items.push_back({reinterpret_cast<uintptr_t>(kv.first), kv.second.size, kv.second.stream,
                        rmmc_resource_retain(kv.second.res), pid, kv.second.context});
     }
+  }
+  // A block of another allocator is what that allocator handed out: a
+  // segment of its own.
+  for (const Item& it : others) {
+    SegmentInfo seg;
+    seg.device = device;
+    seg.address = it.addr;
+    seg.total_size = seg.allocated_size = seg.active_size = seg.requested_size = it.size;
+    seg.stream = reinterpret_cast<decltype(seg.stream)>(it.stream);
+    seg.is_large = it.size > kSmallSize;
+    seg.owner_private_pool_id = it.pool;
+    seg.context_when_allocated = it.ctx;
+    CCA::BlockInfo blk;
+    blk.size = blk.requested_size = it.size;
+    blk.allocated = blk.active = true;
+    blk.context_when_allocated = it.ctx;
+    seg.blocks.push_back(std::move(blk));
+    out->push_back(std::move(seg));
   }
   std::sort(items.begin(), items.end(),
             [](const Item& a, const Item& b) { return a.addr < b.addr; });
