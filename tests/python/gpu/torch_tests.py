@@ -62,10 +62,6 @@ NOT_APPLICABLE = {
         "segment per small request, 20 MiB for 1-10 MiB, 2 MiB rounding above) and its "
         "split of reserved bytes and segments between a small and a large pool; rmmc's "
         "pool has one heap and its own growth sizes",
-    "TestMemPool::test_mempool_with_allocator":
-        "asserts that a MemPool over a pluggable allocator packs two 1 MiB tensors into one "
-        "2 MiB segment (the caching allocator caching on top of that allocator); rmmc hands "
-        "each request of such a pool to the allocator itself, one segment per tensor",
     "TestMemPool::test_mempool_no_split":
         "asserts that a pool which splits packs two 4 MiB tensors into one segment (the "
         "caching allocator's 20 MiB segments for 1-10 MiB requests); rmmc's private pools "
