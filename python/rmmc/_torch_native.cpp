@@ -29,14 +29,22 @@
 // fill_device_stats() below, a pure function the host selftest checks
 // (-DRMMC_TORCH_NATIVE_SELFTEST builds only it and a main()).
 //
-// Versions: PyTorch 2.9, 2.10 and 2.11 (RMMC_TORCH_AT_LEAST guards the
-// differences of the interface).
+// Versions: PyTorch 2.9 to 2.15 (scripts/torch-native-check compiles and
+// selftests each; 2.14+ need C++20). RMMC_TORCH_AT_LEAST guards the
+// differences of the interface: getExpandableSegmentSizes and user
+// metadata (2.10); createOrIncrefPool's shared_ptr, setUseOnOOM's flag,
+// snapshot's include_traces, recordHistory's skip_actions (2.11); the
+// OOM-rejection observers, num_oom_rejections and getContextForPointer
+// (2.12); markCaptureBegin/End and reserved_bytes_by_private_pools (2.13);
+// supportsUserMetadata and annotateMemory (2.14). allocateWithAddress
+// (2.13) keeps PyTorch's refusal: rmmc cannot allocate at a chosen address.
 
 #include <c10/core/CachingDeviceAllocator.h>
 #include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -56,20 +64,177 @@ using c10::CachingDeviceAllocator::DeviceStats;
 
 // PyTorch's split between its small and large pools (kSmallSize).
 constexpr size_t kSmallSize = 1 << 20;
-// Every rmmc block is a multiple of this (contract 2: 256-byte alignment).
-constexpr size_t kRound = 256;
+// Blocks are asked of rmmc in multiples of PyTorch's kMinBlockSize (512),
+// as PyTorch's allocator rounds them, so memory_allocated() and the
+// active/allocated bytes of a program are PyTorch's, and each is what rmmc
+// really handed out (rmmc's own granule, 256, divides it).
+constexpr size_t kRound = 512;
 
 inline size_t round_size(size_t n) {
   return (n + kRound - 1) / kRound * kRound;
+}
+
+// PyTorch refuses any single request of an exabyte or more before trying
+// (its "Tried to allocate more than 1EB memory").
+constexpr size_t kOneExaByte = size_t(1) << 60;
+
+// ---- stack specs under PyTorch ----
+//
+// What the backend adds to a spec it builds a stack from, where the spec
+// does not say otherwise (each key given, by any of its names, wins):
+//   cuda layers under a pool (or arena), when `shareable`: ipc=true, so
+//     pages of an expandable pool can go to another process
+//     (torch.multiprocessing), as PyTorch's expandable segments can (a
+//     cuda layer alone hands out cudaMalloc memory, shareable anyway);
+//   pool layers of a private pool (`private_pool`): small_chunk=2MiB,
+//     min_growth=2MiB, page=1TiB. PyTorch's private pools hold their small
+//     blocks in 2 MiB segments and each large one in a segment of its own;
+//     so does a private pool then (a graph pool of a few small tensors
+//     holds 2 MiB, not a 4 MiB span or a 32 MiB chunk), and each growth is
+//     one mapping: one segment in snapshots, a block never split across
+//     segments. A private pool gives its memory back whole when it dies, so
+//     finer mappings would only cost driver calls.
+// Pure: the host selftest checks it. A spec it cannot split is returned
+// as it is (rmmc's parser then says what is wrong with it).
+struct LayerDefault {
+  const char* layer;  // resource name
+  const char* keys;   // names of the option, '|'-separated ("page|page_size")
+  const char* option; // what is added ("page=1TiB")
+  const char* unless; // another key whose presence keeps it out, or nullptr
+};
+
+inline std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\n"), b = s.find_last_not_of(" \t\n");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+// Splits `s` at top-level `sep` (not inside parentheses); false if the
+// parentheses do not balance.
+inline bool split_top(const std::string& s, char sep, std::vector<std::string>* out) {
+  int depth = 0;
+  std::string cur;
+  for (char c : s) {
+    if (c == '(') depth++;
+    if (c == ')' && --depth < 0) return false;
+    if (c == sep && depth == 0) {
+      out->push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out->push_back(cur);
+  return depth == 0;
+}
+
+inline bool has_key(const std::vector<std::string>& keys, const char* names) {
+  std::string all(names);
+  size_t from = 0;
+  for (;;) {
+    size_t bar = all.find('|', from);
+    std::string name = all.substr(from, bar == std::string::npos ? std::string::npos : bar - from);
+    if (std::find(keys.begin(), keys.end(), name) != keys.end())
+      return true;
+    if (bar == std::string::npos)
+      return false;
+    from = bar + 1;
+  }
+}
+
+inline std::string spec_with_defaults(const std::string& spec, bool shareable,
+                                      bool private_pool) {
+  static const LayerDefault defaults[] = {
+      {"cuda", "ipc", "ipc=true", nullptr},
+      {"pool", "small_chunk", "small_chunk=2MiB", "small_max"},
+      {"pool", "min_growth", "min_growth=2MiB", nullptr},
+      {"pool", "page|page_size", "page=1TiB", nullptr},
+  };
+  std::vector<std::string> layers;
+  if (!split_top(spec, '>', &layers))
+    return spec;
+  std::string out;
+  bool under_pool = false; // a pool or arena above this layer
+  for (size_t i = 0; i < layers.size(); i++) {
+    std::string layer = trim(layers[i]);
+    std::string name = layer, opts;
+    size_t open = layer.find('(');
+    if (open != std::string::npos) {
+      if (layer.back() != ')')
+        return spec;
+      name = trim(layer.substr(0, open));
+      opts = trim(layer.substr(open + 1, layer.size() - open - 2));
+    }
+    std::vector<std::string> items, keys;
+    if (!opts.empty() && !split_top(opts, ',', &items))
+      return spec;
+    for (const std::string& it : items) {
+      std::string key = trim(it.substr(0, it.find('=')));
+      std::transform(key.begin(), key.end(), key.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      keys.push_back(key);
+    }
+    for (const LayerDefault& d : defaults) {
+      const bool wanted = std::string(d.layer) == "cuda" ? shareable && under_pool : private_pool;
+      if (!wanted || name != d.layer || has_key(keys, d.keys) ||
+          (d.unless != nullptr && has_key(keys, d.unless)))
+        continue;
+      opts += opts.empty() ? d.option : std::string(", ") + d.option;
+    }
+    if (name == "pool" || name == "arena")
+      under_pool = true;
+    if (i > 0)
+      out += " > ";
+    out += opts.empty() ? name : name + "(" + opts + ")";
+  }
+  return out;
+}
+
+// The innermost layer of a spec (its base resource: "cuda(ipc=true)" of
+// "pool > cuda(ipc=true)"), what a MemPool(no_split=True) allocates from:
+// each block its own allocation. A spec it cannot split is returned whole.
+inline std::string base_layer(const std::string& spec) {
+  std::vector<std::string> layers;
+  if (!split_top(spec, '>', &layers))
+    return spec;
+  return trim(layers.back());
+}
+
+// The same over a whole configuration (RMMC_ALLOC_CONF's form: items
+// separated by ';', each "DEVICES: SPEC" or a spec), for the shareable
+// default only.
+inline std::string config_with_defaults(const std::string& config) {
+  std::vector<std::string> items;
+  if (!split_top(config, ';', &items))
+    return config;
+  std::string out;
+  for (size_t i = 0; i < items.size(); i++) {
+    std::string item = items[i], head;
+    size_t colon = item.find(':');
+    if (colon != std::string::npos) { // a device list: "*", or digits, ',', '-'
+      head = item.substr(0, colon + 1);
+      item = item.substr(colon + 1);
+    }
+    if (i > 0)
+      out += ";";
+    out += trim(item).empty() ? items[i] : head + (head.empty() ? "" : " ") +
+                                              spec_with_defaults(item, true, false);
+  }
+  return out;
 }
 
 // What the layer counts itself, per device. Allocation-side figures are
 // exact: they change with every block handed to PyTorch or taken back.
 struct Counters {
   StatArray allocation;      // blocks out
-  StatArray allocated_bytes; // their sizes rounded as rmmc rounds them
+  StatArray allocated_bytes; // their sizes rounded (round_size: what rmmc handed out)
   StatArray requested_bytes; // their sizes as PyTorch asked
+  // Blocks not yet given back to rmmc: out, or freed by PyTorch while a
+  // capture may be underway with streams recorded on them (their release
+  // waits for the capture to end, as PyTorch's deferred events do).
+  StatArray active;
+  StatArray active_bytes;
   int64_t num_ooms = 0;
+  int64_t num_oom_rejections = 0; // refused before reaching rmmc: the memory fraction
   int64_t num_alloc_retries = 0;
   int64_t num_sync_all_streams = 0; // emptyCache calls that synchronized
   // Since the backend started (no reset clears them): rmmc.torch.stats().
@@ -108,9 +273,10 @@ struct ResetBase {
 //
 //   allocation, allocated_bytes, requested_bytes: the layer's counts (small
 //     and large split at 1 MiB as PyTorch splits them).
-//   active, active_bytes: the same as allocated: a block freed with
-//     recorded streams goes back to rmmc at once behind GPU-side waits, so
-//     no block is active without being allocated.
+//   active, active_bytes: the layer's count of blocks not yet given back:
+//     the allocated ones, and those freed with recorded streams during a
+//     capture (given back when it ends; outside a capture a freed block
+//     goes back to rmmc at once behind GPU-side waits).
 //   reserved_bytes: the stacks' "reserved" (all in the aggregate and large
 //     rows: rmmc has one heap, not PyTorch's two); peak: rmmc's
 //     reserved_peak if it rose after the last reset, else the larger of
@@ -121,7 +287,9 @@ struct ResetBase {
 //   inactive_split_bytes: reserved - allocated (free bytes the stacks
 //     cache); inactive_split count: 0 (rmmc does not count free blocks).
 //   num_ooms, num_alloc_retries: the layer's (a retry is an allocation
-//     that failed, released every cache of the device and was tried again).
+//     that failed, released every cache of the device and was tried again);
+//     num_oom_rejections (2.12+): requests refused before reaching rmmc
+//     because they would pass the memory fraction.
 //   num_sync_all_streams: rmmc's "device_syncs" plus the layer's own.
 //   oversize_allocations, oversize_segments: 0 (rmmc has no oversize
 //     class); max_split_size: SIZE_MAX as PyTorch reports with no limit.
@@ -135,8 +303,8 @@ inline DeviceStats fill_device_stats(const Counters& c, const StackFigures& f,
   s.allocation = c.allocation;
   s.allocated_bytes = c.allocated_bytes;
   s.requested_bytes = c.requested_bytes;
-  s.active = c.allocation;
-  s.active_bytes = c.allocated_bytes;
+  s.active = c.active;
+  s.active_bytes = c.active_bytes;
 
   const int64_t out = c.allocated_bytes[0].current;
   Stat reserved;
@@ -176,6 +344,9 @@ inline DeviceStats fill_device_stats(const Counters& c, const StackFigures& f,
   s.segment[2] = segment;
 
   s.num_ooms = c.num_ooms;
+#if RMMC_TORCH_AT_LEAST(2, 12)
+  s.num_oom_rejections = c.num_oom_rejections;
+#endif
   s.num_alloc_retries = c.num_alloc_retries;
   s.num_sync_all_streams =
       static_cast<int64_t>(f.device_syncs) + c.num_sync_all_streams;
@@ -185,10 +356,16 @@ inline DeviceStats fill_device_stats(const Counters& c, const StackFigures& f,
   return s;
 }
 
-// Counts one block in or out (type: 1 small, 2 large, as PyTorch's rows).
+// The row of a block (1 small, 2 large), split as PyTorch's pools are.
+inline size_t row_of(size_t requested) {
+  return round_size(requested) <= kSmallSize ? 1 : 2;
+}
+
+// Counts one block given to PyTorch or taken back (allocation,
+// allocated_bytes, requested_bytes, lifetime figures).
 inline void count_block(Counters& c, size_t requested, bool in) {
   const size_t rounded = round_size(requested);
-  const size_t type = requested <= kSmallSize ? 1 : 2;
+  const size_t type = row_of(requested);
   for (size_t t : {size_t(0), type}) {
     if (in && t == 0) {
       c.lifetime_allocations++;
@@ -205,6 +382,47 @@ inline void count_block(Counters& c, size_t requested, bool in) {
       c.allocation[t].decrease(1);
       c.allocated_bytes[t].decrease(rounded);
       c.requested_bytes[t].decrease(requested);
+    }
+  }
+}
+
+// reserved_bytes_by_private_pools (2.13+): per private pool, the bytes its
+// stack reserves, sampled when statistics are read and set to 0 when the
+// pool's stack is destroyed; peak, allocated and freed last until a reset
+// (a dead pool's entry goes at resetAccumulatedStats). Pure: the selftest
+// checks it.
+struct PoolReserved {
+  std::map<std::pair<uint64_t, uint64_t>, Stat> by_pool;
+  void sample(std::pair<uint64_t, uint64_t> id, uint64_t now) {
+    Stat& st = by_pool[id];
+    const int64_t n = static_cast<int64_t>(now);
+    if (n > st.current)
+      st.increase(n - st.current);
+    else if (n < st.current)
+      st.decrease(st.current - n);
+  }
+  void reset_peak() {
+    for (auto& kv : by_pool)
+      kv.second.reset_peak();
+  }
+  void reset_accumulated() {
+    for (auto it = by_pool.begin(); it != by_pool.end();) {
+      it->second.reset_accumulated();
+      it = it->second.current == 0 ? by_pool.erase(it) : std::next(it);
+    }
+  }
+};
+
+// Counts one block becoming active (handed out) or inactive (back in rmmc).
+inline void count_active(Counters& c, size_t requested, bool in) {
+  const int64_t rounded = static_cast<int64_t>(round_size(requested));
+  for (size_t t : {size_t(0), row_of(requested)}) {
+    if (in) {
+      c.active[t].increase(1);
+      c.active_bytes[t].increase(rounded);
+    } else {
+      c.active[t].decrease(1);
+      c.active_bytes[t].decrease(rounded);
     }
   }
 }
@@ -395,18 +613,32 @@ static int failures = 0;
 int main() {
   using namespace rmmc_torch;
   Counters c;
+  // PyTorch's rounding: at least 512 bytes, in multiples of 512; the rows
+  // split at 1 MiB after rounding.
+  EXPECT_EQ(round_size(1), 512);
+  EXPECT_EQ(round_size(512), 512);
+  EXPECT_EQ(round_size(513), 1024);
+  EXPECT_EQ(row_of(1u << 20), 1);
+  EXPECT_EQ(row_of((1u << 20) - 100), 1);
+  EXPECT_EQ(row_of((1u << 20) + 1), 2);
   // 100 bytes (small) and 3 MiB + 1 (large) out; then the small one back.
   count_block(c, 100, true);
   count_block(c, (3u << 20) + 1, true);
-  EXPECT_EQ(c.allocated_bytes[0].current, 256 + (3 << 20) + 256);
+  EXPECT_EQ(c.allocated_bytes[0].current, 512 + (3 << 20) + 512);
   EXPECT_EQ(c.requested_bytes[0].current, 100 + (3 << 20) + 1);
   EXPECT_EQ(c.allocation[1].current, 1);
   EXPECT_EQ(c.allocation[2].current, 1);
   count_block(c, 100, false);
-  EXPECT_EQ(c.allocated_bytes[0].current, (3 << 20) + 256);
-  EXPECT_EQ(c.allocated_bytes[0].peak, 256 + (3 << 20) + 256);
-  EXPECT_EQ(c.allocated_bytes[0].freed, 256);
+  EXPECT_EQ(c.allocated_bytes[0].current, (3 << 20) + 512);
+  EXPECT_EQ(c.allocated_bytes[0].peak, 512 + (3 << 20) + 512);
+  EXPECT_EQ(c.allocated_bytes[0].freed, 512);
   EXPECT_EQ(c.allocated_bytes[1].current, 0);
+  // Active: blocks not yet given back (the large one, and the small one
+  // while its release waits for a capture to end).
+  count_active(c, 100, true);
+  count_active(c, (3u << 20) + 1, true);
+  EXPECT_EQ(c.active[0].current, 2);
+  EXPECT_EQ(c.active_bytes[0].current, 512 + (3 << 20) + 512);
   // rmmc.torch.stats()'s lifetime figures: 2 out, 1 back, peak as requested.
   EXPECT_EQ(c.lifetime_allocations, 2);
   EXPECT_EQ(c.lifetime_frees, 1);
@@ -415,6 +647,7 @@ int main() {
     st.reset_accumulated(); // resetAccumulatedStats leaves them
   EXPECT_EQ(c.lifetime_allocations, 2);
   c.num_ooms = 2;
+  c.num_oom_rejections = 1;
   c.num_alloc_retries = 3;
 
   // A pool holding 32 MiB in 2 regions after 3 grows and 1 shrink.
@@ -428,20 +661,30 @@ int main() {
   f.device_syncs = 4;
   ResetBase base;
   DeviceStats s = fill_device_stats(c, f, base);
-  EXPECT_EQ(s.allocated_bytes[0].current, (3 << 20) + 256);
-  EXPECT_EQ(s.active_bytes[0].current, (3 << 20) + 256);
+  EXPECT_EQ(s.allocated_bytes[0].current, (3 << 20) + 512);
+  EXPECT_EQ(s.active[0].current, 2); // the small one still active
+  EXPECT_EQ(s.active_bytes[0].current, 512 + (3 << 20) + 512);
+  EXPECT_EQ(s.active_bytes[1].current, 512);
+  count_active(c, 100, false); // given back
+  s = fill_device_stats(c, f, base);
+  EXPECT_EQ(s.active_bytes[0].current, (3 << 20) + 512);
+  EXPECT_EQ(s.active_bytes[0].freed, 512);
+  EXPECT_EQ(s.active[1].current, 0);
   EXPECT_EQ(s.requested_bytes[0].current, (3 << 20) + 1);
   EXPECT_EQ(s.reserved_bytes[0].current, 32 << 20);
   EXPECT_EQ(s.reserved_bytes[0].peak, 40 << 20);
   EXPECT_EQ(s.reserved_bytes[2].current, 32 << 20);
   EXPECT_EQ(s.reserved_bytes[1].current, 0);
-  EXPECT_EQ(s.inactive_split_bytes[0].current, (32 << 20) - (3 << 20) - 256);
+  EXPECT_EQ(s.inactive_split_bytes[0].current, (32 << 20) - (3 << 20) - 512);
   EXPECT_EQ(s.segment[0].current, 2);
   EXPECT_EQ(s.segment[0].allocated, 3);
   EXPECT_EQ(s.segment[0].freed, 1);
   EXPECT_EQ(s.num_device_alloc, 3);
   EXPECT_EQ(s.num_device_free, 1);
   EXPECT_EQ(s.num_ooms, 2);
+#if RMMC_TORCH_AT_LEAST(2, 12)
+  EXPECT_EQ(s.num_oom_rejections, 1);
+#endif
   EXPECT_EQ(s.num_alloc_retries, 3);
   EXPECT_EQ(s.num_sync_all_streams, 4);
   EXPECT_EQ(s.oversize_allocations.current, 0);
@@ -478,7 +721,7 @@ int main() {
   StackFigures none;
   ResetBase b2;
   s = fill_device_stats(c, none, b2);
-  EXPECT_EQ(s.reserved_bytes[0].current, (3 << 20) + 256);
+  EXPECT_EQ(s.reserved_bytes[0].current, (3 << 20) + 512);
   EXPECT_EQ(s.segment[0].current, 1);
   EXPECT_EQ(s.inactive_split_bytes[0].current, 0);
 
@@ -624,6 +867,76 @@ int main() {
     EXPECT_EQ(h2.acquires, 2);
   }
 
+  // Private pools' reserved bytes: sampled, 0 when the pool dies, the peak
+  // and the accumulated figures kept until a reset.
+  {
+    PoolReserved pr;
+    const std::pair<uint64_t, uint64_t> one{0, 1}, two{0, 2};
+    pr.sample(one, 4u << 20);
+    pr.sample(one, 6u << 20);
+    pr.sample(two, 2u << 20);
+    pr.sample(one, 0); // destroyed
+    EXPECT_EQ(pr.by_pool.size(), 2);
+    EXPECT_EQ(pr.by_pool[one].current, 0);
+    EXPECT_EQ(pr.by_pool[one].peak, 6 << 20);
+    EXPECT_EQ(pr.by_pool[one].allocated, 6 << 20);
+    EXPECT_EQ(pr.by_pool[one].freed, 6 << 20);
+    pr.reset_peak();
+    EXPECT_EQ(pr.by_pool[one].peak, 0);
+    EXPECT_EQ(pr.by_pool[two].peak, 2 << 20);
+    pr.reset_accumulated(); // the dead pool's entry goes
+    EXPECT_EQ(pr.by_pool.size(), 1);
+    EXPECT_EQ(pr.by_pool[two].current, 2 << 20);
+    EXPECT_EQ(pr.by_pool[two].allocated, 0);
+  }
+
+  // Specs under PyTorch: shareable pages under a pool, a private pool's
+  // sizes; what a spec says wins, by either of an option's names.
+  {
+    auto same = [](const std::string& a, const char* b) { return a == b ? 1 : 0; };
+    EXPECT_EQ(same(spec_with_defaults("pool > cuda", true, false), "pool > cuda(ipc=true)"), 1);
+    EXPECT_EQ(same(spec_with_defaults("pool>cuda", false, false), "pool > cuda"), 1);
+    EXPECT_EQ(same(spec_with_defaults("cuda", true, false), "cuda"), 1); // cudaMalloc memory
+    EXPECT_EQ(same(spec_with_defaults("fixed_size > cuda", true, false), "fixed_size > cuda"), 1);
+    EXPECT_EQ(same(spec_with_defaults("binning > pool(expandable=false) > cuda", true, false),
+                   "binning > pool(expandable=false) > cuda(ipc=true)"),
+              1);
+    EXPECT_EQ(same(spec_with_defaults("arena > cuda", true, false), "arena > cuda(ipc=true)"), 1);
+    EXPECT_EQ(same(spec_with_defaults("pool > cuda(ipc=false)", true, false),
+                   "pool > cuda(ipc=false)"),
+              1);
+    EXPECT_EQ(same(spec_with_defaults("pool > cuda( IPC = false )", true, false),
+                   "pool > cuda(IPC = false)"),
+              1);
+    EXPECT_EQ(same(spec_with_defaults("pool > cuda_async", true, false), "pool > cuda_async"), 1);
+    EXPECT_EQ(same(spec_with_defaults("pool > cuda", true, true),
+                   "pool(small_chunk=2MiB, min_growth=2MiB, page=1TiB) > cuda(ipc=true)"),
+              1);
+    EXPECT_EQ(same(spec_with_defaults("statistics > pool(initial=1GiB, page_size=64MiB) > cuda",
+                                      false, true),
+                   "statistics > pool(initial=1GiB, page_size=64MiB, small_chunk=2MiB, "
+                   "min_growth=2MiB) > cuda"),
+              1);
+    EXPECT_EQ(same(spec_with_defaults("pool(small_max=4MiB, min_growth=1GiB) > cuda", false, true),
+                   "pool(small_max=4MiB, min_growth=1GiB, page=1TiB) > cuda"),
+              1);
+    // Not split: returned as it is, for the parser to explain.
+    EXPECT_EQ(same(spec_with_defaults("pool(initial=1GiB > cuda", true, true),
+                   "pool(initial=1GiB > cuda"),
+              1);
+    EXPECT_EQ(same(spec_with_defaults("pool) > cuda", true, true), "pool) > cuda"), 1);
+    EXPECT_EQ(same(config_with_defaults("pool > cuda"), "pool > cuda(ipc=true)"), 1);
+    EXPECT_EQ(same(config_with_defaults("0: pool > cuda; 1-3: cuda;*:arena>cuda(ipc=false)"),
+                   "0: pool > cuda(ipc=true); 1-3: cuda;*: arena > cuda(ipc=false)"),
+              1);
+    EXPECT_EQ(same(config_with_defaults(""), ""), 1);
+    EXPECT_EQ(same(base_layer("statistics > pool(initial=1GiB) > cuda(ipc=true)"),
+                   "cuda(ipc=true)"),
+              1);
+    EXPECT_EQ(same(base_layer("cuda_async"), "cuda_async"), 1);
+    EXPECT_EQ(same(base_layer("pool(x=1 > cuda"), "pool(x=1 > cuda"), 1);
+  }
+
   EXPECT_EQ(std::string(format_size(512)) == "512 bytes", 1);
   EXPECT_EQ(std::string(format_size(20ull << 30)) == "20.00 GiB", 1);
   EXPECT_EQ(std::string(format_size(3u << 20)) == "3.00 MiB", 1);
@@ -669,6 +982,7 @@ int main() {
 namespace rmmc_torch {
 
 namespace CCA = c10::cuda::CUDACachingAllocator;
+using AnnotationEntryT = decltype(CCA::SnapshotInfo::external_annotations)::value_type;
 using c10::DeviceIndex;
 using c10::MempoolId_t;
 using CCA::SegmentInfo;
@@ -709,6 +1023,7 @@ struct Pool {
   size_t live = 0;          // blocks out (zombies included)
   bool use_on_oom = false;
   std::string spec;         // its stack's spec; empty: the device's default
+  bool no_split = false;    // setNoSplit: its stack is the spec's base layer alone
 };
 
 // The spec the calling thread's new private pools get instead of the
@@ -727,15 +1042,46 @@ struct Block {
   std::vector<cudaStream_t> streams; // recorded by recordStream
   std::shared_ptr<c10::GatheredContext> context;
   bool zombie = false;      // freed by PyTorch, kept for a checkpoint
+  bool active = true;       // counted in the active figures
   int checkpoints = 0;      // checkpoint states that hold it
   std::string ipc;          // the handle shareIpcHandle made, if any
   std::vector<int> ipc_fds; // descriptors it refers to (closed at free)
 };
 
+// A block freed with recorded streams, and the events recorded on them at
+// the free: it goes back to its stack once they are complete.
+struct Pending {
+  void* ptr = nullptr;
+  Block block;
+  std::vector<cudaEvent_t> events;
+};
+
 struct Route {
   MempoolId_t id;
   std::function<bool(cudaStream_t)> filter;
+  // Learnt at its first allocation: a capture's route (the stream was being
+  // captured) or another's (a MemPool's, use_mem_pool); unknown before.
+  enum Kind { UNKNOWN, CAPTURE, OTHER } kind = UNKNOWN;
+  cudaStream_t stream = nullptr; // the stream of that first allocation
 };
+
+// Is `s` being captured into a graph? An error reads as `on_error`: yes
+// before a stream-ordered call on it (the safe answer), and for a route's
+// stream that can no longer be asked (destroyed since) no, unless the
+// error says a capture uses the legacy stream implicitly.
+inline bool stream_capturing(cudaStream_t s, bool on_error = true) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(s, &st);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return on_error || err == cudaErrorStreamCaptureImplicit;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+// PyTorch's OomRejectionObserver (2.12+): device, the request, the bytes
+// allocated before it, the device's total.
+using OomRejectionFn = std::function<void(int64_t, size_t, size_t, size_t)>;
 
 struct DeviceState {
   std::mutex mutex; // everything below, and the blocks of this device
@@ -744,13 +1090,46 @@ struct DeviceState {
   std::unordered_map<void*, Block> blocks;
   std::unordered_map<MempoolId_t, std::unique_ptr<Pool>, MempoolHash> pools;
   std::vector<Route> routes; // beginAllocateToPool, oldest first
+  int captures = 0; // markCaptureBegin less markCaptureEnd (2.13+)
+  // Blocks PyTorch freed with recorded streams while one of their streams
+  // was being captured: given back once no capture may be underway.
+  std::vector<std::pair<void*, Block>> deferred;
+  std::atomic<size_t> ndeferred{0}; // deferred.size(), read without the lock
+  // Blocks freed with recorded streams, each waiting for the events
+  // recorded on those streams at the free (release_block).
+  std::vector<Pending> pending;
+  std::atomic<size_t> npending{0};
+  std::vector<cudaEvent_t> free_events; // recorded and found complete: reused
   Counters counters;
   ResetBase base;
   StackFigures retired; // grows and shrinks of private pools destroyed
-  double fraction = 0; // setMemoryFraction (0: none)
-  size_t limit = 0;
+  PoolReserved pool_reserved; // reserved_bytes_by_private_pools
+  bool fraction_set = false; // setMemoryFraction ran (0 is a fraction too)
+  double fraction = 0;
+  size_t limit = 0; // bytes allowed through rmmc (with fraction_set)
   size_t total = 0; // the device's bytes when the fraction was set
 };
+
+// May a CUDA graph capture be underway on the device? Then nothing may
+// synchronize the device, free memory to the driver or destroy a stack (a
+// capture's stream, or the device, would be synchronized: CUDA refuses
+// that and invalidates the capture). PyTorch begins routing to a capture's
+// private pool before it begins the capture and ends it after
+// (beginAllocateToPool / endAllocateToPool); a route counts until its
+// first allocation shows what it is: a MemPool's (use_mem_pool) then
+// counts no more, nor a capture's whose stream no longer captures (a
+// capture CUDA invalidated: PyTorch's capture_end throws before it ends
+// the routing, which then stays). 2.13+ also says when a capture starts
+// and ends (markCaptureBegin / markCaptureEnd). Device lock held.
+inline bool capture_possible(const DeviceState& d) {
+  if (d.captures > 0)
+    return true;
+  for (const Route& r : d.routes)
+    if (r.kind == Route::UNKNOWN ||
+        (r.kind == Route::CAPTURE && stream_capturing(r.stream, false)))
+      return true;
+  return false;
+}
 
 // What getCheckpointState keeps: the blocks of a pool live then.
 struct CheckpointState : CCA::AllocatorState {
@@ -771,6 +1150,7 @@ void install_segment_hooks(rmmc_resource_t* stack, SegmentTable* t);
 struct Reaped {
   rmmc_resource_t* stack = nullptr;
   std::shared_ptr<SegmentTable> segments;
+  MempoolId_t id{0, 0};
 };
 
 // Sums one stack's figures into *f (the first layer from the top that
@@ -804,6 +1184,26 @@ uint64_t largest_free(rmmc_resource_t* stack) {
   }
   return 0;
 }
+
+// Switches the calling thread to the relaxed capture mode for a scope, as
+// PyTorch's CUDAStreamCaptureModeGuard: a call that would be unsafe during
+// a global-mode capture (building a stack, a driver allocation) then
+// neither fails nor invalidates one another thread (or this one) has
+// underway.
+struct CaptureRelaxed {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  bool swapped;
+  CaptureRelaxed() : swapped(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess) {
+    if (!swapped)
+      (void)cudaGetLastError();
+  }
+  ~CaptureRelaxed() {
+    if (swapped)
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  }
+  CaptureRelaxed(const CaptureRelaxed&) = delete;
+  CaptureRelaxed& operator=(const CaptureRelaxed&) = delete;
+};
 
 // A CUDA failure that is the device running out of memory counts as out
 // of memory (PyTorch raises OutOfMemoryError for it too).
@@ -874,11 +1274,14 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     std::lock_guard<std::mutex> g(d.mutex);
     // As PyTorch's: the bytes allowed over the device's total, not the
     // fraction asked for (the two differ by the rounding to bytes).
-    return d.fraction == 0 ? 1.0 : static_cast<double>(d.limit) / static_cast<double>(d.total);
+    return !d.fraction_set || d.total == 0
+               ? 1.0
+               : static_cast<double>(d.limit) / static_cast<double>(d.total);
   }
   void setMemoryFraction(double fraction, DeviceIndex device) override {
-    TORCH_CHECK(fraction > 0 && fraction <= 1, "rmmc: invalid memory fraction ", fraction,
-                " (0 < fraction <= 1)");
+    // PyTorch's range: 0 (nothing more may be allocated) to 1.
+    TORCH_CHECK(fraction >= 0 && fraction <= 1, "rmmc: invalid memory fraction ", fraction,
+                " (0 <= fraction <= 1)");
     size_t free = 0, total = 0;
     {
       c10::cuda::CUDAGuard guard(device);
@@ -886,30 +1289,44 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     }
     DeviceState& d = dev(device);
     std::lock_guard<std::mutex> g(d.mutex);
+    d.fraction_set = true;
     d.fraction = fraction;
     d.limit = static_cast<size_t>(fraction * static_cast<double>(total));
     d.total = total;
   }
+  // Gives back what the device's caches hold: the default stack's and
+  // those of the private pools nothing uses any more (as PyTorch's own: a
+  // live pool's free memory may be a graph's); released pools with nothing
+  // out are destroyed. With a pool id, that pool's. Nothing while a capture
+  // may be underway on the device (as PyTorch, which releases nothing of
+  // its default pool then): giving memory back synchronizes.
   void emptyCache(MempoolId_t mempool_id) override {
     for (int i = 0; i < ndev(); i++) {
       DeviceState& d = devices_[i];
       std::vector<rmmc_resource_t*> stacks;
+      std::vector<Reaped> dead;
       {
         std::lock_guard<std::mutex> g(d.mutex);
-        if (mempool_id == MempoolId_t{0, 0}) {
-          // The default stack and the private pools nothing uses any more
-          // (as PyTorch's own): a live pool's free memory may be a graph's.
-          if (d.stack != nullptr)
-            stacks.push_back(rmmc_resource_retain(d.stack));
-          for (auto& p : d.pools)
-            if (p.second->stack != nullptr && p.second->use_count == 0)
-              stacks.push_back(rmmc_resource_retain(p.second->stack));
-        } else {
-          auto it = d.pools.find(mempool_id);
-          if (it != d.pools.end() && it->second->stack != nullptr)
-            stacks.push_back(rmmc_resource_retain(it->second->stack));
+        if (capture_possible(d))
+          continue;
+        for (auto it = d.pools.begin(); it != d.pools.end();) {
+          Pool& p = *it->second;
+          const bool mine = mempool_id == MempoolId_t{0, 0} || p.id == mempool_id;
+          if (mine && p.use_count == 0 && p.live == 0) {
+            dead.push_back(take_pool_locked(d, it++));
+            continue;
+          }
+          if (mine && p.stack != nullptr && (p.use_count == 0 || p.id == mempool_id))
+            stacks.push_back(rmmc_resource_retain(p.stack));
+          ++it;
         }
+        if (mempool_id == MempoolId_t{0, 0} && d.stack != nullptr)
+          stacks.push_back(rmmc_resource_retain(d.stack));
       }
+      give_back_deferred(d);
+      give_back_pending(d, true);
+      for (Reaped& r : dead)
+        destroy_pool_stack(d, std::move(r));
       for (rmmc_resource_t* s : stacks) {
         rmmc_status_t st = rmmc_resource_release_cached(s);
         std::string msg = last_error();
@@ -971,32 +1388,47 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   // ---- statistics ----
   DeviceStats getDeviceStats(DeviceIndex device) override {
     DeviceState& d = dev(device);
-    StackFigures f = figures(d);
+    std::vector<std::pair<MempoolId_t, uint64_t>> per_pool;
+    StackFigures f = figures(d, &per_pool);
     std::lock_guard<std::mutex> g(d.mutex);
-    return fill_device_stats(d.counters, f, d.base);
+    for (auto& pr : per_pool)
+      d.pool_reserved.sample({pr.first.first, pr.first.second}, pr.second);
+    DeviceStats s = fill_device_stats(d.counters, f, d.base);
+#if RMMC_TORCH_AT_LEAST(2, 13)
+    for (auto& kv : d.pool_reserved.by_pool) {
+      StatArray row;
+      row[0] = kv.second;
+      row[2] = kv.second; // rmmc's pool has one heap: the large row, as reserved_bytes
+      s.reserved_bytes_by_private_pools[MempoolId_t{kv.first.first, kv.first.second}] = row;
+    }
+#endif
+    return s;
   }
   void resetAccumulatedStats(DeviceIndex device) override {
     DeviceState& d = dev(device);
     StackFigures f = figures(d);
     std::lock_guard<std::mutex> g(d.mutex);
     for (auto* a : {&d.counters.allocation, &d.counters.allocated_bytes,
-                    &d.counters.requested_bytes})
+                    &d.counters.requested_bytes, &d.counters.active, &d.counters.active_bytes})
       for (Stat& s : *a)
         s.reset_accumulated();
     d.counters.num_ooms = 0;
+    d.counters.num_oom_rejections = 0;
     d.counters.num_alloc_retries = 0;
     d.counters.num_sync_all_streams = 0;
     d.base.grows_at_reset = f.grows;
     d.base.shrinks_at_reset = f.shrinks;
+    d.pool_reserved.reset_accumulated();
   }
   void resetPeakStats(DeviceIndex device) override {
     DeviceState& d = dev(device);
     StackFigures f = figures(d);
     std::lock_guard<std::mutex> g(d.mutex);
     for (auto* a : {&d.counters.allocation, &d.counters.allocated_bytes,
-                    &d.counters.requested_bytes})
+                    &d.counters.requested_bytes, &d.counters.active, &d.counters.active_bytes})
       for (Stat& s : *a)
         s.reset_peak();
+    d.pool_reserved.reset_peak();
     d.base.reserved_peak_at_reset = f.reserved_peak;
     d.base.reserved_at_reset = f.reserved;
     d.base.regions_peak = f.regions;
@@ -1074,16 +1506,39 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   }
   void endAllocateToPool(DeviceIndex device, MempoolId_t id) override {
     DeviceState& d = dev(device);
-    std::lock_guard<std::mutex> g(d.mutex);
-    for (auto it = d.routes.begin(); it != d.routes.end(); ++it) {
-      if (it->id == id) {
-        d.routes.erase(it);
-        return;
+    bool found = false;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      for (auto it = d.routes.begin(); it != d.routes.end(); ++it) {
+        if (it->id == id) {
+          d.routes.erase(it);
+          found = true;
+          break;
+        }
       }
     }
-    TORCH_CHECK(false, "rmmc: endAllocateToPool: pool (", id.first, ", ", id.second,
+    TORCH_CHECK(found, "rmmc: endAllocateToPool: pool (", id.first, ", ", id.second,
                 ") is not being allocated to");
+    give_back_deferred(d); // frees of the capture that waited for its end
   }
+#if RMMC_TORCH_AT_LEAST(2, 13)
+  // A capture really began or ended on the device (PyTorch 2.13+): counted
+  // with the routes as a capture that may be underway.
+  void markCaptureBegin(DeviceIndex device) override {
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    d.captures++;
+  }
+  void markCaptureEnd(DeviceIndex device) override {
+    DeviceState& d = dev(device);
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      if (d.captures > 0)
+        d.captures--;
+    }
+    give_back_deferred(d);
+  }
+#endif
   void releasePool(DeviceIndex device, MempoolId_t id) override {
     DeviceState& d = dev(device);
     Reaped dead;
@@ -1098,6 +1553,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       dead = reap_locked(d, it);
     }
     destroy_pool_stack(d, std::move(dead));
+    give_back_deferred(d);
   }
 #if RMMC_TORCH_AT_LEAST(2, 11)
   void setUseOnOOM(DeviceIndex device, MempoolId_t id, bool use_on_oom) override {
@@ -1109,6 +1565,39 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     std::lock_guard<std::mutex> g(d.mutex);
     pool_locked(d, device, id).use_on_oom = use_on_oom;
   }
+#if RMMC_TORCH_AT_LEAST(2, 10)
+  // MemPool(no_split=True): the pool never carves one allocation into
+  // several blocks (what a registration per tensor, ncclMemAlloc-style,
+  // needs): its stack becomes its spec's base layer alone (cuda), each
+  // block its own allocation and its own segment in snapshots. PyTorch
+  // calls it as the pool is made, before any block: the stack built then
+  // has taken no memory, so replacing it synchronizes nothing.
+  void setNoSplit(DeviceIndex device, MempoolId_t id) override {
+    DeviceState& d = dev(device);
+    Reaped old;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      Pool& p = pool_locked(d, device, id);
+      if (p.no_split)
+        return;
+      TORCH_CHECK(p.live == 0, "rmmc: setNoSplit: pool (", id.first, ", ", id.second,
+                  ") has blocks out already");
+      if (p.stack != nullptr && capture_possible(d)) {
+        // destroying even an unused stack synchronizes: keep it (splitting)
+        TORCH_WARN("rmmc: setNoSplit during a capture: pool (", id.first, ", ", id.second,
+                   ") keeps its splitting stack");
+        return;
+      }
+      p.no_split = true;
+      if (p.allocator || p.stack == nullptr)
+        return; // another allocator's pool, or a stack built at first use
+      old = Reaped{p.stack, std::move(p.segments), p.id};
+      p.stack = nullptr;
+    }
+    destroy_pool_stack(d, std::move(old));
+    ensure_stack(d, device, id);
+  }
+#endif
   bool checkPoolLiveAllocations(DeviceIndex device, MempoolId_t id,
                                 const std::unordered_set<void*>& expected) override {
     DeviceState& d = dev(device);
@@ -1177,7 +1666,9 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
                     "rmmc: setCheckpointPoolState: block ", pr.first, " is gone");
         if (b->second.zombie) {
           b->second.zombie = false;
+          b->second.active = true;
           count_block(d.counters, b->second.size, true);
+          count_active(d.counters, b->second.size, true);
         }
         delta.dataptrs_allocd.emplace_back(pr.first, pr.first, &raw_delete_fn,
                                            c10::Device(c10::DeviceType::CUDA, device));
@@ -1228,15 +1719,113 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     if (clearHistory) {
       trace_.clear();
       trace_next_ = 0;
+      annotations_.clear();
+      annotations_next_ = 0;
     }
+    if (!enabled)
+      compile_contexts_.clear();
   }
   bool isHistoryEnabled() override {
     return history_;
   }
+  // record_function's annotations while history is on (the snapshot's
+  // external_annotations), kept as the trace is.
+  void recordAnnotation(const std::vector<std::pair<std::string, std::string>>& md) override {
+    if (!history_)
+      return;
+    DeviceIndex device = 0;
+    if (c10::cuda::GetDevice(&device) != cudaSuccess)
+      (void)cudaGetLastError();
+    AnnotationEntryT ae(device, c10::getApproximateTime());
+    for (const auto& kv : md)
+      ae.recordUserMetadata(kv.first, kv.second);
+    std::lock_guard<std::mutex> g(history_mutex_);
+    if (annotations_.size() < max_entries_) {
+      annotations_.push_back(std::move(ae));
+    } else {
+      annotations_[annotations_next_] = std::move(ae);
+      annotations_next_ = (annotations_next_ + 1) % max_entries_;
+    }
+  }
+  // torch.compile's regions (_record_memory_history(compile_context=True)):
+  // the innermost is each trace entry's compile_context ("N/A" outside).
+  void pushCompileContext(std::string& md) override {
+    if (!history_)
+      return;
+    std::lock_guard<std::mutex> g(history_mutex_);
+    compile_contexts_.push_back(md);
+  }
+  void popCompileContext() override {
+    std::lock_guard<std::mutex> g(history_mutex_);
+    if (!compile_contexts_.empty())
+      compile_contexts_.pop_back();
+  }
+#if RMMC_TORCH_AT_LEAST(2, 10)
+  // torch.cuda.memory._set_memory_metadata: a string every trace entry
+  // recorded from now on carries.
+  void setUserMetadata(const std::string& metadata) override {
+    std::lock_guard<std::mutex> g(history_mutex_);
+    user_metadata_ = metadata;
+  }
+  std::string getUserMetadata() override {
+    std::lock_guard<std::mutex> g(history_mutex_);
+    return user_metadata_;
+  }
+#endif
+#if RMMC_TORCH_AT_LEAST(2, 14)
+  bool supportsUserMetadata() override {
+    return true;
+  }
+  // torch.cuda.memory._annotate_memory: an "annotate" trace entry for a
+  // live block, the metadata its payload.
+  void annotateMemory(const void* ptr, const std::string& metadata) override {
+    for (int i = 0; i < ndev(); i++) {
+      DeviceState& d = devices_[i];
+      size_t size = 0;
+      cudaStream_t stream = nullptr;
+      MempoolId_t pool{0, 0};
+      {
+        std::lock_guard<std::mutex> g(d.mutex);
+        auto it = d.blocks.find(const_cast<void*>(ptr));
+        if (it == d.blocks.end() || it->second.zombie)
+          continue;
+        size = it->second.size;
+        stream = it->second.stream;
+        if (it->second.pool != nullptr)
+          pool = it->second.pool->id;
+      }
+      record(TraceEntry::ANNOTATE, static_cast<DeviceIndex>(i), reinterpret_cast<size_t>(ptr),
+             size, stream, pool, nullptr, &metadata);
+      return;
+    }
+    TORCH_CHECK(false, "rmmc: annotateMemory: ", ptr, " is not a live block rmmc handed out");
+  }
+#endif
+#if RMMC_TORCH_AT_LEAST(2, 12)
+  // The context history recorded when `ptr` (a live block) was allocated.
+  std::shared_ptr<c10::GatheredContext> getContextForPointer(const void* ptr) override {
+    for (int i = 0; i < ndev(); i++) {
+      std::lock_guard<std::mutex> g(devices_[i].mutex);
+      auto it = devices_[i].blocks.find(const_cast<void*>(ptr));
+      if (it != devices_[i].blocks.end())
+        return it->second.zombie ? nullptr : it->second.context;
+    }
+    return nullptr;
+  }
+#endif
   void attachOutOfMemoryObserver(CCA::OutOfMemoryObserver observer) override {
     std::lock_guard<std::mutex> g(history_mutex_);
     oom_observers_.push_back(std::move(observer));
   }
+#if RMMC_TORCH_AT_LEAST(2, 12)
+  // Observers of the requests refused before reaching rmmc (the memory
+  // fraction): PyTorch's preemptive rejection, which its
+  // throw_on_cudamalloc_oom turns on; rmmc always refuses so.
+  void attachOomRejectionObserver(CCA::OomRejectionObserver observer) override {
+    std::lock_guard<std::mutex> g(history_mutex_);
+    rejection_observers_.push_back(std::move(observer));
+  }
+#endif
   void attachAllocatorTraceTracker(CCA::AllocatorTraceTracker tracker) override {
     std::lock_guard<std::mutex> g(history_mutex_);
     trackers_.push_back(std::move(tracker));
@@ -1263,6 +1852,12 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
           te.time_.t_ = to_unix(te.time_.approx_t_);
           info.device_traces[te.device_].push_back(std::move(te));
         }
+      }
+      const size_t na = annotations_.size();
+      for (size_t k = 0; k < na; k++) {
+        AnnotationEntryT ae = annotations_[(annotations_next_ + k) % na];
+        ae.time_.t_ = to_unix(ae.time_.approx_t_);
+        info.external_annotations.push_back(std::move(ae));
       }
     }
     return info;
@@ -1326,7 +1921,8 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     std::lock_guard<std::mutex> g(d.mutex);
     return d.pools.size();
   }
-  // Bytes handed to PyTorch now, rounded as rmmc rounds them.
+  // Bytes handed to PyTorch now, each block rounded as PyTorch rounds it
+  // (what rmmc handed out).
   size_t bytes_out(DeviceIndex device) {
     DeviceState& d = dev(device);
     std::lock_guard<std::mutex> g(d.mutex);
@@ -1360,7 +1956,10 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   void* alloc_block(size_t size, DeviceIndex device, cudaStream_t stream);
   void free_block(void* ptr);
   void give_back(void* ptr);
+  void give_back_deferred(DeviceState& d);
+  void give_back_pending(DeviceState& d, bool wait);
   void release_block(DeviceState& d, void* ptr, Block&& b);
+  void finish_release(DeviceState& d, void* ptr, Block&& b);
 
  private:
   // Devices PyTorch counted (init), or CUDA counts if init has not run.
@@ -1407,7 +2006,21 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     rmmc_status_t st;
     {
       c10::cuda::CUDAGuard guard(device);
+      CaptureRelaxed relaxed; // building a stack must not break a capture
       st = rmmc_get_device_resource(device, &r);
+      std::string fallback;
+      if (st == RMMC_ERROR_NOT_SUPPORTED && !(fallback = unshared_spec(device)).empty()) {
+        // The device cannot share its pages: the stack the configuration
+        // had before rmmc.torch made it shareable, installed as the default.
+        rmmc_resource_t* built = nullptr;
+        st = rmmc_stack_create(fallback.c_str(), device, &built);
+        if (st == RMMC_SUCCESS) {
+          st = rmmc_set_device_resource(device, built, nullptr);
+          rmmc_resource_release(built);
+        }
+        if (st == RMMC_SUCCESS)
+          st = rmmc_get_device_resource(device, &r);
+      }
     }
     TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: no resource for device ", static_cast<int>(device),
                 ": ", last_error());
@@ -1443,31 +2056,77 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   // Builds a pool's stack from `chosen` (rmmc.torch.pool_spec), or else the
   // device's spec (outside the device lock), with its memory hooks
   // reporting to *segments.
+  // Builds a pool's stack from `chosen` (rmmc.torch.pool_spec), or else the
+  // device's spec (outside the device lock), with a private pool's
+  // defaults (spec_with_defaults) and, under rmmc.torch.use(), shareable
+  // pages; where the device cannot share them, without. Its memory hooks
+  // report to *segments.
   rmmc_resource_t* build_pool_stack(DeviceIndex device, const std::string& chosen,
-                                    SegmentTable* segments) {
-    char spec[4096];
-    rmmc_status_t st = RMMC_SUCCESS;
-    if (!chosen.empty()) {
-      std::snprintf(spec, sizeof spec, "%s", chosen.c_str());
-    } else {
+                                    SegmentTable* segments, bool no_split = false) {
+    std::string spec = chosen, unshared;
+    if (spec.empty()) {
       const char* config = nullptr;
       rmmc_default_config_status(&config, nullptr);
-      st = rmmc_default_config_device_spec(config != nullptr ? config : "cuda", device, spec,
-                                           sizeof spec);
+      char buf[4096];
+      rmmc_status_t st = rmmc_default_config_device_spec(config != nullptr ? config : "cuda",
+                                                         device, buf, sizeof buf);
+      TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: private pool: ", last_error());
+      spec = buf;
+      unshared = unshared_spec(device);
     }
-    TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: private pool: ", last_error());
+    if (no_split) {
+      spec = base_layer(spec);
+      unshared = unshared.empty() ? unshared : base_layer(unshared);
+    }
+    const std::string first = spec_with_defaults(spec, shareable_, true);
+    const std::string second = spec_with_defaults(unshared.empty() ? spec : unshared, false, true);
     rmmc_resource_t* r = nullptr;
     c10::cuda::CUDAGuard guard(device);
-    // Never break a capture another thread (or this one) has underway.
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    C10_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    st = rmmc_stack_create(spec, device, &r);
-    C10_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: private pool: cannot build \"", spec, "\": ",
+    CaptureRelaxed relaxed; // never break a capture another thread (or this one) has underway
+    rmmc_status_t st = rmmc_stack_create(first.c_str(), device, &r);
+    const std::string* built = &first;
+    if (st == RMMC_ERROR_NOT_SUPPORTED && second != first) {
+      built = &second;
+      st = rmmc_stack_create(second.c_str(), device, &r);
+    }
+    TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: private pool: cannot build \"", *built, "\": ",
                 last_error());
     install_segment_hooks(r, segments);
     return r;
   }
+  // The device's spec under the configuration rmmc.torch.use() had before
+  // it made pages shareable, while the process still runs the shareable one
+  // it made of it; "" otherwise.
+  std::string unshared_spec(DeviceIndex device) {
+    const char* config = nullptr;
+    rmmc_default_config_status(&config, nullptr);
+    std::string original;
+    {
+      std::lock_guard<std::mutex> g(config_mutex_);
+      if (config == nullptr || original_config_.empty() || shareable_config_ != config)
+        return "";
+      original = original_config_;
+    }
+    char buf[4096];
+    if (rmmc_default_config_device_spec(original.c_str(), device, buf, sizeof buf) != RMMC_SUCCESS) {
+      rmmc_clear_last_error();
+      return "";
+    }
+    return buf;
+  }
+
+ public:
+  // rmmc.torch.use(): the process configuration is now `shareable`, made
+  // from `original` (config_with_defaults); stacks the backend builds get
+  // shareable pages from now on.
+  void set_configs(const char* shareable, const char* original) {
+    std::lock_guard<std::mutex> g(config_mutex_);
+    shareable_config_ = shareable != nullptr ? shareable : "";
+    original_config_ = original != nullptr ? original : "";
+    shareable_ = true;
+  }
+
+ private:
   static std::shared_ptr<SegmentTable> new_segments(DeviceIndex device, MempoolId_t id) {
     auto t = std::make_shared<SegmentTable>();
     t->device = device;
@@ -1477,15 +2136,17 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   // Gives pool `id` its stack unless it has one (or another allocator).
   void ensure_stack(DeviceState& d, DeviceIndex device, MempoolId_t id) {
     std::string spec;
+    bool no_split = false;
     {
       std::lock_guard<std::mutex> g(d.mutex);
       auto it = d.pools.find(id);
       if (it == d.pools.end() || it->second->stack != nullptr || it->second->allocator)
         return;
       spec = it->second->spec;
+      no_split = it->second->no_split;
     }
     std::shared_ptr<SegmentTable> segments = new_segments(device, id);
-    rmmc_resource_t* built = build_pool_stack(device, spec, segments.get());
+    rmmc_resource_t* built = build_pool_stack(device, spec, segments.get(), no_split);
     {
       std::lock_guard<std::mutex> g(d.mutex);
       auto it = d.pools.find(id);
@@ -1498,29 +2159,58 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     rmmc_resource_release(built); // another thread built it first
   }
   // The pool's stack to destroy if it is released and empty (the caller
-  // destroys it outside the lock); removes the pool then.
+  // destroys it outside the lock); removes the pool then. While a capture
+  // may be underway the pool stays, released and empty, until emptyCache
+  // (or an allocation's retry after out of memory) destroys it, as
+  // PyTorch's allocator keeps such a pool's segments until emptyCache: a
+  // graph captured meanwhile may use memory freed into it, and destroying
+  // a stack synchronizes.
   Reaped reap_locked(DeviceState& d, decltype(d.pools)::iterator it) {
     Pool& p = *it->second;
-    if (p.use_count > 0 || p.live > 0)
+    if (p.use_count > 0 || p.live > 0 || capture_possible(d))
       return {};
-    Reaped r{p.stack, std::move(p.segments)};
+    return take_pool_locked(d, it);
+  }
+  Reaped take_pool_locked(DeviceState& d, decltype(d.pools)::iterator it) {
+    Pool& p = *it->second;
+    Reaped r{p.stack, std::move(p.segments), p.id};
     d.pools.erase(it);
     return r;
   }
-  StackFigures figures(DeviceState& d) {
-    std::vector<rmmc_resource_t*> stacks;
+  // Released empty pools (emptyCache's and the out-of-memory retry's),
+  // when no capture may be underway.
+  std::vector<Reaped> reap_dormant_locked(DeviceState& d) {
+    std::vector<Reaped> out;
+    if (capture_possible(d))
+      return out;
+    for (auto it = d.pools.begin(); it != d.pools.end();) {
+      if (it->second->use_count == 0 && it->second->live == 0)
+        out.push_back(take_pool_locked(d, it++));
+      else
+        ++it;
+    }
+    return out;
+  }
+  // The device's stacks' figures summed; with per_pool, each private
+  // pool's reserved bytes too.
+  StackFigures figures(DeviceState& d,
+                       std::vector<std::pair<MempoolId_t, uint64_t>>* per_pool = nullptr) {
+    std::vector<std::pair<MempoolId_t, rmmc_resource_t*>> stacks;
     {
       std::lock_guard<std::mutex> g(d.mutex);
       if (d.stack != nullptr)
-        stacks.push_back(rmmc_resource_retain(d.stack));
+        stacks.push_back({MempoolId_t{0, 0}, rmmc_resource_retain(d.stack)});
       for (auto& p : d.pools)
         if (p.second->stack != nullptr)
-          stacks.push_back(rmmc_resource_retain(p.second->stack));
+          stacks.push_back({p.first, rmmc_resource_retain(p.second->stack)});
     }
     StackFigures f;
-    for (rmmc_resource_t* s : stacks) {
-      add_stack_figures(s, &f);
-      rmmc_resource_release(s);
+    for (auto& pr : stacks) {
+      const uint64_t before = f.reserved;
+      add_stack_figures(pr.second, &f);
+      if (per_pool != nullptr && pr.first != MempoolId_t{0, 0})
+        per_pool->push_back({pr.first, f.reserved - before});
+      rmmc_resource_release(pr.second);
     }
     std::lock_guard<std::mutex> g(d.mutex);
     f.grows += d.retired.grows;
@@ -1538,17 +2228,16 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       return;
     StackFigures f;
     add_stack_figures(dead, &f);
-    // Unmapping must not break a capture another thread has underway.
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    bool swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
-    if (reaped.segments && reaped.segments->hooked)
-      (void)rmmc_resource_set_memory_hooks(dead, nullptr);
-    rmmc_resource_release(dead);
-    if (swapped)
-      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    {
+      CaptureRelaxed relaxed; // unmapping must not fail under another thread's capture mode
+      if (reaped.segments && reaped.segments->hooked)
+        (void)rmmc_resource_set_memory_hooks(dead, nullptr);
+      rmmc_resource_release(dead);
+    }
     std::lock_guard<std::mutex> g(d.mutex);
     d.retired.grows += f.grows;
     d.retired.shrinks += f.shrinks + f.regions;
+    d.pool_reserved.sample({reaped.id.first, reaped.id.second}, 0);
   }
   void snapshot_device(DeviceIndex device, MempoolId_t only,
                        std::vector<SegmentInfo>* out);
@@ -1557,19 +2246,30 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
 
  public:
   // Adds a trace entry (and tells the trackers) if history is on.
+  // `metadata`: the entry's user metadata instead of setUserMetadata's.
   void record(TraceEntry::Action action, DeviceIndex device, size_t addr, size_t size,
               cudaStream_t stream, MempoolId_t pool,
-              std::shared_ptr<c10::GatheredContext> context) {
+              std::shared_ptr<c10::GatheredContext> context,
+              const std::string* metadata = nullptr) {
     if (!tracing_)
       return;
-    static const char* const names[] = {"alloc",       "free_requested", "free_completed",
-                                        "segment_alloc", "segment_free",  "segment_map",
-                                        "segment_unmap", "snapshot",      "oom"};
+    static const char* const names[] = {"alloc",         "free_requested", "free_completed",
+                                        "segment_alloc", "segment_free",   "segment_map",
+                                        "segment_unmap", "snapshot",       "oom",
+                                        "annotate"};
     std::lock_guard<std::mutex> g(history_mutex_);
-    if (!skip_.empty() && skip_.count(names[action]) != 0)
+    if (!skip_.empty() && static_cast<size_t>(action) < sizeof names / sizeof *names &&
+        skip_.count(names[action]) != 0)
       return;
+    (void)metadata;
     TraceEntry te(action, device, addr, size, stream, pool, c10::getApproximateTime(),
-                  when_ >= CCA::RecordContext::ALLOC ? std::move(context) : nullptr);
+                  when_ >= CCA::RecordContext::ALLOC ? std::move(context) : nullptr,
+                  compile_contexts_.empty() ? std::string("N/A") : compile_contexts_.back()
+#if RMMC_TORCH_AT_LEAST(2, 10)
+                      ,
+                  metadata != nullptr ? *metadata : user_metadata_
+#endif
+    );
     for (auto& t : trackers_)
       t(te);
     if (!history_)
@@ -1614,8 +2314,16 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   std::vector<TraceEntry> trace_;
   size_t trace_next_ = 0;
   std::vector<CCA::OutOfMemoryObserver> oom_observers_;
+  std::vector<OomRejectionFn> rejection_observers_;
   std::vector<CCA::AllocatorTraceTracker> trackers_;
+  std::string user_metadata_;                // setUserMetadata: on each trace entry
+  std::vector<std::string> compile_contexts_; // pushCompileContext, innermost last
+  std::vector<AnnotationEntryT> annotations_; // recordAnnotation, a ring as trace_
+  size_t annotations_next_ = 0;
   std::string last_oom_; // rmmc's part of the last OutOfMemoryError
+  std::mutex config_mutex_;
+  std::string shareable_config_, original_config_; // set_configs
+  std::atomic<bool> shareable_{false};
   c10::ApproximateClockToUnixTimeConverter clock_;
 };
 
@@ -1631,24 +2339,39 @@ void raw_delete_fn(void* ptr) {
 void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t stream) {
   if (size == 0)
     return nullptr;
+  // As PyTorch's allocator, before anything else.
+  TORCH_CHECK_WITH(OutOfMemoryError, size < kOneExaByte,
+                   "CUDA out of memory. Tried to allocate more than 1EB memory.");
   DeviceState& d = dev(device);
+  if (d.ndeferred.load(std::memory_order_relaxed) != 0)
+    give_back_deferred(d);
+  if (d.npending.load(std::memory_order_relaxed) != 0)
+    give_back_pending(d, false); // PyTorch's process_events
+
+  const size_t bytes = round_size(size); // what rmmc hands out
   Pool* pool = nullptr;
   rmmc_resource_t* res = nullptr;
   std::shared_ptr<CCA::CUDAAllocator> other;
   bool need_stack = false;
   std::string over_limit, spec;
+  bool no_split = false;
+  size_t out_now = 0;
   {
     std::lock_guard<std::mutex> g(d.mutex);
-    if (d.limit != 0 &&
-        static_cast<size_t>(d.counters.allocated_bytes[0].current) + round_size(size) >
-            d.limit) {
+    out_now = static_cast<size_t>(d.counters.allocated_bytes[0].current);
+    if (d.fraction_set && out_now + bytes > d.limit) {
       over_limit = "the memory fraction " + std::to_string(d.fraction) + " allows " +
                    format_size(d.limit) + " through rmmc on this device";
+      d.counters.num_oom_rejections++;
       d.counters.num_ooms++;
       d.counters.lifetime_ooms++;
     }
-    for (auto it = d.routes.rbegin(); it != d.routes.rend(); ++it) {
+    for (auto it = d.routes.rbegin(); it != d.routes.rend() && over_limit.empty(); ++it) {
       if (it->filter(stream)) {
+        if (it->kind == Route::UNKNOWN) {
+          it->kind = stream_capturing(stream) ? Route::CAPTURE : Route::OTHER;
+          it->stream = stream;
+        }
         pool = &pool_locked(d, device, it->id);
         break;
       }
@@ -1659,6 +2382,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
       } else if (pool->stack == nullptr) {
         need_stack = true;
         spec = pool->spec;
+        no_split = pool->no_split;
       } else {
         res = pool->stack;
       }
@@ -1668,10 +2392,22 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
     }
   }
   if (!over_limit.empty()) {
-    if (pool != nullptr) {
-      std::lock_guard<std::mutex> g(d.mutex);
-      pool->live--;
+    // Refused before rmmc is asked: PyTorch's preemptive rejection
+    // (throw_on_cudamalloc_oom), whose observers hear of it, then the
+    // out-of-memory error as for any refusal.
+    std::vector<OomRejectionFn> observers;
+    {
+      std::lock_guard<std::mutex> g(history_mutex_);
+      observers = rejection_observers_;
     }
+    size_t free = 0, total = 0;
+    if (!observers.empty()) {
+      c10::cuda::CUDAGuard guard(device);
+      if (cudaMemGetInfo(&free, &total) != cudaSuccess)
+        (void)cudaGetLastError();
+    }
+    for (auto& o : observers)
+      o(device, size, out_now, total);
     out_of_memory(size, device, stream, over_limit);
   }
   if (pool == nullptr && res == nullptr) {
@@ -1683,7 +2419,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
     rmmc_resource_t* built = nullptr;
     std::shared_ptr<SegmentTable> segments = new_segments(device, pool->id);
     try {
-      built = build_pool_stack(device, spec, segments.get());
+      built = build_pool_stack(device, spec, segments.get(), no_split);
     } catch (...) {
       std::lock_guard<std::mutex> g(d.mutex);
       pool->live--;
@@ -1711,32 +2447,45 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
       throw;
     }
   } else {
-    rmmc_status_t st = rmmc_resource_allocate(res, size, RMMC_DEFAULT_ALIGNMENT, stream, &p);
+    rmmc_status_t st = rmmc_resource_allocate(res, bytes, RMMC_DEFAULT_ALIGNMENT, stream, &p);
     std::string why = st != RMMC_SUCCESS ? last_error() : std::string();
     st = as_oom(st);
     if (st == RMMC_ERROR_OUT_OF_MEMORY) {
       // Retry once after every cache of the device gave back what it can
-      // (PyTorch's retry after freeing cached blocks), then pools marked
-      // use_on_oom.
+      // and released pools were destroyed (PyTorch's retry after freeing
+      // cached blocks), unless a capture may be underway (PyTorch skips it
+      // then too: it synchronizes); then pools marked use_on_oom.
       std::vector<rmmc_resource_t*> stacks;
+      std::vector<Reaped> dead;
+      bool retry = false;
       {
         std::lock_guard<std::mutex> g(d.mutex);
-        d.counters.num_alloc_retries++;
-        if (d.stack != nullptr)
-          stacks.push_back(rmmc_resource_retain(d.stack));
-        for (auto& kv : d.pools) {
-          if (kv.second->stack != nullptr && kv.second->use_count == 0)
-            stacks.push_back(rmmc_resource_retain(kv.second->stack));
+        if (!capture_possible(d)) {
+          retry = true;
+          d.counters.num_alloc_retries++;
+          dead = reap_dormant_locked(d);
+          if (d.stack != nullptr)
+            stacks.push_back(rmmc_resource_retain(d.stack));
+          for (auto& kv : d.pools) {
+            if (kv.second->stack != nullptr && kv.second->use_count == 0)
+              stacks.push_back(rmmc_resource_retain(kv.second->stack));
+          }
         }
       }
+      if (retry)
+        give_back_pending(d, true); // blocks waiting for recorded streams, once done
+      for (Reaped& r : dead)
+        destroy_pool_stack(d, std::move(r));
       for (rmmc_resource_t* s : stacks) {
         rmmc_resource_release_cached(s);
         rmmc_resource_release(s);
       }
-      st = rmmc_resource_allocate(res, size, RMMC_DEFAULT_ALIGNMENT, stream, &p);
-      if (st != RMMC_SUCCESS)
-        why = last_error();
-      st = as_oom(st);
+      if (retry) {
+        st = rmmc_resource_allocate(res, bytes, RMMC_DEFAULT_ALIGNMENT, stream, &p);
+        if (st != RMMC_SUCCESS)
+          why = last_error();
+        st = as_oom(st);
+      }
       if (st == RMMC_ERROR_OUT_OF_MEMORY && pool == nullptr) {
         rmmc_resource_t* alt = nullptr;
         Pool* alt_pool = nullptr;
@@ -1752,7 +2501,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
           }
         }
         if (alt != nullptr &&
-            rmmc_resource_allocate(alt, size, RMMC_DEFAULT_ALIGNMENT, stream, &p) == RMMC_SUCCESS) {
+            rmmc_resource_allocate(alt, bytes, RMMC_DEFAULT_ALIGNMENT, stream, &p) == RMMC_SUCCESS) {
           res = alt;
           pool = alt_pool;
           st = RMMC_SUCCESS;
@@ -1790,6 +2539,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
   {
     std::lock_guard<std::mutex> g(d.mutex);
     count_block(d.counters, size, true);
+    count_active(d.counters, size, true);
     d.blocks.emplace(p, std::move(b));
   }
   record(TraceEntry::ALLOC, device, reinterpret_cast<size_t>(p), size, stream,
@@ -1820,6 +2570,8 @@ void RmmcAllocator::free_block(void* ptr) {
       id = blk.pool->id;
     if (blk.checkpoints > 0) {
       blk.zombie = true; // a checkpoint may bring it back
+      blk.active = false;
+      count_active(d->counters, blk.size, false);
       keep = true;
       b.size = blk.size;
       b.stream = blk.stream;
@@ -1856,28 +2608,144 @@ void RmmcAllocator::give_back(void* ptr) {
   }
 }
 
-// Returns a block (out of the map) to the stack it came from, after its
-// stream waits for the streams recordStream named (GPU-side waits, no host
-// stall); destroys its private pool if that was the pool's last block and
-// the pool is released. Runs in destructors: warns, never throws.
-void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
-  c10::cuda::CUDAGuard guard(b.device);
-  for (cudaStream_t s : b.streams) {
-    if (rmmc_stream_wait(b.stream, s) != RMMC_SUCCESS) {
-      // The free must not race that work: wait for all of it.
-      if (cudaDeviceSynchronize() != cudaSuccess) {
-        (void)cudaGetLastError();
-        TORCH_WARN("rmmc: freeing ", ptr, ": cannot order it after a recorded stream");
+// Gives back the blocks whose release waited for captures to end, once no
+// capture may be underway on the device (release_block keeps one whose
+// streams are still being captured, or records its events now).
+void RmmcAllocator::give_back_deferred(DeviceState& d) {
+  std::vector<std::pair<void*, Block>> ready;
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    if (capture_possible(d) || d.deferred.empty())
+      return;
+    ready.swap(d.deferred);
+    d.ndeferred = 0;
+  }
+  for (auto& pr : ready)
+    release_block(d, pr.first, std::move(pr.second));
+}
+
+// Gives back the blocks freed with recorded streams whose events show that
+// work done (`wait`: waits for it: emptyCache, an out-of-memory retry).
+// Nothing while a capture may be underway: an event query is one of the
+// calls a global-mode capture forbids (PyTorch skips its process_events
+// then too). The events go back to the device's free list.
+void RmmcAllocator::give_back_pending(DeviceState& d, bool wait) {
+  std::vector<Pending> mine;
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    if (d.pending.empty() || capture_possible(d))
+      return;
+    mine.swap(d.pending);
+    d.npending = 0;
+  }
+  std::vector<Pending> ready, later;
+  CaptureRelaxed relaxed; // a capture rmmc was not told of stays intact
+  for (Pending& pd : mine) {
+    bool done = true;
+    for (cudaEvent_t ev : pd.events) {
+      const cudaError_t e = wait ? cudaEventSynchronize(ev) : cudaEventQuery(ev);
+      if (e != cudaSuccess)
+        (void)cudaGetLastError(); // not ready, or an error: the block waits on
+      if (e != cudaSuccess) {
+        done = false;
+        break;
       }
-      break;
+    }
+    (done ? ready : later).push_back(std::move(pd));
+  }
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    for (Pending& pd : ready)
+      d.free_events.insert(d.free_events.end(), pd.events.begin(), pd.events.end());
+    for (Pending& pd : later)
+      d.pending.push_back(std::move(pd));
+    d.npending = d.pending.size();
+  }
+  for (Pending& pd : ready)
+    finish_release(d, pd.ptr, std::move(pd.block));
+}
+
+// Returns a block (out of the map) to the stack it came from. A block with
+// recorded streams (recordStream) is not handed out again before the work
+// those streams had queued when it was freed is done, PyTorch's rule: an
+// event is recorded on each and the block waits, still active, until the
+// next allocations find them complete (give_back_pending). One whose
+// streams are being captured waits (deferred) until no capture may be
+// underway: an event recorded in a capture tells nothing outside it
+// (PyTorch defers those frees the same way). Runs in destructors: warns,
+// never throws.
+void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
+  if (b.streams.empty())
+    return finish_release(d, ptr, std::move(b));
+  c10::cuda::CUDAGuard guard(b.device);
+  bool defer = stream_capturing(b.stream);
+  for (size_t k = 0; k < b.streams.size() && !defer; k++)
+    defer = stream_capturing(b.streams[k]);
+  Pending pd;
+  for (size_t k = 0; k < b.streams.size() && !defer; k++) {
+    cudaEvent_t ev = nullptr;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      if (!d.free_events.empty()) {
+        ev = d.free_events.back();
+        d.free_events.pop_back();
+      }
+    }
+    if (ev == nullptr && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ev = nullptr;
+    }
+    if (ev != nullptr && cudaEventRecord(ev, b.streams[k]) == cudaSuccess) {
+      pd.events.push_back(ev);
+      continue;
+    }
+    (void)cudaGetLastError();
+    if (ev != nullptr)
+      (void)cudaEventDestroy(ev);
+    // No event: the free must not race that work; wait for all of it,
+    // unless a capture may be underway (then later).
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      defer = capture_possible(d);
+    }
+    if (!defer && cudaDeviceSynchronize() != cudaSuccess) {
+      (void)cudaGetLastError();
+      TORCH_WARN("rmmc: freeing ", ptr, ": cannot order it after a recorded stream");
+    }
+    break;
+  }
+  const bool synchronized = !defer && pd.events.size() < b.streams.size();
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    if (defer || synchronized) // the events recorded so far serve no more
+      d.free_events.insert(d.free_events.end(), pd.events.begin(), pd.events.end());
+    if (defer) {
+      d.deferred.emplace_back(ptr, std::move(b));
+      d.ndeferred = d.deferred.size();
+      return;
+    }
+    if (!synchronized) {
+      pd.ptr = ptr;
+      pd.block = std::move(b);
+      d.pending.push_back(std::move(pd));
+      d.npending = d.pending.size();
+      return;
     }
   }
+  finish_release(d, ptr, std::move(b)); // the device was synchronized: nothing to wait for
+}
+
+// The end of a block's release: its descriptors closed, its memory back to
+// its stack (or its allocator), the counts, its pool reaped if that was
+// its last block.
+void RmmcAllocator::finish_release(DeviceState& d, void* ptr, Block&& b) {
   for (int fd : b.ipc_fds)
     close(fd);
   rmmc_status_t st = RMMC_SUCCESS;
   std::string why;
   if (b.res != nullptr) {
-    st = rmmc_resource_deallocate(b.res, ptr, b.size, RMMC_DEFAULT_ALIGNMENT, b.stream);
+    st = rmmc_resource_deallocate(b.res, ptr, round_size(b.size), RMMC_DEFAULT_ALIGNMENT,
+                                  b.stream);
     if (st != RMMC_SUCCESS)
       why = last_error();
   } else if (b.pool != nullptr && b.pool->allocator) {
@@ -1885,11 +2753,15 @@ void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
   }
   Reaped dead;
   MempoolId_t id{0, 0};
-  if (b.pool != nullptr) {
+  {
     std::lock_guard<std::mutex> g(d.mutex);
-    id = b.pool->id;
-    b.pool->live--;
-    dead = reap_locked(d, d.pools.find(id));
+    if (b.active)
+      count_active(d.counters, b.size, false);
+    if (b.pool != nullptr) {
+      id = b.pool->id;
+      b.pool->live--;
+      dead = reap_locked(d, d.pools.find(id));
+    }
   }
   if (tracing_) // before the pool's segment_free entries, if it dies now
     record(TraceEntry::FREE_COMPLETED, b.device, reinterpret_cast<size_t>(ptr), b.size,
@@ -2031,7 +2903,7 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
     MempoolId_t pool;
   };
   const bool all = only == MempoolId_t{0, 0};
-  std::vector<Item> items;
+  std::vector<Item> items, others;
   std::vector<View> views;
   {
     std::lock_guard<std::mutex> g(d.mutex);
@@ -2043,14 +2915,37 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
         views.push_back({p.segments.get(), p.segments, p.stack, p.id});
     }
     for (auto& kv : d.blocks) {
-      if (kv.second.zombie || kv.second.res == nullptr)
+      if (kv.second.zombie)
         continue;
       MempoolId_t pid = kv.second.pool != nullptr ? kv.second.pool->id : MempoolId_t{0, 0};
       if (!all && pid != only)
         continue;
+      if (kv.second.res == nullptr) { // another allocator's (MemPool(allocator=...))
+        others.push_back({reinterpret_cast<uintptr_t>(kv.first), kv.second.size,
+                          kv.second.stream, nullptr, pid, kv.second.context});
+        continue;
+      }
       items.push_back({reinterpret_cast<uintptr_t>(kv.first), kv.second.size, kv.second.stream,
                        rmmc_resource_retain(kv.second.res), pid, kv.second.context});
     }
+  }
+  // A block of another allocator is what that allocator handed out: a
+  // segment of its own.
+  for (const Item& it : others) {
+    SegmentInfo seg;
+    seg.device = device;
+    seg.address = it.addr;
+    seg.total_size = seg.allocated_size = seg.active_size = seg.requested_size = it.size;
+    seg.stream = reinterpret_cast<decltype(seg.stream)>(it.stream);
+    seg.is_large = it.size > kSmallSize;
+    seg.owner_private_pool_id = it.pool;
+    seg.context_when_allocated = it.ctx;
+    CCA::BlockInfo blk;
+    blk.size = blk.requested_size = it.size;
+    blk.allocated = blk.active = true;
+    blk.context_when_allocated = it.ctx;
+    seg.blocks.push_back(std::move(blk));
+    out->push_back(std::move(seg));
   }
   std::sort(items.begin(), items.end(),
             [](const Item& a, const Item& b) { return a.addr < b.addr; });
@@ -2382,7 +3277,7 @@ __attribute__((visibility("default"))) long rmmc_torch_native_pool_count(int dev
   }
 }
 
-// Bytes out to PyTorch on `device`, each block rounded to 256 (-1 for a bad
+// Bytes out to PyTorch on `device`, each block rounded to 512 (-1 for a bad
 // device).
 __attribute__((visibility("default"))) long long rmmc_torch_native_bytes_out(int device) {
   try {
@@ -2430,6 +3325,25 @@ __attribute__((visibility("default"))) rmmc_status_t rmmc_torch_native_set_memor
   } catch (const std::exception&) {
     return RMMC_ERROR_INVALID_ARGUMENT;
   }
+}
+
+// `config` (RMMC_ALLOC_CONF's form) with the pages of every cuda layer
+// under a pool made shareable where it does not say (config_with_defaults),
+// copied into buf (NUL-terminated when len > 0). Returns its length.
+__attribute__((visibility("default"))) size_t rmmc_torch_native_shareable_config(
+    const char* config, char* buf, size_t len) {
+  const std::string out = rmmc_torch::config_with_defaults(config != nullptr ? config : "");
+  if (buf != nullptr && len > 0)
+    std::snprintf(buf, len, "%s", out.c_str());
+  return out.size();
+}
+
+// rmmc.torch.use() made the process configuration `shareable` from
+// `original`: the stacks the backend builds share their pages from now on,
+// and where a device cannot, they are built from `original`.
+__attribute__((visibility("default"))) void rmmc_torch_native_set_configs(const char* shareable,
+                                                                           const char* original) {
+  rmmc_torch::instance.set_configs(shareable, original);
 }
 
 // Which PyTorch version the backend was compiled for ("2.11").

@@ -17,11 +17,20 @@ memory history and snapshots, torch.OutOfMemoryError, torch.multiprocessing
 sharing CUDA tensors (both processes on the native backend), and
 torch.cuda.memory.get_allocator_backend() == "rmmc".
 
-If the backend cannot be built, use() falls back to the plug-in
-(torch.cuda.memory.CUDAPluggableAllocator over librmmc's rmmc_torch_*
-functions) with one warning naming what does not work then.
-backend="plugin" (or RMMC_TORCH_BACKEND=plugin) asks for the plug-in;
-backend="native" raises instead of falling back.
+The backend is tested with torch 2.9 to 2.15 (TESTED_TORCH; it compiles
+with -std=c++20 from 2.14, native_cxx_std). If it cannot be had, use()
+falls back to the plug-in (torch.cuda.memory.CUDAPluggableAllocator over
+librmmc's rmmc_torch_* functions) with one warning of one line: the torch
+version (and whether it is newer than the newest tested), the step that
+failed (compile, load, install) with its first error, and what does not
+work with the plug-in. backend="plugin" (or RMMC_TORCH_BACKEND=plugin)
+asks for the plug-in; backend="native" raises that line instead.
+
+Under the native backend the stack's pages are shareable by default: a
+cuda layer under a pool that does not say ipc= gets ipc=true
+(NativeBackend.shareable_config), so torch.multiprocessing shares tensors
+of `pool > cuda` as PyTorch shares its expandable segments; a device that
+cannot share pages gets the spec as written, and cuda(ipc=false) opts out.
 
 Sleep mode (issue 29): pause(mode) / resume() give the default stack's
 memory back to the driver and take it again at the same addresses;
@@ -32,6 +41,7 @@ from the spec of a `with pool_spec(spec):` block around its creation
 (mem_pool(spec) does both); it sleeps when its pool is expandable.
 
 No code change: `python -m rmmc.torch --spec "pool > cuda" train.py ARGS`
+(or `-m MODULE ARGS`; everything after the script or module is its own)
 runs train.py with rmmc installed (in processes it spawns too), and
 RMMC_TORCH_AUTOLOAD=1 with RMMC_ALLOC_CONF installs it at `import torch`
 (PyTorch's torch.backends entry points).
@@ -43,6 +53,7 @@ import contextlib
 import ctypes
 import numbers
 import os
+import re
 import sys
 import threading
 import warnings
@@ -66,6 +77,65 @@ _PLUGIN_LOSES = ("torch.cuda.memory_stats/memory_allocated/memory_summary, cudnn
                  "(cacheInfo), torch.cuda.MemPool, torch.compile(mode='reduce-overhead'), "
                  "memory history and snapshots, torch.OutOfMemoryError (a RuntimeError "
                  "comes instead) and torch.multiprocessing sharing of CUDA tensors")
+
+# The torch releases the native backend is compiled and self-tested against
+# (scripts/torch-native-check): oldest and newest. A newer torch is tried,
+# and a failure says that it is newer than the newest tested.
+TESTED_TORCH = ((2, 9), (2, 15))
+
+
+def _torch_release(version):
+    """(major, minor) of a torch version string ("2.14.1+cu130" -> (2, 14))."""
+    m = re.match(r"\s*(\d+)\.(\d+)", str(version))
+    if m is None:
+        raise ValueError("not a torch version: %r" % (version,))
+    return int(m.group(1)), int(m.group(2))
+
+
+def native_cxx_std(version):
+    """The C++ standard the native backend is compiled with against torch
+    `version`: "c++20" from 2.14 (its headers need it), else "c++17"."""
+    return "c++20" if _torch_release(version) >= (2, 14) else "c++17"
+
+
+class NativeBuildError(RuntimeError):
+    """The native backend could not be had; `part` says which step failed:
+    "compile" (torch.utils.cpp_extension), "load" (the compiled library)
+    or "install" (PyTorch refused the allocator)."""
+
+    def __init__(self, part, detail):
+        RuntimeError.__init__(self, detail)
+        self.part = part
+        self.detail = detail
+
+
+def _first_error(text):
+    """The line of a compiler's output (or any message) that says what
+    went wrong: the first with "error", else the first non-empty one."""
+    lines = [l.strip() for l in str(text).splitlines() if l.strip()]
+    for l in lines:
+        if "error" in l.lower() and not l.lower().startswith("error building extension"):
+            return l[:400]
+    return lines[0][:400] if lines else ""
+
+
+def _native_failure(part, detail, version):
+    """One line: which torch, whether it is outside the tested releases,
+    which step failed and its first error."""
+    try:
+        release = _torch_release(version)
+    except ValueError:
+        release = None
+    where = ""
+    if release is not None and release > TESTED_TORCH[1]:
+        where = (" (newer than %d.%d, the newest release rmmc is tested with)"
+                 % TESTED_TORCH[1])
+    elif release is not None and release < TESTED_TORCH[0]:
+        where = (" (older than %d.%d, the oldest release rmmc is tested with)"
+                 % TESTED_TORCH[0])
+    return ("rmmc.torch: the native backend failed to %s against torch %s%s: %s"
+            % (part, version, where, _first_error(detail) or "no message"))
+
 
 _native_lib = None  # the loaded backend (ctypes.CDLL)
 _backend = None     # "native" or "plugin" once use() succeeded
@@ -109,6 +179,16 @@ class NativeBackend:
         lib().rmmc_resource_release(h)
         return r
 
+    def shareable_config(self, config):
+        """`config` (RMMC_ALLOC_CONF's form) with ipc=true on every cuda
+        layer under a pool that does not say ipc: what use() runs under
+        PyTorch, so torch.multiprocessing can share pages of an expandable
+        pool (cuda(ipc=false) opts out)."""
+        n = self._dll.rmmc_torch_native_shareable_config(config.encode(), None, 0)
+        buf = ctypes.create_string_buffer(n + 1)
+        self._dll.rmmc_torch_native_shareable_config(config.encode(), buf, n + 1)
+        return buf.value.decode()
+
     def pool_count(self, device=None):
         """Private pools alive on the device."""
         import torch
@@ -117,7 +197,7 @@ class NativeBackend:
 
     def bytes_out(self, device=None):
         """Bytes handed to PyTorch on the device (each block rounded up to
-        256, as rmmc hands them out)."""
+        512 as PyTorch rounds it, which is what rmmc hands out)."""
         import torch
         dev = torch.cuda.current_device() if device is None else int(device)
         return self._dll.rmmc_torch_native_bytes_out(dev)
@@ -146,21 +226,14 @@ def _include_dir():
 
 def build_native(verbose=False):
     """Compiles (or finds in the cache) the native backend for the installed
-    torch and loads it. Returns the NativeBackend. Raises on failure."""
+    torch and loads it. Returns the NativeBackend. Raises NativeBuildError
+    (its part: "compile" or "load") on failure."""
     global _native_lib
     if _native_lib is not None:
         return _native_lib
     import torch
-    import torch.utils.cpp_extension as ext
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_native.cpp")
     libpath = library_path()
-    libdir = os.path.dirname(libpath)
-    tag = "".join(c if c.isalnum() else "_" for c in torch.__version__)
-    name = "rmmc_torch_native_" + tag
-    build_dir = os.environ.get("RMMC_TORCH_BUILD_DIR")
-    if build_dir:
-        build_dir = os.path.join(build_dir, name)
-        os.makedirs(build_dir, exist_ok=True)
     lib()  # librmmc first, so the backend binds to the same copy
     # The backend has no device code, but cpp_extension asks for
     # architectures when it cannot see a GPU: any value serves (restored).
@@ -168,21 +241,46 @@ def build_native(verbose=False):
     if arch is None and not torch.cuda.is_available():
         os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
     try:
-        path = ext.load(name=name, sources=[src], extra_include_paths=[_include_dir()],
-                        extra_cflags=["-O2", "-Wall"],
-                        # A compiler that links libstdc++ statically (the GPU
-                        # machine's /opt/gcc) puts a second copy of it in the
-                        # backend; exported, its symbols bind to the process's
-                        # libstdc++ and mix the two copies' locales (a crash in
-                        # the first ostream<<). Kept local, each copy is whole.
-                        extra_ldflags=[libpath, "-Wl,-rpath," + libdir,
-                                       "-Wl,--exclude-libs,ALL"],
-                        with_cuda=True, is_python_module=False, build_directory=build_dir,
-                        verbose=verbose)
+        path = _compile(torch, src, libpath, verbose)
+    except Exception as e:  # the compiler's output is in the message
+        raise NativeBuildError("compile", "%s: %s" % (type(e).__name__, e)) from e
     finally:
         if arch is None:
             os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-    dll = ctypes.CDLL(path)
+    try:
+        _native_lib = NativeBackend(_bind(ctypes.CDLL(path)), path)
+    except (OSError, AttributeError) as e:  # a library that cannot load, or lacks an entry point
+        raise NativeBuildError("load", "%s: %s" % (path, e)) from e
+    return _native_lib
+
+
+def _compile(torch, src, libpath, verbose):
+    """torch.utils.cpp_extension.load of the backend, named after the torch
+    version (each version compiles once, cached); returns the library."""
+    import torch.utils.cpp_extension as ext
+    tag = "".join(c if c.isalnum() else "_" for c in torch.__version__)
+    name = "rmmc_torch_native_" + tag
+    build_dir = os.environ.get("RMMC_TORCH_BUILD_DIR")
+    if build_dir:
+        build_dir = os.path.join(build_dir, name)
+        os.makedirs(build_dir, exist_ok=True)
+    return ext.load(name=name, sources=[src], extra_include_paths=[_include_dir()],
+                    # the standard this release's headers need (as
+                    # scripts/torch-native-check compiles it)
+                    extra_cflags=["-O2", "-Wall", "-std=" + native_cxx_std(torch.__version__)],
+                    # A compiler that links libstdc++ statically (the GPU
+                    # machine's /opt/gcc) puts a second copy of it in the
+                    # backend; exported, its symbols bind to the process's
+                    # libstdc++ and mix the two copies' locales (a crash in
+                    # the first ostream<<). Kept local, each copy is whole.
+                    extra_ldflags=[libpath, "-Wl,-rpath," + os.path.dirname(libpath),
+                                   "-Wl,--exclude-libs,ALL"],
+                    with_cuda=True, is_python_module=False, build_directory=build_dir,
+                    verbose=verbose)
+
+
+def _bind(dll):
+    """The backend's entry points, typed."""
     dll.rmmc_torch_native_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     dll.rmmc_torch_native_install.restype = ctypes.c_int
     dll.rmmc_torch_native_torch_version.restype = ctypes.c_char_p
@@ -205,16 +303,51 @@ def build_native(verbose=False):
     from ._lib import MemoryHooks  # rmmc.set_memory_hooks(device=) rides on the backend's hooks
     dll.rmmc_torch_native_set_memory_hooks.argtypes = [ctypes.c_int, ctypes.POINTER(MemoryHooks)]
     dll.rmmc_torch_native_set_memory_hooks.restype = ctypes.c_int
-    _native_lib = NativeBackend(dll, path)
-    return _native_lib
+    dll.rmmc_torch_native_shareable_config.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
+                                                       ctypes.c_size_t]
+    dll.rmmc_torch_native_shareable_config.restype = ctypes.c_size_t
+    dll.rmmc_torch_native_set_configs.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    dll.rmmc_torch_native_set_configs.restype = None
+    return dll
 
 
-def _install_native():
-    native = build_native(verbose=os.environ.get("RMMC_TORCH_VERBOSE", "") == "1")
+def _install_native(native):
     buf = ctypes.create_string_buffer(1024)
     if native._dll.rmmc_torch_native_install(buf, len(buf)) != 0:
-        raise RuntimeError("rmmc.torch: " + buf.value.decode(errors="replace"))
+        raise NativeBuildError("install", buf.value.decode(errors="replace"))
     return native
+
+
+def _prepare_shareable(native, spec, device):
+    """prepare(spec, device) with the native backend's shareable pages: the
+    spec given (or the process default) becomes its shareable form
+    (NativeBackend.shareable_config); a stack built now whose device
+    cannot share pages is built from the spec as given instead, and the
+    backend does the same for stacks it builds later. A Resource is
+    installed as it is."""
+    from . import NotSupportedError, config_status, set_default
+    if spec is not None and not isinstance(spec, str):
+        prepare(spec, device)
+        return
+    if spec is None:
+        prepare(None, device)  # a broken RMMC_ALLOC_CONF raises here
+        status, config, _ = config_status()
+        if status != "SUCCESS":
+            return  # the fallback's plain cuda: nothing to share
+    else:
+        config = spec
+    shared = native.shareable_config(config)
+    if device is not None:
+        try:
+            set_default(shared, device)
+        except NotSupportedError:
+            set_default(config, device)
+        return
+    if shared != config:
+        set_default(shared)
+        native._dll.rmmc_torch_native_set_configs(shared.encode(), config.encode())
+    elif spec is not None:
+        set_default(spec)
 
 
 def _install_plugin():
@@ -254,20 +387,32 @@ def use(spec=None, device=None, fraction=None, backend=None):
     if torch.cuda.is_initialized():
         raise RuntimeError("rmmc.torch.use() must run before PyTorch initializes CUDA (it did "
                            "already: call use() first thing, before any tensor goes to the GPU)")
-    prepare(spec, device)
-    result = None
+    result = failure = None
     if choice != "plugin":
         try:
-            result = _install_native()
+            native = build_native(verbose=os.environ.get("RMMC_TORCH_VERBOSE", "") == "1")
+            _prepare_shareable(native, spec, device)
+            result = _install_native(native)
             _backend = "native"
         except Exception as e:  # a compiler, headers or torch's build tools missing
+            if isinstance(e, NativeBuildError):
+                failure = _native_failure(e.part, e.detail, torch.__version__)
+            elif isinstance(e, (ImportError, OSError)):  # cpp_extension, or rmmc's headers
+                failure = _native_failure("compile", "%s: %s" % (type(e).__name__, e),
+                                          torch.__version__)
+            else:
+                raise  # the spec's own error (ParseError, ...): the plug-in would fail too
             if choice == "native":
-                raise
-            warnings.warn("rmmc.torch: the native PyTorch backend could not be built (%s: %s); "
-                          "using the plug-in (CUDAPluggableAllocator), with which %s do not "
-                          "work" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "",
-                                    _PLUGIN_LOSES), RuntimeWarning, stacklevel=2)
+                raise RuntimeError(failure) from e
     if result is None:
+        if failure is not None:
+            # One line: the torch, the step that failed and why, what is lost.
+            warnings.warn("%s; using the plug-in (CUDAPluggableAllocator) instead, with which %s "
+                          "do not work (backend='native' raises instead)"
+                          % (failure, _PLUGIN_LOSES), RuntimeWarning, stacklevel=2)
+            prepare(spec, device)
+        else:
+            prepare(spec, device)
         result = _install_plugin()
         _backend = "plugin"
     if fraction is not None:
@@ -403,10 +548,12 @@ def pool_spec(spec):
     """Inside the block, the private pools this thread makes
     (torch.cuda.MemPool(), torch.cuda.graph's pool) get an rmmc stack built
     from `spec` instead of the device's default spec. Sleep mode needs an
-    expandable pool ("pool > cuda", the default pool kind); sharing pages
-    with another process needs "pool > cuda(ipc=true)". The spec is
-    checked here (ParseError) and built when the pool is made. Native
-    backend only (RuntimeError otherwise)."""
+    expandable pool ("pool > cuda", the default pool kind); its pages are
+    shareable with another process unless it says cuda(ipc=false), and its
+    pool layer takes a private pool's defaults where it says nothing
+    (small_chunk=2MiB, min_growth=2MiB, page=1TiB: the README's "PyTorch's
+    own tests"). The spec is checked here (ParseError) and built when the
+    pool is made. Native backend only (RuntimeError otherwise)."""
     from . import validate
     native = _need_native("pool_spec")
     if not isinstance(spec, str):
@@ -505,36 +652,69 @@ def _autoload():
                       RuntimeWarning)
 
 
-def _main(argv=None):
-    """python -m rmmc.torch [--spec SPEC] [--backend B] SCRIPT [ARGS...]"""
+_LAUNCHER_USAGE = ("python -m rmmc.torch [--spec SPEC] [--backend {auto,native,plugin}] "
+                   "(SCRIPT | -m MODULE) [ARGS...]")
+
+
+def _launcher_args(argv):
+    """Splits the launcher's command line as `python -m` does: its own
+    options (--spec, --backend, -h) come first; the first other word is the
+    script, or -m names the module; everything after them belongs to the
+    script or module, untouched (its own -q, -k, --spec...). Returns
+    (options, module, script, rest)."""
+    own = ("--spec", "--backend")
+    opts, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "-m" or (a.startswith("-m") and not a.startswith("--")):
+            module = a[2:] if len(a) > 2 else (argv[i + 1] if i + 1 < len(argv) else None)
+            rest = argv[i + 1:] if len(a) > 2 else argv[i + 2:]
+            return opts, module, None, rest
+        if a in own:
+            opts += argv[i:i + 2]
+            i += 2
+        elif a == "--":
+            return opts, None, argv[i + 1] if i + 1 < len(argv) else None, argv[i + 2:]
+        elif a.startswith("-"):
+            opts.append(a)  # --spec=..., -h, or one argparse refuses
+            i += 1
+        else:
+            return opts, None, a, argv[i + 1:]
+    return opts, None, None, []
+
+
+def _main(argv=None, install=None):
+    """python -m rmmc.torch [--spec SPEC] [--backend B] (SCRIPT | -m MODULE) [ARGS...]
+    `install`: what installs rmmc (rmmc.torch.use; tests pass another)."""
     import argparse
     import runpy
     parser = argparse.ArgumentParser(
-        prog="python -m rmmc.torch",
-        description="Run a PyTorch script with rmmc as its CUDA allocator, with no code change "
-                    "(processes it spawns get rmmc too).")
+        prog="python -m rmmc.torch", usage=_LAUNCHER_USAGE,
+        description="Run a PyTorch script or module with rmmc as its CUDA allocator, with no "
+                    "code change (processes it spawns get rmmc too). Everything after the "
+                    "script, or after -m MODULE, is passed to it untouched, as with python -m.")
     parser.add_argument("--spec", help="the stack, e.g. 'pool > cuda' (default: RMMC_ALLOC_CONF)")
     parser.add_argument("--backend", choices=("auto", "native", "plugin"), default=None)
-    parser.add_argument("-m", dest="module", help="run a module as python -m does")
-    parser.add_argument("script", nargs="?")
-    parser.add_argument("args", nargs=argparse.REMAINDER)
-    a = parser.parse_args(argv)
-    if a.module is None and a.script is None:
+    opts, module, script, rest = _launcher_args(sys.argv[1:] if argv is None else list(argv))
+    a = parser.parse_args(opts)
+    if module is None and script is None:
         parser.error("a script or -m MODULE is needed")
     if a.spec:
         os.environ["RMMC_ALLOC_CONF"] = a.spec
     if a.backend:
         os.environ["RMMC_TORCH_BACKEND"] = a.backend
     os.environ["RMMC_TORCH_AUTOLOAD"] = "1"  # spawned children (torch.multiprocessing)
-    import rmmc.torch as this  # the package's module, not __main__
-    this.use(a.spec)
-    if a.module:
-        sys.argv = [a.module] + ([a.script] if a.script else []) + a.args
-        runpy.run_module(a.module, run_name="__main__", alter_sys=True)
+    if install is None:
+        import rmmc.torch as this  # the package's module, not __main__
+        install = this.use
+    install(a.spec)
+    if module is not None:
+        sys.argv = [module] + rest
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:
-        sys.argv = [a.script] + a.args
-        sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
-        runpy.run_path(a.script, run_name="__main__")
+        sys.argv = [script] + rest
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        runpy.run_path(script, run_name="__main__")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ torch.utils.cpp_extension, installs, and PyTorch names it "rmmc"; a build
 that cannot compile falls back to the plug-in with exactly one warning; a
 second use() in the process is harmless. The behaviour on a GPU is
 tests/python/gpu/torch_native_suite.py (scripts/gpu-torch)."""
+import json
 import os
 import subprocess
 import sys
@@ -50,19 +51,101 @@ def test_include_dir_honours_rmmc_include(tmp_path, monkeypatch):
     assert rt._include_dir() == str(tmp_path)
 
 
+def launcher(*args):
+    """`python -m rmmc.torch ARGS` in a subprocess with this sys.path."""
+    return subprocess.run([sys.executable, "-m", "rmmc.torch"] + list(args), capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+
+
 def test_launcher_help():
-    p = subprocess.run([sys.executable, "-m", "rmmc.torch", "--help"], capture_output=True,
-                       text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    p = launcher("--help")
     assert p.returncode == 0, p.stderr
     assert "--spec" in p.stdout and "--backend" in p.stdout
 
 
 def test_launcher_needs_a_script():
-    p = subprocess.run([sys.executable, "-m", "rmmc.torch", "--spec", "pool > cuda"],
-                       capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    p = launcher("--spec", "pool > cuda")
     assert p.returncode == 2
     assert "a script or -m MODULE is needed" in p.stderr
+
+
+def test_launcher_splits_its_options_from_the_scripts():
+    # Everything after the script, or after -m MODULE, is the script's or
+    # module's, options included, as with `python -m`.
+    split = rt._launcher_args
+    assert split(["--spec", "pool > cuda", "-m", "pytest", "-q", "-k", "test_x",
+                  "test_cuda.py"]) == (["--spec", "pool > cuda"], "pytest", None,
+                                        ["-q", "-k", "test_x", "test_cuda.py"])
+    assert split(["-mpytest", "--spec", "x"]) == ([], "pytest", None, ["--spec", "x"])
+    assert split(["--backend", "native", "train.py", "--spec", "y", "-m", "z"]) == (
+        ["--backend", "native"], None, "train.py", ["--spec", "y", "-m", "z"])
+    assert split(["--spec=pool > cuda", "--", "-odd.py", "1"]) == (
+        ["--spec=pool > cuda"], None, "-odd.py", ["1"])
+    assert split(["-q", "train.py"]) == (["-q"], None, "train.py", [])  # argparse refuses -q
+    assert split([]) == ([], None, None, [])
+
+
+def test_launcher_passes_module_arguments_untouched(tmp_path, monkeypatch):
+    # The whole launcher with the install step replaced (no torch needed):
+    # the module sees exactly the words after it, as `python -m` gives them.
+    (tmp_path / "echo_argv_mod.py").write_text(
+        "import json, os, sys\n"
+        "with open(os.environ['ECHO_ARGV_OUT'], 'w') as f:\n"
+        "    json.dump({'argv': sys.argv[1:], 'name': __name__}, f)\n")
+    out = tmp_path / "argv.json"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("ECHO_ARGV_OUT", str(out))
+    for k in ("RMMC_ALLOC_CONF", "RMMC_TORCH_BACKEND", "RMMC_TORCH_AUTOLOAD"):
+        monkeypatch.setenv(k, "")  # so that the undo removes what _main sets
+        monkeypatch.delenv(k)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    installed = []
+    rt._main(["--spec", "pool > cuda", "--backend", "native", "-m", "echo_argv_mod", "-q", "-k",
+              "test_x", "--spec", "other", "test_cuda.py"], install=installed.append)
+    got = json.loads(out.read_text())
+    assert got == {"argv": ["-q", "-k", "test_x", "--spec", "other", "test_cuda.py"],
+                   "name": "__main__"}
+    assert installed == ["pool > cuda"]
+    assert os.environ["RMMC_ALLOC_CONF"] == "pool > cuda"
+    assert os.environ["RMMC_TORCH_BACKEND"] == "native"
+    assert os.environ["RMMC_TORCH_AUTOLOAD"] == "1"
+    # A script: the same, and it runs as __main__ with its folder on sys.path.
+    script = tmp_path / "train.py"
+    script.write_text("import echo_argv_mod\n")
+    rt._main([str(script), "-x", "--backend", "plugin"], install=installed.append)
+    assert json.loads(out.read_text())["argv"] == ["-x", "--backend", "plugin"]
+    assert installed == ["pool > cuda", None]
+
+
+def test_launcher_refuses_an_unknown_option_of_its_own():
+    p = launcher("-q", "train.py")
+    assert p.returncode == 2
+    assert "unrecognized arguments: -q" in p.stderr
+
+
+def test_cxx_standard_per_torch_release():
+    assert [rt.native_cxx_std(v) for v in ("2.9.0", "2.13.0", "2.14.1", "2.15.0+cu132")] == [
+        "c++17", "c++17", "c++20", "c++20"]
+    assert rt.TESTED_TORCH == ((2, 9), (2, 15))
+    with pytest.raises(ValueError):
+        rt.native_cxx_std("nightly")
+
+
+def test_native_failure_is_one_line_naming_torch_and_the_step():
+    log = ("Error building extension 'rmmc_torch_native_2_16_0':\n[1/2] c++ ...\n"
+           "/x/_torch_native.cpp:2315:32: error: invalid new-expression of abstract class type "
+           "'rmmc_torch::RmmcAllocator'\n  2315 | RmmcAllocator& instance = *new RmmcAllocator;\n")
+    line = rt._native_failure("compile", log, "2.16.0+cu132")
+    assert "\n" not in line
+    assert line.startswith("rmmc.torch: the native backend failed to compile against torch "
+                           "2.16.0+cu132 (newer than 2.15, the newest release rmmc is tested "
+                           "with): /x/_torch_native.cpp:2315:32: error: invalid new-expression")
+    assert "(older than 2.9" in rt._native_failure("load", "OSError: x.so: undefined symbol",
+                                                     "2.8.0")
+    ok = rt._native_failure("install", "PyTorch has initialized its CUDA allocator already",
+                            "2.11.0")
+    assert ok == ("rmmc.torch: the native backend failed to install against torch 2.11.0: "
+                  "PyTorch has initialized its CUDA allocator already")
 
 
 def test_bad_backend_is_refused_before_torch():
