@@ -1921,6 +1921,24 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     std::lock_guard<std::mutex> g(d.mutex);
     return d.pools.size();
   }
+  // One line on the device's private pools and what keeps each: its id,
+  // users (MemPools, graphs, routings), blocks out; the routings and the
+  // frees that wait for captures to end.
+  std::string pools_describe(DeviceIndex device) {
+    DeviceState& d = dev(device);
+    std::lock_guard<std::mutex> g(d.mutex);
+    std::string s;
+    for (const auto& pr : d.pools) {
+      const Pool& p = *pr.second;
+      s += "(" + std::to_string(p.id.first) + "," + std::to_string(p.id.second) +
+           "): users " + std::to_string(p.use_count) + ", blocks " + std::to_string(p.live) +
+           (p.stack == nullptr ? ", no stack" : "") + "; ";
+    }
+    s += "routings " + std::to_string(d.routes.size()) + ", captures " +
+         std::to_string(d.captures) + ", deferred frees " + std::to_string(d.deferred.size()) +
+         ", pending frees " + std::to_string(d.pending.size());
+    return s;
+  }
   // Bytes handed to PyTorch now, each block rounded as PyTorch rounds it
   // (what rmmc handed out).
   size_t bytes_out(DeviceIndex device) {
@@ -3272,6 +3290,22 @@ __attribute__((visibility("default"))) rmmc_resource_t* rmmc_torch_native_block_
 __attribute__((visibility("default"))) long rmmc_torch_native_pool_count(int device) {
   try {
     return static_cast<long>(rmmc_torch::instance.pool_count(static_cast<c10::DeviceIndex>(device)));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// pools_describe's line for `device` into buf (n bytes, NUL-terminated);
+// returns its length (-1 for a bad device), as snprintf.
+__attribute__((visibility("default"))) long rmmc_torch_native_pools_describe(int device,
+                                                                             char* buf,
+                                                                             size_t n) {
+  try {
+    const std::string s =
+        rmmc_torch::instance.pools_describe(static_cast<c10::DeviceIndex>(device));
+    if (buf != nullptr && n > 0)
+      snprintf(buf, n, "%s", s.c_str());
+    return static_cast<long>(s.size());
   } catch (const std::exception&) {
     return -1;
   }

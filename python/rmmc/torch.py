@@ -195,6 +195,18 @@ class NativeBackend:
         dev = torch.cuda.current_device() if device is None else int(device)
         return self._dll.rmmc_torch_native_pool_count(dev)
 
+    def pools_describe(self, device=None):
+        """One line on the device's private pools: each one's id, users and
+        blocks out, then the routings and the frees waiting for captures."""
+        import torch
+        dev = torch.cuda.current_device() if device is None else int(device)
+        n = self._dll.rmmc_torch_native_pools_describe(dev, None, 0)
+        if n < 0:
+            raise ValueError("rmmc.torch: no device %d" % dev)
+        buf = ctypes.create_string_buffer(n + 1)
+        self._dll.rmmc_torch_native_pools_describe(dev, buf, n + 1)
+        return buf.value.decode()
+
     def bytes_out(self, device=None):
         """Bytes handed to PyTorch on the device (each block rounded up to
         512 as PyTorch rounds it, which is what rmmc hands out)."""
@@ -293,6 +305,9 @@ def _bind(dll):
     dll.rmmc_torch_native_set_pool_spec.restype = None
     dll.rmmc_torch_native_pool_count.argtypes = [ctypes.c_int]
     dll.rmmc_torch_native_pool_count.restype = ctypes.c_long
+    dll.rmmc_torch_native_pools_describe.argtypes = [ctypes.c_int, ctypes.c_char_p,
+                                                     ctypes.c_size_t]
+    dll.rmmc_torch_native_pools_describe.restype = ctypes.c_long
     dll.rmmc_torch_native_bytes_out.argtypes = [ctypes.c_int]
     dll.rmmc_torch_native_bytes_out.restype = ctypes.c_longlong
     dll.rmmc_torch_native_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_longlong),
