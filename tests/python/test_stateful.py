@@ -549,6 +549,111 @@ class PythonLayer(RuleBasedStateMachine):
             assert sc.total_bytes >= n + i and sc.total_count >= (1 if n + i else 0)
         assert self._registry_handle() == before  # every block's layer went
 
+    # -- threads sharing one object ---------------------------------------------------------
+    @rule(t=resources, threads=st.integers(2, 6), rounds=st.integers(1, 40),
+          close_after=st.integers(0, 40))
+    def threads_share_a_resource(self, t, threads, rounds, close_after):
+        """Threads allocate and free through one copy of a Resource while
+        the main thread closes it: each call either runs on a live stack or
+        raises "closed", and nothing is lost (what a thread could not free
+        through the closed copy goes back through the witness)."""
+        r = self.objs[t]
+        s = self.of[id(r)]
+        if r.closed or s.paused:
+            return
+        c = copy.copy(r)
+        leftovers, errors = [], []
+        go = threading.Barrier(threads + 1)
+
+        def work(i):
+            go.wait()
+            for k in range(rounds):
+                try:
+                    p = c.allocate(256 * (i + 1))
+                except rmmc.InvalidArgumentError:
+                    return
+                except (rmmc.OutOfMemoryError, rmmc.NotSupportedError):
+                    continue
+                try:
+                    c.deallocate(p, 256 * (i + 1))
+                except rmmc.InvalidArgumentError:
+                    leftovers.append((p, 256 * (i + 1)))
+                    return
+                except Exception as e:  # noqa: BLE001 - checked below
+                    errors.append(repr(e))
+
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        [x.start() for x in ts]
+        go.wait()
+        for _ in range(close_after):
+            c.figures()
+        c.close()
+        [x.join() for x in ts]
+        assert errors == []
+        for p, n in leftovers:
+            if p:
+                s.witness.deallocate(p, n)
+
+    @rule(ts=st.lists(mrs, min_size=1, max_size=3), rounds=st.integers(1, 30))
+    def threads_race_the_registry(self, ts, rounds):
+        """One thread sets the device's resource to one object after
+        another while others get it and allocate through what they got (a
+        get holds a reference of its own: issue 41's F17)."""
+        objs = [self.objs[t] for t in ts]
+        errors = []
+        go = threading.Barrier(3)
+
+        def setter():
+            go.wait()
+            for k in range(rounds):
+                mr.set_per_device_resource(0, objs[k % len(objs)])
+
+        def getter():
+            go.wait()
+            for _ in range(rounds):
+                try:
+                    g = mr.get_per_device_resource(0)
+                    p = g.allocate(512)
+                    g.deallocate(p, 512)
+                    b = rmmc.DeviceBuffer(size=64)
+                    b.close()
+                except rmmc.NoDeviceError:
+                    pass  # nothing set yet
+                except Exception as e:  # noqa: BLE001 - checked below
+                    errors.append(repr(e))
+
+        threads = [threading.Thread(target=f) for f in (setter, getter, getter)]
+        [x.start() for x in threads]
+        [x.join() for x in threads]
+        assert errors == []
+        self.current = objs[(rounds - 1) % len(objs)]
+        assert mr.get_per_device_resource(0) is self.current
+
+    @rule(t=buffers, threads=st.integers(2, 4), n=st.integers(0, 1 << 14))
+    def threads_share_a_buffer(self, t, threads, n):
+        """Threads resize, read and write one buffer at once: its calls are
+        serialized, so each sees a whole buffer, never memory being moved."""
+        x = self.objs[t]
+        if x.closed or self._dlpack_alive(x) or x.shared:
+            return
+        errors = []
+
+        def work(i):
+            try:
+                for k in range(5):
+                    x.b.resize((n + 97 * (i + k)) % (1 << 14))
+                    data = x.b.tobytes()
+                    assert len(data) <= 1 << 14
+                    x.b.copy_from_host(bytes([i]) * min(16, len(data)))
+            except Exception as e:  # noqa: BLE001 - checked below
+                errors.append(repr(e))
+
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        [y.start() for y in ts]
+        [y.join() for y in ts]
+        assert errors == []
+        x.content = bytearray(x.b.tobytes())
+
     # -- DeviceBuffer ------------------------------------------------------------------------
     @rule(target=buffers, t=st.one_of(st.none(), mrs), size=SIZES, stream=STREAMS,
           data=st.one_of(st.none(), st.binary(max_size=300)))
