@@ -100,6 +100,11 @@ class DeviceMemoryResource:
     def handle(self):
         return self.resource.handle
 
+    def _call(self, fn, *args):
+        """fn(handle, *args) with the stack's reference held for the call."""
+        with self.resource._use() as h:
+            return fn(h, *args)
+
     @property
     def device(self):
         """The device the stack serves, -1 for host memory."""
@@ -261,10 +266,10 @@ class LimitingResourceAdaptor(DeviceMemoryResource):
                         upstream)
 
     def get_allocation_limit(self):
-        return clib().rmmc_limiting_adaptor_get_limit(self.handle)
+        return self._call(clib().rmmc_limiting_adaptor_get_limit)
 
     def get_allocated_bytes(self):
-        return clib().rmmc_limiting_adaptor_get_used(self.handle)
+        return self._call(clib().rmmc_limiting_adaptor_get_used)
 
 
 class StatisticsResourceAdaptor(DeviceMemoryResource):
@@ -278,18 +283,18 @@ class StatisticsResourceAdaptor(DeviceMemoryResource):
     def allocation_counts(self):
         """The counters of the innermost scope (rmmc.stats.Statistics)."""
         from .stats import _read
-        return _read(self.handle)
+        return self._call(_read)
 
     def push_counters(self):
         """Opens a new scope of counters; returns the counters before it."""
         from .stats import _push
-        return _push(self.handle)
+        return self._call(_push)
 
     def pop_counters(self):
         """Closes the innermost scope (folding it into the one below);
         returns its counters."""
         from .stats import _pop
-        return _pop(self.handle)
+        return self._call(_pop)
 
 
 class TrackingResourceAdaptor(DeviceMemoryResource):
@@ -301,7 +306,7 @@ class TrackingResourceAdaptor(DeviceMemoryResource):
                         upstream)
 
     def get_allocated_bytes(self):
-        return clib().rmmc_tracking_adaptor_get_outstanding_bytes(self.handle)
+        return self._call(clib().rmmc_tracking_adaptor_get_outstanding_bytes)
 
     def get_outstanding_allocations(self):
         """[(ptr, bytes, stream)] of the outstanding allocations, oldest first."""
@@ -309,7 +314,7 @@ class TrackingResourceAdaptor(DeviceMemoryResource):
 
         def each(_ctx, a):
             out.append((a.contents.ptr or 0, a.contents.bytes, a.contents.stream or 0))
-        check(clib().rmmc_tracking_adaptor_for_each(self.handle, TRACKED_CB(each), None),
+        check(self._call(clib().rmmc_tracking_adaptor_for_each, TRACKED_CB(each), None),
               "get_outstanding_allocations")
         return out
 
@@ -342,7 +347,7 @@ class LoggingResourceAdaptor(DeviceMemoryResource):
         return self._file_name
 
     def flush(self):
-        check(clib().rmmc_logging_adaptor_flush(self.handle), "flush")
+        check(self._call(clib().rmmc_logging_adaptor_flush), "flush")
 
 
 class FailureCallbackResourceAdaptor(DeviceMemoryResource):

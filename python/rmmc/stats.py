@@ -93,7 +93,7 @@ def enable_statistics():
 def get_statistics():
     """The current scope's Statistics, or None when statistics are not enabled."""
     mr = _current_statistics()
-    return None if mr is None else _read(mr.handle)
+    return None if mr is None else mr._call(_read)
 
 
 def push_statistics():
@@ -103,14 +103,14 @@ def push_statistics():
     innermost scope, whoever pushed it. Threads that measure blocks of
     their own use statistics() or profiler, whose scopes end in any order."""
     mr = _current_statistics()
-    return None if mr is None else _push(mr.handle)
+    return None if mr is None else mr._call(_push)
 
 
 def pop_statistics():
     """Closes the innermost scope and returns its Statistics (None when
     statistics are not enabled)."""
     mr = _current_statistics()
-    return None if mr is None else _pop(mr.handle)
+    return None if mr is None else mr._call(_pop)
 
 
 statistics = _scope_statistics  # rmm.statistics.statistics(): a counting block
@@ -200,7 +200,7 @@ class profiler:
         opened = None
         if mr is not None:
             sid = ctypes.c_uint64()
-            check(clib().rmmc_statistics_adaptor_push_scope(mr.handle, ctypes.byref(sid)),
+            check(mr._call(clib().rmmc_statistics_adaptor_push_scope, ctypes.byref(sid)),
                   "profiler")
             opened = (mr, sid.value)
         stack = getattr(self._open, "stack", None)
@@ -214,7 +214,7 @@ class profiler:
         if opened is not None:
             mr, sid = opened
             s = _struct()
-            check(clib().rmmc_statistics_adaptor_pop_scope(mr.handle, sid, ctypes.byref(s)),
+            check(mr._call(clib().rmmc_statistics_adaptor_pop_scope, sid, ctypes.byref(s)),
                   "profiler")
             self.records.add(self.name, _from_struct(s))
         return False
