@@ -19,7 +19,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
-from . import statistics as _scope_statistics
+from . import _STATS_LOCK, statistics as _scope_statistics
 from .mr import (StatisticsResourceAdaptor, get_current_device_resource,
                  set_current_device_resource)
 from ._capi import clib
@@ -85,9 +85,11 @@ def _current_statistics():
 
 def enable_statistics():
     """Wraps the current device's resource in a StatisticsResourceAdaptor,
-    unless its outermost layer already is one."""
-    if _current_statistics() is None:
-        set_current_device_resource(StatisticsResourceAdaptor(get_current_device_resource()))
+    unless its outermost layer already is one. Threads that enable at once
+    wrap it once (the check and the set hold statistics()'s lock)."""
+    with _STATS_LOCK:
+        if _current_statistics() is None:
+            set_current_device_resource(StatisticsResourceAdaptor(get_current_device_resource()))
 
 
 def get_statistics():

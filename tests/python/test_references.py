@@ -433,6 +433,26 @@ def test_profiler_blocks_of_many_threads():
     assert clib().rmmc_statistics_adaptor_get_depth(mr.get_current_device_resource().handle) == 0
 
 
+def test_enable_statistics_from_threads_wraps_once():
+    import sys
+    mr.set_current_device_resource(mr.PoolMemoryResource(mr.HostMemoryResource()))
+    barrier = threading.Barrier(8)
+
+    def enable():
+        barrier.wait(timeout=60)
+        stats.enable_statistics()
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads interleave between any two bytecodes
+    try:
+        threads = [threading.Thread(target=enable) for _ in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    finally:
+        sys.setswitchinterval(old)
+    assert layer_names(mr.get_current_device_resource()) == ["statistics", "pool", "host"]
+
+
 # --- F21: reinitialize is all or nothing ------------------------------------------------------
 
 def test_a_failed_reinitialize_installs_nothing():
