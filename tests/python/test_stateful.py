@@ -521,18 +521,25 @@ class PythonLayer(RuleBasedStateMachine):
             assert names == (["pool", "host"] if pool else ["host"])
             self._stack_for(self.current, self.current.spec, False, False)
 
-    @rule(threads=st.integers(1, 8), n=st.integers(0, 1 << 16))
-    def statistics_from_threads(self, threads, n):
+    @rule(threads=st.integers(1, 8), n=st.integers(0, 1 << 16), depth=st.integers(1, 3))
+    def statistics_from_threads(self, threads, n, depth):
+        """Threads each open `depth` nested statistics blocks; blocks of
+        different threads overlap in whatever order they run."""
         before = self._registry_handle()
         errors, scopes = [], []
 
+        def blocks(i, level):
+            with rmmc.statistics(0) as sc:
+                b = rmmc.DeviceBuffer(size=n + i)
+                if level > 1:
+                    blocks(i, level - 1)
+                sc.get()
+                b.close()
+            scopes.append((i, level, sc))
+
         def work(i):
             try:
-                with rmmc.statistics(0) as sc:
-                    b = rmmc.DeviceBuffer(size=n + i)
-                    sc.get()
-                    b.close()
-                scopes.append((i, sc))
+                blocks(i, depth)
             except rmmc.NoDeviceError:
                 errors.append("nodevice")
             except Exception as e:  # noqa: BLE001 - checked below
@@ -545,8 +552,12 @@ class PythonLayer(RuleBasedStateMachine):
             assert errors == ["nodevice"] * threads
             return
         assert errors == []
-        for i, sc in scopes:
-            assert sc.total_bytes >= n + i and sc.total_count >= (1 if n + i else 0)
+        for i, level, sc in scopes:
+            # A block counts its own buffer and those of the blocks inside it.
+            assert sc.total_bytes >= (n + i) * level
+            assert sc.total_count >= (level if n + i else 0)
+            again = pickle.loads(pickle.dumps(sc))  # finished: its figures travel
+            assert again.get() == sc.get()
         assert self._registry_handle() == before  # every block's layer went
 
     # -- threads sharing one object ---------------------------------------------------------
