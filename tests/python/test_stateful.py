@@ -12,10 +12,12 @@ stack must hold exactly the reference its witness keeps (nothing leaked,
 nothing released twice). Under the ASan build (meson test python_asan) a
 use-after-free anywhere fails at once.
 
-Budget: RMMC_HYPOTHESIS_EXAMPLES (default 25) sequences of at most
-RMMC_HYPOTHESIS_STEPS (default 40) steps, from RMMC_HYPOTHESIS_SEED
-(default: a fixed seed, so CI is reproducible; "random" for a new one each
-run; scripts/python-fuzz runs it for as long as you like). A failure
+Budget: RMMC_HYPOTHESIS_EXAMPLES sequences (default 10, for the plain
+runs in python_package, check-python and check-wheel; python_asan runs
+40) of at most RMMC_HYPOTHESIS_STEPS steps (default 40), from
+RMMC_HYPOTHESIS_SEED (default: a fixed seed, so CI is reproducible;
+"random" for a new one each run; scripts/python-fuzz runs it for as long
+as you like). A failure
 prints the shrunk sequence and the @reproduce_failure blob that replays it.
 """
 import copy
@@ -878,7 +880,7 @@ def test_python_layer():
     print("RMMC_HYPOTHESIS_SEED=%s" % seed)
     machine = hypothesis.seed(int(seed))(type("PythonLayerSeeded", (PythonLayer,), {}))
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=int(os.environ.get("RMMC_HYPOTHESIS_EXAMPLES", "25")),
+        max_examples=int(os.environ.get("RMMC_HYPOTHESIS_EXAMPLES", "10")),
         stateful_step_count=int(os.environ.get("RMMC_HYPOTHESIS_STEPS", "40")),
         deadline=None, database=None, print_blob=True,
         suppress_health_check=list(HealthCheck)))
