@@ -433,21 +433,22 @@ class PythonLayer(RuleBasedStateMachine):
             self._stack_for(up, "host", False, False)
         else:
             up = self.objs[upstream]
+        size_is_bad = size is not None and not isinstance(size, str) and size_error(size) is not None
         make = {
             "host": lambda: mr.HostMemoryResource(),
             "pool": lambda: mr.PoolMemoryResource(up, initial_pool_size=size),
             "statistics": lambda: mr.StatisticsResourceAdaptor(up),
-            "limiting": lambda: mr.LimitingResourceAdaptor(up, 64 << 20 if size is None
-                                                           or size_error(size) is None else size),
+            # A bad size is passed on to be refused; any other is 1 GiB, a
+            # limit the model never reaches (a binning over a 1 MiB limit
+            # cannot take one 2 MiB chunk: a refusal, not a finding).
+            "limiting": lambda: mr.LimitingResourceAdaptor(up, size if size_is_bad else 1 << 30),
             "binning": lambda: mr.BinningMemoryResource(up),
             "failure": lambda: mr.FailureCallbackResourceAdaptor(up, lambda n: False),
         }[kind]
-        if kind in ("pool", "limiting") and size is not None and not isinstance(size, str):
-            e = size_error(size)
-            if e is not None:
-                with pytest.raises(e):
-                    make()
-                return multiple()
+        if kind in ("pool", "limiting") and size_is_bad:
+            with pytest.raises(size_error(size)):
+                make()
+            return multiple()
         obj = make()
         if kind != "host":
             self.of[id(up)].exact = False  # what goes through it now comes from above too
