@@ -503,3 +503,15 @@ def test_headers_found_with_the_library_anywhere(tmp_path, monkeypatch):
     inc = rt._include_dir()
     assert os.path.exists(os.path.join(inc, "rmmc", "resource.h"))
     assert not inc.startswith(str(tmp_path))
+
+
+def test_the_package_installs_every_module():
+    """python/meson.build names the files pip installs: a module left out
+    imports from the checkout and fails in an installed package."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    checkout = os.path.dirname(os.path.dirname(here))
+    with open(os.path.join(checkout, "python", "meson.build")) as f:
+        listed = f.read()
+    modules = sorted(n for n in os.listdir(os.path.join(checkout, "python", "rmmc"))
+                     if n.endswith((".py", ".cpp")))
+    assert modules and [m for m in modules if "'rmmc/%s'" % m not in listed] == []
