@@ -15,10 +15,11 @@ alive. Sizes are ints (bytes) or spec sizes ("256MiB"). HostMemoryResource
 (rmmc's ``host``: malloc'd memory, no GPU needed) is an rmmc addition that
 lets every layer run on a machine without a GPU.
 """
+import copy
 import ctypes
 import os
 
-from . import InvalidArgumentError, Resource, _device, _device_resource, parse_size
+from . import InvalidArgumentError, Resource, _args, _device, _device_resource, parse_size
 from ._capi import FAILURE_CB, TRACKED_CB, clib
 from ._lib import check
 
@@ -37,13 +38,12 @@ __all__ = [
 
 def _size(value, what):
     """Bytes from an int or a spec size ("1GiB"), as a spec writes them."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
+    if isinstance(value, str):
+        return parse_size(value)
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError("%s is a number of bytes (int) or a size such as '1GiB', not %s"
                         % (what, type(value).__name__))
-    n = parse_size(value) if isinstance(value, str) else value
-    if n < 0:
-        raise InvalidArgumentError(-1, "%s must be >= 0, not %d" % (what, n))
-    return n
+    return _args.size(value, what)
 
 
 def _layer(name, **options):
@@ -55,7 +55,13 @@ def _layer(name, **options):
 class DeviceMemoryResource:
     """The base of every resource object: allocate/deallocate through the
     stack it holds. ``resource`` is the rmmc.Resource, ``spec`` its spec,
-    ``handle`` the rmmc_resource_t * (borrowed)."""
+    ``handle`` the rmmc_resource_t * (borrowed).
+
+    As RMM's, a resource object is not pickled or deep-copied (TypeError):
+    its stack lives in this process. copy.copy() gives another object of
+    the same class over the same stack, with a reference of its own."""
+
+    _not_a_stream = True  # has .handle, which is no stream
 
     def __init__(self, *args, **kwargs):
         raise TypeError("DeviceMemoryResource is abstract: build one of its subclasses "
@@ -71,8 +77,10 @@ class DeviceMemoryResource:
             raise TypeError("upstream must be a memory resource object (rmmc.mr), not %s"
                             % type(upstream).__name__)
         h = ctypes.c_void_p()
-        check(clib().rmmc_stack_create_over(layer.encode(), upstream.handle, ctypes.byref(h)),
-              "%s(%s)" % (type(self).__name__, layer))
+        text = _args.text(layer, "the layer's spec")
+        with upstream.resource._use() as up:
+            check(clib().rmmc_stack_create_over(text, up, ctypes.byref(h)),
+                  "%s(%s)" % (type(self).__name__, layer))
         spec = "%s > %s" % (layer, upstream.spec)
         self.resource = Resource._adopt(h.value, spec)
         clib().rmmc_resource_release(h.value)  # _adopt took its own reference
@@ -92,10 +100,30 @@ class DeviceMemoryResource:
     def handle(self):
         return self.resource.handle
 
+    def _call(self, fn, *args):
+        """fn(handle, *args) with the stack's reference held for the call."""
+        with self.resource._use() as h:
+            return fn(h, *args)
+
     @property
     def device(self):
         """The device the stack serves, -1 for host memory."""
         return self.resource.device
+
+    def __copy__(self):
+        other = type(self).__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.resource = copy.copy(self.resource)
+        return other
+
+    def __deepcopy__(self, memo):
+        raise TypeError("rmmc.mr.%s is not deep-copied: its stack's memory and state belong to "
+                        "it (copy.copy() shares the stack)" % type(self).__name__)
+
+    def __reduce__(self):
+        raise TypeError("rmmc.mr.%s cannot be pickled: its stack lives in this process (as "
+                        "RMM's memory resources; build it again there, e.g. from its spec %r)"
+                        % (type(self).__name__, self.spec))
 
     def get_upstream(self):
         """The upstream resource object (RMM's get_upstream()); None for a base resource."""
@@ -197,8 +225,10 @@ class BinningMemoryResource(DeviceMemoryResource):
     def __init__(self, upstream, min_size_exponent=None, max_size_exponent=None, bins=None):
         for name, e in (("min_size_exponent", min_size_exponent),
                         ("max_size_exponent", max_size_exponent)):
-            if e is not None and (not isinstance(e, int) or not 0 <= e < 63):
+            if e is not None and not 0 <= _args.integer(e, name) < 63:
                 raise InvalidArgumentError(-1, "%s must be an int in [0, 63), not %r" % (name, e))
+        if bins is not None and isinstance(bins, (str, bytes)):
+            raise TypeError("bins is a list of sizes, not %s" % type(bins).__name__)
         self._init_over(_layer(
             "binning",
             min=None if min_size_exponent is None else 1 << min_size_exponent,
@@ -212,7 +242,7 @@ class FixedSizeMemoryResource(DeviceMemoryResource):
     ``fixed_size(block=, blocks_per_chunk=)``."""
 
     def __init__(self, upstream, block_size=1 << 20, blocks_to_preallocate=128):
-        if not isinstance(blocks_to_preallocate, int) or blocks_to_preallocate < 1:
+        if _args.c_int(blocks_to_preallocate, "blocks_to_preallocate") < 1:
             raise InvalidArgumentError(-1, "blocks_to_preallocate must be an int >= 1, not %r"
                                        % (blocks_to_preallocate,))
         self._init_over(_layer("fixed_size", block=_size(block_size, "block_size"),
@@ -236,10 +266,10 @@ class LimitingResourceAdaptor(DeviceMemoryResource):
                         upstream)
 
     def get_allocation_limit(self):
-        return clib().rmmc_limiting_adaptor_get_limit(self.handle)
+        return self._call(clib().rmmc_limiting_adaptor_get_limit)
 
     def get_allocated_bytes(self):
-        return clib().rmmc_limiting_adaptor_get_used(self.handle)
+        return self._call(clib().rmmc_limiting_adaptor_get_used)
 
 
 class StatisticsResourceAdaptor(DeviceMemoryResource):
@@ -253,18 +283,18 @@ class StatisticsResourceAdaptor(DeviceMemoryResource):
     def allocation_counts(self):
         """The counters of the innermost scope (rmmc.stats.Statistics)."""
         from .stats import _read
-        return _read(self.handle)
+        return self._call(_read)
 
     def push_counters(self):
         """Opens a new scope of counters; returns the counters before it."""
         from .stats import _push
-        return _push(self.handle)
+        return self._call(_push)
 
     def pop_counters(self):
         """Closes the innermost scope (folding it into the one below);
         returns its counters."""
         from .stats import _pop
-        return _pop(self.handle)
+        return self._call(_pop)
 
 
 class TrackingResourceAdaptor(DeviceMemoryResource):
@@ -276,7 +306,7 @@ class TrackingResourceAdaptor(DeviceMemoryResource):
                         upstream)
 
     def get_allocated_bytes(self):
-        return clib().rmmc_tracking_adaptor_get_outstanding_bytes(self.handle)
+        return self._call(clib().rmmc_tracking_adaptor_get_outstanding_bytes)
 
     def get_outstanding_allocations(self):
         """[(ptr, bytes, stream)] of the outstanding allocations, oldest first."""
@@ -284,7 +314,7 @@ class TrackingResourceAdaptor(DeviceMemoryResource):
 
         def each(_ctx, a):
             out.append((a.contents.ptr or 0, a.contents.bytes, a.contents.stream or 0))
-        check(clib().rmmc_tracking_adaptor_for_each(self.handle, TRACKED_CB(each), None),
+        check(self._call(clib().rmmc_tracking_adaptor_for_each, TRACKED_CB(each), None),
               "get_outstanding_allocations")
         return out
 
@@ -301,6 +331,10 @@ class LoggingResourceAdaptor(DeviceMemoryResource):
     def __init__(self, upstream, log_file_name=None):
         if log_file_name is None:
             log_file_name = os.environ.get("RMM_LOG_FILE")
+        if isinstance(log_file_name, os.PathLike):
+            log_file_name = os.fspath(log_file_name)
+        if log_file_name is not None and not isinstance(log_file_name, str):
+            raise TypeError("log_file_name must be a str, not %s" % type(log_file_name).__name__)
         if not log_file_name:
             raise InvalidArgumentError(-1, "LoggingResourceAdaptor needs log_file_name (or "
                                        "$RMM_LOG_FILE)")
@@ -313,7 +347,7 @@ class LoggingResourceAdaptor(DeviceMemoryResource):
         return self._file_name
 
     def flush(self):
-        check(clib().rmmc_logging_adaptor_flush(self.handle), "flush")
+        check(self._call(clib().rmmc_logging_adaptor_flush), "flush")
 
 
 class FailureCallbackResourceAdaptor(DeviceMemoryResource):
@@ -329,9 +363,10 @@ class FailureCallbackResourceAdaptor(DeviceMemoryResource):
                             % type(upstream).__name__)
         self._callback = FAILURE_CB(lambda nbytes, _u: bool(callback(nbytes)))
         h = ctypes.c_void_p()
-        check(clib().rmmc_failure_callback_adaptor_create(upstream.handle, self._callback, None,
-                                                          ctypes.byref(h)),
-              "FailureCallbackResourceAdaptor")
+        with upstream.resource._use() as up:
+            check(clib().rmmc_failure_callback_adaptor_create(up, self._callback, None,
+                                                              ctypes.byref(h)),
+                  "FailureCallbackResourceAdaptor")
         spec = "<python failure callback> > %s" % upstream.spec
         self.resource = Resource._adopt(h.value, spec)
         clib().rmmc_resource_release(h.value)
@@ -364,20 +399,21 @@ class PrefetchResourceAdaptor(DeviceMemoryResource):
 _SET = {}
 
 
-def _registry_handle(device):
-    return _device_resource(device, "get_per_device_resource").value
-
-
 def get_per_device_resource(device):
     """The resource object of `device`'s registry entry (built from the
-    default spec on first use)."""
+    default spec on first use). It holds a reference of its own, taken
+    atomically with sets on other threads (the registry's stack stays
+    valid as long as the object lives)."""
     device = _device(device)
-    h = _registry_handle(device)
-    mr = _SET.get(device)
-    if mr is not None and mr.handle == h:
-        return mr
-    spec = "<device %d: %s>" % (device, clib().rmmc_resource_name(h).decode())
-    return DeviceMemoryResource._wrap(Resource._adopt(h, spec))
+    h = _device_resource(device, "get_per_device_resource", retain=True).value
+    try:
+        mr = _SET.get(device)
+        if mr is not None and mr.resource._handle == h:
+            return mr
+        spec = "<device %d: %s>" % (device, clib().rmmc_resource_name(h).decode())
+        return DeviceMemoryResource._wrap(Resource._adopt(h, spec))
+    finally:
+        clib().rmmc_resource_release(h)
 
 
 def set_per_device_resource(device, mr):
@@ -387,8 +423,34 @@ def set_per_device_resource(device, mr):
         raise TypeError("mr must be a memory resource object (rmmc.mr), not %s"
                         % type(mr).__name__)
     device = _device(device)
-    check(clib().rmmc_set_device_resource(device, mr.handle, None), "set_per_device_resource")
+    with mr.resource._use() as h:
+        check(clib().rmmc_set_device_resource(device, h, None), "set_per_device_resource")
     _SET[device] = mr
+
+
+def _set_per_device_resources(pairs):
+    """set_per_device_resource for each (device, mr) of `pairs`, all or
+    nothing: if one set fails, the devices set before it get their
+    previous resources back (or none, as before) and the error is raised."""
+    done = []  # (device, the registry's reference on its previous resource)
+    try:
+        for device, mr in pairs:
+            old = ctypes.c_void_p()
+            with mr.resource._use() as h:
+                check(clib().rmmc_set_device_resource(device, h, ctypes.byref(old)),
+                      "set_per_device_resource(%d)" % device)
+            done.append((device, old.value))
+    except BaseException:
+        for device, old in reversed(done):
+            mine = ctypes.c_void_p()
+            clib().rmmc_set_device_resource(device, old, ctypes.byref(mine))
+            clib().rmmc_resource_release(mine.value)
+            clib().rmmc_resource_release(old)
+        raise
+    for device, old in done:
+        clib().rmmc_resource_release(old)
+    for device, mr in pairs:
+        _SET[device] = mr
 
 
 def get_current_device_resource():
