@@ -33,6 +33,7 @@ _SIGNATURES = {
     "rmmc_stack_help_resource": (_st, [ctypes.c_char_p, ctypes.c_char_p, _sz,
                                        ctypes.POINTER(_sz)]),
     "rmmc_device_memory_info": (_st, [_i, ctypes.POINTER(_sz), ctypes.POINTER(_sz)]),
+    "rmmc_format_bytes": (ctypes.c_char_p, [ctypes.c_uint64, ctypes.c_char_p, _sz]),
     "rmmc_limiting_adaptor_get_limit": (_sz, [_vp]),
     "rmmc_limiting_adaptor_get_used": (_sz, [_vp]),
     "rmmc_tracking_adaptor_get_outstanding_count": (_sz, [_vp]),
