@@ -96,9 +96,12 @@ def _describe(handle):
     lib().rmmc_resource_describe(handle, FIELD_CB(emit), None)
     # One set of figure names across the Python API (RMM's, as statistics()
     # and rmmc.stats use): in_use and peak stay as the library's own names.
+    # peak_bytes is the peak of the bytes held by callers, which a pool or
+    # arena does not keep (its "peak" counts spans lent to stream heaps:
+    # one 4 KiB block reads 4 MiB there), so it has none.
     if "in_use" in out:
         out["current_bytes"] = out["in_use"]
-    if "peak" in out:
+    if "peak" in out and lib().rmmc_resource_name(handle) not in (b"pool", b"arena"):
         out["peak_bytes"] = out["peak"]
     return out
 
@@ -537,3 +540,22 @@ from .rmm_compat import (is_initialized, register_reinitialize_hook,  # noqa: E4
 
 __all__ += ["mr", "stats", "DeviceBuffer", "to_device", "reinitialize", "reinitialize_spec",
             "is_initialized", "register_reinitialize_hook", "unregister_reinitialize_hook"]
+
+# RMM's other top-level names (issue 44): `import rmmc as rmm` runs a RAPIDS
+# script's memory set-up (README.md, "Coming from RMM", has the differences).
+RMMError = RmmcError  # RMM's exception: every rmmc failure is one
+from .mr import disable_logging, enable_logging, get_log_filenames  # noqa: E402
+from .logger import (flush_logger, get_flush_level, get_logging_level,  # noqa: E402
+                     level_enum, set_flush_level, set_logging_level, should_log)
+from ._stream import (DEFAULT_STREAM, LEGACY_DEFAULT_STREAM,  # noqa: E402
+                      PER_THREAD_DEFAULT_STREAM, Stream)
+from ._summary import memory_summary, memory_summary_line  # noqa: E402
+# rmmc.statistics: RMM's module by its name, still callable as the context
+# manager above (with rmmc.statistics() as s: ...).
+__import__("importlib").import_module(__name__ + ".statistics")
+
+__all__ += ["RMMError", "enable_logging", "disable_logging", "get_log_filenames",
+            "flush_logger", "get_flush_level", "get_logging_level", "level_enum",
+            "set_flush_level", "set_logging_level", "should_log", "Stream", "DEFAULT_STREAM",
+            "LEGACY_DEFAULT_STREAM", "PER_THREAD_DEFAULT_STREAM", "memory_summary",
+            "memory_summary_line"]

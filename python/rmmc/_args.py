@@ -60,13 +60,12 @@ def pointer(value, what="pointer"):
 
 def stream(value, what="stream"):
     """A cudaStream_t: None or 0 (the legacy default stream), an int
-    handle, or a framework's stream object (torch's .cuda_stream, CuPy's
-    .ptr)."""
+    handle, or a stream object: rmmc.Stream, RMM's, anything with the CUDA
+    stream protocol (__cuda_stream__), PyTorch's (.cuda_stream), CuPy's
+    (.ptr), Numba's (.handle)."""
     if value is not None and not isinstance(value, int):
-        for attr in ("cuda_stream", "ptr"):
-            if hasattr(value, attr):
-                value = getattr(value, attr)
-                break
+        from ._stream import stream_handle
+        value = stream_handle(value)
     return pointer(value, what)
 
 

@@ -12,9 +12,10 @@ exported as CPU memory (DLPack kDLCPU, ``__array_interface__``) and has no
 """
 import ctypes
 
-from . import InvalidArgumentError
+from . import InvalidArgumentError, _args
 from ._capi import Buffer, clib
 from ._lib import check
+from ._stream import DEFAULT_STREAM, Stream
 
 __all__ = ["DeviceBuffer", "to_device"]
 
@@ -85,6 +86,37 @@ def _mr_handle(mr, what):
     return mr.handle
 
 
+class _MemLocation(ctypes.Structure):
+    """cudaMemLocation (CUDA 12.2+): type 1 is a device."""
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+def _prefetch(ptr, nbytes, device, stream):
+    """cudaMemPrefetchAsync of the CUDA runtime librmmc loaded (13's form
+    takes a cudaMemLocation, 12's a device number)."""
+    from ._lib import lib, RmmcError
+    maps = open("/proc/self/maps").read()
+    cudart = sorted({l.split()[-1] for l in maps.splitlines() if "libcudart.so" in l})
+    if not cudart:
+        lib()
+        maps = open("/proc/self/maps").read()
+        cudart = sorted({l.split()[-1] for l in maps.splitlines() if "libcudart.so" in l})
+    rt = ctypes.CDLL(cudart[0])
+    fn = rt.cudaMemPrefetchAsync
+    if cudart[0].rsplit(".so.", 1)[-1].split(".")[0] >= "13":
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, _MemLocation, ctypes.c_uint,
+                       ctypes.c_void_p]
+        err = fn(ptr, nbytes, _MemLocation(1, device), 0, stream or None)
+    else:
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        err = fn(ptr, nbytes, device, stream or None)
+    if err:
+        rt.cudaGetErrorString.restype = ctypes.c_char_p
+        rt.cudaGetLastError()
+        raise RmmcError(-3, "cudaMemPrefetchAsync: %s" % rt.cudaGetErrorString(err).decode(),
+                        "prefetch")
+
+
 def _nbytes(size):
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise InvalidArgumentError(-1, "size must be an int >= 0, not %r" % (size,))
@@ -92,22 +124,25 @@ def _nbytes(size):
 
 
 class DeviceBuffer:
-    """``DeviceBuffer(size=0, stream=0, mr=None)``: `size` uninitialized
-    bytes from `mr` (None: the current device's resource), ordered on
-    `stream` (a cudaStream_t as an int). ``DeviceBuffer(ptr=host_data,
-    size=n)`` copies n bytes from a host object with the buffer protocol
-    (bytes, bytearray, memoryview, a NumPy array) or a host address."""
+    """``DeviceBuffer(*, ptr=0, size=0, stream=DEFAULT_STREAM, mr=None)``
+    (RMM's, keywords only): `size` uninitialized bytes from `mr` (None: the
+    current device's resource), ordered on `stream` (an rmmc.Stream, any
+    stream object or a cudaStream_t as an int). ``DeviceBuffer(ptr=host_data,
+    size=n)`` copies n bytes from a host address (an int, as RMM) or, as an
+    rmmc addition, a host object with the buffer protocol (bytes,
+    bytearray, memoryview, a NumPy array; size 0: all of it)."""
 
-    def __init__(self, ptr=None, size=0, stream=0, mr=None):
+    def __init__(self, *, ptr=0, size=0, stream=DEFAULT_STREAM, mr=None):
         self._b = Buffer(None, 0, 0, None, None, -1)
         h = _mr_handle(mr, "DeviceBuffer")
         self._mr = mr
-        if ptr is None:
-            check(clib().rmmc_buffer_create(ctypes.byref(self._b), _nbytes(size), stream or None,
-                                            h), "DeviceBuffer(size=%r)" % (size,))
+        s = _args.stream(stream)
+        if ptr is None or (isinstance(ptr, int) and not isinstance(ptr, bool) and ptr == 0):
+            check(clib().rmmc_buffer_create(ctypes.byref(self._b), _nbytes(size), s, h),
+                  "DeviceBuffer(size=%r)" % (size,))
             return
-        if isinstance(ptr, int):
-            src = ptr
+        if isinstance(ptr, int) and not isinstance(ptr, bool):
+            src = _args.pointer(ptr, "ptr")
         else:
             view = memoryview(ptr).cast("B")
             if size == 0:
@@ -117,8 +152,7 @@ class DeviceBuffer:
                                            "%d bytes given" % (size, len(view)))
             keep = (ctypes.c_char * len(view)).from_buffer_copy(view) if len(view) else None
             src = ctypes.addressof(keep) if keep is not None else None
-        check(clib().rmmc_buffer_create_from(ctypes.byref(self._b), src, _nbytes(size),
-                                             stream or None, h),
+        check(clib().rmmc_buffer_create_from(ctypes.byref(self._b), src, _nbytes(size), s, h),
               "DeviceBuffer(ptr=..., size=%r)" % (size,))
 
     # --- what RMM's DeviceBuffer offers -------------------------------------------------
@@ -141,7 +175,21 @@ class DeviceBuffer:
 
     @property
     def stream(self):
-        return self._b.stream or 0
+        """The buffer's stream (the one its memory is ordered on), an rmmc.Stream."""
+        return Stream._from_handle(self._b.stream or 0)
+
+    @property
+    def mr(self):
+        """The memory resource object the memory came from: the `mr` given,
+        else the stack the buffer holds (the device's current one when it
+        was made)."""
+        if self._mr is not None:
+            return self._mr
+        from . import Resource
+        from .mr import DeviceMemoryResource
+        if not self._b.resource:
+            return None
+        return DeviceMemoryResource._wrap(Resource._adopt(self._b.resource, "<buffer's stack>"))
 
     @property
     def memory_kind(self):
@@ -156,20 +204,36 @@ class DeviceBuffer:
         """The buffer's device, -1 for host memory."""
         return self._b.device
 
-    def resize(self, new_size):
-        """Sets the size (reallocating above the capacity, keeping the contents)."""
+    def _on(self, stream):
+        """Orders the buffer on `stream` from now on, when one is given."""
+        if stream is not None and stream is not DEFAULT_STREAM:
+            s = _args.stream(stream)
+            if (s or None) != (self._b.stream or None):
+                check(clib().rmmc_buffer_set_stream(ctypes.byref(self._b), s), "stream")
+
+    def resize(self, new_size, stream=DEFAULT_STREAM):
+        """Sets the size (reallocating above the capacity, keeping the
+        contents), ordered on `stream`."""
+        self._on(stream)
         check(clib().rmmc_buffer_resize(ctypes.byref(self._b), _nbytes(new_size)), "resize")
 
-    def reserve(self, new_capacity):
+    def reserve(self, new_capacity, stream=DEFAULT_STREAM):
+        self._on(stream)
         check(clib().rmmc_buffer_reserve(ctypes.byref(self._b), _nbytes(new_capacity)), "reserve")
 
-    def copy_to_host(self, ary=None):
+    def copy_to_host(self, ary=None, stream=DEFAULT_STREAM):
         """The contents copied to the host: into `ary` (a writable object
         with the buffer protocol, at least size bytes) if given, else a new
-        bytearray. Waits for the copy."""
+        NumPy array of uint8 (RMM's), or a bytearray where NumPy is not
+        installed. Waits for the copy."""
+        self._on(stream)
         n = self.size
         if ary is None:
-            ary = bytearray(n)
+            try:
+                import numpy
+                ary = numpy.empty(n, dtype=numpy.uint8)
+            except ImportError:
+                ary = bytearray(n)
         view = memoryview(ary).cast("B")
         if view.readonly or len(view) < n:
             raise InvalidArgumentError(-1, "copy_to_host needs a writable buffer of at least "
@@ -180,9 +244,10 @@ class DeviceBuffer:
                                                   ctypes.addressof(dst), n), "copy_to_host")
         return ary
 
-    def copy_from_host(self, ary):
+    def copy_from_host(self, ary, stream=DEFAULT_STREAM):
         """Copies the bytes of a host object with the buffer protocol into
         the start of the buffer (at most size bytes). Waits for the copy."""
+        self._on(stream)
         view = memoryview(ary).cast("B")
         if len(view) > self.size:
             raise InvalidArgumentError(-1, "copy_from_host: %d bytes do not fit a buffer of %d"
@@ -193,19 +258,73 @@ class DeviceBuffer:
                                                     ctypes.addressof(src), len(view)),
                   "copy_from_host")
 
-    def copy_from_device(self, other):
-        """Copies another buffer's contents into this one (at most size bytes)."""
-        if not isinstance(other, DeviceBuffer):
-            raise TypeError("copy_from_device takes a DeviceBuffer")
-        self.copy_from_host(other.copy_to_host())
+    def copy_from_device(self, cuda_ary, stream=DEFAULT_STREAM):
+        """Copies a device array (anything with __cuda_array_interface__, 1-D
+        and contiguous: a DeviceBuffer, CuPy, Numba, PyTorch) into the start
+        of the buffer, device to device, ordered on `stream` (the buffer's
+        stream from then on), as RMM copies it; a host-memory buffer copies
+        from another host-memory DeviceBuffer."""
+        self._on(stream)
+        if isinstance(cuda_ary, DeviceBuffer) and cuda_ary.memory_kind == "host":
+            src, n = cuda_ary.ptr, cuda_ary.size
+        else:
+            cai = getattr(cuda_ary, "__cuda_array_interface__", None)
+            if cai is None:
+                raise ValueError("Expected object to support `__cuda_array_interface__` protocol")
+            shape, strides = cai["shape"], cai.get("strides")
+            itemsize = int(cai["typestr"][2:]) if cai["typestr"][2:].isdigit() else 1
+            if len(shape) > 1:
+                raise ValueError("Only 1-D contiguous arrays are supported, got %d-D array"
+                                 % len(shape))
+            if strides is not None and strides[0] != itemsize:
+                raise ValueError("Only 1-D contiguous arrays are supported, got a "
+                                 "non-contiguous array")
+            src, n = cai["data"][0], (shape[0] if shape else 1) * itemsize
+            if self.memory_kind == "host":
+                raise InvalidArgumentError(-1, "copy_from_device: this buffer is host memory "
+                                           "(a host stack): it copies from host memory")
+        if n > self.size:
+            raise ValueError("Argument `hb` is too large. Need space for %i bytes." % n)
+        if n:
+            check(clib().rmmc_buffer_copy_from_host_async(ctypes.byref(self._b), 0, src, n),
+                  "copy_from_device")  # cudaMemcpyDefault: device to device
 
-    def tobytes(self):
-        return bytes(self.copy_to_host())
+    def tobytes(self, stream=DEFAULT_STREAM):
+        return bytes(memoryview(self.copy_to_host(stream=stream)).cast("B"))
+
+    def __bytes__(self):
+        return self.tobytes()
+
+    def __sizeof__(self):
+        return self.size
+
+    def copy(self):
+        """A new buffer with a copy of the contents, from the same resource,
+        on the same stream (device to device)."""
+        out = DeviceBuffer.__new__(DeviceBuffer)
+        out._b = Buffer(None, 0, 0, None, None, -1)
+        out._mr = self._mr
+        check(clib().rmmc_buffer_create_copy(ctypes.byref(out._b), ctypes.byref(self._b),
+                                             self._b.stream, self._b.resource), "copy")
+        return out
+
+    __copy__ = copy
+
+    def prefetch(self, device=None, stream=None):
+        """Moves managed memory to `device` (default: the buffer's) ahead of
+        use, ordered on `stream` (default: the buffer's): RMM's prefetch. For
+        memory that is not managed it does nothing, as RMM's."""
+        if self.memory_kind != "managed" or not self.size:
+            return
+        from . import _device
+        dev = self.device if device is None else _device(device)
+        s = self._b.stream if stream is None else _args.stream(stream)
+        _prefetch(self.ptr, self.size, dev, s)
 
     @staticmethod
-    def to_device(data, stream=0, mr=None):
-        """A new DeviceBuffer holding a copy of host bytes `data`."""
-        return DeviceBuffer(ptr=data, size=len(memoryview(data).cast("B")), stream=stream, mr=mr)
+    def to_device(b, stream=DEFAULT_STREAM, mr=None):
+        """A new DeviceBuffer holding a copy of host bytes `b`."""
+        return DeviceBuffer(ptr=b, size=len(memoryview(b).cast("B")), stream=stream, mr=mr)
 
     # --- zero-copy export ---------------------------------------------------------------
     @property
@@ -216,7 +335,7 @@ class DeviceBuffer:
         # The copies wait for the buffer's stream; work on a stream of the
         # caller's (allocate, resize) is for the consumer to wait on.
         return {"shape": (self.size,), "strides": None, "typestr": "|u1",
-                "data": (self.ptr, False), "version": 3, "stream": self.stream or None}
+                "data": (self.ptr, False), "version": 3, "stream": self._b.stream or None}
 
     @property
     def __array_interface__(self):
@@ -279,6 +398,6 @@ class DeviceBuffer:
             self.size, self.ptr, self.memory_kind, self.device)
 
 
-def to_device(data, stream=0, mr=None):
-    """rmm.to_device: a DeviceBuffer holding a copy of host bytes `data`."""
-    return DeviceBuffer.to_device(data, stream, mr)
+def to_device(b, stream=DEFAULT_STREAM, mr=None):
+    """rmm.to_device: a DeviceBuffer holding a copy of host bytes `b`."""
+    return DeviceBuffer.to_device(b, stream, mr)
