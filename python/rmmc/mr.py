@@ -82,7 +82,10 @@ def _layer(name, **options):
 class DeviceMemoryResource:
     """The base of every resource object: allocate/deallocate through the
     stack it holds. ``resource`` is the rmmc.Resource, ``spec`` its spec,
-    ``handle`` the rmmc_resource_t * (borrowed)."""
+    ``handle`` the rmmc_resource_t * (borrowed), ``upstream_mr`` the
+    upstream object (None for a base resource)."""
+
+    upstream_mr = None
 
     def __init__(self, *args, **kwargs):
         raise TypeError("DeviceMemoryResource is abstract: build one of its subclasses "
@@ -555,6 +558,10 @@ class _Experimental:
 
         def __init__(self):
             self._init_rmm("experimental.CudaAsyncManagedMemoryResource", "")
+
+        def pool_handle(self):
+            """The cudaMemPool_t of RMM's resource, as an int."""
+            return int(self.rmm_mr.pool_handle())
 
     __all__ = ["CudaAsyncManagedMemoryResource"]
 

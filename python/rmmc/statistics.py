@@ -8,7 +8,7 @@ default_profiler_records). rmmc.statistics also stays callable as before:
 import sys
 import types
 
-from .stats import (ProfilerRecords, Statistics, default_profiler_records,  # noqa: F401
+from .stats import (ProfilerContext, ProfilerRecords, Statistics, default_profiler_records,  # noqa: F401
                     enable_statistics, get_statistics, pop_statistics, profiler, push_statistics,
                     statistics)
 from .stats import __all__  # noqa: F401

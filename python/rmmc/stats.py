@@ -26,7 +26,7 @@ from ._capi import clib
 from ._lib import Statistics as _Struct, check
 
 __all__ = ["Statistics", "enable_statistics", "get_statistics", "push_statistics",
-           "pop_statistics", "statistics", "ProfilerRecords", "profiler",
+           "pop_statistics", "statistics", "ProfilerRecords", "ProfilerContext", "profiler",
            "default_profiler_records"]
 
 FIGURES = ("current_bytes", "current_count", "peak_bytes", "peak_count", "total_bytes",
@@ -165,14 +165,14 @@ class ProfilerRecords:
 default_profiler_records = ProfilerRecords()
 
 
-class profiler:
+class ProfilerContext:
     """Records the memory a function or a block allocates through the
-    current device's resource: a decorator (``@profiler()``, named after
-    the function) or a context manager (``with profiler(name="x"):``).
-    Does nothing when statistics are not enabled (as RMM)."""
+    current device's resource (RMM's ProfilerContext): a decorator, named
+    after the function when `name` is empty, or a context manager (a name
+    needed). Does nothing when statistics are not enabled (as RMM)."""
 
-    def __init__(self, *, records=None, name=""):
-        self.records = default_profiler_records if records is None else records
+    def __init__(self, records, name):
+        self.records = records
         self.name = name
         self._pushed = []
 
@@ -181,13 +181,14 @@ class profiler:
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            with profiler(records=self.records, name=name):
+            with ProfilerContext(self.records, name):
                 return func(*args, **kwargs)
         return wrapper
 
     def __enter__(self):
         if not self.name:
-            raise ValueError("a profiler used with 'with' needs name=")
+            raise ValueError("When profiler is used as a context manager, a name must be "
+                             "provided")
         self._pushed.append(push_statistics() is not None)
         return self
 
@@ -197,3 +198,9 @@ class profiler:
             if stats is not None:
                 self.records.add(self.name, stats)
         return False
+
+
+def profiler(*, records=default_profiler_records, name=""):
+    """RMM's profiler(): a ProfilerContext writing to `records` (default
+    default_profiler_records): ``@profiler()`` or ``with profiler(name="x"):``."""
+    return ProfilerContext(records, name)
