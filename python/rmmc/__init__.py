@@ -25,9 +25,12 @@ Errors are exceptions carrying rmmc's status and message (RmmcError and
 its subclasses; out of memory is OutOfMemoryError, a MemoryError). The
 library is librmmc.so inside this package ($RMMC_LIB overrides it).
 """
+from __future__ import annotations
+
 import contextlib
 import ctypes
 import warnings
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _args
 
@@ -56,12 +59,12 @@ def __getattr__(name):
     raise AttributeError("module 'rmmc' has no attribute %r" % name)
 
 
-def version():
+def version() -> str:
     """The version of the loaded librmmc ("0.2.0")."""
     return lib().rmmc_version_string().decode()
 
 
-def device_count():
+def device_count() -> int:
     """CUDA devices visible (0 without a GPU or driver)."""
     return lib().rmmc_device_count()
 
@@ -126,13 +129,13 @@ class Resource:
     freeing the stack frees them under whoever still uses them.
     """
 
-    def __init__(self, spec, device=None):
+    def __init__(self, spec: str, device: Optional[int] = None) -> None:
         handle = ctypes.c_void_p()
         check(lib().rmmc_stack_create(_encode(spec), -1 if device is None else _args.device(device, allow_all=True),
                                       ctypes.byref(handle)), "Resource(%r)" % spec)
         self._handle = handle.value
         self.spec = spec
-        self._live = {}
+        self._live: Dict[int, int] = {}
 
     @classmethod
     def _adopt(cls, handle, spec):
@@ -149,26 +152,26 @@ class Resource:
         return self._handle
 
     @property
-    def handle(self):
+    def handle(self) -> int:
         """The rmmc_resource_t * as an int (borrowed: valid while this is open)."""
         return self._h()
 
     @property
-    def name(self):
+    def name(self) -> str:
         """The outermost layer's name ("pool")."""
         return lib().rmmc_resource_name(self._h()).decode()
 
     @property
-    def memory_kind(self):
+    def memory_kind(self) -> str:
         """"device", "host", "pinned" or "managed"."""
         return lib().rmmc_memory_kind_name(lib().rmmc_resource_memory_kind(self._h())).decode()
 
     @property
-    def device(self):
+    def device(self) -> int:
         """The device the stack serves, or -1 (host memory)."""
         return lib().rmmc_resource_device(self._h())
 
-    def allocate(self, nbytes, stream=0, alignment=DEFAULT_ALIGNMENT):
+    def allocate(self, nbytes: int, stream: Any = 0, alignment: int = DEFAULT_ALIGNMENT) -> int:
         """Allocates `nbytes` ready for use on `stream`; returns the address
         (0 for 0 bytes). OutOfMemoryError when the stack cannot."""
         nbytes = _args.size(nbytes, "nbytes")
@@ -182,7 +185,8 @@ class Resource:
             self._live[p.value] = nbytes
         return p.value or 0
 
-    def deallocate(self, ptr, nbytes, stream=0, alignment=DEFAULT_ALIGNMENT):
+    def deallocate(self, ptr: int, nbytes: int, stream: Any = 0,
+                   alignment: int = DEFAULT_ALIGNMENT) -> None:
         """Returns a block allocate() gave, with its size; reusable on
         `stream` at once. 0 is a no-op."""
         ptr = _args.pointer(ptr, "ptr")
@@ -193,23 +197,24 @@ class Resource:
               "deallocate(0x%x, %d)" % (ptr or 0, nbytes))
         self._live.pop(ptr, None)
 
-    def figures(self):
+    def figures(self) -> Dict[str, Any]:
         """The outermost layer's figures: {"in_use": Bytes, "peak": ..., ...}."""
         return _describe(self._h())
 
-    def layers(self):
+    def layers(self) -> List[Tuple[str, Dict[str, Any]]]:
         """[(name, figures)] for every layer, outermost first."""
         return _layers(self._h())
 
-    def status(self):
+    def status(self) -> str:
         """The status report of the whole stack, as text."""
         return read_text(lib().rmmc_resource_status_string, self._h())
 
-    def release_cached(self):
+    def release_cached(self) -> None:
         """Gives memory cached by the stack's layers back to their upstreams."""
         check(lib().rmmc_resource_release_cached(self._h()), "release_cached")
 
-    def set_memory_hooks(self, on_acquire=None, on_release=None):
+    def set_memory_hooks(self, on_acquire: Optional[Callable[[int, int], None]] = None,
+                         on_release: Optional[Callable[[int, int], None]] = None) -> None:
         """Calls on_acquire(ptr, nbytes) for each range of memory the stack
         takes from the system (a pool's chunks or page mappings, those held
         now included) and on_release(ptr, nbytes) before it gives one back;
@@ -220,7 +225,7 @@ class Resource:
         check(lib().rmmc_resource_set_memory_hooks(self._h(), hooks), "set_memory_hooks")
         _HOOKS_ALIVE[("resource", self._handle)] = hooks
 
-    def pause(self, mode="backup", stream=0):
+    def pause(self, mode: str = "backup", stream: Any = 0) -> None:
         """Sleep mode: gives every page of the stack's pool back to the
         driver, keeping its addresses (include/rmmc/pool_resource.h, "Sleep
         mode"). mode "backup" copies the live blocks to pinned host memory
@@ -234,20 +239,20 @@ class Resource:
         check(lib().rmmc_pool_pause(self._h(), PAUSE_MODES[mode], stream or None),
               "pause(%r)" % mode)
 
-    def resume(self, stream=0):
+    def resume(self, stream: Any = 0) -> None:
         """Maps the paused pool's pages again at the same addresses and
         enqueues the backup's copies back on `stream`: the contents are in
         place for work on that stream. OutOfMemoryError (still paused,
         backup kept) when the device lacks the memory."""
         check(lib().rmmc_pool_resume(self._h(), stream or None), "resume")
 
-    def sleep_state(self):
+    def sleep_state(self) -> Dict[str, Any]:
         """{"paused", "mode" ("backup"/"discard"/None), "held", "unmapped",
         "backed_up", "backup_ranges", "host_bytes", "pauses", "resumes",
         "can_sleep"} of the stack's pool."""
         return _sleep_state(self._h())
 
-    def close(self):
+    def close(self) -> None:
         """Drops this object's reference (idempotent)."""
         if self._handle is None:
             return
@@ -258,13 +263,13 @@ class Resource:
         lib().rmmc_resource_release(self._handle)
         self._handle = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Resource":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # interpreter shutdown
@@ -280,26 +285,26 @@ def _sleep_state(handle):
     st = SleepState()
     st.size = ctypes.sizeof(SleepState)
     check(lib().rmmc_pool_sleep_state(handle, ctypes.byref(st)), "sleep_state")
-    out = {name: getattr(st, name) for name, _ in SleepState._fields_ if name != "size"}
+    out = {name: getattr(st, name) for name, *_ in SleepState._fields_ if name != "size"}
     out["mode"] = {v: k for k, v in PAUSE_MODES.items()}.get(st.mode)
     for k in ("held", "unmapped", "backed_up", "host_bytes"):
         out[k] = Bytes(out[k])
     return out
 
 
-def validate(spec):
+def validate(spec: str) -> None:
     """Raises ParseError (with rmmc's caret message) if `spec` does not parse."""
     check(lib().rmmc_stack_validate(_encode(spec)), "validate")
 
 
-def parse_size(text):
+def parse_size(text: str) -> int:
     """A size as specs write it ("256MiB", "1.5 GiB") in bytes."""
     out = ctypes.c_size_t()
     check(lib().rmmc_parse_size(_encode(text, "a size"), ctypes.byref(out)), "parse_size")
     return out.value
 
 
-def stack_help(resource=None):
+def stack_help(resource: Optional[str] = None) -> str:
     """Every resource a spec may name, with its options, one per line; or,
     for one `resource` ("pool"), each option with the unit of its value,
     what it does and its default. ParseError for an unknown name."""
@@ -312,15 +317,16 @@ def stack_help(resource=None):
     return buf.value.decode()
 
 
-def config_status():
+def config_status() -> Tuple[str, str, str]:
     """(status name, spec, message) of the process default: what
     RMMC_ALLOC_CONF or set_default() chose, and the first problem."""
     spec, msg = ctypes.c_char_p(), ctypes.c_char_p()
     st = lib().rmmc_default_config_status(ctypes.byref(spec), ctypes.byref(msg))
-    return STATUS_NAMES.get(st, str(st)), spec.value.decode(), msg.value.decode()
+    return (STATUS_NAMES.get(st, str(st)), (spec.value or b"").decode(),
+            (msg.value or b"").decode())
 
 
-def set_default(spec, device=None):
+def set_default(spec: Union[str, Resource], device: Optional[int] = None) -> Optional[Resource]:
     """Makes `spec` (a str, or a Resource) the process default.
 
     device=None and a str: every device's default from now on, built on the
@@ -344,7 +350,7 @@ def set_default(spec, device=None):
     return r
 
 
-_HOOKS_ALIVE = {}  # the ctypes callbacks rmmc holds, kept alive
+_HOOKS_ALIVE: dict = {}  # the ctypes callbacks rmmc holds, kept alive
 
 
 def _make_hooks(on_acquire, on_release):
@@ -359,7 +365,9 @@ def _make_hooks(on_acquire, on_release):
     return h
 
 
-def set_memory_hooks(on_acquire=None, on_release=None, device=None):
+def set_memory_hooks(on_acquire: Optional[Callable[[int, int], None]] = None,
+                     on_release: Optional[Callable[[int, int], None]] = None,
+                     device: Optional[int] = None) -> None:
     """Memory hooks (Resource.set_memory_hooks) on the device's registry
     stack: what rmmc.torch and rmmc.cupy allocate from, so NCCL, RDMA or
     cuFile registration can follow it (built from the default spec on
@@ -376,7 +384,7 @@ def set_memory_hooks(on_acquire=None, on_release=None, device=None):
     _HOOKS_ALIVE[("device", dev)] = hooks
 
 
-def device_spec(config, device):
+def device_spec(config: str, device: int) -> str:
     """The spec `device` uses under a configuration of RMMC_ALLOC_CONF's
     form ("pool > cuda; 1: pool(max=40GiB) > cuda")."""
     buf = ctypes.create_string_buffer(4097)
@@ -403,7 +411,7 @@ def _device_resource(dev, what, retain=False):
     return handle
 
 
-def get_default(device=None):
+def get_default(device: Optional[int] = None) -> Resource:
     """The device's current resource (built from the default spec on first
     use) as a Resource holding its own reference."""
     dev = _device(device)
@@ -413,30 +421,30 @@ def get_default(device=None):
     return r
 
 
-def stack_figures(device=None):
+def stack_figures(device: Optional[int] = None) -> List[Tuple[str, Dict[str, Any]]]:
     """[(layer name, figures)] of the device's current stack, outermost first."""
     with get_default(device) as r:
         return r.layers()
 
 
-def memory_status(device=None):
+def memory_status(device: Optional[int] = None) -> str:
     """The device's memory status report (free/total memory, every layer's
     figures) as text, like torch.cuda.memory_summary()."""
     return read_text(lib().rmmc_memory_status_string, -1 if device is None else _device(device))
 
 
-def plugin_stats(device=-1):
+def plugin_stats(device: int = -1) -> Dict[str, int]:
     """The PyTorch/CuPy plug-ins' figures for a device (-1: all) as a dict."""
     s = PluginStats()
     s.size = ctypes.sizeof(PluginStats)
     device = _args.device(device, allow_all=True)
     check(lib().rmmc_plugin_get_stats(device, ctypes.byref(s)), "plugin_stats")
-    out = {name: getattr(s, name) for name, _ in PluginStats._fields_ if name != "size"}
+    out = {name: getattr(s, name) for name, *_ in PluginStats._fields_ if name != "size"}
     out["current_bytes"] = out["bytes_in_use"]  # the Python API's name; bytes_in_use stays
     return out
 
 
-def plugin_last_error():
+def plugin_last_error() -> str:
     """The message of the last plug-in failure on any thread ("" if none)."""
     n = lib().rmmc_plugin_last_error(None, 0)
     buf = ctypes.create_string_buffer(n + 1)
@@ -444,13 +452,13 @@ def plugin_last_error():
     return buf.value.decode(errors="replace")
 
 
-def release_cached(device=None):
+def release_cached(device: Optional[int] = None) -> None:
     """Gives the cached memory of the device's current stack back."""
     with get_default(device) as r:
         r.release_cached()
 
 
-_STAT_FIELDS = [name for name, _ in _StatisticsStruct._fields_ if name != "size"]
+_STAT_FIELDS = [name for name, *_ in _StatisticsStruct._fields_ if name != "size"]
 
 
 class StatisticsScope:
@@ -484,7 +492,7 @@ class StatisticsScope:
 
 
 @contextlib.contextmanager
-def statistics(device=None):
+def statistics(device: Optional[int] = None) -> Iterator["StatisticsScope"]:
     """Counts what the device's current resource hands out inside the block
     (RMM's rmm.statistics.statistics()): pushes a scope on the stack's
     statistics layer, wrapping the current resource in one for the block if

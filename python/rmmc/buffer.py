@@ -10,7 +10,10 @@ of uint8. Memory a host stack hands out (rmmc.mr.HostMemoryResource) is
 exported as CPU memory (DLPack kDLCPU, ``__array_interface__``) and has no
 ``__cuda_array_interface__``.
 """
+from __future__ import annotations
+
 import ctypes
+from typing import Any, Optional
 
 from . import InvalidArgumentError, _args
 from ._capi import Buffer, clib
@@ -58,7 +61,7 @@ _api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
 # Exported tensors alive, by the address of their DLManagedTensor: each
 # keeps its buffer (and so the memory) until the consumer calls the deleter.
-_EXPORTS = {}
+_EXPORTS: dict = {}
 
 
 @DL_DELETER
@@ -132,7 +135,8 @@ class DeviceBuffer:
     rmmc addition, a host object with the buffer protocol (bytes,
     bytearray, memoryview, a NumPy array; size 0: all of it)."""
 
-    def __init__(self, *, ptr=0, size=0, stream=DEFAULT_STREAM, mr=None):
+    def __init__(self, *, ptr: Any = 0, size: int = 0, stream: Any = DEFAULT_STREAM,
+                 mr: Any = None) -> None:
         self._b = Buffer(None, 0, 0, None, None, -1)
         h = _mr_handle(mr, "DeviceBuffer")
         self._mr = mr
@@ -157,12 +161,12 @@ class DeviceBuffer:
 
     # --- what RMM's DeviceBuffer offers -------------------------------------------------
     @property
-    def ptr(self):
+    def ptr(self) -> int:
         """The address of the memory (0 for an empty buffer)."""
         return self._b.data or 0
 
     @property
-    def size(self):
+    def size(self) -> int:
         return self._b.size
 
     nbytes = size
@@ -211,17 +215,17 @@ class DeviceBuffer:
             if (s or None) != (self._b.stream or None):
                 check(clib().rmmc_buffer_set_stream(ctypes.byref(self._b), s), "stream")
 
-    def resize(self, new_size, stream=DEFAULT_STREAM):
+    def resize(self, new_size: int, stream: Any = DEFAULT_STREAM) -> None:
         """Sets the size (reallocating above the capacity, keeping the
         contents), ordered on `stream`."""
         self._on(stream)
         check(clib().rmmc_buffer_resize(ctypes.byref(self._b), _nbytes(new_size)), "resize")
 
-    def reserve(self, new_capacity, stream=DEFAULT_STREAM):
+    def reserve(self, new_capacity: int, stream: Any = DEFAULT_STREAM) -> None:
         self._on(stream)
         check(clib().rmmc_buffer_reserve(ctypes.byref(self._b), _nbytes(new_capacity)), "reserve")
 
-    def copy_to_host(self, ary=None, stream=DEFAULT_STREAM):
+    def copy_to_host(self, ary: Any = None, stream: Any = DEFAULT_STREAM) -> Any:
         """The contents copied to the host: into `ary` (a writable object
         with the buffer protocol, at least size bytes) if given, else a new
         NumPy array of uint8 (RMM's), or a bytearray where NumPy is not
@@ -244,7 +248,7 @@ class DeviceBuffer:
                                                   ctypes.addressof(dst), n), "copy_to_host")
         return ary
 
-    def copy_from_host(self, ary, stream=DEFAULT_STREAM):
+    def copy_from_host(self, ary: Any, stream: Any = DEFAULT_STREAM) -> None:
         """Copies the bytes of a host object with the buffer protocol into
         the start of the buffer (at most size bytes). Waits for the copy."""
         self._on(stream)
@@ -258,7 +262,7 @@ class DeviceBuffer:
                                                     ctypes.addressof(src), len(view)),
                   "copy_from_host")
 
-    def copy_from_device(self, cuda_ary, stream=DEFAULT_STREAM):
+    def copy_from_device(self, cuda_ary: Any, stream: Any = DEFAULT_STREAM) -> None:
         """Copies a device array (anything with __cuda_array_interface__, 1-D
         and contiguous: a DeviceBuffer, CuPy, Numba, PyTorch) into the start
         of the buffer, device to device, ordered on `stream` (the buffer's
@@ -289,7 +293,7 @@ class DeviceBuffer:
             check(clib().rmmc_buffer_copy_from_host_async(ctypes.byref(self._b), 0, src, n),
                   "copy_from_device")  # cudaMemcpyDefault: device to device
 
-    def tobytes(self, stream=DEFAULT_STREAM):
+    def tobytes(self, stream: Any = DEFAULT_STREAM) -> bytes:
         return bytes(memoryview(self.copy_to_host(stream=stream)).cast("B"))
 
     def __bytes__(self):
@@ -298,7 +302,7 @@ class DeviceBuffer:
     def __sizeof__(self):
         return self.size
 
-    def copy(self):
+    def copy(self) -> "DeviceBuffer":
         """A new buffer with a copy of the contents, from the same resource,
         on the same stream (device to device)."""
         out = DeviceBuffer.__new__(DeviceBuffer)
@@ -310,7 +314,7 @@ class DeviceBuffer:
 
     __copy__ = copy
 
-    def prefetch(self, device=None, stream=None):
+    def prefetch(self, device: Optional[int] = None, stream: Any = None) -> None:
         """Moves managed memory to `device` (default: the buffer's) ahead of
         use, ordered on `stream` (default: the buffer's): RMM's prefetch. For
         memory that is not managed it does nothing, as RMM's."""
@@ -322,7 +326,7 @@ class DeviceBuffer:
         _prefetch(self.ptr, self.size, dev, s)
 
     @staticmethod
-    def to_device(b, stream=DEFAULT_STREAM, mr=None):
+    def to_device(b: Any, stream: Any = DEFAULT_STREAM, mr: Any = None) -> "DeviceBuffer":
         """A new DeviceBuffer holding a copy of host bytes `b`."""
         return DeviceBuffer(ptr=b, size=len(memoryview(b).cast("B")), stream=stream, mr=mr)
 
@@ -398,6 +402,6 @@ class DeviceBuffer:
             self.size, self.ptr, self.memory_kind, self.device)
 
 
-def to_device(b, stream=DEFAULT_STREAM, mr=None):
+def to_device(b: Any, stream: Any = DEFAULT_STREAM, mr: Any = None) -> DeviceBuffer:
     """rmm.to_device: a DeviceBuffer holding a copy of host bytes `b`."""
     return DeviceBuffer.to_device(b, stream, mr)

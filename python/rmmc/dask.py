@@ -50,10 +50,10 @@ __all__ = ["spec_from_options", "RmmcPlugin", "install", "worker_figures", "coll
 PLUGIN_NAME = "rmmc"
 
 # The stack each worker process installed: worker_figures() reads it.
-_WORKER = {}
+_WORKER: dict = {}
 # Frameworks this process routed through rmmc (PyTorch's allocator cannot
 # be installed twice).
-_ROUTED = set()
+_ROUTED: set = set()
 
 
 def _quote(text):

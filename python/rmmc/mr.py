@@ -23,9 +23,12 @@ str sizes read as RMM reads them ("1GB" = 10**9, "1GiB" = 2**30);
 PoolMemoryResource's initial size defaults to half the device's free
 memory; a LoggingResourceAdaptor's file gets RMM's ".dev<N>" suffix.
 """
+from __future__ import annotations
+
 import ctypes
 import logging
 import os
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
 from . import InvalidArgumentError, NotSupportedError, Resource, _device, _device_resource
 from ._capi import (ALLOCATE_SLOT, DEALLOCATE_SLOT, DESTROY_SLOT, FAILURE_CB, TRACKED_CB,
@@ -142,25 +145,25 @@ class DeviceMemoryResource:
         """The device the stack serves, -1 for host memory."""
         return self.resource.device
 
-    def get_upstream(self):
+    def get_upstream(self) -> Optional["DeviceMemoryResource"]:
         """The upstream resource object (RMM's get_upstream()); None for a base resource."""
         return self.upstream_mr
 
-    def allocate(self, nbytes, stream=DEFAULT_STREAM):
+    def allocate(self, nbytes: int, stream: Any = DEFAULT_STREAM) -> int:
         """The address of `nbytes` bytes, ready on `stream` (an rmmc.Stream,
         any stream object, or a cudaStream_t as an int). MemoryError
         (rmmc.OutOfMemoryError) when the stack cannot."""
         return self.resource.allocate(nbytes, stream)
 
-    def deallocate(self, ptr, nbytes, stream=DEFAULT_STREAM):
+    def deallocate(self, ptr: int, nbytes: int, stream: Any = DEFAULT_STREAM) -> None:
         """Returns a block allocate() gave, with its size, reusable on `stream`."""
         self.resource.deallocate(ptr, nbytes, stream)
 
-    def figures(self):
+    def figures(self) -> Dict[str, Any]:
         """The outermost layer's figures (rmmc.Resource.figures())."""
         return self.resource.figures()
 
-    def release_cached(self):
+    def release_cached(self) -> None:
         """Gives cached memory back to the upstreams."""
         self.resource.release_cached()
 
@@ -258,7 +261,8 @@ class PoolMemoryResource(UpstreamResourceAdaptor):
     (``initial=50%``; 0 over host memory, rmmc's addition);
     maximum_pool_size None: no limit."""
 
-    def __init__(self, upstream_mr, initial_pool_size=None, maximum_pool_size=None):
+    def __init__(self, upstream_mr: Any, initial_pool_size: Union[int, str, None] = None,
+                 maximum_pool_size: Union[int, str, None] = None) -> None:
         upstream_mr = _upstream(upstream_mr)
         if initial_pool_size is not None:
             initial = _size(initial_pool_size, "initial_pool_size")
@@ -269,7 +273,7 @@ class PoolMemoryResource(UpstreamResourceAdaptor):
             max=None if maximum_pool_size is None
             else _size(maximum_pool_size, "maximum_pool_size")), upstream_mr)
 
-    def pool_size(self):
+    def pool_size(self) -> int:
         """Bytes the pool holds from its upstream (RMM's pool_size())."""
         return int(self.figures().get("reserved", 0))
 
@@ -372,14 +376,14 @@ class ArenaMemoryResource(UpstreamResourceAdaptor):
 class LimitingResourceAdaptor(UpstreamResourceAdaptor):
     """At most allocation_limit bytes outstanding: ``limiting(limit=)``."""
 
-    def __init__(self, upstream_mr, allocation_limit):
+    def __init__(self, upstream_mr: Any, allocation_limit: Union[int, str]) -> None:
         self._init_over(_layer("limiting", limit=_size(allocation_limit, "allocation_limit")),
                         upstream_mr)
 
-    def get_allocation_limit(self):
+    def get_allocation_limit(self) -> int:
         return clib().rmmc_limiting_adaptor_get_limit(self.handle)
 
-    def get_allocated_bytes(self):
+    def get_allocated_bytes(self) -> int:
         return clib().rmmc_limiting_adaptor_get_used(self.handle)
 
 
@@ -387,7 +391,7 @@ class StatisticsResourceAdaptor(UpstreamResourceAdaptor):
     """Counts bytes and allocations, with a stack of counters
     (push_counters/pop_counters): ``statistics``."""
 
-    def __init__(self, upstream_mr):
+    def __init__(self, upstream_mr: Any) -> None:
         self._init_over("statistics", upstream_mr)
 
     @property
@@ -412,7 +416,7 @@ class TrackingResourceAdaptor(UpstreamResourceAdaptor):
     """Records every outstanding allocation (and its call stack with
     capture_stacks): ``tracking(backtrace=)``."""
 
-    def __init__(self, upstream_mr, capture_stacks=False):
+    def __init__(self, upstream_mr: Any, capture_stacks: bool = False) -> None:
         self._init_over(_layer("tracking", backtrace="true" if capture_stacks else None),
                         upstream_mr)
 
@@ -429,12 +433,12 @@ class TrackingResourceAdaptor(UpstreamResourceAdaptor):
               "get_outstanding_allocations")
         return out
 
-    def get_outstanding_allocations_str(self):
+    def get_outstanding_allocations_str(self) -> str:
         """The outstanding allocations, one per line."""
         return "".join("0x%x: %d bytes on stream 0x%x\n" % a
                        for a in self.get_outstanding_allocations())
 
-    def log_outstanding_allocations(self):
+    def log_outstanding_allocations(self) -> None:
         """Logs the outstanding allocations at debug level (RMM logs them
         with its logger at debug): to the "rmmc" logger (logging) when
         rmmc.should_log(rmmc.level_enum.debug)."""
@@ -449,7 +453,7 @@ class LoggingResourceAdaptor(UpstreamResourceAdaptor):
     extension, as RMM names it ("rmm.log" on device 0: "rmm.dev0.log",
     made absolute): ``logging(path=)``."""
 
-    def __init__(self, upstream_mr, log_file_name=None):
+    def __init__(self, upstream_mr: Any, log_file_name: Optional[str] = None) -> None:
         if log_file_name is None:
             log_file_name = os.environ.get("RMM_LOG_FILE")
         if not log_file_name:
@@ -467,10 +471,10 @@ class LoggingResourceAdaptor(UpstreamResourceAdaptor):
         self._file_name = log_file_name
         self._init_over('logging(path="%s")' % log_file_name, upstream_mr)
 
-    def get_file_name(self):
+    def get_file_name(self) -> str:
         return self._file_name
 
-    def flush(self):
+    def flush(self) -> None:
         check(clib().rmmc_logging_adaptor_flush(self.handle), "flush")
 
 
@@ -479,7 +483,7 @@ class FailureCallbackResourceAdaptor(UpstreamResourceAdaptor):
     result retries the allocation. (The spec form, failure_callback(
     retries=N), releases cached memory instead of calling Python.)"""
 
-    def __init__(self, upstream_mr, callback):
+    def __init__(self, upstream_mr: Any, callback: Callable[[int], bool]) -> None:
         if not callable(callback):
             raise TypeError("callback must be callable")
         upstream = _upstream(upstream_mr)
@@ -571,10 +575,10 @@ experimental = _Experimental()
 # CallbackMemoryResource: an rmmc resource whose slots are Python callables
 # (resource_ops.h through ctypes). Every resource alive, by the address of
 # its base: the struct, its ops table and the callables, kept until destroy.
-_CALLBACK_RESOURCES = {}
+_CALLBACK_RESOURCES: dict = {}
 # Destroyed ones, freed at the next construction: destroy runs inside one of
 # their own callbacks, whose code must outlive the call.
-_CALLBACK_DESTROYED = []
+_CALLBACK_DESTROYED: list = []
 
 
 class CallbackMemoryResource(DeviceMemoryResource):
@@ -583,7 +587,8 @@ class CallbackMemoryResource(DeviceMemoryResource):
     an rmmc.Stream. A Python call per allocation, as in RMM: for debugging
     and tests. A MemoryError from allocate_func is rmmc's out of memory."""
 
-    def __init__(self, allocate_func, deallocate_func):
+    def __init__(self, allocate_func: Callable[[int, Stream], int],
+                 deallocate_func: Callable[[int, int, Stream], None]) -> None:
         if not callable(allocate_func) or not callable(deallocate_func):
             raise TypeError("allocate_func and deallocate_func must be callable")
         self._allocate_func, self._deallocate_func = allocate_func, deallocate_func
@@ -627,14 +632,14 @@ class CallbackMemoryResource(DeviceMemoryResource):
 
 # The objects set through this module, by device: get_current_device_resource()
 # hands back the same object while the registry still holds its stack.
-_SET = {}
+_SET: dict = {}
 
 
 def _registry_handle(device):
     return _device_resource(device, "get_per_device_resource").value
 
 
-def get_per_device_resource(device):
+def get_per_device_resource(device: Optional[int]) -> DeviceMemoryResource:
     """The resource object of `device`'s registry entry (built from the
     default spec on first use)."""
     device = _device(device)
@@ -646,7 +651,7 @@ def get_per_device_resource(device):
     return DeviceMemoryResource._wrap(Resource._adopt(h, spec))
 
 
-def set_per_device_resource(device, mr):
+def set_per_device_resource(device: Optional[int], mr: DeviceMemoryResource) -> None:
     """Makes `mr` the registry's resource for `device` (what rmmc.torch,
     rmmc.cupy, rmmc_allocate and DeviceBuffer allocate from)."""
     if not isinstance(mr, DeviceMemoryResource):
@@ -657,28 +662,28 @@ def set_per_device_resource(device, mr):
     _SET[device] = mr
 
 
-def get_current_device_resource():
+def get_current_device_resource() -> DeviceMemoryResource:
     """The current device's resource object."""
     return get_per_device_resource(None)
 
 
-def set_current_device_resource(mr):
+def set_current_device_resource(mr: DeviceMemoryResource) -> None:
     """set_per_device_resource for the current device."""
     set_per_device_resource(None, mr)
 
 
-def get_current_device_resource_type():
+def get_current_device_resource_type() -> type:
     """The class of the current device's resource object."""
     return type(get_current_device_resource())
 
 
-def is_initialized(device=None):
+def is_initialized(device: Optional[int] = None) -> bool:
     """True once a resource was set for the device through this module or
     rmmc.reinitialize() (RMM's rmm.is_initialized())."""
     return _device(device) in _SET
 
 
-def available_device_memory(device=None):
+def available_device_memory(device: Optional[int] = None) -> Tuple[int, int]:
     """(free, total) bytes of the device. NoDeviceError without a GPU."""
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
     check(clib().rmmc_device_memory_info(-1 if device is None else _device(device),
@@ -687,7 +692,7 @@ def available_device_memory(device=None):
     return free.value, total.value
 
 
-def enable_logging(log_file_name=None):
+def enable_logging(log_file_name: Optional[str] = None) -> None:
     """Wraps each device's current resource (set through this module, or
     device 0's) in a LoggingResourceAdaptor (RMM's enable_logging), unless
     it is one: log_file_name (default $RMM_LOG_FILE) gets ".dev<N>"."""
@@ -701,15 +706,16 @@ def enable_logging(log_file_name=None):
         set_per_device_resource(d, r)
 
 
-def disable_logging():
+def disable_logging() -> None:
     """Puts back the upstream of every device's LoggingResourceAdaptor set
     through this module or reinitialize(logging=True)."""
     for d, r in sorted(_SET.items()):
-        if isinstance(r, LoggingResourceAdaptor):
-            set_per_device_resource(d, r.get_upstream())
+        up = r.get_upstream() if isinstance(r, LoggingResourceAdaptor) else None
+        if up is not None:
+            set_per_device_resource(d, up)
 
 
-def get_log_filenames():
+def get_log_filenames() -> Dict[int, Optional[str]]:
     """{device: the log file of its LoggingResourceAdaptor, or None}."""
     return {d: r.get_file_name() if isinstance(r, LoggingResourceAdaptor) else None
             for d, r in sorted(_SET.items())}

@@ -184,7 +184,7 @@ def build_bridge(verbose: bool = False) -> ctypes.CDLL:
             fn = getattr(dll, name)
             fn.restype = res
             fn.argtypes = args
-        dll.path = out
+        setattr(dll, "path", out)
         _check_layout(dll, rmm)
         _bridge = dll
         return dll
@@ -212,7 +212,7 @@ def _check_layout(dll, rmm):
             -5, "rmmc.rmm: RMM %s keeps its resources in a way this rmmc does not know "
             "(rmm.mr.DeviceMemoryResource is %d bytes, %d expected): rmmc supports RMM 25.12 "
             "and later" % (rmm.__version__, base.__basicsize__, expect))
-    dll.field_offset = offset
+    setattr(dll, "field_offset", offset)
 
 
 def _field(dll, obj):
@@ -307,7 +307,8 @@ def use(spec: Union[str, Resource, Any, None] = None, device: Optional[int] = No
     if spec is None:
         stack = get_default(dev)
     elif isinstance(spec, str):
-        stack = set_default(spec, dev)
+        stack = Resource(spec, dev)
+        set_default(stack, dev)
     else:
         stack = _as_resource(spec, dev)
         set_default(stack, dev)
@@ -331,7 +332,7 @@ def reinitialize(spec: Union[str, None] = None, devices: Union[int, list] = 0, *
     if spec is not None and rmm_options:
         raise TypeError("rmmc.rmm.reinitialize: a spec or RMM's keywords, not both (%s)"
                         % ", ".join(sorted(rmm_options)))
-    devs = [devices] if isinstance(devices, int) and not isinstance(devices, bool) else list(devices)
+    devs = [devices] if isinstance(devices, int) else list(devices)
     if not devs:
         raise InvalidArgumentError(-1, "rmmc.rmm.reinitialize: devices is empty")
     import rmm.rmm as rmm_top

@@ -18,7 +18,7 @@ from . import mr as _mr
 __all__ = ["reinitialize", "reinitialize_spec", "is_initialized", "register_reinitialize_hook",
            "unregister_reinitialize_hook"]
 
-_HOOKS = []
+_HOOKS: list = []
 
 
 def _devices(devices):
