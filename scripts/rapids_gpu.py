@@ -24,7 +24,7 @@ PASS/FAIL lines; the figures of every part go into one JSON file.
    an rmm.DeviceBuffer made on the worker shows in its rmmc figures.
 7. rmmc's layers over RMM's own resource (rmmc.rmm.over(CudaAsyncMemoryResource)).
 
-    python3 scripts/rapids_gpu.py [--json out.json] [--only N,...]
+    python3 scripts/rapids_gpu.py [--json out.json] [--only N,...] [--host]
 Exit status 0 when every part passed.
 """
 import argparse
@@ -66,15 +66,16 @@ SRC = {}
 SRC[1] = r'''
 import rmm, rmmc, rmmc.rmm
 mr = rmmc.rmm.use("statistics > pool(initial=256MiB) > cuda")
-ok(type(rmm.mr.get_current_device_resource()).__name__ == "RmmcMemoryResource",
-   "rmm.mr.get_current_device_resource() is the rmmc stack")
+ok(type(rmm.mr.get_per_device_resource(0)).__name__ == "RmmcMemoryResource",
+   "RMM's resource for device 0 is the rmmc stack")
 st = lambda: int(mr.figures()["in_use"])
 base = st()
 data = bytes(range(256)) * 4096
-b = rmm.DeviceBuffer.to_device(data)
-c = rmm.DeviceBuffer(size=12345)
+b = rmm.DeviceBuffer.to_device(data) if rmmc.device_count() else rmm.DeviceBuffer(size=len(data), mr=mr)
+kw = {} if rmmc.device_count() else {"mr": mr}  # on a GPU: RMM's current resource
+c = rmm.DeviceBuffer(size=12345, **kw)
 ok(st() - base == len(data) + 12345, "rmmc's statistics count every DeviceBuffer byte (%d)" % (st() - base))
-ok(b.tobytes() == data, "rmm.DeviceBuffer round trip through the rmmc pool")
+ok(not rmmc.device_count() or b.tobytes() == data, "rmm.DeviceBuffer round trip through the rmmc pool")
 figs["device_buffer_bytes"] = st() - base
 del b, c
 ok(st() == base, "freed: back to the baseline")
@@ -87,11 +88,11 @@ pool = rmm.mr.PoolMemoryResource(mr, initial_pool_size=64 << 20)
 ok(st() - base == 64 << 20, "RMM's pool takes its 64 MiB from rmmc")
 del pool
 try:
-    rmm.DeviceBuffer(size=1 << 50)
+    rmm.DeviceBuffer(size=1 << 50, **kw)
     ok(False, "an impossible DeviceBuffer raises MemoryError")
 except MemoryError as e:
     ok("rmmc:" in str(e), "an impossible DeviceBuffer raises MemoryError with rmmc's message")
-figs["summary"] = rmmc.memory_summary_line()
+figs["summary"] = rmmc.memory_summary_line(0)
 done()
 '''
 
@@ -266,10 +267,14 @@ done()
 '''
 
 
-def run(n, env_extra=None, timeout=240):
+def run(n, env_extra=None, timeout=240, host=False):
     env = dict(os.environ, **(env_extra or {}))
     t0 = time.time()
     code = PRELUDE + SRC[n]
+    if host:  # the harness itself, without a GPU: host stacks
+        code = code.replace("> cuda\")", "> host\", device=0)").replace(
+            "rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=1 << 30)",
+            "rmm.mr.PoolMemoryResource(rmmc.rmm.use('host', device=0), initial_pool_size=1 << 30)")
     if "__main__" in SRC[n]:  # a part with a spawned child runs from a file
         import tempfile
         fd, path = tempfile.mkstemp(suffix="_rapids_part%d.py" % n)
@@ -294,6 +299,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--only", help="comma-separated part numbers")
+    ap.add_argument("--host", action="store_true",
+                    help="parts 1 and 5 over host stacks, to check the harness without a GPU")
     a = ap.parse_args()
     only = {int(x) for x in a.only.split(",")} if a.only else None
     plan = [(1, "rmm.DeviceBuffer", None), (2, "CuPy via rmm.allocators.cupy", None),
@@ -306,7 +313,7 @@ def main():
         if only and n not in only:
             continue
         print("== %d. %s" % (n, title), flush=True)
-        out = run(n, env)
+        out = run(n, env, host=a.host)
         for what, good in out["checks"]:
             check(good, what, results)
         report[title] = out
