@@ -113,6 +113,19 @@ class Stream:
     def __int__(self) -> int:
         return self._handle
 
+    def __copy__(self) -> "Stream":
+        """A view of the same stream that keeps this one (and so a stream
+        it created) alive."""
+        s = Stream._from_handle(self._handle)
+        s._owner = self
+        return s
+
+    def __deepcopy__(self, memo: dict) -> "Stream":
+        return self.__copy__()
+
+    def __reduce__(self):
+        raise TypeError("an rmmc.Stream is a CUDA stream of this process and cannot be pickled")
+
     def __del__(self) -> None:
         if getattr(self, "_owned", False) and self._handle:
             try:

@@ -314,6 +314,12 @@ class DeviceBuffer:
 
     __copy__ = copy
 
+    def __reduce__(self):
+        # RMM's: pickled as its bytes, rebuilt by to_device() from the
+        # current device's resource where it is unpickled (never the raw
+        # rmmc_buffer_t, which would free the memory twice).
+        return to_device, (self.tobytes(),)
+
     def prefetch(self, device: Optional[int] = None, stream: Any = None) -> None:
         """Moves managed memory to `device` (default: the buffer's) ahead of
         use, ordered on `stream` (default: the buffer's): RMM's prefetch. For

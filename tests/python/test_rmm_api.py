@@ -190,6 +190,10 @@ def test_device_buffer_as_rmms():
         assert isinstance(out, numpy.ndarray) and out.dtype == numpy.uint8
     assert bytes(out) == b"hello world"
     d.prefetch()  # not managed memory: nothing to do, as RMM's
+    import pickle
+    mr.set_current_device_resource(host)
+    e2 = pickle.loads(pickle.dumps(d))  # RMM's: the bytes, rebuilt from the current resource
+    assert bytes(e2) == b"hello world" and e2.ptr != d.ptr
     s = rmm.Stream(obj=0x99)
     e = rmm.DeviceBuffer(size=16, stream=s, mr=host)
     assert e.stream == s and isinstance(e.stream, rmm.Stream)
@@ -217,6 +221,13 @@ def test_streams_as_objects():
     r.deallocate(p, 10, stream=rmm.Stream(obj=0x42))
     with pytest.raises(TypeError, match="a stream is"):
         r.allocate(10, stream=object())
+
+    import pickle
+    mine = rmm.Stream(obj=0x42)
+    view = copy.copy(mine)
+    assert view == mine and view._owner is mine and not view._owned  # never destroyed twice
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(mine)
 
     class V1:
         def __cuda_stream__(self):
