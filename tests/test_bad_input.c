@@ -840,6 +840,10 @@ START_TEST(test_queries_on_wrong_resource) {
     EXPECT(rmmc_statistics_adaptor_get(w, &s), INVAL);
     EXPECT(rmmc_statistics_adaptor_push(w), INVAL);
     EXPECT(rmmc_statistics_adaptor_pop(w, &s), INVAL);
+    uint64_t id = 0;
+    EXPECT(rmmc_statistics_adaptor_push_scope(w, &id), INVAL);
+    EXPECT(rmmc_statistics_adaptor_get_scope(w, 1, &s), INVAL);
+    EXPECT(rmmc_statistics_adaptor_pop_scope(w, 1, &s), INVAL);
     EXPECT(rmmc_tracking_adaptor_for_each(w, NULL, NULL), INVAL);
     EXPECT(rmmc_tracking_adaptor_report(w, stderr), INVAL);
     EXPECT(rmmc_logging_adaptor_flush(w), INVAL);

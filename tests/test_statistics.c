@@ -196,6 +196,110 @@ START_TEST(test_statistics_deep_scopes_and_describe_folds) {
 }
 END_TEST
 
+/* Checks every field of open scope `id`'s figures. */
+#define EXPECT_SCOPE(r, id, cb, pb, tb, cc, pc, tc, d)                                             \
+  do {                                                                                             \
+    rmmc_statistics_t st_ = RMMC_STATISTICS_INIT;                                                  \
+    ck_assert_int_eq(rmmc_statistics_adaptor_get_scope((r), (id), &st_), RMMC_SUCCESS);            \
+    expect_figures(&st_, cb, pb, tb, cc, pc, tc, d, __LINE__);                                     \
+  } while (0)
+
+#define POP_SCOPE(r, id, cb, pb, tb, cc, pc, tc, d)                                                \
+  do {                                                                                             \
+    rmmc_statistics_t st_ = RMMC_STATISTICS_INIT;                                                  \
+    ck_assert_int_eq(rmmc_statistics_adaptor_pop_scope((r), (id), &st_), RMMC_SUCCESS);            \
+    expect_figures(&st_, cb, pb, tb, cc, pc, tc, d, __LINE__);                                     \
+  } while (0)
+
+/* Scopes of threads whose blocks overlap without nesting: each ends by id
+ * wherever it is, counts everything from its push to its pop (the peaks of
+ * the scopes pushed after it included), and the ones above keep counting. */
+START_TEST(test_statistics_scopes_end_in_any_order) {
+  fixture_t f = setup();
+  uint64_t A, B;
+  ck_assert_int_eq(rmmc_statistics_adaptor_push_scope(f.r, &A), RMMC_SUCCESS);
+  void *a1 = alloc(f.r, 100);
+  ck_assert_int_eq(rmmc_statistics_adaptor_push_scope(f.r, &B), RMMC_SUCCESS);
+  ck_assert_uint_ne(A, 0);
+  ck_assert_uint_ne(A, B);
+  void *b1 = alloc(f.r, 50);
+  EXPECT_SCOPE(f.r, A, 150, 150, 150, 2, 2, 2, 0);
+  EXPECT_SCOPE(f.r, B, 50, 50, 50, 1, 1, 1, 0);
+  POP_SCOPE(f.r, A, 150, 150, 150, 2, 2, 2, 0); /* the outer one ends first */
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), 1);
+  EXPECT(f.r, 50, 50, 50, 1, 1, 1, 0); /* B is the innermost, unchanged */
+  void *b2 = alloc(f.r, 25);
+  dealloc(f.r, a1, 100);
+  /* B from its push (at 100 bytes, 1 block): 175 at most, 75 now. */
+  POP_SCOPE(f.r, B, -25, 75, 75, 1, 2, 2, 1);
+  EXPECT(f.r, 75, 175, 175, 2, 3, 3, 1);
+  dealloc(f.r, b1, 50);
+  dealloc(f.r, b2, 25);
+
+  /* Three open, the middle one ends; the others still see every segment. */
+  uint64_t P, Q, R;
+  ck_assert_int_eq(rmmc_statistics_adaptor_push_scope(f.r, &P), RMMC_SUCCESS);
+  void *x = alloc(f.r, 1000);
+  ck_assert_int_eq(rmmc_statistics_adaptor_push_scope(f.r, &Q), RMMC_SUCCESS);
+  void *y = alloc(f.r, 500);
+  ck_assert_int_eq(rmmc_statistics_adaptor_push_scope(f.r, &R), RMMC_SUCCESS);
+  dealloc(f.r, y, 500);
+  void *z = alloc(f.r, 2000);
+  dealloc(f.r, z, 2000);
+  POP_SCOPE(f.r, Q, 0, 2000, 2500, 0, 1, 2, 2);
+  EXPECT_SCOPE(f.r, P, 1000, 3000, 3500, 1, 2, 3, 2);
+  void *w = alloc(f.r, 100);
+  POP_SCOPE(f.r, R, -400, 1500, 2100, 0, 0, 2, 2);
+  POP_SCOPE(f.r, P, 1100, 3000, 3600, 2, 2, 4, 2);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), 0);
+  dealloc(f.r, x, 1000);
+  dealloc(f.r, w, 100);
+  uint64_t v;
+  ck_assert(rmmc_resource_get_field(f.r, "peak", &v));
+  ck_assert_uint_eq(v, 3000);
+
+  /* pop() ends the innermost scope whatever its id; that id is gone then. */
+  uint64_t S, T;
+  ck_assert_int_eq(rmmc_statistics_adaptor_push_scope(f.r, &S), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_statistics_adaptor_push_scope(f.r, &T), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop(f.r, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop_scope(f.r, T, NULL), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop_scope(f.r, S, NULL), RMMC_SUCCESS);
+  teardown(&f);
+}
+END_TEST
+
+START_TEST(test_statistics_scope_bad_ids) {
+  fixture_t f = setup();
+  uint64_t A;
+  rmmc_statistics_t s = RMMC_STATISTICS_INIT;
+  ck_assert_int_eq(rmmc_statistics_adaptor_push_scope(f.r, NULL), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_statistics_adaptor_push_scope(f.spy, &A), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), 0);
+  ck_assert_int_eq(rmmc_statistics_adaptor_push_scope(f.r, &A), RMMC_SUCCESS);
+  /* 0 is the outermost scope's, which never ends; other ids were never given. */
+  uint64_t bad[] = {0, A + 1, UINT64_MAX};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(rmmc_statistics_adaptor_pop_scope(f.r, bad[i], &s),
+                     RMMC_ERROR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(rmmc_last_error_message(), "no open scope") != NULL, "%s",
+                  rmmc_last_error_message());
+    ck_assert_int_eq(rmmc_statistics_adaptor_get_scope(f.r, bad[i], &s),
+                     RMMC_ERROR_INVALID_ARGUMENT);
+  }
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_scope(f.r, A, NULL), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_scope(f.spy, A, &s), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop_scope(f.spy, A, &s), RMMC_ERROR_INVALID_ARGUMENT);
+  s.size = 0;
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop_scope(f.r, A, &s), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), 1); /* nothing changed */
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop_scope(f.r, A, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop_scope(f.r, A, NULL), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), 0);
+  teardown(&f);
+}
+END_TEST
+
 START_TEST(test_statistics_struct_size_and_bad_arguments) {
   fixture_t f = setup();
   void *a = alloc(f.r, 4096);
@@ -427,6 +531,77 @@ START_TEST(test_statistics_push_pop_racing_allocations) {
   ck_assert_int_ge(s.peak_count, 1);
   ck_assert_int_le(s.peak_count, T);
   ck_assert_int_le(s.peak_bytes, (int64_t)T * 3000);
+  teardown(&f);
+}
+END_TEST
+
+/* 16 threads, each with scopes of its own that end in whatever order the
+ * threads run: every scope counts at least its own thread's blocks, never
+ * more than all of them, and nothing is lost in the adaptor's figures
+ * (with push/pop the pops of one thread would end another's scope). */
+typedef struct scoper {
+  rmmc_resource_t *r;
+  pthread_barrier_t *barrier;
+  unsigned id;
+  int bad;
+} scoper_t;
+
+static void *scope_worker(void *arg) {
+  scoper_t *w = arg;
+  for (int round = 0; round < 200; round++) {
+    uint64_t id;
+    if (rmmc_statistics_adaptor_push_scope(w->r, &id) != RMMC_SUCCESS) return (void *)1;
+    void *p[4];
+    size_t n = 256 * (w->id + 1);
+    for (int i = 0; i < 4; i++)
+      if (rmmc_resource_allocate(w->r, n, 256, NULL, &p[i]) != RMMC_SUCCESS) return (void *)1;
+    if (round % 50 == 0) pthread_barrier_wait(w->barrier); /* all scopes open at once */
+    for (int i = 0; i < 4; i++)
+      if (rmmc_resource_deallocate(w->r, p[i], n, 256, NULL) != RMMC_SUCCESS) return (void *)1;
+    rmmc_statistics_t s = RMMC_STATISTICS_INIT;
+    if (rmmc_statistics_adaptor_pop_scope(w->r, id, &s) != RMMC_SUCCESS) return (void *)1;
+    /* Other threads' frees may take the current figures below the base,
+     * so a scope's peak is only known to be >= 0 (its figures at push);
+     * their calls under way at the push or pop may land on either side
+     * (the header's rule), so only the totals bound it from below. */
+    if (s.total_count < 4 || s.total_bytes < 4 * n || s.peak_bytes < 0 || s.peak_count < 0 ||
+        s.total_count > 16 * 4 * 200)
+      w->bad++;
+  }
+  return NULL;
+}
+
+START_TEST(test_statistics_scopes_from_threads) {
+  fixture_t f = setup();
+  enum { T = 16 };
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, T);
+  pthread_t th[T];
+  scoper_t w[T];
+  for (unsigned i = 0; i < T; i++) {
+    w[i] = (scoper_t){f.r, &barrier, i, 0};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, scope_worker, &w[i]), 0);
+  }
+  uint64_t bytes = 0;
+  for (unsigned i = 0; i < T; i++) {
+    void *ret;
+    pthread_join(th[i], &ret);
+    ck_assert_ptr_null(ret);
+    ck_assert_int_eq(w[i].bad, 0);
+    bytes += 200u * 4u * 256u * (i + 1);
+  }
+  pthread_barrier_destroy(&barrier);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get_depth(f.r), 0);
+  rmmc_statistics_t s = RMMC_STATISTICS_INIT;
+  ck_assert_int_eq(rmmc_statistics_adaptor_get(f.r, &s), RMMC_SUCCESS);
+  ck_assert_int_eq(s.current_bytes, 0);
+  ck_assert_int_eq(s.current_count, 0);
+  ck_assert_uint_eq(s.total_bytes, bytes);
+  ck_assert_uint_eq(s.total_count, T * 200 * 4);
+  ck_assert_uint_eq(s.deallocations, T * 200 * 4);
+  /* At the barriers every thread held its 4 blocks at once. */
+  ck_assert_int_ge(s.peak_count, T * 4);
+  ck_assert_int_ge(s.peak_bytes, (int64_t)(4 * 256 * T * (T + 1) / 2));
   teardown(&f);
 }
 END_TEST
@@ -684,6 +859,9 @@ int main(void) {
   tcase_add_test(tc, test_statistics_figures);
   tcase_add_test(tc, test_statistics_push_pop_nesting);
   tcase_add_test(tc, test_statistics_deep_scopes_and_describe_folds);
+  tcase_add_test(tc, test_statistics_scopes_end_in_any_order);
+  tcase_add_test(tc, test_statistics_scope_bad_ids);
+  tcase_add_test(tc, test_statistics_scopes_from_threads);
   tcase_add_test(tc, test_statistics_struct_size_and_bad_arguments);
   tcase_add_test(tc, test_statistics_exact_under_threads);
   tcase_add_test(tc, test_statistics_exact_beyond_thread_shards);

@@ -22,6 +22,15 @@
  * peak_outstanding, allocations, deallocations, scopes, slow_path) at any
  * time.
  *
+ * Scopes that overlap without nesting. Threads that each measure a phase
+ * of their own end their scopes in any order: push_scope() hands out an
+ * id, and pop_scope() ends that scope wherever it is in the stack. Every
+ * scope counts what went through the adaptor, on any thread, from its push
+ * to its pop; one that ends under scopes pushed after it merges into the
+ * scope it was pushed in (by the rule above), and those scopes keep
+ * counting. There are no per-thread counters: a scope's figures are the
+ * whole adaptor's over its lifetime.
+ *
  * Concurrency. Allocate and deallocate take no lock: each updates the
  * current figures with one atomic instruction and the calling thread's own
  * totals without one; push, pop and get take a mutex among themselves only.
@@ -99,6 +108,31 @@ RMMC_EXPORT rmmc_status_t rmmc_statistics_adaptor_push(rmmc_resource_t *r);
  * outermost scope cannot be popped; nothing changes). Thread-safe. */
 RMMC_EXPORT rmmc_status_t rmmc_statistics_adaptor_pop(rmmc_resource_t *r,
                                                       rmmc_statistics_t *out);
+
+/* Starts a scope as rmmc_statistics_adaptor_push() does and stores its id
+ * (never 0) in *id, for rmmc_statistics_adaptor_get_scope() and
+ * rmmc_statistics_adaptor_pop_scope(). RMMC_ERROR_INVALID_ARGUMENT if r is
+ * not a statistics adaptor or id is NULL; RMMC_ERROR_OUT_OF_MEMORY as
+ * push (nothing changes). Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_statistics_adaptor_push_scope(rmmc_resource_t *r, uint64_t *id);
+
+/* Stores the figures of the open scope `id` in *out: what went through the
+ * adaptor since it was pushed (its peak over that time included), whether
+ * or not it is the innermost. RMMC_ERROR_INVALID_ARGUMENT if r is not a
+ * statistics adaptor, out is NULL or too small, or no open scope has that
+ * id. Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_statistics_adaptor_get_scope(rmmc_resource_t *r, uint64_t id,
+                                                            rmmc_statistics_t *out);
+
+/* Ends the open scope `id`, wherever it is in the stack: stores its
+ * figures in *out (may be NULL) and merges them into the scope it was
+ * pushed in; scopes pushed after it stay open, inside that scope.
+ * rmmc_statistics_adaptor_pop() ends the innermost scope, whatever its id.
+ * RMMC_ERROR_INVALID_ARGUMENT if r is not a statistics adaptor, out is too
+ * small, or no open scope has that id (one ended already; nothing
+ * changes). Thread-safe. */
+RMMC_EXPORT rmmc_status_t rmmc_statistics_adaptor_pop_scope(rmmc_resource_t *r, uint64_t id,
+                                                            rmmc_statistics_t *out);
 
 /* The number of scopes pushed and not popped (0 at creation); -1 (and the
  * thread's error set) if r is not a statistics adaptor. */

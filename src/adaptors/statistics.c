@@ -55,6 +55,16 @@
  * scope pushed inside it, which is what pop folds into the parent, and
  * equals RMM's max(outer peak, outer current before the push + popped
  * peak).
+ *
+ * A scope that ends while scopes pushed after it are still open (threads
+ * whose blocks overlap without nesting: pop_scope) is taken out of the
+ * middle of the stack. Its figures are those of any scope: the counters
+ * minus its base, its peak the maximum over its own segments, those of
+ * every frame above it and the live segment (all of them began after it).
+ * Its own segments fold into the frame below it, which becomes the parent
+ * of the frames above it; theirs fold into that parent when they end, so
+ * every scope still sees every segment of its lifetime. The live segment
+ * stays open: it belongs to the innermost frame, which did not change.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +80,7 @@ typedef struct frame {
   counters_t base;      /* the counters when the scope was pushed */
   int64_t seg_max_bytes; /* highest absolute current in this frame's own segments */
   int64_t seg_max_count;
+  uint64_t id;          /* what push_scope handed out (0 for the outermost frame) */
 } frame_t;
 
 enum { LINE = 64, SHARDS = 64 }; /* threads that keep totals without a locked instruction */
@@ -108,6 +119,7 @@ typedef struct statistics {
   frame_t *frames;       /* frames[0] is the outermost scope */
   int depth;             /* index of the innermost frame */
   int cap;
+  uint64_t next_id;      /* the id of the last scope pushed (under lock) */
 } statistics_t;
 
 /* ---- shard slots: per thread, process-wide ---- */
@@ -327,13 +339,24 @@ static rmmc_statistics_t figures(const counters_t *c, const counters_t *b, int64
   return f;
 }
 
-/* The innermost scope's figures; the caller holds the lock. */
-static rmmc_statistics_t innermost(statistics_t *s) {
+/* The figures of frames[k]: its own segments, those of every frame above
+ * it and the live segment; the caller holds the lock. */
+static rmmc_statistics_t scope_figures(statistics_t *s, int k) {
   counters_t c = load_counters(s);
-  const frame_t *f = &s->frames[s->depth];
   int64_t max_b = __atomic_load_n(&s->hot->live_max_bytes, __ATOMIC_RELAXED);
   int64_t max_c = __atomic_load_n(&s->hot->live_max_count, __ATOMIC_RELAXED);
-  return figures(&c, &f->base, max2(f->seg_max_bytes, max_b), max2(f->seg_max_count, max_c));
+  for (int i = k; i <= s->depth; i++) {
+    max_b = max2(max_b, s->frames[i].seg_max_bytes);
+    max_c = max2(max_c, s->frames[i].seg_max_count);
+  }
+  return figures(&c, &s->frames[k].base, max_b, max_c);
+}
+
+/* The index of the open scope `id` (1..depth), or -1; the caller holds the lock. */
+static int find_scope(const statistics_t *s, uint64_t id) {
+  for (int i = s->depth; i >= 1 && id != 0; i--)
+    if (s->frames[i].id == id) return i;
+  return -1;
 }
 
 /* Checks that out has room for the first field. */
@@ -361,14 +384,15 @@ RMMC_API rmmc_status_t rmmc_statistics_adaptor_get(rmmc_resource_t *r, rmmc_stat
   if (st != RMMC_SUCCESS) return st;
   statistics_t *s = (statistics_t *)r;
   pthread_mutex_lock(&s->lock);
-  rmmc_statistics_t f = innermost(s);
+  rmmc_statistics_t f = scope_figures(s, s->depth);
   pthread_mutex_unlock(&s->lock);
   copy_out(out, &f);
   return RMMC_SUCCESS;
 }
 
-RMMC_API rmmc_status_t rmmc_statistics_adaptor_push(rmmc_resource_t *r) {
-  rmmc_status_t st = check(r, "statistics_adaptor_push");
+/* Pushes a fresh frame and stores its id in *id (may be NULL). */
+static rmmc_status_t push(rmmc_resource_t *r, const char *what, uint64_t *id) {
+  rmmc_status_t st = check(r, what);
   if (st != RMMC_SUCCESS) return st;
   statistics_t *s = (statistics_t *)r;
   pthread_mutex_lock(&s->lock);
@@ -377,8 +401,8 @@ RMMC_API rmmc_status_t rmmc_statistics_adaptor_push(rmmc_resource_t *r) {
     frame_t *nf = realloc(s->frames, (size_t)ncap * sizeof *nf);
     if (nf == NULL) {
       pthread_mutex_unlock(&s->lock);
-      return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
-                            "statistics_adaptor_push: no host memory for scope %d", s->depth + 1);
+      return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "%s: no host memory for scope %d", what,
+                            s->depth + 1);
     }
     s->frames = nf;
     s->cap = ncap;
@@ -388,9 +412,41 @@ RMMC_API rmmc_status_t rmmc_statistics_adaptor_push(rmmc_resource_t *r) {
   frame_t *outer = &s->frames[s->depth];
   outer->seg_max_bytes = max2(outer->seg_max_bytes, close_segment(&h->live_max_bytes, c.cur_bytes));
   outer->seg_max_count = max2(outer->seg_max_count, close_segment(&h->live_max_count, c.cur_count));
-  s->frames[++s->depth] = (frame_t){c, c.cur_bytes, c.cur_count};
+  s->frames[++s->depth] = (frame_t){c, c.cur_bytes, c.cur_count, ++s->next_id};
+  if (id != NULL) *id = s->next_id;
   pthread_mutex_unlock(&s->lock);
   return RMMC_SUCCESS;
+}
+
+RMMC_API rmmc_status_t rmmc_statistics_adaptor_push(rmmc_resource_t *r) {
+  return push(r, "statistics_adaptor_push", NULL);
+}
+
+RMMC_API rmmc_status_t rmmc_statistics_adaptor_push_scope(rmmc_resource_t *r, uint64_t *id) {
+  if (id == NULL)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "statistics_adaptor_push_scope: id is NULL");
+  return push(r, "statistics_adaptor_push_scope", id);
+}
+
+/* Ends frames[k] (1 <= k <= depth): its figures in *f, its segments
+ * folded into the frame below, the frames above moved down. The caller
+ * holds the lock. */
+static void end_frame(statistics_t *s, int k, rmmc_statistics_t *f) {
+  frame_t *frame = &s->frames[k];
+  if (k == s->depth) { /* the innermost: its live segment ends too */
+    counters_t c = load_counters(s);
+    hot_t *h = s->hot;
+    frame->seg_max_bytes = max2(frame->seg_max_bytes, close_segment(&h->live_max_bytes, c.cur_bytes));
+    frame->seg_max_count = max2(frame->seg_max_count, close_segment(&h->live_max_count, c.cur_count));
+    *f = figures(&c, &frame->base, frame->seg_max_bytes, frame->seg_max_count);
+  } else {
+    *f = scope_figures(s, k);
+  }
+  frame_t *outer = &s->frames[k - 1];
+  outer->seg_max_bytes = max2(outer->seg_max_bytes, frame->seg_max_bytes);
+  outer->seg_max_count = max2(outer->seg_max_count, frame->seg_max_count);
+  memmove(frame, frame + 1, (size_t)(s->depth - k) * sizeof *frame);
+  s->depth--;
 }
 
 RMMC_API rmmc_status_t rmmc_statistics_adaptor_pop(rmmc_resource_t *r, rmmc_statistics_t *out) {
@@ -404,18 +460,46 @@ RMMC_API rmmc_status_t rmmc_statistics_adaptor_pop(rmmc_resource_t *r, rmmc_stat
     return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
                           "statistics_adaptor_pop: no scope was pushed (push before pop)");
   }
-  counters_t c = load_counters(s);
-  hot_t *h = s->hot;
-  frame_t *inner = &s->frames[s->depth];
-  int64_t max_b = max2(inner->seg_max_bytes, close_segment(&h->live_max_bytes, c.cur_bytes));
-  int64_t max_c = max2(inner->seg_max_count, close_segment(&h->live_max_count, c.cur_count));
-  rmmc_statistics_t f = figures(&c, &inner->base, max_b, max_c);
-  frame_t *outer = &s->frames[--s->depth];
-  outer->seg_max_bytes = max2(outer->seg_max_bytes, max_b);
-  outer->seg_max_count = max2(outer->seg_max_count, max_c);
+  rmmc_statistics_t f;
+  end_frame(s, s->depth, &f);
   pthread_mutex_unlock(&s->lock);
   if (out != NULL) copy_out(out, &f);
   return RMMC_SUCCESS;
+}
+
+/* Reads (end == false) or ends scope `id`. */
+static rmmc_status_t scope_call(rmmc_resource_t *r, uint64_t id, rmmc_statistics_t *out, bool end,
+                                const char *what) {
+  rmmc_status_t st = check(r, what);
+  if (st == RMMC_SUCCESS && (out != NULL || !end)) st = check_out(what, out);
+  if (st != RMMC_SUCCESS) return st;
+  statistics_t *s = (statistics_t *)r;
+  pthread_mutex_lock(&s->lock);
+  int k = find_scope(s, id);
+  if (k < 0) {
+    pthread_mutex_unlock(&s->lock);
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "%s: no open scope %llu (ended already, or never pushed here)", what,
+                          (unsigned long long)id);
+  }
+  rmmc_statistics_t f;
+  if (end)
+    end_frame(s, k, &f);
+  else
+    f = scope_figures(s, k);
+  pthread_mutex_unlock(&s->lock);
+  if (out != NULL) copy_out(out, &f);
+  return RMMC_SUCCESS;
+}
+
+RMMC_API rmmc_status_t rmmc_statistics_adaptor_get_scope(rmmc_resource_t *r, uint64_t id,
+                                                         rmmc_statistics_t *out) {
+  return scope_call(r, id, out, false, "statistics_adaptor_get_scope");
+}
+
+RMMC_API rmmc_status_t rmmc_statistics_adaptor_pop_scope(rmmc_resource_t *r, uint64_t id,
+                                                         rmmc_statistics_t *out) {
+  return scope_call(r, id, out, true, "statistics_adaptor_pop_scope");
 }
 
 RMMC_API int rmmc_statistics_adaptor_get_depth(rmmc_resource_t *r) {
