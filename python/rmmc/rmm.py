@@ -152,8 +152,12 @@ def build_bridge(verbose: bool = False) -> ctypes.CDLL:
             os.close(fd)
             cmd = [cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-Wall",
                    "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
+            # A compiler that links libstdc++ statically (the GPU machine's
+            # /opt/gcc) would export a second copy's symbols: kept local
+            # (as rmmc.torch does for its backend).
             cmd += ["-isystem" + d for d in incs[1:]] + ["-I" + incs[0], src, "-o", tmp,
-                                                          library_path(), "-Wl,-rpath," + libdir]
+                                                          library_path(), "-Wl,-rpath," + libdir,
+                                                          "-Wl,--exclude-libs,ALL"]
             if librmm:
                 cmd += [librmm, "-Wl,-rpath," + os.path.dirname(librmm)]
             else:
