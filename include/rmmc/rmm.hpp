@@ -97,10 +97,12 @@ class rmm_resource {
    * accessible: usable on any stream at once. */
   void *allocate_sync(std::size_t bytes, std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT) {
     void *p = allocate(cuda::stream_ref{cudaStream_t{}}, bytes, alignment);
-    if (p != nullptr && device_accessible() && cudaStreamSynchronize(cudaStream_t{}) != cudaSuccess) {
+    cudaError_t err = p != nullptr && device_accessible() ? cudaStreamSynchronize(cudaStream_t{})
+                                                          : cudaSuccess;
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError(); /* not sticky: leave no error behind */
       deallocate(cuda::stream_ref{cudaStream_t{}}, p, bytes, alignment);
-      throw rmm::bad_alloc(std::string("rmmc: allocate_sync: ") +
-                           cudaGetErrorString(cudaGetLastError()));
+      throw rmm::bad_alloc(std::string("rmmc: allocate_sync: ") + cudaGetErrorString(err));
     }
     return p;
   }
