@@ -42,8 +42,10 @@ from typing import Any, Optional, Union
 from . import Resource, _device, get_default, set_default
 from ._lib import InvalidArgumentError, NotSupportedError, check, lib, library_path
 
-__all__ = ["use", "reinitialize", "over", "from_rmm", "RmmcMemoryResource", "build_bridge",
-           "bench_pairs", "current_stack"]
+# RmmcMemoryResource (a subclass of RMM's class, made on first use: it needs
+# RMM) is reached as rmmc.rmm.RmmcMemoryResource, not through __all__.
+__all__ = ["use", "reinitialize", "over", "from_rmm", "build_bridge", "bench_pairs",
+           "current_stack"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _lock = threading.Lock()
