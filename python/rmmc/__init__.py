@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import threading
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _args
+from ._ref import Ref
 
 from ._lib import (FIELD_BYTES, FIELD_CB, FIELD_TEXT, MEMORY_HOOK, PAUSE_MODES, SleepState,
                    STATUS_NAMES,
@@ -122,34 +124,54 @@ class Resource:
     """A stack of memory resources built from a spec, holding one reference.
 
     ``Resource("pool(initial=64MiB) > cuda", device=0)``. allocate() and
-    deallocate() are stream-ordered (``stream`` is a cudaStream_t as an int,
-    0 for the legacy default stream) and return/take the address as an int.
-    close() (or leaving a ``with`` block) drops the reference; closing with
-    blocks still allocated through this object warns (ResourceWarning), since
-    freeing the stack frees them under whoever still uses them.
+    deallocate() are stream-ordered (``stream`` is a cudaStream_t: an int,
+    0 for the legacy default stream, or a framework's stream object) and
+    return/take the address as an int. close() (or leaving a ``with``
+    block) drops the reference; closing with blocks still allocated through
+    this object warns (ResourceWarning), since freeing the stack frees them
+    under whoever still uses them. Safe to share between threads: a close()
+    on one thread waits for no call, and the calls already under way on
+    others finish on the stack before the reference goes.
+
+    copy.copy() gives another Resource over the same stack with a reference
+    of its own (close either, the other keeps working). A stack is not
+    deep-copied or pickled (TypeError): its memory and state belong to this
+    process; pickle the ``spec`` and build a Resource from it instead.
     """
+
+    _not_a_stream = True  # has .handle, which is no stream
 
     def __init__(self, spec: str, device: Optional[int] = None) -> None:
         handle = ctypes.c_void_p()
-        check(lib().rmmc_stack_create(_encode(spec), -1 if device is None else _args.device(device, allow_all=True),
+        check(lib().rmmc_stack_create(_encode(spec),
+                                      -1 if device is None else _args.device(device, allow_all=True),
                                       ctypes.byref(handle)), "Resource(%r)" % spec)
-        self._handle = handle.value
+        self._ref = Ref(handle.value, "rmmc.Resource")
         self.spec = spec
         self._live: Dict[int, int] = {}
 
     @classmethod
     def _adopt(cls, handle, spec):
-        """Wraps `handle`, taking a new reference."""
+        """Wraps `handle`, taking a new reference (the caller keeps its own,
+        which must stay valid during this call)."""
         self = cls.__new__(cls)
-        self._handle = lib().rmmc_resource_retain(handle)
+        self._ref = Ref(lib().rmmc_resource_retain(handle), "rmmc.Resource")
         self.spec = spec
         self._live = {}
         return self
 
+    def _use(self):
+        """``with r._use() as h:``: the handle, held for the block."""
+        return self._ref
+
+    @property
+    def _handle(self):
+        """The handle while open, None once closed (identity checks only)."""
+        return self._ref.peek()
+
     def _h(self):
-        if self._handle is None:
-            raise InvalidArgumentError(-1, "this rmmc.Resource is closed")
-        return self._handle
+        with self._ref as h:
+            return h
 
     @property
     def handle(self) -> int:
@@ -159,28 +181,31 @@ class Resource:
     @property
     def name(self) -> str:
         """The outermost layer's name ("pool")."""
-        return lib().rmmc_resource_name(self._h()).decode()
+        with self._ref as h:
+            return lib().rmmc_resource_name(h).decode()
 
     @property
     def memory_kind(self) -> str:
         """"device", "host", "pinned" or "managed"."""
-        return lib().rmmc_memory_kind_name(lib().rmmc_resource_memory_kind(self._h())).decode()
+        with self._ref as h:
+            return lib().rmmc_memory_kind_name(lib().rmmc_resource_memory_kind(h)).decode()
 
     @property
     def device(self) -> int:
         """The device the stack serves, or -1 (host memory)."""
-        return lib().rmmc_resource_device(self._h())
+        with self._ref as h:
+            return lib().rmmc_resource_device(h)
 
     def allocate(self, nbytes: int, stream: Any = 0, alignment: int = DEFAULT_ALIGNMENT) -> int:
         """Allocates `nbytes` ready for use on `stream`; returns the address
         (0 for 0 bytes). OutOfMemoryError when the stack cannot."""
         nbytes = _args.size(nbytes, "nbytes")
-        alignment = _args.size(alignment, "alignment")
+        alignment = _args.alignment(alignment)
         stream = _args.stream(stream)
         p = ctypes.c_void_p()
-        check(lib().rmmc_resource_allocate(self._h(), nbytes, alignment, stream,
-                                           ctypes.byref(p)),
-              "allocate(%d)" % nbytes)
+        with self._ref as h:
+            check(lib().rmmc_resource_allocate(h, nbytes, alignment, stream, ctypes.byref(p)),
+                  "allocate(%d)" % nbytes)
         if p.value:
             self._live[p.value] = nbytes
         return p.value or 0
@@ -191,27 +216,32 @@ class Resource:
         `stream` at once. 0 is a no-op."""
         ptr = _args.pointer(ptr, "ptr")
         nbytes = _args.size(nbytes, "nbytes")
-        alignment = _args.size(alignment, "alignment")
+        alignment = _args.alignment(alignment)
         stream = _args.stream(stream)
-        check(lib().rmmc_resource_deallocate(self._h(), ptr, nbytes, alignment, stream),
-              "deallocate(0x%x, %d)" % (ptr or 0, nbytes))
+        with self._ref as h:
+            check(lib().rmmc_resource_deallocate(h, ptr, nbytes, alignment, stream),
+                  "deallocate(0x%x, %d)" % (ptr or 0, nbytes))
         self._live.pop(ptr, None)
 
     def figures(self) -> Dict[str, Any]:
         """The outermost layer's figures: {"in_use": Bytes, "peak": ..., ...}."""
-        return _describe(self._h())
+        with self._ref as h:
+            return _describe(h)
 
     def layers(self) -> List[Tuple[str, Dict[str, Any]]]:
         """[(name, figures)] for every layer, outermost first."""
-        return _layers(self._h())
+        with self._ref as h:
+            return _layers(h)
 
     def status(self) -> str:
         """The status report of the whole stack, as text."""
-        return read_text(lib().rmmc_resource_status_string, self._h())
+        with self._ref as h:
+            return read_text(lib().rmmc_resource_status_string, h)
 
     def release_cached(self) -> None:
         """Gives memory cached by the stack's layers back to their upstreams."""
-        check(lib().rmmc_resource_release_cached(self._h()), "release_cached")
+        with self._ref as h:
+            check(lib().rmmc_resource_release_cached(h), "release_cached")
 
     def set_memory_hooks(self, on_acquire: Optional[Callable[[int, int], None]] = None,
                          on_release: Optional[Callable[[int, int], None]] = None) -> None:
@@ -222,8 +252,9 @@ class Resource:
         grow or shrink, holding the pool's lock: do not allocate from this
         stack inside them. NotSupportedError if no layer can (no pool)."""
         hooks = _make_hooks(on_acquire, on_release)
-        check(lib().rmmc_resource_set_memory_hooks(self._h(), hooks), "set_memory_hooks")
-        _HOOKS_ALIVE[("resource", self._handle)] = hooks
+        with self._ref as h:
+            check(lib().rmmc_resource_set_memory_hooks(h, hooks), "set_memory_hooks")
+            _HOOKS_ALIVE[("resource", h)] = hooks
 
     def pause(self, mode: str = "backup", stream: Any = 0) -> None:
         """Sleep mode: gives every page of the stack's pool back to the
@@ -233,35 +264,55 @@ class Resource:
         the device; the backup is copied on `stream`. While paused,
         allocations raise OutOfMemoryError; frees are accepted.
         NotSupportedError for a pool without virtual memory (chunks)."""
-        if mode not in PAUSE_MODES:
+        if not isinstance(mode, str) or mode not in PAUSE_MODES:
             raise InvalidArgumentError(-1, "pause: mode must be 'backup' or 'discard', not %r"
                                        % (mode,))
-        check(lib().rmmc_pool_pause(self._h(), PAUSE_MODES[mode], stream or None),
-              "pause(%r)" % mode)
+        stream = _args.stream(stream)
+        with self._ref as h:
+            check(lib().rmmc_pool_pause(h, PAUSE_MODES[mode], stream), "pause(%r)" % mode)
 
     def resume(self, stream: Any = 0) -> None:
         """Maps the paused pool's pages again at the same addresses and
         enqueues the backup's copies back on `stream`: the contents are in
         place for work on that stream. OutOfMemoryError (still paused,
         backup kept) when the device lacks the memory."""
-        check(lib().rmmc_pool_resume(self._h(), stream or None), "resume")
+        stream = _args.stream(stream)
+        with self._ref as h:
+            check(lib().rmmc_pool_resume(h, stream), "resume")
 
     def sleep_state(self) -> Dict[str, Any]:
         """{"paused", "mode" ("backup"/"discard"/None), "held", "unmapped",
         "backed_up", "backup_ranges", "host_bytes", "pauses", "resumes",
         "can_sleep"} of the stack's pool."""
-        return _sleep_state(self._h())
+        with self._ref as h:
+            return _sleep_state(h)
+
+    @property
+    def closed(self):
+        return self._ref.closed
 
     def close(self) -> None:
-        """Drops this object's reference (idempotent)."""
-        if self._handle is None:
+        """Drops this object's reference (idempotent; safe from any thread)."""
+        live = dict(self._live)
+        if not self._ref.close():
             return
-        if self._live:
+        if live:
             warnings.warn("rmmc.Resource(%r) closed with %d block(s) (%d bytes) still allocated "
-                          "through it" % (self.spec, len(self._live), sum(self._live.values())),
+                          "through it" % (self.spec, len(live), sum(live.values())),
                           ResourceWarning, stacklevel=2)
-        lib().rmmc_resource_release(self._handle)
-        self._handle = None
+
+    def __copy__(self):
+        with self._ref as h:
+            return Resource._adopt(h, self.spec)
+
+    def __deepcopy__(self, memo):
+        raise TypeError("an rmmc.Resource is not deep-copied: its stack's memory and state "
+                        "belong to it (copy.copy() shares the stack with a reference of its "
+                        "own; Resource(r.spec) builds a new one)")
+
+    def __reduce__(self):
+        raise TypeError("an rmmc.Resource cannot be pickled: its stack lives in this process "
+                        "(pickle its spec, %r, and build a Resource from it there)" % (self.spec,))
 
     def __enter__(self) -> "Resource":
         return self
@@ -276,8 +327,13 @@ class Resource:
             pass
 
     def __repr__(self):
-        state = "closed" if self._handle is None else "%s memory, device %d" % (
-            self.memory_kind, self.device)
+        try:
+            with self._ref as h:
+                state = "%s memory, device %d" % (
+                    lib().rmmc_memory_kind_name(lib().rmmc_resource_memory_kind(h)).decode(),
+                    lib().rmmc_resource_device(h))
+        except InvalidArgumentError:
+            state = "closed"
         return "rmmc.Resource(%r) [%s]" % (self.spec, state)
 
 
@@ -346,7 +402,8 @@ def set_default(spec: Union[str, Resource], device: Optional[int] = None) -> Opt
     else:
         dev = _device(device)
         r = Resource(spec, dev)
-    check(lib().rmmc_set_device_resource(dev, r._h(), None), "set_default")
+    with r._use() as h:
+        check(lib().rmmc_set_device_resource(dev, h, None), "set_default")
     return r
 
 
@@ -461,82 +518,184 @@ def release_cached(device: Optional[int] = None) -> None:
 _STAT_FIELDS = [name for name, *_ in _StatisticsStruct._fields_ if name != "size"]
 
 
+def _statistics_struct():
+    s = _StatisticsStruct()
+    s.size = ctypes.sizeof(s)
+    return s
+
+
 class StatisticsScope:
     """What a ``with rmmc.statistics()`` block counted. Inside the block
     get() reads the figures so far; after it, the attributes hold the
     block's final figures (current_bytes, peak_bytes, total_bytes,
-    current_count, peak_count, total_count, deallocations)."""
+    current_count, peak_count, total_count, deallocations). A finished
+    scope copies and pickles as its figures; an open one does neither
+    (TypeError: it holds the device's statistics layer)."""
 
-    def __init__(self, handle, device):
-        self._handle = handle
+    def __init__(self, stats, scope_id, device):
+        self._stats = stats  # an rmmc.Resource over the statistics layer while open
+        self._id = scope_id
+        self._lock = threading.Lock()
         self.device = device
         for name in _STAT_FIELDS:
             setattr(self, name, None)
 
     def get(self):
-        if self._handle is None:
-            return {name: getattr(self, name) for name in _STAT_FIELDS}
-        s = _StatisticsStruct()
-        s.size = ctypes.sizeof(s)
-        check(lib().rmmc_statistics_adaptor_get(self._handle, ctypes.byref(s)), "statistics")
-        return {name: getattr(s, name) for name in _STAT_FIELDS}
+        with self._lock:
+            if self._stats is None:
+                return {name: getattr(self, name) for name in _STAT_FIELDS}
+            s = _statistics_struct()
+            with self._stats._use() as h:
+                check(lib().rmmc_statistics_adaptor_get_scope(h, self._id, ctypes.byref(s)),
+                      "statistics")
+            return {name: getattr(s, name) for name in _STAT_FIELDS}
 
-    def _finish(self, s):
-        for name in _STAT_FIELDS:
-            setattr(self, name, getattr(s, name))
-        self._handle = None
+    def _finish(self):
+        """Ends the scope (once): its final figures in the attributes.
+        Returns the statistics layer's Resource for the caller to close."""
+        with self._lock:
+            stats, self._stats = self._stats, None
+            if stats is None:
+                return None
+            s = _statistics_struct()
+            try:
+                with stats._use() as h:
+                    check(lib().rmmc_statistics_adaptor_pop_scope(h, self._id, ctypes.byref(s)),
+                          "statistics")
+            except Exception:
+                stats.close()
+                raise
+            for name in _STAT_FIELDS:
+                setattr(self, name, getattr(s, name))
+            return stats
+
+    def __reduce__(self):
+        with self._lock:
+            if self._stats is not None:
+                raise TypeError("an open rmmc.StatisticsScope cannot be copied or pickled: it "
+                                "holds the device's statistics layer (its figures can, once "
+                                "the block has ended)")
+            return (_finished_scope, (self.device, {n: getattr(self, n) for n in _STAT_FIELDS}))
 
     def __repr__(self):
         return "rmmc.StatisticsScope(%s)" % ", ".join(
             "%s=%s" % (k, v) for k, v in self.get().items())
 
 
+def _finished_scope(device, figures):
+    scope = StatisticsScope(None, 0, device)
+    for name, value in figures.items():
+        setattr(scope, name, value)
+    return scope
+
+
+# The statistics layers statistics() put in the registry, by handle:
+# [device, the previous resource (a reference), blocks open on it]. One
+# lock orders every block's entry and exit, so threads share one layer
+# and the last block out puts the previous resource back.
+_STATS_LOCK = threading.Lock()
+_STATS_INSTALLED: dict = {}
+
+
+def _statistics_layer(dev):
+    """A reference on the statistics layer a block of device `dev` counts
+    with: the registry's own when it has one on top, else a layer put
+    there for the blocks (counted in _STATS_INSTALLED). _STATS_LOCK held."""
+    release = lib().rmmc_resource_release
+    while True:
+        current = _device_resource(dev, "statistics", retain=True).value
+        if current in _STATS_INSTALLED:
+            _STATS_INSTALLED[current][2] += 1
+            return current
+        if lib().rmmc_resource_name(current).decode() == "statistics":
+            return current
+        wrapped = ctypes.c_void_p()
+        st = lib().rmmc_statistics_adaptor_create(current, ctypes.byref(wrapped))
+        if st != 0:
+            release(current)
+            check(st, "statistics")
+        old = ctypes.c_void_p()
+        st = lib().rmmc_set_device_resource(dev, wrapped, ctypes.byref(old))
+        if st != 0:
+            e = error_for(st, last_error(), "statistics")
+            release(wrapped.value)
+            release(current)
+            raise e
+        release(current)  # `old` holds the registry's reference now
+        if old.value != current:
+            # Another thread set the registry between the retain and the
+            # set: put its resource back and look again.
+            mine = ctypes.c_void_p()
+            lib().rmmc_set_device_resource(dev, old, ctypes.byref(mine))
+            release(mine.value)
+            release(old.value)
+            release(wrapped.value)
+            continue
+        _STATS_INSTALLED[wrapped.value] = [dev, old.value, 1]
+        return lib().rmmc_resource_retain(wrapped.value)
+
+
+def _statistics_leave(dev, stats):
+    """The registry side of a block's end; True if the registry no longer
+    holds `stats`. _STATS_LOCK held."""
+    release = lib().rmmc_resource_release
+    now = ctypes.c_void_p()
+    changed = lib().rmmc_retain_device_resource(dev, ctypes.byref(now)) != 0 or now.value != stats
+    if now.value:
+        release(now.value)
+    installed = _STATS_INSTALLED.get(stats)
+    if installed is not None:
+        installed[2] -= 1
+        if installed[2] == 0:
+            del _STATS_INSTALLED[stats]
+            previous = installed[1]
+            st = 0
+            if not changed:
+                mine = ctypes.c_void_p()
+                st = lib().rmmc_set_device_resource(dev, previous, ctypes.byref(mine))
+                release(mine.value)
+            release(previous)
+            release(stats)  # the layer's own reference
+            check(st, "statistics")
+    return changed
+
+
 @contextlib.contextmanager
 def statistics(device: Optional[int] = None) -> Iterator["StatisticsScope"]:
     """Counts what the device's current resource hands out inside the block
-    (RMM's rmm.statistics.statistics()): pushes a scope on the stack's
+    (RMM's rmm.statistics.statistics()): opens a scope on the stack's
     statistics layer, wrapping the current resource in one for the block if
-    it has none (and putting the old one back after). Scopes nest. Yields a
-    StatisticsScope. Raises RmmcError if the registry's resource was
-    changed inside the block."""
+    it has none (and putting the old one back after). Blocks nest, and
+    blocks of many threads at once share one layer: each counts what the
+    resource handed out (on any thread) from its start to its end, and the
+    last to end puts the old resource back. Yields a StatisticsScope.
+    Raises RmmcError if the registry's resource was changed inside the
+    block (the changed registry is then left as it is)."""
     dev = _device(device)
-    current = _device_resource(dev, "statistics", retain=True)
-    previous = None
-    if lib().rmmc_resource_name(current).decode() == "statistics":
-        stats = current.value  # the reference just taken
-    else:
-        wrapped = ctypes.c_void_p()
-        st = lib().rmmc_statistics_adaptor_create(current, ctypes.byref(wrapped))
-        lib().rmmc_resource_release(current.value)
-        check(st, "statistics")
-        stats = wrapped.value
-        old = ctypes.c_void_p()
-        st = lib().rmmc_set_device_resource(dev, stats, ctypes.byref(old))
+    with _STATS_LOCK:
+        handle = _statistics_layer(dev)
+        sid = ctypes.c_uint64()
+        st = lib().rmmc_statistics_adaptor_push_scope(handle, ctypes.byref(sid))
         if st != 0:
             e = error_for(st, last_error(), "statistics")
-            lib().rmmc_resource_release(stats)
+            _statistics_leave(dev, handle)
+            lib().rmmc_resource_release(handle)
             raise e
-        previous = old.value
+    stats = Resource._adopt(handle, "<statistics of device %d>" % dev)
+    lib().rmmc_resource_release(handle)
+    scope = StatisticsScope(stats, sid.value, dev)
     try:
-        check(lib().rmmc_statistics_adaptor_push(stats), "statistics")
-        scope = StatisticsScope(stats, dev)
-        try:
-            yield scope
-        finally:
-            s = _StatisticsStruct()
-            s.size = ctypes.sizeof(s)
-            check(lib().rmmc_statistics_adaptor_pop(stats, ctypes.byref(s)), "statistics")
-            scope._finish(s)
-            now = ctypes.c_void_p()
-            check(lib().rmmc_get_device_resource(dev, ctypes.byref(now)), "statistics")
-            if now.value != stats:
-                raise RmmcError(-10, "the registry's resource for device %d was changed inside "
-                                "the statistics block" % dev, "statistics")
+        yield scope
     finally:
-        if previous is not None:
-            lib().rmmc_set_device_resource(dev, previous, None)
-            lib().rmmc_resource_release(previous)
-        lib().rmmc_resource_release(stats)
+        try:
+            scope._finish()
+        finally:
+            with _STATS_LOCK:
+                changed = _statistics_leave(dev, handle)
+            stats.close()
+        if changed:
+            raise RmmcError(-10, "the registry's resource for device %d was changed inside "
+                            "the statistics block" % dev, "statistics")
 
 
 # The RMM-style layer (issue 30): rmmc.mr, rmmc.stats, DeviceBuffer and

@@ -80,6 +80,7 @@ _SIGNATURES = {
     "rmmc_buffer_create_from": (_st, [_BP, _vp, _sz, _vp, _vp]),
     "rmmc_buffer_create_copy": (_st, [_BP, _BP, _vp, _vp]),
     "rmmc_buffer_destroy": (_st, [_BP]),
+    "rmmc_buffer_move": (_st, [_BP, _BP]),
     "rmmc_buffer_resize": (_st, [_BP, _sz]),
     "rmmc_buffer_reserve": (_st, [_BP, _sz]),
     "rmmc_buffer_copy_to_host": (_st, [_BP, _sz, _vp, _sz]),

@@ -5,7 +5,8 @@ A CUDA stream as the RMM-style layer takes it: ``Stream()`` creates one
 (destroyed with the object), ``Stream(obj)`` wraps an existing stream:
 another Stream, anything with the CUDA stream protocol
 (``__cuda_stream__``: RMM's, cuda.core's), a Numba stream (``.handle``) or
-a CuPy stream (``.ptr``), or a PyTorch stream (``.cuda_stream``).
+a CuPy stream (``.ptr``), or a PyTorch stream (``.cuda_stream``), read
+as rmmc._args.stream reads every stream argument.
 DEFAULT_STREAM, LEGACY_DEFAULT_STREAM and PER_THREAD_DEFAULT_STREAM are
 CUDA's special streams. Every call that takes a stream takes one of these,
 a stream handle as an int, or any of the objects above.
@@ -17,7 +18,7 @@ from enum import IntEnum
 from typing import Any, Optional, Tuple
 
 __all__ = ["Stream", "CudaStreamFlags", "DEFAULT_STREAM", "LEGACY_DEFAULT_STREAM",
-           "PER_THREAD_DEFAULT_STREAM", "stream_handle"]
+           "PER_THREAD_DEFAULT_STREAM"]
 
 # CUDA's special handles (driver_types.h): cudaStreamLegacy, cudaStreamPerThread.
 _LEGACY, _PER_THREAD = 0x1, 0x2
@@ -28,33 +29,6 @@ class CudaStreamFlags(IntEnum):
     cudaStreamNonBlocking."""
     SYNC_DEFAULT = 0
     NON_BLOCKING = 1
-
-
-def stream_handle(obj: Any) -> int:
-    """The cudaStream_t of a stream object or int (0: the default stream)."""
-    if obj is None:
-        return 0
-    if isinstance(obj, bool):
-        raise TypeError("a stream is a stream object or a cudaStream_t (int), not bool")
-    if isinstance(obj, int):
-        return obj
-    proto = getattr(obj, "__cuda_stream__", None)
-    if proto is not None:
-        version, handle = proto() if callable(proto) else proto
-        if version != 0:
-            raise NotImplementedError("the CUDA stream protocol version %r is not supported"
-                                      % (version,))
-        return int(handle)
-    for attr in ("cuda_stream", "ptr", "handle"):  # PyTorch, CuPy, Numba
-        v = getattr(obj, attr, None)
-        if v is not None:
-            v = getattr(v, "value", v)  # Numba's handle is a ctypes/driver object
-            try:
-                return int(v or 0)
-            except (TypeError, ValueError):
-                break
-    raise TypeError("a stream is an rmmc.Stream, an object with __cuda_stream__, a PyTorch, "
-                    "CuPy or Numba stream, or a cudaStream_t (int), not %s" % type(obj).__name__)
 
 
 class Stream:
@@ -75,7 +49,8 @@ class Stream:
             if flags is not None:
                 raise ValueError("flags may only be specified when obj is None; flags cannot be "
                                  "applied to an existing stream.")
-            self._handle = stream_handle(obj)
+            from ._args import stream
+            self._handle = stream(obj, "Stream(obj)") or 0
             self._owner = obj
 
     @classmethod
@@ -103,9 +78,13 @@ class Stream:
         return self._handle in (0, _LEGACY, _PER_THREAD)
 
     def __eq__(self, other: Any) -> bool:
-        if not isinstance(other, Stream):
-            return NotImplemented
-        return self._handle == other._handle
+        """The same stream: another Stream, or its handle as an int (so code
+        that read DeviceBuffer.stream as an int keeps comparing)."""
+        if isinstance(other, Stream):
+            return self._handle == other._handle
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self._handle == other
+        return NotImplemented
 
     def __hash__(self) -> int:
         return hash(self._handle)

@@ -9,10 +9,27 @@ cupy.from_dlpack, numpy.from_dlpack for host memory), both as a 1-D array
 of uint8. Memory a host stack hands out (rmmc.mr.HostMemoryResource) is
 exported as CPU memory (DLPack kDLCPU, ``__array_interface__``) and has no
 ``__cuda_array_interface__``.
+
+Exports and the memory under them. A DLPack tensor keeps the buffer and
+its memory until the consumer deletes it: meanwhile close() and a resize()
+or reserve() that would move the memory raise BufferError (as a bytearray
+refuses to resize under a memoryview). The array interfaces have no such
+end: their consumers (CuPy, Numba, NumPy) keep the buffer object alive,
+not the memory, so once one was handed out, memory that close(), resize()
+or reserve() replaces stays allocated until the buffer itself is
+collected: a consumer never reads freed memory, though after a move it
+sees the old contents.
+
+Copies and threads. copy.copy()/copy.deepcopy() (and copy()) copy the
+contents into new memory from the same resource; pickling copies them to
+the host and back into memory from the current device's resource (as
+RMM's). A buffer is safe to share between threads: its calls are
+serialized.
 """
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any, Optional
 
 from . import InvalidArgumentError, _args
@@ -76,17 +93,44 @@ def _capsule_destructor(capsule):
         _EXPORTS.pop(_api.PyCapsule_GetPointer(capsule, _CAPSULE_NAME), None)
 
 
-def _mr_handle(mr, what):
-    """The resource to allocate from: mr's, or the current device's (with
-    the Python answer when there is no GPU and none was set)."""
+def _resource(mr, what):
+    """The rmmc.Resource to allocate from: mr's, or None for the current
+    device's (taken with a reference of its own by the caller)."""
     if mr is None:
-        from . import _device, _device_resource
-        return _device_resource(_device(None), what).value
+        return None
     from .mr import DeviceMemoryResource
     if not isinstance(mr, DeviceMemoryResource):
         raise TypeError("mr must be a memory resource object (rmmc.mr), not %s"
                         % type(mr).__name__)
-    return mr.handle
+    return mr.resource
+
+
+class _Using:
+    """``with _Using(resource, what) as h:``: the handle of `resource`, or
+    of the current device's registry entry with a reference held for the
+    block (retained atomically with sets on other threads)."""
+
+    def __init__(self, resource, what):
+        self._resource = resource
+        self._what = what
+        self._h = None
+
+    def __enter__(self):
+        if self._resource is not None:
+            return self._resource._use().__enter__()
+        from . import _device, _device_resource
+        self._h = _device_resource(_device(None), self._what, retain=True).value
+        return self._h
+
+    def __exit__(self, *exc):
+        if self._resource is not None:
+            return self._resource._use().__exit__(*exc)
+        clib().rmmc_resource_release(self._h)
+        return False
+
+
+def _new_struct():
+    return Buffer(None, 0, 0, None, None, -1)
 
 
 class _MemLocation(ctypes.Structure):
@@ -98,15 +142,12 @@ def _prefetch(ptr, nbytes, device, stream):
     """cudaMemPrefetchAsync of the CUDA runtime librmmc loaded (13's form
     takes a cudaMemLocation, 12's a device number)."""
     from ._lib import lib, RmmcError
+    lib()
     maps = open("/proc/self/maps").read()
     cudart = sorted({l.split()[-1] for l in maps.splitlines() if "libcudart.so" in l})
-    if not cudart:
-        lib()
-        maps = open("/proc/self/maps").read()
-        cudart = sorted({l.split()[-1] for l in maps.splitlines() if "libcudart.so" in l})
     rt = ctypes.CDLL(cudart[0])
     fn = rt.cudaMemPrefetchAsync
-    if cudart[0].rsplit(".so.", 1)[-1].split(".")[0] >= "13":
+    if int(cudart[0].rsplit(".so.", 1)[-1].split(".")[0]) >= 13:
         fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, _MemLocation, ctypes.c_uint,
                        ctypes.c_void_p]
         err = fn(ptr, nbytes, _MemLocation(1, device), 0, stream or None)
@@ -120,44 +161,49 @@ def _prefetch(ptr, nbytes, device, stream):
                         "prefetch")
 
 
-def _nbytes(size):
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise InvalidArgumentError(-1, "size must be an int >= 0, not %r" % (size,))
-    return size
-
-
 class DeviceBuffer:
     """``DeviceBuffer(*, ptr=0, size=0, stream=DEFAULT_STREAM, mr=None)``
     (RMM's, keywords only): `size` uninitialized bytes from `mr` (None: the
     current device's resource), ordered on `stream` (an rmmc.Stream, any
-    stream object or a cudaStream_t as an int). ``DeviceBuffer(ptr=host_data,
-    size=n)`` copies n bytes from a host address (an int, as RMM) or, as an
-    rmmc addition, a host object with the buffer protocol (bytes,
-    bytearray, memoryview, a NumPy array; size 0: all of it)."""
+    stream object or a cudaStream_t as an int). ``DeviceBuffer(ptr=...,
+    size=n)`` copies n bytes from a host address (an int; 0 allocates
+    without copying, as RMM) or, as an rmmc addition, a host object with
+    the buffer protocol (bytes, bytearray, memoryview, a NumPy array; size
+    0: all of it)."""
+
+    _not_a_stream = True  # has .ptr, which is no stream
 
     def __init__(self, *, ptr: Any = 0, size: int = 0, stream: Any = DEFAULT_STREAM,
                  mr: Any = None) -> None:
-        self._b = Buffer(None, 0, 0, None, None, -1)
-        h = _mr_handle(mr, "DeviceBuffer")
+        self._b = _new_struct()
+        self._lock = threading.RLock()
+        self._retired: list = []  # memory an array interface may still point to
+        self._shared = False  # an array interface was handed out for self._b's memory
+        resource = _resource(mr, "DeviceBuffer")
+        stream = _args.stream(stream)
         self._mr = mr
-        s = _args.stream(stream)
-        if ptr is None or (isinstance(ptr, int) and not isinstance(ptr, bool) and ptr == 0):
-            check(clib().rmmc_buffer_create(ctypes.byref(self._b), _nbytes(size), s, h),
-                  "DeviceBuffer(size=%r)" % (size,))
-            return
-        if isinstance(ptr, int) and not isinstance(ptr, bool):
+        src = None
+        if ptr is not None and (isinstance(ptr, int) or hasattr(ptr, "__index__")):
             src = _args.pointer(ptr, "ptr")
-        else:
+            size = _args.size(size, "size")
+        elif ptr is not None:
             view = memoryview(ptr).cast("B")
-            if size == 0:
+            if isinstance(size, int) and not isinstance(size, bool) and size == 0:
                 size = len(view)
-            elif _nbytes(size) > len(view):
+            elif _args.size(size, "size") > len(view):
                 raise InvalidArgumentError(-1, "DeviceBuffer(ptr=...): size %d is more than the "
                                            "%d bytes given" % (size, len(view)))
             keep = (ctypes.c_char * len(view)).from_buffer_copy(view) if len(view) else None
             src = ctypes.addressof(keep) if keep is not None else None
-        check(clib().rmmc_buffer_create_from(ctypes.byref(self._b), src, _nbytes(size), s, h),
-              "DeviceBuffer(ptr=..., size=%r)" % (size,))
+        else:
+            size = _args.size(size, "size")
+        with _Using(resource, "DeviceBuffer") as h:
+            if src is None:
+                check(clib().rmmc_buffer_create(ctypes.byref(self._b), size, stream, h),
+                      "DeviceBuffer(size=%d)" % size)
+            else:
+                check(clib().rmmc_buffer_create_from(ctypes.byref(self._b), src, size, stream, h),
+                      "DeviceBuffer(ptr=..., size=%d)" % size)
 
     # --- what RMM's DeviceBuffer offers -------------------------------------------------
     @property
@@ -191,39 +237,106 @@ class DeviceBuffer:
             return self._mr
         from . import Resource
         from .mr import DeviceMemoryResource
-        if not self._b.resource:
-            return None
-        return DeviceMemoryResource._wrap(Resource._adopt(self._b.resource, "<buffer's stack>"))
+        with self._lock:
+            if not self._b.resource:
+                return None
+            return DeviceMemoryResource._wrap(Resource._adopt(self._b.resource,
+                                                              "<buffer's stack>"))
+
+    def _on(self, stream):
+        """Orders the buffer on `stream` from now on, when one is given."""
+        if stream is not None and stream is not DEFAULT_STREAM:
+            s = _args.stream(stream)
+            with self._lock:
+                if (s or None) != (self._b.stream or None) and self._b.resource:
+                    check(clib().rmmc_buffer_set_stream(ctypes.byref(self._b), s), "stream")
 
     @property
     def memory_kind(self):
         """"device", "host", "pinned" or "managed"."""
-        if not self._b.resource:
-            return "host"
-        return clib().rmmc_memory_kind_name(
-            clib().rmmc_resource_memory_kind(self._b.resource)).decode()
+        with self._lock:
+            if not self._b.resource:
+                return "host"
+            return clib().rmmc_memory_kind_name(
+                clib().rmmc_resource_memory_kind(self._b.resource)).decode()
 
     @property
     def device(self):
         """The buffer's device, -1 for host memory."""
         return self._b.device
 
-    def _on(self, stream):
-        """Orders the buffer on `stream` from now on, when one is given."""
-        if stream is not None and stream is not DEFAULT_STREAM:
-            s = _args.stream(stream)
-            if (s or None) != (self._b.stream or None):
-                check(clib().rmmc_buffer_set_stream(ctypes.byref(self._b), s), "stream")
+    def _dlpack_alive(self):
+        return any(e[2] is self for e in list(_EXPORTS.values()))
+
+    def _before_move(self, what, needed):
+        """Called (lock held) before a call that would give the memory
+        back: BufferError while a DLPack tensor uses it; True when an array
+        interface was handed out, so the memory is to be retired instead."""
+        if not needed:
+            return False
+        if self._dlpack_alive():
+            raise BufferError("DeviceBuffer.%s: a DLPack tensor still uses this memory (its "
+                              "consumer has not deleted it); %s would free it" % (what, what))
+        return self._shared
+
+    def _grow(self, fn, n, what):
+        """resize/reserve to `n` bytes: in place when the capacity holds,
+        else moving the memory (retired while an array interface may point
+        to it)."""
+        with self._lock:
+            if self._before_move(what, n > self._b.capacity and self._b.resource):
+                new = _new_struct()
+                check(clib().rmmc_buffer_create_copy(ctypes.byref(new), ctypes.byref(self._b),
+                                                     self._b.stream, self._b.resource), what)
+                st = fn(ctypes.byref(new), n)
+                if st != 0:
+                    clib().rmmc_buffer_destroy(ctypes.byref(new))
+                    check(st, what)
+                self._retired.append(self._b)
+                self._b, self._shared = new, False
+                return
+            check(fn(ctypes.byref(self._b), n), what)
 
     def resize(self, new_size: int, stream: Any = DEFAULT_STREAM) -> None:
         """Sets the size (reallocating above the capacity, keeping the
-        contents), ordered on `stream`."""
+        contents), ordered on `stream`. BufferError when that would move
+        memory a DLPack tensor still uses."""
+        n = _args.size(new_size, "new_size")
         self._on(stream)
-        check(clib().rmmc_buffer_resize(ctypes.byref(self._b), _nbytes(new_size)), "resize")
+        self._grow(clib().rmmc_buffer_resize, n, "resize")
 
     def reserve(self, new_capacity: int, stream: Any = DEFAULT_STREAM) -> None:
+        """Makes the capacity at least new_capacity, keeping the contents.
+        BufferError when that would move memory a DLPack tensor still uses."""
+        n = _args.size(new_capacity, "new_capacity")
         self._on(stream)
-        check(clib().rmmc_buffer_reserve(ctypes.byref(self._b), _nbytes(new_capacity)), "reserve")
+        self._grow(clib().rmmc_buffer_reserve, n, "reserve")
+
+    def copy(self) -> "DeviceBuffer":
+        """A new buffer with a copy of the contents, from the same resource,
+        on the same stream (RMM's DeviceBuffer.copy())."""
+        other = DeviceBuffer.__new__(DeviceBuffer)
+        other._b = _new_struct()
+        other._lock = threading.RLock()
+        other._retired = []
+        other._shared = False
+        other._mr = self._mr
+        with self._lock:
+            if not self._b.resource:
+                raise InvalidArgumentError(-1, "DeviceBuffer.copy: the buffer is closed")
+            check(clib().rmmc_buffer_create_copy(ctypes.byref(other._b), ctypes.byref(self._b),
+                                                 self._b.stream, self._b.resource), "copy")
+        return other
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def __reduce__(self):
+        # As RMM: the bytes, into memory from the current device's resource.
+        return (to_device, (bytes(self.copy_to_host()),))
 
     def copy_to_host(self, ary: Any = None, stream: Any = DEFAULT_STREAM) -> Any:
         """The contents copied to the host: into `ary` (a writable object
@@ -231,36 +344,38 @@ class DeviceBuffer:
         NumPy array of uint8 (RMM's), or a bytearray where NumPy is not
         installed. Waits for the copy."""
         self._on(stream)
-        n = self.size
-        if ary is None:
-            try:
-                import numpy
-                ary = numpy.empty(n, dtype=numpy.uint8)
-            except ImportError:
-                ary = bytearray(n)
-        view = memoryview(ary).cast("B")
-        if view.readonly or len(view) < n:
-            raise InvalidArgumentError(-1, "copy_to_host needs a writable buffer of at least "
-                                       "%d bytes" % n)
-        if n:
-            dst = (ctypes.c_char * len(view)).from_buffer(view)
-            check(clib().rmmc_buffer_copy_to_host(ctypes.byref(self._b), 0,
-                                                  ctypes.addressof(dst), n), "copy_to_host")
-        return ary
+        with self._lock:
+            n = self.size
+            if ary is None:
+                try:
+                    import numpy
+                    ary = numpy.empty(n, dtype=numpy.uint8)
+                except ImportError:
+                    ary = bytearray(n)
+            view = memoryview(ary).cast("B")
+            if view.readonly or len(view) < n:
+                raise InvalidArgumentError(-1, "copy_to_host needs a writable buffer of at least "
+                                           "%d bytes" % n)
+            if n:
+                dst = (ctypes.c_char * len(view)).from_buffer(view)
+                check(clib().rmmc_buffer_copy_to_host(ctypes.byref(self._b), 0,
+                                                      ctypes.addressof(dst), n), "copy_to_host")
+            return ary
 
     def copy_from_host(self, ary: Any, stream: Any = DEFAULT_STREAM) -> None:
         """Copies the bytes of a host object with the buffer protocol into
         the start of the buffer (at most size bytes). Waits for the copy."""
         self._on(stream)
         view = memoryview(ary).cast("B")
-        if len(view) > self.size:
-            raise InvalidArgumentError(-1, "copy_from_host: %d bytes do not fit a buffer of %d"
-                                       % (len(view), self.size))
-        if len(view):
-            src = (ctypes.c_char * len(view)).from_buffer_copy(view)
-            check(clib().rmmc_buffer_copy_from_host(ctypes.byref(self._b), 0,
-                                                    ctypes.addressof(src), len(view)),
-                  "copy_from_host")
+        src = (ctypes.c_char * len(view)).from_buffer_copy(view) if len(view) else None
+        with self._lock:
+            if len(view) > self.size:
+                raise InvalidArgumentError(-1, "copy_from_host: %d bytes do not fit a buffer of "
+                                           "%d" % (len(view), self.size))
+            if src is not None:
+                check(clib().rmmc_buffer_copy_from_host(ctypes.byref(self._b), 0,
+                                                        ctypes.addressof(src), len(view)),
+                      "copy_from_host")
 
     def copy_from_device(self, cuda_ary: Any, stream: Any = DEFAULT_STREAM) -> None:
         """Copies a device array (anything with __cuda_array_interface__, 1-D
@@ -271,6 +386,7 @@ class DeviceBuffer:
         self._on(stream)
         if isinstance(cuda_ary, DeviceBuffer) and cuda_ary.memory_kind == "host":
             src, n = cuda_ary.ptr, cuda_ary.size
+            keep = cuda_ary
         else:
             cai = getattr(cuda_ary, "__cuda_array_interface__", None)
             if cai is None:
@@ -284,41 +400,26 @@ class DeviceBuffer:
                 raise ValueError("Only 1-D contiguous arrays are supported, got a "
                                  "non-contiguous array")
             src, n = cai["data"][0], (shape[0] if shape else 1) * itemsize
+            keep = cuda_ary
             if self.memory_kind == "host":
                 raise InvalidArgumentError(-1, "copy_from_device: this buffer is host memory "
                                            "(a host stack): it copies from host memory")
-        if n > self.size:
-            raise ValueError("Argument `hb` is too large. Need space for %i bytes." % n)
-        if n:
-            check(clib().rmmc_buffer_copy_from_host_async(ctypes.byref(self._b), 0, src, n),
-                  "copy_from_device")  # cudaMemcpyDefault: device to device
+        with self._lock:
+            if n > self.size:
+                raise ValueError("Argument `hb` is too large. Need space for %i bytes." % n)
+            if n:  # cudaMemcpyDefault: device to device, on the buffer's stream
+                check(clib().rmmc_buffer_copy_from_host_async(ctypes.byref(self._b), 0, src, n),
+                      "copy_from_device")
+        del keep
 
     def tobytes(self, stream: Any = DEFAULT_STREAM) -> bytes:
         return bytes(memoryview(self.copy_to_host(stream=stream)).cast("B"))
 
-    def __bytes__(self):
+    def __bytes__(self) -> bytes:
         return self.tobytes()
 
-    def __sizeof__(self):
+    def __sizeof__(self) -> int:
         return self.size
-
-    def copy(self) -> "DeviceBuffer":
-        """A new buffer with a copy of the contents, from the same resource,
-        on the same stream (device to device)."""
-        out = DeviceBuffer.__new__(DeviceBuffer)
-        out._b = Buffer(None, 0, 0, None, None, -1)
-        out._mr = self._mr
-        check(clib().rmmc_buffer_create_copy(ctypes.byref(out._b), ctypes.byref(self._b),
-                                             self._b.stream, self._b.resource), "copy")
-        return out
-
-    __copy__ = copy
-
-    def __reduce__(self):
-        # RMM's: pickled as its bytes, rebuilt by to_device() from the
-        # current device's resource where it is unpickled (never the raw
-        # rmmc_buffer_t, which would free the memory twice).
-        return to_device, (self.tobytes(),)
 
     def prefetch(self, device: Optional[int] = None, stream: Any = None) -> None:
         """Moves managed memory to `device` (default: the buffer's) ahead of
@@ -329,11 +430,15 @@ class DeviceBuffer:
         from . import _device
         dev = self.device if device is None else _device(device)
         s = self._b.stream if stream is None else _args.stream(stream)
-        _prefetch(self.ptr, self.size, dev, s)
+        with self._lock:
+            _prefetch(self.ptr, self.size, dev, s)
 
     @staticmethod
     def to_device(b: Any, stream: Any = DEFAULT_STREAM, mr: Any = None) -> "DeviceBuffer":
         """A new DeviceBuffer holding a copy of host bytes `b`."""
+        if isinstance(b, int) or hasattr(b, "__index__"):
+            raise TypeError("to_device takes host bytes (an object with the buffer protocol), "
+                            "not %s" % type(b).__name__)
         return DeviceBuffer(ptr=b, size=len(memoryview(b).cast("B")), stream=stream, mr=mr)
 
     # --- zero-copy export ---------------------------------------------------------------
@@ -344,16 +449,21 @@ class DeviceBuffer:
                                  "__array_interface__ and DLPack)")
         # The copies wait for the buffer's stream; work on a stream of the
         # caller's (allocate, resize) is for the consumer to wait on.
-        return {"shape": (self.size,), "strides": None, "typestr": "|u1",
-                "data": (self.ptr, False), "version": 3, "stream": self._b.stream or None}
+        with self._lock:
+            self._shared = True
+            return {"shape": (self.size,), "strides": None, "typestr": "|u1",
+                    "data": (self.ptr, False), "version": 3,
+                    "stream": self._b.stream or None}
 
     @property
     def __array_interface__(self):
         if self.memory_kind != "host":
             raise AttributeError("device memory has no __array_interface__ (use "
                                  "__cuda_array_interface__ or DLPack)")
-        return {"shape": (self.size,), "strides": None, "typestr": "|u1",
-                "data": (self.ptr, False), "version": 3}
+        with self._lock:
+            self._shared = True
+            return {"shape": (self.size,), "strides": None, "typestr": "|u1",
+                    "data": (self.ptr, False), "version": 3}
 
     def __dlpack_device__(self):
         kind = self.memory_kind
@@ -374,33 +484,45 @@ class DeviceBuffer:
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError("DeviceBuffer lives on %r, not %r"
                               % (self.__dlpack_device__(), tuple(dl_device)))
-        m = DLManagedTensor()
-        shape = (ctypes.c_int64 * 1)(self.size)
-        t = m.dl_tensor
-        t.data = self.ptr or None
-        t.device = DLDevice(*self.__dlpack_device__())
-        t.ndim = 1
-        t.dtype = DLDataType(1, 8, 1)  # kDLUInt, 8 bits, 1 lane
-        t.shape = shape
-        t.strides = None
-        t.byte_offset = 0
-        m.deleter = _dl_deleter
-        addr = ctypes.addressof(m)
-        _EXPORTS[addr] = (m, shape, self)
-        return _api.PyCapsule_New(addr, _CAPSULE_NAME, _capsule_destructor)
+        with self._lock:
+            m = DLManagedTensor()
+            shape = (ctypes.c_int64 * 1)(self.size)
+            t = m.dl_tensor
+            t.data = self.ptr or None
+            t.device = DLDevice(*self.__dlpack_device__())
+            t.ndim = 1
+            t.dtype = DLDataType(1, 8, 1)  # kDLUInt, 8 bits, 1 lane
+            t.shape = shape
+            t.strides = None
+            t.byte_offset = 0
+            m.deleter = _dl_deleter
+            addr = ctypes.addressof(m)
+            _EXPORTS[addr] = (m, shape, self)
+            return _api.PyCapsule_New(addr, _CAPSULE_NAME, _capsule_destructor)
 
     def close(self):
         """Gives the memory back now (idempotent); the buffer is then empty.
-        BufferError while a DLPack export of it is alive."""
-        if any(e[2] is self for e in list(_EXPORTS.values())):
-            raise BufferError("DeviceBuffer.close: a DLPack tensor still uses this memory")
-        if self._b.resource:
+        BufferError while a DLPack export of it is alive. After an array
+        interface was handed out, the memory stays allocated until the
+        buffer is collected (its consumers hold the buffer, not the memory)."""
+        with self._lock:
+            if not self._b.resource:
+                return
+            if self._before_move("close", True):
+                old = _new_struct()
+                clib().rmmc_buffer_move(ctypes.byref(old), ctypes.byref(self._b))
+                self._retired.append(old)
+                self._shared = False
+                return
             check(clib().rmmc_buffer_destroy(ctypes.byref(self._b)), "DeviceBuffer.close")
 
     def __del__(self):
+        # Unreachable: no DLPack export (it holds the buffer) and no array
+        # interface consumer (they hold it too) is left.
         try:
-            self.close()
-        except Exception:  # interpreter shutdown
+            for b in [self._b] + self._retired:
+                clib().rmmc_buffer_destroy(ctypes.byref(b))
+        except Exception:  # interpreter shutdown, or __init__ failed early
             pass
 
     def __repr__(self):

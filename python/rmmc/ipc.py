@@ -97,13 +97,40 @@ class Export:
             pass
 
 
-def _resource_handle(resource, device):
-    if resource is not None:
-        return resource.handle if hasattr(resource, "handle") else _args.pointer(resource, "resource")
-    from . import _device
-    h = ctypes.c_void_p()  # borrowed: the export is made before this call returns
-    check(lib().rmmc_get_device_resource(_device(device), ctypes.byref(h)), "ipc export")
-    return h.value
+class _Resource:
+    """``with _Resource(resource, device) as h:``: the handle to export
+    from, held for the block: an rmmc.Resource's or rmmc.mr object's (its
+    own reference), a raw address (the caller's to keep valid), or the
+    device registry's (a reference taken atomically with sets on other
+    threads, released after)."""
+
+    def __init__(self, resource, device):
+        from . import Resource, _device
+        self._ref = self._h = self._raw = self._dev = None
+        if isinstance(resource, Resource):
+            self._ref = resource._use()
+        elif isinstance(getattr(resource, "resource", None), Resource):
+            self._ref = resource.resource._use()  # an rmmc.mr object
+        elif resource is not None:
+            self._raw = _args.pointer(resource, "resource")
+        else:
+            self._dev = _device(device)
+
+    def __enter__(self):
+        if self._ref is not None:
+            return self._ref.__enter__()
+        if self._dev is None:
+            return self._raw
+        from . import _device_resource
+        self._h = _device_resource(self._dev, "ipc export", retain=True).value
+        return self._h
+
+    def __exit__(self, *exc):
+        if self._ref is not None:
+            return self._ref.__exit__(*exc)
+        if self._h is not None:
+            lib().rmmc_resource_release(self._h)
+        return False
 
 
 def export(ptr, resource=None, device=None):
@@ -116,8 +143,9 @@ def export(ptr, resource=None, device=None):
     fds = (ctypes.c_int * IPC_MAX_FDS)()
     n = ctypes.c_size_t()
     ptr = _args.pointer(ptr, "ptr")
-    check(lib().rmmc_ipc_export(_resource_handle(resource, device), ptr, ctypes.byref(h), fds,
-                                IPC_MAX_FDS, ctypes.byref(n)), "ipc export")
+    with _Resource(resource, device) as r:
+        check(lib().rmmc_ipc_export(r, ptr, ctypes.byref(h), fds, IPC_MAX_FDS, ctypes.byref(n)),
+              "ipc export")
     handle = bytes(h)
     length = info(handle)["handle_bytes"]
     return Export(handle[:length], [fds[i] for i in range(n.value)])

@@ -25,12 +25,13 @@ memory; a LoggingResourceAdaptor's file gets RMM's ".dev<N>" suffix.
 """
 from __future__ import annotations
 
+import copy
 import ctypes
 import logging
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
-from . import InvalidArgumentError, NotSupportedError, Resource, _device, _device_resource
+from . import InvalidArgumentError, NotSupportedError, Resource, _args, _device, _device_resource
 from ._capi import (ALLOCATE_SLOT, DEALLOCATE_SLOT, DESTROY_SLOT, FAILURE_CB, TRACKED_CB,
                     ResourceBase, ResourceOps, clib)
 from ._lib import check
@@ -57,16 +58,15 @@ _log = logging.getLogger("rmmc")
 def _size(value, what):
     """Bytes from an int or a str, as RMM's parse_bytes reads it ("1GB" =
     10**9, "1GiB" = 2**30, "1.5 gib"); ValueError for what it cannot read."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
+    if isinstance(value, str):
+        try:
+            value = rmm_parse_bytes(value)
+        except ValueError as e:
+            raise InvalidArgumentError(-1, "%s: %s" % (what, e)) from None
+    elif isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError("%s is a number of bytes (int) or a size such as '1GiB', not %s"
                         % (what, type(value).__name__))
-    try:
-        n = rmm_parse_bytes(value)
-    except ValueError as e:
-        raise InvalidArgumentError(-1, "%s: %s" % (what, e)) from None
-    if n < 0:
-        raise InvalidArgumentError(-1, "%s must be >= 0, not %d" % (what, n))
-    return n
+    return _args.size(value, what)
 
 
 def _is_rmm_object(obj):
@@ -86,8 +86,13 @@ class DeviceMemoryResource:
     """The base of every resource object: allocate/deallocate through the
     stack it holds. ``resource`` is the rmmc.Resource, ``spec`` its spec,
     ``handle`` the rmmc_resource_t * (borrowed), ``upstream_mr`` the
-    upstream object (None for a base resource)."""
+    upstream object (None for a base resource).
 
+    As RMM's, a resource object is not pickled or deep-copied (TypeError):
+    its stack lives in this process. copy.copy() gives another object of
+    the same class over the same stack, with a reference of its own."""
+
+    _not_a_stream = True  # has .handle, which is no stream
     upstream_mr = None
 
     def __init__(self, *args, **kwargs):
@@ -119,8 +124,10 @@ class DeviceMemoryResource:
     def _init_over(self, layer, upstream):
         upstream = _upstream(upstream)
         h = ctypes.c_void_p()
-        check(clib().rmmc_stack_create_over(layer.encode(), upstream.handle, ctypes.byref(h)),
-              "%s(%s)" % (type(self).__name__, layer))
+        text = _args.text(layer, "the layer's spec")
+        with upstream.resource._use() as up:
+            check(clib().rmmc_stack_create_over(text, up, ctypes.byref(h)),
+                  "%s(%s)" % (type(self).__name__, layer))
         spec = "%s > %s" % (layer, upstream.spec)
         self.resource = Resource._adopt(h.value, spec)
         clib().rmmc_resource_release(h.value)  # _adopt took its own reference
@@ -140,10 +147,30 @@ class DeviceMemoryResource:
     def handle(self):
         return self.resource.handle
 
+    def _call(self, fn, *args):
+        """fn(handle, *args) with the stack's reference held for the call."""
+        with self.resource._use() as h:
+            return fn(h, *args)
+
     @property
     def device(self):
         """The device the stack serves, -1 for host memory."""
         return self.resource.device
+
+    def __copy__(self):
+        other = type(self).__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.resource = copy.copy(self.resource)
+        return other
+
+    def __deepcopy__(self, memo):
+        raise TypeError("rmmc.mr.%s is not deep-copied: its stack's memory and state belong to "
+                        "it (copy.copy() shares the stack)" % type(self).__name__)
+
+    def __reduce__(self):
+        raise TypeError("rmmc.mr.%s cannot be pickled: its stack lives in this process (as "
+                        "RMM's memory resources; build it again there, e.g. from its spec %r)"
+                        % (type(self).__name__, self.spec))
 
     def get_upstream(self) -> Optional["DeviceMemoryResource"]:
         """The upstream resource object (RMM's get_upstream()); None for a base resource."""
@@ -241,7 +268,7 @@ class CudaAsyncMemoryResource(DeviceMemoryResource):
 
     def pool_handle(self):
         """The cudaMemPool_t behind it, as an int."""
-        return clib().rmmc_cuda_async_resource_pool(self.handle) or 0
+        return self._call(clib().rmmc_cuda_async_resource_pool) or 0
 
 
 class HostMemoryResource(DeviceMemoryResource):
@@ -288,8 +315,10 @@ class BinningMemoryResource(UpstreamResourceAdaptor):
     def __init__(self, upstream_mr, min_size_exponent=-1, max_size_exponent=-1, bins=None):
         for name, e in (("min_size_exponent", min_size_exponent),
                         ("max_size_exponent", max_size_exponent)):
-            if isinstance(e, bool) or not isinstance(e, int) or not -1 <= e < 63:
+            if not -1 <= _args.integer(e, name) < 63:
                 raise InvalidArgumentError(-1, "%s must be an int in [-1, 63), not %r" % (name, e))
+        if bins is not None and isinstance(bins, (str, bytes)):
+            raise TypeError("bins is a list of sizes, not %s" % type(bins).__name__)
         self._exponents = (min_size_exponent, max_size_exponent)
         self._bins = None if bins is None else [_size(b, "bins") for b in bins]
         self._added = []
@@ -317,12 +346,15 @@ class BinningMemoryResource(UpstreamResourceAdaptor):
                                     "(build that bin as its own stack)", "add_bin")
         from ._lib import RmmcError
         figures = self.figures()
-        if figures.get("reserved", 0) or clib().rmmc_resource_refcount(self.handle) > 1:
-            raise RmmcError(-10, "add_bin: the binning layer is in use (it holds memory, or "
-                            "another layer or the registry holds it): add bins before using it",
-                            "add_bin")
-        n = clib().rmmc_binning_resource_bin_count(self.handle)
-        current = [clib().rmmc_binning_resource_bin_size(self.handle, i) for i in range(n)]
+        with self.resource._use() as h:
+            # The registry, another layer or a copy of this object holds it
+            # when it has more than this object's one reference.
+            if figures.get("reserved", 0) or clib().rmmc_resource_refcount(h) > 1:
+                raise RmmcError(-10, "add_bin: the binning layer is in use (it holds memory, or "
+                                "another layer or the registry holds it): add bins before using "
+                                "it", "add_bin")
+            n = clib().rmmc_binning_resource_bin_count(h)
+            current = [clib().rmmc_binning_resource_bin_size(h, i) for i in range(n)]
         self._bins = sorted(set(current + [(size + 255) // 256 * 256]))
         old = self.resource
         self._build(self.upstream_mr)
@@ -333,10 +365,11 @@ class BinningMemoryResource(UpstreamResourceAdaptor):
     def bin_mrs(self):
         """Each bin as a FixedSizeMemoryResource object, smallest first."""
         out = []
-        for i in range(clib().rmmc_binning_resource_bin_count(self.handle)):
-            h = clib().rmmc_binning_resource_bin(self.handle, i)
-            out.append(FixedSizeMemoryResource._wrap(Resource._adopt(h, "<bin %d of %s>" % (
-                clib().rmmc_binning_resource_bin_size(self.handle, i), self.spec))))
+        with self.resource._use() as h:
+            for i in range(clib().rmmc_binning_resource_bin_count(h)):
+                b = clib().rmmc_binning_resource_bin(h, i)
+                out.append(FixedSizeMemoryResource._wrap(Resource._adopt(b, "<bin %d of %s>" % (
+                    clib().rmmc_binning_resource_bin_size(h, i), self.spec))))
         return out
 
 
@@ -345,7 +378,7 @@ class FixedSizeMemoryResource(UpstreamResourceAdaptor):
     ``fixed_size(block=, blocks_per_chunk=)``."""
 
     def __init__(self, upstream_mr, block_size=1 << 20, blocks_to_preallocate=128):
-        if not isinstance(blocks_to_preallocate, int) or blocks_to_preallocate < 1:
+        if _args.c_int(blocks_to_preallocate, "blocks_to_preallocate") < 1:
             raise InvalidArgumentError(-1, "blocks_to_preallocate must be an int >= 1, not %r"
                                        % (blocks_to_preallocate,))
         self._init_over(_layer("fixed_size", block=_size(block_size, "block_size"),
@@ -381,10 +414,10 @@ class LimitingResourceAdaptor(UpstreamResourceAdaptor):
                         upstream_mr)
 
     def get_allocation_limit(self) -> int:
-        return clib().rmmc_limiting_adaptor_get_limit(self.handle)
+        return self._call(clib().rmmc_limiting_adaptor_get_limit)
 
     def get_allocated_bytes(self) -> int:
-        return clib().rmmc_limiting_adaptor_get_used(self.handle)
+        return self._call(clib().rmmc_limiting_adaptor_get_used)
 
 
 class StatisticsResourceAdaptor(UpstreamResourceAdaptor):
@@ -398,18 +431,18 @@ class StatisticsResourceAdaptor(UpstreamResourceAdaptor):
     def allocation_counts(self):
         """The counters of the innermost scope (rmmc.stats.Statistics)."""
         from .stats import _read
-        return _read(self.handle)
+        return self._call(_read)
 
     def push_counters(self):
         """Opens a new scope of counters; returns the counters before it."""
         from .stats import _push
-        return _push(self.handle)
+        return self._call(_push)
 
     def pop_counters(self):
         """Closes the innermost scope (folding it into the one below);
         returns its counters."""
         from .stats import _pop
-        return _pop(self.handle)
+        return self._call(_pop)
 
 
 class TrackingResourceAdaptor(UpstreamResourceAdaptor):
@@ -421,7 +454,7 @@ class TrackingResourceAdaptor(UpstreamResourceAdaptor):
                         upstream_mr)
 
     def get_allocated_bytes(self):
-        return clib().rmmc_tracking_adaptor_get_outstanding_bytes(self.handle)
+        return self._call(clib().rmmc_tracking_adaptor_get_outstanding_bytes)
 
     def get_outstanding_allocations(self):
         """[(ptr, bytes, stream)] of the outstanding allocations, oldest first."""
@@ -429,7 +462,7 @@ class TrackingResourceAdaptor(UpstreamResourceAdaptor):
 
         def each(_ctx, a):
             out.append((a.contents.ptr or 0, a.contents.bytes, a.contents.stream or 0))
-        check(clib().rmmc_tracking_adaptor_for_each(self.handle, TRACKED_CB(each), None),
+        check(self._call(clib().rmmc_tracking_adaptor_for_each, TRACKED_CB(each), None),
               "get_outstanding_allocations")
         return out
 
@@ -456,6 +489,10 @@ class LoggingResourceAdaptor(UpstreamResourceAdaptor):
     def __init__(self, upstream_mr: Any, log_file_name: Optional[str] = None) -> None:
         if log_file_name is None:
             log_file_name = os.environ.get("RMM_LOG_FILE")
+        if isinstance(log_file_name, os.PathLike):
+            log_file_name = os.fspath(log_file_name)
+        if log_file_name is not None and not isinstance(log_file_name, str):
+            raise TypeError("log_file_name must be a str, not %s" % type(log_file_name).__name__)
         if not log_file_name:
             raise InvalidArgumentError(-1, "RMM log file must be specified either using "
                                        "log_file_name= argument or RMM_LOG_FILE environment "
@@ -475,7 +512,7 @@ class LoggingResourceAdaptor(UpstreamResourceAdaptor):
         return self._file_name
 
     def flush(self) -> None:
-        check(clib().rmmc_logging_adaptor_flush(self.handle), "flush")
+        check(self._call(clib().rmmc_logging_adaptor_flush), "flush")
 
 
 class FailureCallbackResourceAdaptor(UpstreamResourceAdaptor):
@@ -489,9 +526,10 @@ class FailureCallbackResourceAdaptor(UpstreamResourceAdaptor):
         upstream = _upstream(upstream_mr)
         self._callback = FAILURE_CB(lambda nbytes, _u: bool(callback(nbytes)))
         h = ctypes.c_void_p()
-        check(clib().rmmc_failure_callback_adaptor_create(upstream.handle, self._callback, None,
-                                                          ctypes.byref(h)),
-              "FailureCallbackResourceAdaptor")
+        with upstream.resource._use() as up:
+            check(clib().rmmc_failure_callback_adaptor_create(up, self._callback, None,
+                                                              ctypes.byref(h)),
+                  "FailureCallbackResourceAdaptor")
         spec = "<python failure callback> > %s" % upstream.spec
         self.resource = Resource._adopt(h.value, spec)
         clib().rmmc_resource_release(h.value)
@@ -539,7 +577,7 @@ class CudaAsyncViewMemoryResource(DeviceMemoryResource):
         self.upstream_mr = None
 
     def pool_handle(self):
-        return clib().rmmc_cuda_async_resource_pool(self.handle) or 0
+        return self._call(clib().rmmc_cuda_async_resource_pool) or 0
 
 
 class SamHeadroomMemoryResource(DeviceMemoryResource):
@@ -635,20 +673,21 @@ class CallbackMemoryResource(DeviceMemoryResource):
 _SET: dict = {}
 
 
-def _registry_handle(device):
-    return _device_resource(device, "get_per_device_resource").value
-
-
 def get_per_device_resource(device: Optional[int]) -> DeviceMemoryResource:
     """The resource object of `device`'s registry entry (built from the
-    default spec on first use)."""
+    default spec on first use). It holds a reference of its own, taken
+    atomically with sets on other threads (the registry's stack stays
+    valid as long as the object lives)."""
     device = _device(device)
-    h = _registry_handle(device)
-    mr = _SET.get(device)
-    if mr is not None and mr.handle == h:
-        return mr
-    spec = "<device %d: %s>" % (device, clib().rmmc_resource_name(h).decode())
-    return DeviceMemoryResource._wrap(Resource._adopt(h, spec))
+    h = _device_resource(device, "get_per_device_resource", retain=True).value
+    try:
+        mr = _SET.get(device)
+        if mr is not None and mr.resource._handle == h:
+            return mr
+        spec = "<device %d: %s>" % (device, clib().rmmc_resource_name(h).decode())
+        return DeviceMemoryResource._wrap(Resource._adopt(h, spec))
+    finally:
+        clib().rmmc_resource_release(h)
 
 
 def set_per_device_resource(device: Optional[int], mr: DeviceMemoryResource) -> None:
@@ -658,8 +697,34 @@ def set_per_device_resource(device: Optional[int], mr: DeviceMemoryResource) -> 
         raise TypeError("mr must be a memory resource object (rmmc.mr), not %s"
                         % type(mr).__name__)
     device = _device(device)
-    check(clib().rmmc_set_device_resource(device, mr.handle, None), "set_per_device_resource")
+    with mr.resource._use() as h:
+        check(clib().rmmc_set_device_resource(device, h, None), "set_per_device_resource")
     _SET[device] = mr
+
+
+def _set_per_device_resources(pairs):
+    """set_per_device_resource for each (device, mr) of `pairs`, all or
+    nothing: if one set fails, the devices set before it get their
+    previous resources back (or none, as before) and the error is raised."""
+    done = []  # (device, the registry's reference on its previous resource)
+    try:
+        for device, mr in pairs:
+            old = ctypes.c_void_p()
+            with mr.resource._use() as h:
+                check(clib().rmmc_set_device_resource(device, h, ctypes.byref(old)),
+                      "set_per_device_resource(%d)" % device)
+            done.append((device, old.value))
+    except BaseException:
+        for device, old in reversed(done):
+            mine = ctypes.c_void_p()
+            clib().rmmc_set_device_resource(device, old, ctypes.byref(mine))
+            clib().rmmc_resource_release(mine.value)
+            clib().rmmc_resource_release(old)
+        raise
+    for device, old in done:
+        clib().rmmc_resource_release(old)
+    for device, mr in pairs:
+        _SET[device] = mr
 
 
 def get_current_device_resource() -> DeviceMemoryResource:

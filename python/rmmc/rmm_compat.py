@@ -12,27 +12,13 @@ reinitialize_spec() returns that stack as a spec without building it.
 """
 import os
 
-from . import InvalidArgumentError
+from . import InvalidArgumentError, _args
 from . import mr as _mr
 
 __all__ = ["reinitialize", "reinitialize_spec", "is_initialized", "register_reinitialize_hook",
            "unregister_reinitialize_hook"]
 
 _HOOKS: list = []
-
-
-def _devices(devices):
-    if isinstance(devices, bool):
-        raise TypeError("devices is a device number or a list of them, not a bool")
-    if isinstance(devices, int):
-        devices = [devices]
-    out = list(devices)
-    for d in out:
-        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
-            raise InvalidArgumentError(-1, "devices holds device numbers >= 0, not %r" % (d,))
-    if not out:
-        raise InvalidArgumentError(-1, "devices is empty")
-    return out
 
 
 def _log_name(log_file_name, device):
@@ -79,14 +65,14 @@ def reinitialize(pool_allocator=False, managed_memory=False, initial_pool_size=N
     free memory, as RMM; the log of device N is "<stem>.devN<ext>".
     `base="host"` (an rmmc addition) builds over host memory instead, for
     machines without a GPU. Nothing is installed unless every device's
-    stack builds."""
-    devs = _devices(devices)
+    stack builds and installs: a failure leaves every device's resource as
+    it was."""
+    devs = _args.devices(devices)
     for func, args, kwargs in reversed(list(_HOOKS)):
         func(*args, **kwargs)
     built = [(d, _build(d, pool_allocator, managed_memory, initial_pool_size,
                         maximum_pool_size, logging, log_file_name, base)) for d in devs]
-    for d, r in built:
-        _mr.set_per_device_resource(d, r)
+    _mr._set_per_device_resources(built)
 
 
 def reinitialize_spec(pool_allocator=False, managed_memory=False, initial_pool_size=None,

@@ -19,7 +19,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
-from . import statistics as _scope_statistics
+from . import _STATS_LOCK, statistics as _scope_statistics
 from .mr import (StatisticsResourceAdaptor, get_current_device_resource,
                  set_current_device_resource)
 from ._capi import clib
@@ -75,37 +75,44 @@ def _pop(handle):
     return _from_struct(s)
 
 
-def _current_statistics_handle():
-    """The current device's resource if its outermost layer is statistics."""
+def _current_statistics():
+    """The current device's resource object if its outermost layer is
+    statistics (the object holds its own reference: use its handle while
+    it is alive), else None."""
     mr = get_current_device_resource()
-    return mr.handle if clib().rmmc_resource_name(mr.handle).decode() == "statistics" else None
+    return mr if mr.resource.name == "statistics" else None
 
 
 def enable_statistics():
     """Wraps the current device's resource in a StatisticsResourceAdaptor,
-    unless its outermost layer already is one."""
-    if _current_statistics_handle() is None:
-        set_current_device_resource(StatisticsResourceAdaptor(get_current_device_resource()))
+    unless its outermost layer already is one. Threads that enable at once
+    wrap it once (the check and the set hold statistics()'s lock)."""
+    with _STATS_LOCK:
+        if _current_statistics() is None:
+            set_current_device_resource(StatisticsResourceAdaptor(get_current_device_resource()))
 
 
 def get_statistics():
     """The current scope's Statistics, or None when statistics are not enabled."""
-    h = _current_statistics_handle()
-    return None if h is None else _read(h)
+    mr = _current_statistics()
+    return None if mr is None else mr._call(_read)
 
 
 def push_statistics():
     """Opens a scope of counters; returns the Statistics before it (None
-    when statistics are not enabled)."""
-    h = _current_statistics_handle()
-    return None if h is None else _push(h)
+    when statistics are not enabled). The stack of counters is the
+    layer's, shared by every thread (as RMM's): pop_statistics() ends the
+    innermost scope, whoever pushed it. Threads that measure blocks of
+    their own use statistics() or profiler, whose scopes end in any order."""
+    mr = _current_statistics()
+    return None if mr is None else mr._call(_push)
 
 
 def pop_statistics():
     """Closes the innermost scope and returns its Statistics (None when
     statistics are not enabled)."""
-    h = _current_statistics_handle()
-    return None if h is None else _pop(h)
+    mr = _current_statistics()
+    return None if mr is None else mr._call(_pop)
 
 
 statistics = _scope_statistics  # rmm.statistics.statistics(): a counting block
@@ -169,12 +176,15 @@ class ProfilerContext:
     """Records the memory a function or a block allocates through the
     current device's resource (RMM's ProfilerContext): a decorator, named
     after the function when `name` is empty, or a context manager (a name
-    needed). Does nothing when statistics are not enabled (as RMM)."""
+    needed). Does nothing when statistics are not enabled (as RMM). Each
+    block has a scope of its own on the statistics layer (counting what the
+    resource hands out, on any thread, while it runs), so blocks on many
+    threads at once end in whatever order they finish."""
 
     def __init__(self, records, name):
         self.records = records
         self.name = name
-        self._pushed = []
+        self._open = threading.local()  # this thread's open blocks: (layer object, scope id)
 
     def __call__(self, func):
         name = self.name or "%s:%s" % (getattr(func, "__module__", "?"), func.__qualname__)
@@ -189,14 +199,27 @@ class ProfilerContext:
         if not self.name:
             raise ValueError("When profiler is used as a context manager, a name must be "
                              "provided")
-        self._pushed.append(push_statistics() is not None)
+        mr = _current_statistics()
+        opened = None
+        if mr is not None:
+            sid = ctypes.c_uint64()
+            check(mr._call(clib().rmmc_statistics_adaptor_push_scope, ctypes.byref(sid)),
+                  "profiler")
+            opened = (mr, sid.value)
+        stack = getattr(self._open, "stack", None)
+        if stack is None:
+            stack = self._open.stack = []
+        stack.append(opened)
         return self
 
     def __exit__(self, *exc):
-        if self._pushed.pop():
-            stats = pop_statistics()
-            if stats is not None:
-                self.records.add(self.name, stats)
+        opened = self._open.stack.pop()
+        if opened is not None:
+            mr, sid = opened
+            s = _struct()
+            check(mr._call(clib().rmmc_statistics_adaptor_pop_scope, sid, ctypes.byref(s)),
+                  "profiler")
+            self.records.add(self.name, _from_struct(s))
         return False
 
 

@@ -88,9 +88,10 @@ class NativeBackend:
     def pool_resource(self, pool_id, device=None):
         """The rmmc stack of a private pool (a MemPool's .id, a graph's
         pool) as an rmmc.Resource, or None if the pool has no memory."""
-        from . import Resource
-        dev = _current_device() if device is None else int(device)
-        h = self._dll.rmmc_torch_native_pool_resource(dev, int(pool_id[0]), int(pool_id[1]))
+        from . import Resource, _args
+        dev = _current_device() if device is None else _args.device(device)
+        h = self._dll.rmmc_torch_native_pool_resource(dev, _args.uint64(pool_id[0], "pool id"),
+                                                      _args.uint64(pool_id[1], "pool id"))
         if not h:
             return None
         r = Resource._adopt(h, "<private pool %s>" % (tuple(pool_id),))
@@ -101,8 +102,8 @@ class NativeBackend:
         """The rmmc stack that handed out block `ptr` (a tensor's
         untyped_storage().data_ptr()) as an rmmc.Resource, or None if the
         backend did not hand it out."""
-        from . import Resource
-        h = self._dll.rmmc_torch_native_block_resource(ptr)
+        from . import Resource, _args
+        h = self._dll.rmmc_torch_native_block_resource(_args.pointer(ptr, "ptr"))
         if not h:
             return None
         r = Resource._adopt(h, "<stack of block 0x%x>" % ptr)
@@ -112,14 +113,16 @@ class NativeBackend:
     def pool_count(self, device=None):
         """Private pools alive on the device."""
         import torch
-        dev = torch.cuda.current_device() if device is None else int(device)
+        from . import _args
+        dev = torch.cuda.current_device() if device is None else _args.device(device)
         return self._dll.rmmc_torch_native_pool_count(dev)
 
     def bytes_out(self, device=None):
         """Bytes handed to PyTorch on the device (each block rounded up to
         256, as rmmc hands them out)."""
         import torch
-        dev = torch.cuda.current_device() if device is None else int(device)
+        from . import _args
+        dev = torch.cuda.current_device() if device is None else _args.device(device)
         return self._dll.rmmc_torch_native_bytes_out(dev)
 
     def __repr__(self):
@@ -128,11 +131,16 @@ class NativeBackend:
 
 def _include_dir():
     """Where rmmc's public headers are: $RMMC_INCLUDE, the package's copy,
-    or the checkout a development library (RMMC_LIB) was built in."""
+    the checkout this package is the python/ folder of (meson test runs
+    it from there, with the build directory anywhere), or the checkout a
+    development library (RMMC_LIB) was built in."""
     env = os.environ.get("RMMC_INCLUDE")
     candidates = [env] if env else []
     here = os.path.dirname(os.path.abspath(__file__))
     candidates.append(os.path.join(here, "include"))
+    checkout = os.path.dirname(os.path.dirname(here))
+    if os.path.basename(os.path.dirname(here)) == "python":
+        candidates.append(os.path.join(checkout, "include"))
     d = os.path.dirname(library_path())
     for _ in range(4):
         candidates.append(os.path.join(d, "include"))
@@ -359,8 +367,9 @@ def backend():
 
 
 def _stream(stream):
+    from . import _args
     if stream is not None:
-        return getattr(stream, "cuda_stream", stream)
+        return _args.stream(stream)
     import torch
     return torch.cuda.current_stream().cuda_stream
 
@@ -383,7 +392,7 @@ def _pool_id(pool, what):
         raise TypeError("rmmc.torch.%s: pool must be a torch.cuda.MemPool, its .id or a graph "
                         "pool handle (a pair of ints), not %r" % (what, pool))
     pid = (int(pid[0]), int(pid[1]))
-    if pid == (0, 0) or pid[0] < 0 or pid[1] < 0:
+    if pid == (0, 0) or not (0 <= pid[0] < 1 << 64 and 0 <= pid[1] < 1 << 64):
         raise ValueError("rmmc.torch.%s: %r names no private pool (pool=None means the default "
                          "stack)" % (what, pid))
     return pid
@@ -485,7 +494,7 @@ def pool_spec(spec):
     with another process needs "pool > cuda(ipc=true)". The spec is
     checked here (ParseError) and built when the pool is made. Native
     backend only (RuntimeError otherwise)."""
-    from . import validate
+    from . import _args, validate
     native = _need_native("pool_spec")
     if not isinstance(spec, str):
         raise TypeError("rmmc.torch.pool_spec: spec must be a str, not %s" % type(spec).__name__)
@@ -494,12 +503,12 @@ def pool_spec(spec):
     if stack is None:
         stack = _pool_specs.stack = []
     stack.append(spec)
-    native._dll.rmmc_torch_native_set_pool_spec(spec.encode())
+    native._dll.rmmc_torch_native_set_pool_spec(_args.text(spec))
     try:
         yield spec
     finally:
         stack.pop()
-        native._dll.rmmc_torch_native_set_pool_spec(stack[-1].encode() if stack else None)
+        native._dll.rmmc_torch_native_set_pool_spec(_args.text(stack[-1]) if stack else None)
 
 
 def mem_pool(spec=None, **kwargs):

@@ -42,3 +42,16 @@ def skip_unless(ok, reason):
     if os.environ.get("RMMC_REQUIRE_GPU") == "1":
         pytest.fail("RMMC_REQUIRE_GPU=1 but " + reason, pytrace=False)
     pytest.skip(reason, allow_module_level=True)
+
+
+@pytest.fixture
+def clean_registry():
+    """An empty registry (no GPU: no default) and no rmmc.mr objects set,
+    before and after the test."""
+    import rmmc.mr as mr
+    from rmmc._lib import lib
+    lib().rmmc_registry_clear()
+    mr._SET.clear()
+    yield
+    lib().rmmc_registry_clear()
+    mr._SET.clear()

@@ -10,17 +10,9 @@ import pytest
 import rmmc
 import rmmc.mr as mr
 import rmmc.stats as stats
-from rmmc._lib import lib
 
 
-@pytest.fixture(autouse=True)
-def clean_registry():
-    """Each test starts and ends with an empty registry (no GPU: no default)."""
-    lib().rmmc_registry_clear()
-    mr._SET.clear()
-    yield
-    lib().rmmc_registry_clear()
-    mr._SET.clear()
+pytestmark = pytest.mark.usefixtures("clean_registry")  # conftest.py
 
 
 def host_pool(**kw):
