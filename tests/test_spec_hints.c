@@ -45,6 +45,17 @@ START_TEST(test_spec_hints_did_you_mean_an_option) {
 }
 END_TEST
 
+/* The pool's whole option list, with its last name whole (a fixed buffer
+ * once cut it at "release_ba"), with and without a guess. */
+START_TEST(test_spec_hints_option_list_is_whole) {
+  expect_in(parse_message("pool(colour=blue) > host"),
+            ", checkpoint_every, release_band) at column 6");
+  expect_in(parse_message("pool(inital=1GiB) > host"),
+            "did you mean 'initial'? (it takes: initial, max, min_growth, ");
+  expect_in(parse_message("pool(inital=1GiB) > host"), "checkpoint_every, release_band) at column 6");
+}
+END_TEST
+
 START_TEST(test_spec_hints_space_before_a_unit) {
   rmmc_resource_t *r;
   ck_assert_int_eq(rmmc_stack_create("pool(initial = 64 MiB , max=1 GiB) > host", -1, &r),
@@ -89,6 +100,7 @@ int main(void) {
   TCase *tc = tcase_create("host");
   tcase_add_test(tc, test_spec_hints_did_you_mean_a_resource);
   tcase_add_test(tc, test_spec_hints_did_you_mean_an_option);
+  tcase_add_test(tc, test_spec_hints_option_list_is_whole);
   tcase_add_test(tc, test_spec_hints_space_before_a_unit);
   tcase_add_test(tc, test_spec_hints_decimal_units_refused);
   suite_add_tcase(s, tc);

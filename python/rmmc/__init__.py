@@ -25,10 +25,13 @@ Errors are exceptions carrying rmmc's status and message (RmmcError and
 its subclasses; out of memory is OutOfMemoryError, a MemoryError). The
 library is librmmc.so inside this package ($RMMC_LIB overrides it).
 """
+from __future__ import annotations
+
 import contextlib
 import ctypes
 import threading
 import warnings
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _args
 from ._ref import Ref
@@ -58,12 +61,12 @@ def __getattr__(name):
     raise AttributeError("module 'rmmc' has no attribute %r" % name)
 
 
-def version():
+def version() -> str:
     """The version of the loaded librmmc ("0.2.0")."""
     return lib().rmmc_version_string().decode()
 
 
-def device_count():
+def device_count() -> int:
     """CUDA devices visible (0 without a GPU or driver)."""
     return lib().rmmc_device_count()
 
@@ -98,9 +101,12 @@ def _describe(handle):
     lib().rmmc_resource_describe(handle, FIELD_CB(emit), None)
     # One set of figure names across the Python API (RMM's, as statistics()
     # and rmmc.stats use): in_use and peak stay as the library's own names.
+    # peak_bytes is the peak of the bytes held by callers, which a pool or
+    # arena does not keep (its "peak" counts spans lent to stream heaps:
+    # one 4 KiB block reads 4 MiB there), so it has none.
     if "in_use" in out:
         out["current_bytes"] = out["in_use"]
-    if "peak" in out:
+    if "peak" in out and lib().rmmc_resource_name(handle) not in (b"pool", b"arena"):
         out["peak_bytes"] = out["peak"]
     return out
 
@@ -135,14 +141,14 @@ class Resource:
 
     _not_a_stream = True  # has .handle, which is no stream
 
-    def __init__(self, spec, device=None):
+    def __init__(self, spec: str, device: Optional[int] = None) -> None:
         handle = ctypes.c_void_p()
         check(lib().rmmc_stack_create(_encode(spec),
                                       -1 if device is None else _args.device(device, allow_all=True),
                                       ctypes.byref(handle)), "Resource(%r)" % spec)
         self._ref = Ref(handle.value, "rmmc.Resource")
         self.spec = spec
-        self._live = {}
+        self._live: Dict[int, int] = {}
 
     @classmethod
     def _adopt(cls, handle, spec):
@@ -168,29 +174,29 @@ class Resource:
             return h
 
     @property
-    def handle(self):
+    def handle(self) -> int:
         """The rmmc_resource_t * as an int (borrowed: valid while this is open)."""
         return self._h()
 
     @property
-    def name(self):
+    def name(self) -> str:
         """The outermost layer's name ("pool")."""
         with self._ref as h:
             return lib().rmmc_resource_name(h).decode()
 
     @property
-    def memory_kind(self):
+    def memory_kind(self) -> str:
         """"device", "host", "pinned" or "managed"."""
         with self._ref as h:
             return lib().rmmc_memory_kind_name(lib().rmmc_resource_memory_kind(h)).decode()
 
     @property
-    def device(self):
+    def device(self) -> int:
         """The device the stack serves, or -1 (host memory)."""
         with self._ref as h:
             return lib().rmmc_resource_device(h)
 
-    def allocate(self, nbytes, stream=0, alignment=DEFAULT_ALIGNMENT):
+    def allocate(self, nbytes: int, stream: Any = 0, alignment: int = DEFAULT_ALIGNMENT) -> int:
         """Allocates `nbytes` ready for use on `stream`; returns the address
         (0 for 0 bytes). OutOfMemoryError when the stack cannot."""
         nbytes = _args.size(nbytes, "nbytes")
@@ -204,7 +210,8 @@ class Resource:
             self._live[p.value] = nbytes
         return p.value or 0
 
-    def deallocate(self, ptr, nbytes, stream=0, alignment=DEFAULT_ALIGNMENT):
+    def deallocate(self, ptr: int, nbytes: int, stream: Any = 0,
+                   alignment: int = DEFAULT_ALIGNMENT) -> None:
         """Returns a block allocate() gave, with its size; reusable on
         `stream` at once. 0 is a no-op."""
         ptr = _args.pointer(ptr, "ptr")
@@ -216,27 +223,28 @@ class Resource:
                   "deallocate(0x%x, %d)" % (ptr or 0, nbytes))
         self._live.pop(ptr, None)
 
-    def figures(self):
+    def figures(self) -> Dict[str, Any]:
         """The outermost layer's figures: {"in_use": Bytes, "peak": ..., ...}."""
         with self._ref as h:
             return _describe(h)
 
-    def layers(self):
+    def layers(self) -> List[Tuple[str, Dict[str, Any]]]:
         """[(name, figures)] for every layer, outermost first."""
         with self._ref as h:
             return _layers(h)
 
-    def status(self):
+    def status(self) -> str:
         """The status report of the whole stack, as text."""
         with self._ref as h:
             return read_text(lib().rmmc_resource_status_string, h)
 
-    def release_cached(self):
+    def release_cached(self) -> None:
         """Gives memory cached by the stack's layers back to their upstreams."""
         with self._ref as h:
             check(lib().rmmc_resource_release_cached(h), "release_cached")
 
-    def set_memory_hooks(self, on_acquire=None, on_release=None):
+    def set_memory_hooks(self, on_acquire: Optional[Callable[[int, int], None]] = None,
+                         on_release: Optional[Callable[[int, int], None]] = None) -> None:
         """Calls on_acquire(ptr, nbytes) for each range of memory the stack
         takes from the system (a pool's chunks or page mappings, those held
         now included) and on_release(ptr, nbytes) before it gives one back;
@@ -248,7 +256,7 @@ class Resource:
             check(lib().rmmc_resource_set_memory_hooks(h, hooks), "set_memory_hooks")
             _HOOKS_ALIVE[("resource", h)] = hooks
 
-    def pause(self, mode="backup", stream=0):
+    def pause(self, mode: str = "backup", stream: Any = 0) -> None:
         """Sleep mode: gives every page of the stack's pool back to the
         driver, keeping its addresses (include/rmmc/pool_resource.h, "Sleep
         mode"). mode "backup" copies the live blocks to pinned host memory
@@ -263,7 +271,7 @@ class Resource:
         with self._ref as h:
             check(lib().rmmc_pool_pause(h, PAUSE_MODES[mode], stream), "pause(%r)" % mode)
 
-    def resume(self, stream=0):
+    def resume(self, stream: Any = 0) -> None:
         """Maps the paused pool's pages again at the same addresses and
         enqueues the backup's copies back on `stream`: the contents are in
         place for work on that stream. OutOfMemoryError (still paused,
@@ -272,7 +280,7 @@ class Resource:
         with self._ref as h:
             check(lib().rmmc_pool_resume(h, stream), "resume")
 
-    def sleep_state(self):
+    def sleep_state(self) -> Dict[str, Any]:
         """{"paused", "mode" ("backup"/"discard"/None), "held", "unmapped",
         "backed_up", "backup_ranges", "host_bytes", "pauses", "resumes",
         "can_sleep"} of the stack's pool."""
@@ -283,7 +291,7 @@ class Resource:
     def closed(self):
         return self._ref.closed
 
-    def close(self):
+    def close(self) -> None:
         """Drops this object's reference (idempotent; safe from any thread)."""
         live = dict(self._live)
         if not self._ref.close():
@@ -306,13 +314,13 @@ class Resource:
         raise TypeError("an rmmc.Resource cannot be pickled: its stack lives in this process "
                         "(pickle its spec, %r, and build a Resource from it there)" % (self.spec,))
 
-    def __enter__(self):
+    def __enter__(self) -> "Resource":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # interpreter shutdown
@@ -333,26 +341,26 @@ def _sleep_state(handle):
     st = SleepState()
     st.size = ctypes.sizeof(SleepState)
     check(lib().rmmc_pool_sleep_state(handle, ctypes.byref(st)), "sleep_state")
-    out = {name: getattr(st, name) for name, _ in SleepState._fields_ if name != "size"}
+    out = {name: getattr(st, name) for name, *_ in SleepState._fields_ if name != "size"}
     out["mode"] = {v: k for k, v in PAUSE_MODES.items()}.get(st.mode)
     for k in ("held", "unmapped", "backed_up", "host_bytes"):
         out[k] = Bytes(out[k])
     return out
 
 
-def validate(spec):
+def validate(spec: str) -> None:
     """Raises ParseError (with rmmc's caret message) if `spec` does not parse."""
     check(lib().rmmc_stack_validate(_encode(spec)), "validate")
 
 
-def parse_size(text):
+def parse_size(text: str) -> int:
     """A size as specs write it ("256MiB", "1.5 GiB") in bytes."""
     out = ctypes.c_size_t()
     check(lib().rmmc_parse_size(_encode(text, "a size"), ctypes.byref(out)), "parse_size")
     return out.value
 
 
-def stack_help(resource=None):
+def stack_help(resource: Optional[str] = None) -> str:
     """Every resource a spec may name, with its options, one per line; or,
     for one `resource` ("pool"), each option with the unit of its value,
     what it does and its default. ParseError for an unknown name."""
@@ -365,15 +373,16 @@ def stack_help(resource=None):
     return buf.value.decode()
 
 
-def config_status():
+def config_status() -> Tuple[str, str, str]:
     """(status name, spec, message) of the process default: what
     RMMC_ALLOC_CONF or set_default() chose, and the first problem."""
     spec, msg = ctypes.c_char_p(), ctypes.c_char_p()
     st = lib().rmmc_default_config_status(ctypes.byref(spec), ctypes.byref(msg))
-    return STATUS_NAMES.get(st, str(st)), spec.value.decode(), msg.value.decode()
+    return (STATUS_NAMES.get(st, str(st)), (spec.value or b"").decode(),
+            (msg.value or b"").decode())
 
 
-def set_default(spec, device=None):
+def set_default(spec: Union[str, Resource], device: Optional[int] = None) -> Optional[Resource]:
     """Makes `spec` (a str, or a Resource) the process default.
 
     device=None and a str: every device's default from now on, built on the
@@ -398,7 +407,7 @@ def set_default(spec, device=None):
     return r
 
 
-_HOOKS_ALIVE = {}  # the ctypes callbacks rmmc holds, kept alive
+_HOOKS_ALIVE: dict = {}  # the ctypes callbacks rmmc holds, kept alive
 
 
 def _make_hooks(on_acquire, on_release):
@@ -413,7 +422,9 @@ def _make_hooks(on_acquire, on_release):
     return h
 
 
-def set_memory_hooks(on_acquire=None, on_release=None, device=None):
+def set_memory_hooks(on_acquire: Optional[Callable[[int, int], None]] = None,
+                     on_release: Optional[Callable[[int, int], None]] = None,
+                     device: Optional[int] = None) -> None:
     """Memory hooks (Resource.set_memory_hooks) on the device's registry
     stack: what rmmc.torch and rmmc.cupy allocate from, so NCCL, RDMA or
     cuFile registration can follow it (built from the default spec on
@@ -430,7 +441,7 @@ def set_memory_hooks(on_acquire=None, on_release=None, device=None):
     _HOOKS_ALIVE[("device", dev)] = hooks
 
 
-def device_spec(config, device):
+def device_spec(config: str, device: int) -> str:
     """The spec `device` uses under a configuration of RMMC_ALLOC_CONF's
     form ("pool > cuda; 1: pool(max=40GiB) > cuda")."""
     buf = ctypes.create_string_buffer(4097)
@@ -457,7 +468,7 @@ def _device_resource(dev, what, retain=False):
     return handle
 
 
-def get_default(device=None):
+def get_default(device: Optional[int] = None) -> Resource:
     """The device's current resource (built from the default spec on first
     use) as a Resource holding its own reference."""
     dev = _device(device)
@@ -467,30 +478,30 @@ def get_default(device=None):
     return r
 
 
-def stack_figures(device=None):
+def stack_figures(device: Optional[int] = None) -> List[Tuple[str, Dict[str, Any]]]:
     """[(layer name, figures)] of the device's current stack, outermost first."""
     with get_default(device) as r:
         return r.layers()
 
 
-def memory_status(device=None):
+def memory_status(device: Optional[int] = None) -> str:
     """The device's memory status report (free/total memory, every layer's
     figures) as text, like torch.cuda.memory_summary()."""
     return read_text(lib().rmmc_memory_status_string, -1 if device is None else _device(device))
 
 
-def plugin_stats(device=-1):
+def plugin_stats(device: int = -1) -> Dict[str, int]:
     """The PyTorch/CuPy plug-ins' figures for a device (-1: all) as a dict."""
     s = PluginStats()
     s.size = ctypes.sizeof(PluginStats)
     device = _args.device(device, allow_all=True)
     check(lib().rmmc_plugin_get_stats(device, ctypes.byref(s)), "plugin_stats")
-    out = {name: getattr(s, name) for name, _ in PluginStats._fields_ if name != "size"}
+    out = {name: getattr(s, name) for name, *_ in PluginStats._fields_ if name != "size"}
     out["current_bytes"] = out["bytes_in_use"]  # the Python API's name; bytes_in_use stays
     return out
 
 
-def plugin_last_error():
+def plugin_last_error() -> str:
     """The message of the last plug-in failure on any thread ("" if none)."""
     n = lib().rmmc_plugin_last_error(None, 0)
     buf = ctypes.create_string_buffer(n + 1)
@@ -498,13 +509,13 @@ def plugin_last_error():
     return buf.value.decode(errors="replace")
 
 
-def release_cached(device=None):
+def release_cached(device: Optional[int] = None) -> None:
     """Gives the cached memory of the device's current stack back."""
     with get_default(device) as r:
         r.release_cached()
 
 
-_STAT_FIELDS = [name for name, _ in _StatisticsStruct._fields_ if name != "size"]
+_STAT_FIELDS = [name for name, *_ in _StatisticsStruct._fields_ if name != "size"]
 
 
 def _statistics_struct():
@@ -583,7 +594,7 @@ def _finished_scope(device, figures):
 # lock orders every block's entry and exit, so threads share one layer
 # and the last block out puts the previous resource back.
 _STATS_LOCK = threading.Lock()
-_STATS_INSTALLED = {}
+_STATS_INSTALLED: dict = {}
 
 
 def _statistics_layer(dev):
@@ -650,7 +661,7 @@ def _statistics_leave(dev, stats):
 
 
 @contextlib.contextmanager
-def statistics(device=None):
+def statistics(device: Optional[int] = None) -> Iterator["StatisticsScope"]:
     """Counts what the device's current resource hands out inside the block
     (RMM's rmm.statistics.statistics()): opens a scope on the stack's
     statistics layer, wrapping the current resource in one for the block if
@@ -696,3 +707,22 @@ from .rmm_compat import (is_initialized, register_reinitialize_hook,  # noqa: E4
 
 __all__ += ["mr", "stats", "DeviceBuffer", "to_device", "reinitialize", "reinitialize_spec",
             "is_initialized", "register_reinitialize_hook", "unregister_reinitialize_hook"]
+
+# RMM's other top-level names (issue 44): `import rmmc as rmm` runs a RAPIDS
+# script's memory set-up (README.md, "Coming from RMM", has the differences).
+RMMError = RmmcError  # RMM's exception: every rmmc failure is one
+from .mr import disable_logging, enable_logging, get_log_filenames  # noqa: E402
+from .logger import (flush_logger, get_flush_level, get_logging_level,  # noqa: E402
+                     level_enum, set_flush_level, set_logging_level, should_log)
+from ._stream import (DEFAULT_STREAM, LEGACY_DEFAULT_STREAM,  # noqa: E402
+                      PER_THREAD_DEFAULT_STREAM, Stream)
+from ._summary import memory_summary, memory_summary_line  # noqa: E402
+# rmmc.statistics: RMM's module by its name, still callable as the context
+# manager above (with rmmc.statistics() as s: ...).
+__import__("importlib").import_module(__name__ + ".statistics")
+
+__all__ += ["RMMError", "enable_logging", "disable_logging", "get_log_filenames",
+            "flush_logger", "get_flush_level", "get_logging_level", "level_enum",
+            "set_flush_level", "set_logging_level", "should_log", "Stream", "DEFAULT_STREAM",
+            "LEGACY_DEFAULT_STREAM", "PER_THREAD_DEFAULT_STREAM", "memory_summary",
+            "memory_summary_line"]

@@ -25,6 +25,29 @@ class TrackedAllocation(ctypes.Structure):
 
 
 TRACKED_CB = ctypes.CFUNCTYPE(None, _vp, ctypes.POINTER(TrackedAllocation))
+
+# Writing a resource in Python (include/rmmc/resource_ops.h): the slots
+# rmmc.mr.CallbackMemoryResource fills (version 1); the later slots stay NULL.
+ALLOCATE_SLOT = ctypes.CFUNCTYPE(_st, _vp, _sz, _sz, _vp, ctypes.POINTER(_vp))
+DEALLOCATE_SLOT = ctypes.CFUNCTYPE(_st, _vp, _vp, _sz, _sz, _vp)
+DESTROY_SLOT = ctypes.CFUNCTYPE(None, _vp)
+
+
+class ResourceOps(ctypes.Structure):
+    """rmmc_resource_ops_t (version 4's layout; a table of version 1 sets
+    only the first slots)."""
+    _fields_ = [("version", _i), ("name", ctypes.c_char_p), ("allocate", ALLOCATE_SLOT),
+                ("deallocate", DEALLOCATE_SLOT), ("is_equal", _vp), ("release_cached", _vp),
+                ("describe", _vp), ("destroy", DESTROY_SLOT), ("upstream", _vp),
+                ("vm_page_size", _vp), ("vm_reserve", _vp), ("vm_unreserve", _vp),
+                ("vm_map", _vp), ("vm_unmap", _vp), ("get_allocation", _vp),
+                ("set_memory_hooks", _vp), ("enable_peer_access", _vp), ("vm_set_access", _vp)]
+
+
+class ResourceBase(ctypes.Structure):
+    """struct rmmc_resource, the base a resource embeds first."""
+    _fields_ = [("ops", ctypes.POINTER(ResourceOps)), ("refcount", ctypes.c_long),
+                ("kind", _i), ("device", _i)]
 FAILURE_CB = ctypes.CFUNCTYPE(ctypes.c_bool, _sz, _vp)
 
 _BP = ctypes.POINTER(Buffer)
@@ -33,6 +56,18 @@ _SIGNATURES = {
     "rmmc_stack_help_resource": (_st, [ctypes.c_char_p, ctypes.c_char_p, _sz,
                                        ctypes.POINTER(_sz)]),
     "rmmc_device_memory_info": (_st, [_i, ctypes.POINTER(_sz), ctypes.POINTER(_sz)]),
+    "rmmc_format_bytes": (ctypes.c_char_p, [ctypes.c_uint64, ctypes.c_char_p, _sz]),
+    "rmmc_stream_create": (_st, [ctypes.c_uint, ctypes.POINTER(_vp)]),
+    "rmmc_stream_destroy": (_st, [_vp]),
+    "rmmc_stream_synchronize": (_st, [_vp]),
+    "rmmc_resource_init": (None, [ctypes.POINTER(ResourceBase), ctypes.POINTER(ResourceOps),
+                                  _i, _i]),
+    "rmmc_set_error": (_st, [_st, ctypes.c_char_p]),
+    "rmmc_cuda_async_resource_create_view": (_st, [_i, _vp, ctypes.POINTER(_vp)]),
+    "rmmc_cuda_async_resource_pool": (_vp, [_vp]),
+    "rmmc_binning_resource_bin_count": (_sz, [_vp]),
+    "rmmc_binning_resource_bin_size": (_sz, [_vp, _sz]),
+    "rmmc_binning_resource_bin": (_vp, [_vp, _sz]),
     "rmmc_limiting_adaptor_get_limit": (_sz, [_vp]),
     "rmmc_limiting_adaptor_get_used": (_sz, [_vp]),
     "rmmc_tracking_adaptor_get_outstanding_count": (_sz, [_vp]),
@@ -50,6 +85,8 @@ _SIGNATURES = {
     "rmmc_buffer_reserve": (_st, [_BP, _sz]),
     "rmmc_buffer_copy_to_host": (_st, [_BP, _sz, _vp, _sz]),
     "rmmc_buffer_copy_from_host": (_st, [_BP, _sz, _vp, _sz]),
+    "rmmc_buffer_copy_from_host_async": (_st, [_BP, _sz, _vp, _sz]),
+    "rmmc_buffer_set_stream": (_st, [_BP, _vp]),
 }
 
 _lock = threading.Lock()

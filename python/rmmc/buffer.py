@@ -26,12 +26,16 @@ the host and back into memory from the current device's resource (as
 RMM's). A buffer is safe to share between threads: its calls are
 serialized.
 """
+from __future__ import annotations
+
 import ctypes
 import threading
+from typing import Any, Optional
 
 from . import InvalidArgumentError, _args
 from ._capi import Buffer, clib
 from ._lib import check
+from ._stream import DEFAULT_STREAM, Stream
 
 __all__ = ["DeviceBuffer", "to_device"]
 
@@ -74,7 +78,7 @@ _api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
 # Exported tensors alive, by the address of their DLManagedTensor: each
 # keeps its buffer (and so the memory) until the consumer calls the deleter.
-_EXPORTS = {}
+_EXPORTS: dict = {}
 
 
 @DL_DELETER
@@ -129,21 +133,51 @@ def _new_struct():
     return Buffer(None, 0, 0, None, None, -1)
 
 
+class _MemLocation(ctypes.Structure):
+    """cudaMemLocation (CUDA 12.2+): type 1 is a device."""
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+def _prefetch(ptr, nbytes, device, stream):
+    """cudaMemPrefetchAsync of the CUDA runtime librmmc loaded (13's form
+    takes a cudaMemLocation, 12's a device number)."""
+    from ._lib import lib, RmmcError
+    lib()
+    maps = open("/proc/self/maps").read()
+    cudart = sorted({l.split()[-1] for l in maps.splitlines() if "libcudart.so" in l})
+    rt = ctypes.CDLL(cudart[0])
+    fn = rt.cudaMemPrefetchAsync
+    if int(cudart[0].rsplit(".so.", 1)[-1].split(".")[0]) >= 13:
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, _MemLocation, ctypes.c_uint,
+                       ctypes.c_void_p]
+        err = fn(ptr, nbytes, _MemLocation(1, device), 0, stream or None)
+    else:
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        err = fn(ptr, nbytes, device, stream or None)
+    if err:
+        rt.cudaGetErrorString.restype = ctypes.c_char_p
+        rt.cudaGetLastError()
+        raise RmmcError(-3, "cudaMemPrefetchAsync: %s" % rt.cudaGetErrorString(err).decode(),
+                        "prefetch")
+
+
 class DeviceBuffer:
-    """``DeviceBuffer(size=0, stream=0, mr=None)``: `size` uninitialized
-    bytes from `mr` (None: the current device's resource), ordered on
-    `stream` (a cudaStream_t: an int, or a framework's stream object).
-    ``DeviceBuffer(ptr=host_data, size=n)`` copies n bytes from a host
-    object with the buffer protocol (bytes, bytearray, memoryview, a NumPy
-    array) or from an address (an int; 0 allocates without copying, as
-    RMM)."""
+    """``DeviceBuffer(*, ptr=0, size=0, stream=DEFAULT_STREAM, mr=None)``
+    (RMM's, keywords only): `size` uninitialized bytes from `mr` (None: the
+    current device's resource), ordered on `stream` (an rmmc.Stream, any
+    stream object or a cudaStream_t as an int). ``DeviceBuffer(ptr=...,
+    size=n)`` copies n bytes from a host address (an int; 0 allocates
+    without copying, as RMM) or, as an rmmc addition, a host object with
+    the buffer protocol (bytes, bytearray, memoryview, a NumPy array; size
+    0: all of it)."""
 
     _not_a_stream = True  # has .ptr, which is no stream
 
-    def __init__(self, ptr=None, size=0, stream=0, mr=None):
+    def __init__(self, *, ptr: Any = 0, size: int = 0, stream: Any = DEFAULT_STREAM,
+                 mr: Any = None) -> None:
         self._b = _new_struct()
         self._lock = threading.RLock()
-        self._retired = []  # memory an array interface may still point to
+        self._retired: list = []  # memory an array interface may still point to
         self._shared = False  # an array interface was handed out for self._b's memory
         resource = _resource(mr, "DeviceBuffer")
         stream = _args.stream(stream)
@@ -173,12 +207,12 @@ class DeviceBuffer:
 
     # --- what RMM's DeviceBuffer offers -------------------------------------------------
     @property
-    def ptr(self):
+    def ptr(self) -> int:
         """The address of the memory (0 for an empty buffer)."""
         return self._b.data or 0
 
     @property
-    def size(self):
+    def size(self) -> int:
         return self._b.size
 
     nbytes = size
@@ -191,7 +225,31 @@ class DeviceBuffer:
 
     @property
     def stream(self):
-        return self._b.stream or 0
+        """The buffer's stream (the one its memory is ordered on), an rmmc.Stream."""
+        return Stream._from_handle(self._b.stream or 0)
+
+    @property
+    def mr(self):
+        """The memory resource object the memory came from: the `mr` given,
+        else the stack the buffer holds (the device's current one when it
+        was made)."""
+        if self._mr is not None:
+            return self._mr
+        from . import Resource
+        from .mr import DeviceMemoryResource
+        with self._lock:
+            if not self._b.resource:
+                return None
+            return DeviceMemoryResource._wrap(Resource._adopt(self._b.resource,
+                                                              "<buffer's stack>"))
+
+    def _on(self, stream):
+        """Orders the buffer on `stream` from now on, when one is given."""
+        if stream is not None and stream is not DEFAULT_STREAM:
+            s = _args.stream(stream)
+            with self._lock:
+                if (s or None) != (self._b.stream or None) and self._b.resource:
+                    check(clib().rmmc_buffer_set_stream(ctypes.byref(self._b), s), "stream")
 
     @property
     def memory_kind(self):
@@ -239,20 +297,22 @@ class DeviceBuffer:
                 return
             check(fn(ctypes.byref(self._b), n), what)
 
-    def resize(self, new_size):
+    def resize(self, new_size: int, stream: Any = DEFAULT_STREAM) -> None:
         """Sets the size (reallocating above the capacity, keeping the
-        contents). BufferError when that would move memory a DLPack tensor
-        still uses."""
+        contents), ordered on `stream`. BufferError when that would move
+        memory a DLPack tensor still uses."""
         n = _args.size(new_size, "new_size")
+        self._on(stream)
         self._grow(clib().rmmc_buffer_resize, n, "resize")
 
-    def reserve(self, new_capacity):
+    def reserve(self, new_capacity: int, stream: Any = DEFAULT_STREAM) -> None:
         """Makes the capacity at least new_capacity, keeping the contents.
         BufferError when that would move memory a DLPack tensor still uses."""
         n = _args.size(new_capacity, "new_capacity")
+        self._on(stream)
         self._grow(clib().rmmc_buffer_reserve, n, "reserve")
 
-    def copy(self):
+    def copy(self) -> "DeviceBuffer":
         """A new buffer with a copy of the contents, from the same resource,
         on the same stream (RMM's DeviceBuffer.copy())."""
         other = DeviceBuffer.__new__(DeviceBuffer)
@@ -278,14 +338,20 @@ class DeviceBuffer:
         # As RMM: the bytes, into memory from the current device's resource.
         return (to_device, (bytes(self.copy_to_host()),))
 
-    def copy_to_host(self, ary=None):
+    def copy_to_host(self, ary: Any = None, stream: Any = DEFAULT_STREAM) -> Any:
         """The contents copied to the host: into `ary` (a writable object
         with the buffer protocol, at least size bytes) if given, else a new
-        bytearray. Waits for the copy."""
+        NumPy array of uint8 (RMM's), or a bytearray where NumPy is not
+        installed. Waits for the copy."""
+        self._on(stream)
         with self._lock:
             n = self.size
             if ary is None:
-                ary = bytearray(n)
+                try:
+                    import numpy
+                    ary = numpy.empty(n, dtype=numpy.uint8)
+                except ImportError:
+                    ary = bytearray(n)
             view = memoryview(ary).cast("B")
             if view.readonly or len(view) < n:
                 raise InvalidArgumentError(-1, "copy_to_host needs a writable buffer of at least "
@@ -296,36 +362,84 @@ class DeviceBuffer:
                                                       ctypes.addressof(dst), n), "copy_to_host")
             return ary
 
-    def copy_from_host(self, ary):
+    def copy_from_host(self, ary: Any, stream: Any = DEFAULT_STREAM) -> None:
         """Copies the bytes of a host object with the buffer protocol into
         the start of the buffer (at most size bytes). Waits for the copy."""
+        self._on(stream)
         view = memoryview(ary).cast("B")
         src = (ctypes.c_char * len(view)).from_buffer_copy(view) if len(view) else None
         with self._lock:
             if len(view) > self.size:
                 raise InvalidArgumentError(-1, "copy_from_host: %d bytes do not fit a buffer of "
                                            "%d" % (len(view), self.size))
-            if len(view):
+            if src is not None:
                 check(clib().rmmc_buffer_copy_from_host(ctypes.byref(self._b), 0,
                                                         ctypes.addressof(src), len(view)),
                       "copy_from_host")
 
-    def copy_from_device(self, other):
-        """Copies another buffer's contents into this one (at most size bytes)."""
-        if not isinstance(other, DeviceBuffer):
-            raise TypeError("copy_from_device takes a DeviceBuffer")
-        self.copy_from_host(other.copy_to_host())
+    def copy_from_device(self, cuda_ary: Any, stream: Any = DEFAULT_STREAM) -> None:
+        """Copies a device array (anything with __cuda_array_interface__, 1-D
+        and contiguous: a DeviceBuffer, CuPy, Numba, PyTorch) into the start
+        of the buffer, device to device, ordered on `stream` (the buffer's
+        stream from then on), as RMM copies it; a host-memory buffer copies
+        from another host-memory DeviceBuffer."""
+        self._on(stream)
+        if isinstance(cuda_ary, DeviceBuffer) and cuda_ary.memory_kind == "host":
+            src, n = cuda_ary.ptr, cuda_ary.size
+            keep = cuda_ary
+        else:
+            cai = getattr(cuda_ary, "__cuda_array_interface__", None)
+            if cai is None:
+                raise ValueError("Expected object to support `__cuda_array_interface__` protocol")
+            shape, strides = cai["shape"], cai.get("strides")
+            itemsize = int(cai["typestr"][2:]) if cai["typestr"][2:].isdigit() else 1
+            if len(shape) > 1:
+                raise ValueError("Only 1-D contiguous arrays are supported, got %d-D array"
+                                 % len(shape))
+            if strides is not None and strides[0] != itemsize:
+                raise ValueError("Only 1-D contiguous arrays are supported, got a "
+                                 "non-contiguous array")
+            src, n = cai["data"][0], (shape[0] if shape else 1) * itemsize
+            keep = cuda_ary
+            if self.memory_kind == "host":
+                raise InvalidArgumentError(-1, "copy_from_device: this buffer is host memory "
+                                           "(a host stack): it copies from host memory")
+        with self._lock:
+            if n > self.size:
+                raise ValueError("Argument `hb` is too large. Need space for %i bytes." % n)
+            if n:  # cudaMemcpyDefault: device to device, on the buffer's stream
+                check(clib().rmmc_buffer_copy_from_host_async(ctypes.byref(self._b), 0, src, n),
+                      "copy_from_device")
+        del keep
 
-    def tobytes(self):
-        return bytes(self.copy_to_host())
+    def tobytes(self, stream: Any = DEFAULT_STREAM) -> bytes:
+        return bytes(memoryview(self.copy_to_host(stream=stream)).cast("B"))
+
+    def __bytes__(self) -> bytes:
+        return self.tobytes()
+
+    def __sizeof__(self) -> int:
+        return self.size
+
+    def prefetch(self, device: Optional[int] = None, stream: Any = None) -> None:
+        """Moves managed memory to `device` (default: the buffer's) ahead of
+        use, ordered on `stream` (default: the buffer's): RMM's prefetch. For
+        memory that is not managed it does nothing, as RMM's."""
+        if self.memory_kind != "managed" or not self.size:
+            return
+        from . import _device
+        dev = self.device if device is None else _device(device)
+        s = self._b.stream if stream is None else _args.stream(stream)
+        with self._lock:
+            _prefetch(self.ptr, self.size, dev, s)
 
     @staticmethod
-    def to_device(data, stream=0, mr=None):
-        """A new DeviceBuffer holding a copy of host bytes `data`."""
-        if isinstance(data, int) or hasattr(data, "__index__"):
+    def to_device(b: Any, stream: Any = DEFAULT_STREAM, mr: Any = None) -> "DeviceBuffer":
+        """A new DeviceBuffer holding a copy of host bytes `b`."""
+        if isinstance(b, int) or hasattr(b, "__index__"):
             raise TypeError("to_device takes host bytes (an object with the buffer protocol), "
-                            "not %s" % type(data).__name__)
-        return DeviceBuffer(ptr=data, size=len(memoryview(data).cast("B")), stream=stream, mr=mr)
+                            "not %s" % type(b).__name__)
+        return DeviceBuffer(ptr=b, size=len(memoryview(b).cast("B")), stream=stream, mr=mr)
 
     # --- zero-copy export ---------------------------------------------------------------
     @property
@@ -338,7 +452,8 @@ class DeviceBuffer:
         with self._lock:
             self._shared = True
             return {"shape": (self.size,), "strides": None, "typestr": "|u1",
-                    "data": (self.ptr, False), "version": 3, "stream": self.stream or None}
+                    "data": (self.ptr, False), "version": 3,
+                    "stream": self._b.stream or None}
 
     @property
     def __array_interface__(self):
@@ -415,6 +530,6 @@ class DeviceBuffer:
             self.size, self.ptr, self.memory_kind, self.device)
 
 
-def to_device(data, stream=0, mr=None):
-    """rmm.to_device: a DeviceBuffer holding a copy of host bytes `data`."""
-    return DeviceBuffer.to_device(data, stream, mr)
+def to_device(b: Any, stream: Any = DEFAULT_STREAM, mr: Any = None) -> DeviceBuffer:
+    """rmm.to_device: a DeviceBuffer holding a copy of host bytes `b`."""
+    return DeviceBuffer.to_device(b, stream, mr)

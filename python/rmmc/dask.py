@@ -17,16 +17,26 @@ and PyTorch plug-ins allocate from), and routes CuPy through it
 (rmmc.cupy.use) when CuPy is installed, and PyTorch (rmmc.torch.use) when
 asked to and PyTorch has not started CUDA in that worker yet.
 
-dask-cuda's per-worker RMM options have spec equivalents (spec_from_options):
+dask-cuda's per-worker RMM options, with dask-cuda's meaning, have spec
+equivalents (spec_from_options; dask_cuda.plugins.RMMSetup builds the same
+stack out of RMM's objects):
     rmm_pool_size          pool(initial=...)
-    rmm_maximum_pool_size  pool(max=...)
+    rmm_maximum_pool_size  pool(max=...); ignored without a pool (as dask-cuda)
     rmm_managed_memory     managed as the base instead of cuda
-    rmm_async              cuda_async(...) instead of pool > cuda
-    rmm_release_threshold  cuda_async(release_threshold=...) (needs rmm_async, as in dask-cuda)
-    rmm_log_directory      logging(path=<dir>/rmmc_log.<worker>.csv) on top, RMM's CSV
+    rmm_async              cuda_async(...) instead of pool > cuda, with
+                           limiting(limit=rmm_maximum_pool_size) over it
+    rmm_release_threshold  cuda_async(release_threshold=...) (needs rmm_async)
+    rmm_log_directory      logging(path=<dir>/rmm_log_<worker>.dev<device>.txt) on top,
+                           RMM's CSV (with a pool, managed memory or rmm_async, as dask-cuda)
     rmm_track_allocations  tracking on top
-A worker whose name is in `per_worker` gets that spec instead (a different
-device size, or a cap: "limiting(limit=2GiB) > pool > cuda").
+    rmm_allocator_external_lib_list  "cupy", "torch" (a list or "torch,cupy"):
+                           route those frameworks (and only those) through rmmc
+Sizes read as dask-cuda reads them: an int is bytes, a float in (0, 1] a
+fraction of the device's TOTAL memory, a str goes through dask's
+parse_bytes ("5000M" = 5e9 bytes, "1GB" = 1e9, "1GiB" = 2**30); 0 and None
+are unset; each aligned down to 256 bytes. A worker whose name is in
+`per_worker` gets that spec instead (a different device size, or a cap:
+"limiting(limit=2GiB) > pool > cuda").
 """
 import os
 import re
@@ -40,23 +50,10 @@ __all__ = ["spec_from_options", "RmmcPlugin", "install", "worker_figures", "coll
 PLUGIN_NAME = "rmmc"
 
 # The stack each worker process installed: worker_figures() reads it.
-_WORKER = {}
+_WORKER: dict = {}
 # Frameworks this process routed through rmmc (PyTorch's allocator cannot
 # be installed twice).
-_ROUTED = set()
-
-
-def _size(value, what):
-    """A size option as a spec value: ints as bytes, strings as written
-    ("2GiB", "80%"); dask-cuda also takes strings like "2GB", which rmmc
-    refuses as ambiguous (the parse error says so)."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise TypeError("%s must be a size (int bytes or a str like '2GiB'), not %r" % (what, value))
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError("%s must be >= 0, not %d" % (what, value))
-        return "%dB" % value
-    return value.strip()
+_ROUTED: set = set()
 
 
 def _quote(text):
@@ -65,52 +62,107 @@ def _quote(text):
     return '"%s"' % text
 
 
-def worker_log_path(directory, worker_name):
-    """The logging adaptor's file for a worker: <directory>/rmmc_log.<name>.csv
-    with the name's characters outside [A-Za-z0-9_.-] replaced by '_'."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", str(worker_name))
-    return os.path.join(directory, "rmmc_log.%s.csv" % safe)
+def worker_log_path(directory, worker_name, device=0):
+    """dask-cuda's log file for a worker: <directory>/rmm_log_<name>.dev<device>.txt
+    (the worker name's last '/' part, as dask_cuda.utils.get_rmm_log_file_name
+    names it, with RMM's LoggingResourceAdaptor's device suffix)."""
+    name = worker_name.split("/")[-1] if isinstance(worker_name, str) else worker_name
+    return os.path.join(directory, "rmm_log_%s.dev%d.txt" % (name, device))
+
+
+EXTERNAL_LIBS = ("torch", "cupy")
+
+
+def external_libs(value):
+    """rmm_allocator_external_lib_list as dask-cuda reads it: None, a
+    comma-separated str or a list of "torch" / "cupy"."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",")]
+    elif not isinstance(value, list):
+        raise ValueError("rmm_allocator_external_lib_list must be either a comma-separated "
+                         "string or a list of strings. Examples: 'torch,cupy' or "
+                         "['torch', 'cupy']")
+    for lib_name in value:
+        if lib_name not in EXTERNAL_LIBS:
+            raise ValueError("The library '%s' is not supported for RMM integration. Supported "
+                             "libraries are: %s." % (lib_name, ", ".join(EXTERNAL_LIBS)))
+    return list(value)
+
+
+def _total_memory(base, device):
+    """The TOTAL memory that fractions are of: the device's, or the host's
+    for a host base."""
+    if base == "host":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    from .mr import available_device_memory
+    return available_device_memory(device)[1]
 
 
 def spec_from_options(rmm_pool_size=None, rmm_maximum_pool_size=None, rmm_managed_memory=False,
                       rmm_async=False, rmm_release_threshold=None, rmm_log_directory=None,
-                      rmm_track_allocations=False, base=None, worker_name=None):
-    """The stack spec equivalent to dask-cuda's RMM options (see the
-    module's text). `base` overrides the base resource ("host" runs the
-    same stack without a GPU); `worker_name` names the log file when
-    rmm_log_directory is set. Raises ValueError for the combinations
-    dask-cuda refuses too (a maximum without a pool size, a release
-    threshold without rmm_async, managed memory with rmm_async)."""
-    if rmm_maximum_pool_size is not None and rmm_pool_size is None and not rmm_async:
-        raise ValueError("rmm_maximum_pool_size requires rmm_pool_size (or rmm_async)")
-    if rmm_release_threshold is not None and not rmm_async:
-        raise ValueError("rmm_release_threshold requires rmm_async")
-    if rmm_managed_memory and rmm_async:
-        raise ValueError("rmm_managed_memory and rmm_async cannot be combined")
+                      rmm_track_allocations=False, rmm_allocator_external_lib_list=None,
+                      base=None, worker_name=None, device=None, total_memory=None, warn=True):
+    """The stack spec of dask-cuda's RMM options, with their meaning (see
+    the module's text). `base` replaces the base resource ("host" runs the
+    same stack without a GPU); `worker_name` and `device` name the log file;
+    `total_memory` is what fractions are of (default: the device's total,
+    asked for only when a fraction is given). Raises ValueError where
+    dask-cuda does (rmm_managed_memory with rmm_async, rmm_release_threshold
+    without it, an external library it does not know, a size dask cannot
+    parse) and warns as it does (FutureWarning: rmm_pool_size with
+    rmm_async; `warn=False` keeps it quiet, for the workers)."""
+    import warnings
+    from ._sizes import device_bytes
+    if rmm_async is True and rmm_managed_memory is True:
+        raise ValueError("`rmm_managed_memory` is incompatible with the `rmm_async`.")
+    if rmm_async is False and rmm_release_threshold is not None:
+        raise ValueError("`rmm_release_threshold` requires `rmm_async`.")
+    external_libs(rmm_allocator_external_lib_list)
+    if warn and rmm_async and rmm_pool_size is not None:
+        warnings.warn("'rmm_pool_size' is not needed when 'rmm_async' is enabled and will raise "
+                      "an exception in the future. Remove the 'rmm_pool_size' argument when "
+                      "creating this cluster to silence this warning.", FutureWarning,
+                      stacklevel=2)
+    dev = 0 if device is None else device
+
+    def total():
+        return total_memory if total_memory is not None else _total_memory(base, device)
+
+    def size(value):
+        return device_bytes(value, total, alignment=256)
+
+    initial = size(rmm_pool_size)
+    layers = []
+    logged = False
     if rmm_async:
         opts = []
-        if rmm_pool_size is not None:
-            opts.append("initial=" + _size(rmm_pool_size, "rmm_pool_size"))
-        if rmm_release_threshold is not None:
-            opts.append("release_threshold=" + _size(rmm_release_threshold, "rmm_release_threshold"))
-        if rmm_maximum_pool_size is not None:
-            layers = ["limiting(limit=%s)" % _size(rmm_maximum_pool_size, "rmm_maximum_pool_size")]
-        else:
-            layers = []
-        layers.append("cuda_async(%s)" % ", ".join(opts) if opts else "cuda_async")
-        if base is not None:
-            layers[-1] = base
-    else:
-        layers = []
-        if rmm_pool_size is not None:
-            opts = ["initial=" + _size(rmm_pool_size, "rmm_pool_size")]
-            if rmm_maximum_pool_size is not None:
-                opts.append("max=" + _size(rmm_maximum_pool_size, "rmm_maximum_pool_size"))
+        if initial is not None:
+            opts.append("initial=%d" % initial)
+        threshold = size(rmm_release_threshold)
+        if threshold is not None:
+            opts.append("release_threshold=%d" % threshold)
+        limit = size(rmm_maximum_pool_size)
+        if limit is not None:
+            layers.append("limiting(limit=%d)" % limit)
+        layers.append(base or ("cuda_async(%s)" % ", ".join(opts) if opts else "cuda_async"))
+        logged = True
+    elif initial is not None or rmm_managed_memory:
+        if initial is not None:
+            opts = ["initial=%d" % initial]
+            maximum = size(rmm_maximum_pool_size)
+            if maximum is not None:
+                opts.append("max=%d" % maximum)
             layers.append("pool(%s)" % ", ".join(opts))
-        layers.append(base if base is not None else ("managed" if rmm_managed_memory else "cuda"))
-    if rmm_log_directory is not None:
-        layers.insert(0, "logging(path=%s)" % _quote(
-            worker_log_path(rmm_log_directory, worker_name if worker_name is not None else os.getpid())))
+        layers.append(base or ("managed" if rmm_managed_memory else "cuda"))
+        logged = True
+    else:
+        layers.append(base or "cuda")  # dask-cuda leaves RMM alone: the maximum is ignored
+    if rmm_log_directory is not None and logged:
+        name = worker_name if worker_name is not None else "scheduler"
+        layers.insert(0, "logging(path=%s)" % _quote(os.path.abspath(
+            worker_log_path(rmm_log_directory, name, dev))))
     if rmm_track_allocations:
         layers.insert(0, "tracking")
     return " > ".join(layers)
@@ -138,22 +190,32 @@ class RmmcPlugin(_WorkerPlugin):
     cannot; "auto": when it is installed, and for PyTorch when it has not
     started CUDA on the worker; False: never). `device`: the device each
     worker's stack serves (None: the worker's current device, 0 for a worker
-    that sees one GPU through CUDA_VISIBLE_DEVICES)."""
+    that sees one GPU through CUDA_VISIBLE_DEVICES). `rmm`: make the stack
+    RMM's current resource on the worker too (rmmc.rmm.use), so cuDF and
+    everything that allocates through RMM uses it: "auto" when RMM is
+    installed (a failure to set it up warns), True always (and raise),
+    False never."""
 
     name = PLUGIN_NAME
 
     def __init__(self, spec=None, per_worker=None, cupy="auto", torch="auto", device=None,
-                 **options):
+                 rmm="auto", **options):
         if spec is not None and options:
             raise ValueError("give a spec or dask-cuda's options, not both (%s)"
                              % ", ".join(sorted(options)))
         if spec is None:
-            spec_from_options(**options)  # refuse bad options here, not on every worker
+            # Refuse bad options here, not on every worker (fractions of a
+            # stand-in total: the worker resolves them on its own device).
+            spec_from_options(total_memory=1 << 40, **options)
+        libs = external_libs(options.get("rmm_allocator_external_lib_list"))
+        if libs is not None:  # dask-cuda routes the listed frameworks, and only those
+            cupy, torch = "cupy" in libs, "torch" in libs
         self.spec = spec
         self.options = options
         self.per_worker = dict(per_worker or {})
         self.cupy = cupy
         self.torch = torch
+        self.rmm = rmm
         self.device = device
 
     def worker_spec(self, worker_name):
@@ -163,7 +225,8 @@ class RmmcPlugin(_WorkerPlugin):
                 return self.per_worker[key]
         if self.spec is not None:
             return self.spec
-        return spec_from_options(worker_name=worker_name, **self.options)
+        return spec_from_options(worker_name=worker_name, device=self.device, warn=False,
+                                 **self.options)
 
     def setup(self, worker):
         name = getattr(worker, "name", None)
@@ -174,6 +237,19 @@ class RmmcPlugin(_WorkerPlugin):
         try:
             set_default(stack, self.device)
             routed = []
+            if self.rmm:
+                try:
+                    from . import rmm as rrmm
+                    rrmm.use(stack, self.device)
+                    routed.append("rmm")
+                except Exception as e:
+                    if self.rmm is True:
+                        raise
+                    if not isinstance(e, ImportError):
+                        import warnings
+                        warnings.warn("rmmc.dask: the worker's stack could not be made RMM's "
+                                      "resource (%s: %s)" % (type(e).__name__, e),
+                                      RuntimeWarning)
             if self.cupy:
                 try:
                     from . import cupy as rcupy

@@ -211,7 +211,7 @@ def stats():
     s = IpcStats()
     s.size = ctypes.sizeof(IpcStats)
     check(lib().rmmc_ipc_get_stats(ctypes.byref(s)), "ipc stats")
-    return {name: getattr(s, name) for name, _ in IpcStats._fields_ if name != "size"}
+    return {name: getattr(s, name) for name, *_ in IpcStats._fields_ if name != "size"}
 
 
 def socketpair():

@@ -14,14 +14,29 @@ layer on the upstream *object* (rmmc_stack_create_over), which it keeps
 alive. Sizes are ints (bytes) or spec sizes ("256MiB"). HostMemoryResource
 (rmmc's ``host``: malloc'd memory, no GPU needed) is an rmmc addition that
 lets every layer run on a machine without a GPU.
+
+RMM's names, signatures and defaults (rmm 26.10: tests/python/test_rmm_names.py
+compares them; README.md, "Coming from RMM", lists the differences and why):
+the first argument of a layer is `upstream_mr`, an rmmc.mr object or any of
+RMM's own resource objects (put under the layer through rmmc.rmm.from_rmm);
+str sizes read as RMM reads them ("1GB" = 10**9, "1GiB" = 2**30);
+PoolMemoryResource's initial size defaults to half the device's free
+memory; a LoggingResourceAdaptor's file gets RMM's ".dev<N>" suffix.
 """
+from __future__ import annotations
+
 import copy
 import ctypes
+import logging
 import os
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
-from . import InvalidArgumentError, Resource, _args, _device, _device_resource, parse_size
-from ._capi import FAILURE_CB, TRACKED_CB, clib
+from . import InvalidArgumentError, NotSupportedError, Resource, _args, _device, _device_resource
+from ._capi import (ALLOCATE_SLOT, DEALLOCATE_SLOT, DESTROY_SLOT, FAILURE_CB, TRACKED_CB,
+                    ResourceBase, ResourceOps, clib)
 from ._lib import check
+from ._sizes import rmm_parse_bytes
+from ._stream import DEFAULT_STREAM, Stream
 
 __all__ = [
     "DeviceMemoryResource", "UpstreamResourceAdaptor", "CudaMemoryResource",
@@ -30,20 +45,35 @@ __all__ = [
     "PoolMemoryResource", "BinningMemoryResource", "FixedSizeMemoryResource",
     "ArenaMemoryResource", "LimitingResourceAdaptor", "StatisticsResourceAdaptor",
     "TrackingResourceAdaptor", "LoggingResourceAdaptor", "FailureCallbackResourceAdaptor",
-    "AlignedResourceAdaptor", "PrefetchResourceAdaptor", "get_current_device_resource",
+    "AlignedResourceAdaptor", "PrefetchResourceAdaptor", "CallbackMemoryResource",
+    "CudaAsyncViewMemoryResource", "SamHeadroomMemoryResource", "get_current_device_resource",
     "set_current_device_resource", "get_per_device_resource", "set_per_device_resource",
     "get_current_device_resource_type", "is_initialized", "available_device_memory",
+    "enable_logging", "disable_logging", "get_log_filenames", "experimental",
 ]
+
+_log = logging.getLogger("rmmc")
 
 
 def _size(value, what):
-    """Bytes from an int or a spec size ("1GiB"), as a spec writes them."""
+    """Bytes from an int or a str, as RMM's parse_bytes reads it ("1GB" =
+    10**9, "1GiB" = 2**30, "1.5 gib"); ValueError for what it cannot read."""
     if isinstance(value, str):
-        return parse_size(value)
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        try:
+            value = rmm_parse_bytes(value)
+        except ValueError as e:
+            raise InvalidArgumentError(-1, "%s: %s" % (what, e)) from None
+    elif isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError("%s is a number of bytes (int) or a size such as '1GiB', not %s"
                         % (what, type(value).__name__))
     return _args.size(value, what)
+
+
+def _is_rmm_object(obj):
+    """True for one of RMM's own resource objects (rmm.mr.*)."""
+    import sys
+    rmm = sys.modules.get("rmm.mr")
+    return rmm is not None and isinstance(obj, rmm.DeviceMemoryResource)
 
 
 def _layer(name, **options):
@@ -55,13 +85,15 @@ def _layer(name, **options):
 class DeviceMemoryResource:
     """The base of every resource object: allocate/deallocate through the
     stack it holds. ``resource`` is the rmmc.Resource, ``spec`` its spec,
-    ``handle`` the rmmc_resource_t * (borrowed).
+    ``handle`` the rmmc_resource_t * (borrowed), ``upstream_mr`` the
+    upstream object (None for a base resource).
 
     As RMM's, a resource object is not pickled or deep-copied (TypeError):
     its stack lives in this process. copy.copy() gives another object of
     the same class over the same stack, with a reference of its own."""
 
     _not_a_stream = True  # has .handle, which is no stream
+    upstream_mr = None
 
     def __init__(self, *args, **kwargs):
         raise TypeError("DeviceMemoryResource is abstract: build one of its subclasses "
@@ -72,10 +104,25 @@ class DeviceMemoryResource:
         self.spec = spec
         self.upstream_mr = None
 
+    def _init_rmm(self, rmm_class, what, *args, **kwargs):
+        """This object as RMM's own resource of `rmm_class`, through the RMM
+        bridge (for what rmmc's own resources do not do)."""
+        try:
+            import rmm.mr
+        except ImportError:
+            raise NotSupportedError(-5, "rmmc.mr.%s(%s) is RMM's resource, which rmmc reaches "
+                                    "through RMM: install rmm-cu13 (rmmc.rmm)" % (rmm_class, what),
+                                    rmm_class) from None
+        from .rmm import over
+        obj = getattr(rmm.mr if "." not in rmm_class else rmm.mr.experimental,
+                      rmm_class.split(".")[-1])(*args, **kwargs)
+        self.resource = over(obj, None, "managed" if "Managed" in rmm_class else "device")
+        self.spec = self.resource.spec
+        self.upstream_mr = None
+        self.rmm_mr = obj
+
     def _init_over(self, layer, upstream):
-        if not isinstance(upstream, DeviceMemoryResource):
-            raise TypeError("upstream must be a memory resource object (rmmc.mr), not %s"
-                            % type(upstream).__name__)
+        upstream = _upstream(upstream)
         h = ctypes.c_void_p()
         text = _args.text(layer, "the layer's spec")
         with upstream.resource._use() as up:
@@ -125,23 +172,25 @@ class DeviceMemoryResource:
                         "RMM's memory resources; build it again there, e.g. from its spec %r)"
                         % (type(self).__name__, self.spec))
 
-    def get_upstream(self):
+    def get_upstream(self) -> Optional["DeviceMemoryResource"]:
         """The upstream resource object (RMM's get_upstream()); None for a base resource."""
         return self.upstream_mr
 
-    def allocate(self, nbytes, stream=0):
-        """The address of `nbytes` bytes, ready on `stream` (an int)."""
+    def allocate(self, nbytes: int, stream: Any = DEFAULT_STREAM) -> int:
+        """The address of `nbytes` bytes, ready on `stream` (an rmmc.Stream,
+        any stream object, or a cudaStream_t as an int). MemoryError
+        (rmmc.OutOfMemoryError) when the stack cannot."""
         return self.resource.allocate(nbytes, stream)
 
-    def deallocate(self, ptr, nbytes, stream=0):
-        """Returns a block allocate() gave, with its size."""
+    def deallocate(self, ptr: int, nbytes: int, stream: Any = DEFAULT_STREAM) -> None:
+        """Returns a block allocate() gave, with its size, reusable on `stream`."""
         self.resource.deallocate(ptr, nbytes, stream)
 
-    def figures(self):
+    def figures(self) -> Dict[str, Any]:
         """The outermost layer's figures (rmmc.Resource.figures())."""
         return self.resource.figures()
 
-    def release_cached(self):
+    def release_cached(self) -> None:
         """Gives cached memory back to the upstreams."""
         self.resource.release_cached()
 
@@ -149,7 +198,27 @@ class DeviceMemoryResource:
         return "rmmc.mr.%s(%r)" % (type(self).__name__, self.spec)
 
 
-UpstreamResourceAdaptor = DeviceMemoryResource  # RMM's base of the adaptors
+def _upstream(upstream):
+    """The upstream as an rmmc.mr object: one of ours, or one of RMM's own
+    put under rmmc through the RMM bridge (rmmc.rmm.from_rmm)."""
+    if isinstance(upstream, DeviceMemoryResource):
+        return upstream
+    if _is_rmm_object(upstream):
+        from .rmm import from_rmm
+        return from_rmm(upstream)
+    if upstream is None:
+        raise TypeError("Argument `upstream_mr` must not be None")
+    raise TypeError("upstream_mr must be a memory resource object (rmmc.mr or rmm.mr), not %s"
+                    % type(upstream).__name__)
+
+
+class UpstreamResourceAdaptor(DeviceMemoryResource):
+    """The base of the layers over an upstream (RMM's): ``upstream_mr`` is
+    the upstream object, kept alive by the layer."""
+
+    def __init__(self, upstream_mr, *args, **kwargs):
+        raise TypeError("UpstreamResourceAdaptor is abstract: build one of its subclasses "
+                        "(PoolMemoryResource(upstream_mr), ...)")
 
 
 class CudaMemoryResource(DeviceMemoryResource):
@@ -178,15 +247,28 @@ PinnedHostMemoryResource = PinnedMemoryResource
 
 class CudaAsyncMemoryResource(DeviceMemoryResource):
     """cudaMallocAsync on a memory pool of its own: ``cuda_async(initial=,
-    release_threshold=)``."""
+    release_threshold=)``. enable_ipc / enable_fabric (a pool whose memory
+    exports POSIX file descriptors / fabric handles) take RMM's own
+    resource through the RMM bridge (rmmc.rmm.from_rmm), as rmmc's
+    cuda_async makes no shareable pool; NotSupportedError without RMM."""
 
-    def __init__(self, initial_pool_size=None, release_threshold=None, device=None):
-        spec = _layer("cuda_async",
-                      initial=None if initial_pool_size is None
-                      else _size(initial_pool_size, "initial_pool_size"),
-                      release_threshold=None if release_threshold is None
-                      else _size(release_threshold, "release_threshold"))
-        self._init_base(spec, device)
+    def __init__(self, initial_pool_size=None, release_threshold=None, enable_ipc=False,
+                 enable_fabric=False, device=None):
+        initial = None if initial_pool_size is None else _size(initial_pool_size,
+                                                               "initial_pool_size")
+        threshold = None if release_threshold is None else _size(release_threshold,
+                                                                 "release_threshold")
+        if enable_ipc or enable_fabric:
+            self._init_rmm("CudaAsyncMemoryResource", "enable_ipc/enable_fabric",
+                           initial_pool_size=initial, release_threshold=threshold,
+                           enable_ipc=bool(enable_ipc), enable_fabric=bool(enable_fabric))
+            return
+        self._init_base(_layer("cuda_async", initial=initial, release_threshold=threshold),
+                        device)
+
+    def pool_handle(self):
+        """The cudaMemPool_t behind it, as an int."""
+        return self._call(clib().rmmc_cuda_async_resource_pool) or 0
 
 
 class HostMemoryResource(DeviceMemoryResource):
@@ -200,84 +282,150 @@ class HostMemoryResource(DeviceMemoryResource):
 SystemMemoryResource = HostMemoryResource
 
 
-class PoolMemoryResource(DeviceMemoryResource):
-    """A coalescing pool over `upstream`: ``pool(initial=, max=)``.
+class PoolMemoryResource(UpstreamResourceAdaptor):
+    """A coalescing pool over `upstream_mr`: ``pool(initial=, max=)``.
+    initial_pool_size None: half the device's free memory, as RMM
+    (``initial=50%``; 0 over host memory, rmmc's addition);
     maximum_pool_size None: no limit."""
 
-    def __init__(self, upstream, initial_pool_size=None, maximum_pool_size=None):
+    def __init__(self, upstream_mr: Any, initial_pool_size: Union[int, str, None] = None,
+                 maximum_pool_size: Union[int, str, None] = None) -> None:
+        upstream_mr = _upstream(upstream_mr)
+        if initial_pool_size is not None:
+            initial = _size(initial_pool_size, "initial_pool_size")
+        else:
+            initial = "50%" if upstream_mr.resource.memory_kind in ("device", "managed") else None
         self._init_over(_layer(
-            "pool",
-            initial=None if initial_pool_size is None
-            else _size(initial_pool_size, "initial_pool_size"),
+            "pool", initial=initial,
             max=None if maximum_pool_size is None
-            else _size(maximum_pool_size, "maximum_pool_size")), upstream)
+            else _size(maximum_pool_size, "maximum_pool_size")), upstream_mr)
 
-    def pool_size(self):
+    def pool_size(self) -> int:
         """Bytes the pool holds from its upstream (RMM's pool_size())."""
         return int(self.figures().get("reserved", 0))
 
 
-class BinningMemoryResource(DeviceMemoryResource):
+class BinningMemoryResource(UpstreamResourceAdaptor):
     """Power-of-two bins from 2**min_size_exponent to 2**max_size_exponent
-    bytes, larger requests to `upstream`: ``binning(min=, max=)``. `bins`
-    (an rmmc addition) gives explicit bin sizes instead."""
+    bytes, larger requests to `upstream_mr`: ``binning(min=, max=)`` (-1,
+    RMM's default: rmmc's default bins, 256 B to 4 MiB). `bins` (an rmmc
+    addition) gives explicit bin sizes instead. add_bin() adds a bin while
+    the layer holds no memory."""
 
-    def __init__(self, upstream, min_size_exponent=None, max_size_exponent=None, bins=None):
+    def __init__(self, upstream_mr, min_size_exponent=-1, max_size_exponent=-1, bins=None):
         for name, e in (("min_size_exponent", min_size_exponent),
                         ("max_size_exponent", max_size_exponent)):
-            if e is not None and not 0 <= _args.integer(e, name) < 63:
-                raise InvalidArgumentError(-1, "%s must be an int in [0, 63), not %r" % (name, e))
+            if not -1 <= _args.integer(e, name) < 63:
+                raise InvalidArgumentError(-1, "%s must be an int in [-1, 63), not %r" % (name, e))
         if bins is not None and isinstance(bins, (str, bytes)):
             raise TypeError("bins is a list of sizes, not %s" % type(bins).__name__)
+        self._exponents = (min_size_exponent, max_size_exponent)
+        self._bins = None if bins is None else [_size(b, "bins") for b in bins]
+        self._added = []
+        self._build(_upstream(upstream_mr))
+
+    def _build(self, upstream):
+        lo, hi = self._exponents
+        use_exponents = self._bins is None and lo != -1 and hi != -1
         self._init_over(_layer(
             "binning",
-            min=None if min_size_exponent is None else 1 << min_size_exponent,
-            max=None if max_size_exponent is None else 1 << max_size_exponent,
-            bins=None if bins is None else ":".join(str(_size(b, "bins")) for b in bins)),
-            upstream)
+            min=(1 << lo) if use_exponents else None,
+            max=(1 << hi) if use_exponents else None,
+            bins=None if self._bins is None else ":".join(str(b) for b in self._bins)), upstream)
+
+    def add_bin(self, allocation_size, bin_resource=None):
+        """Adds a fixed_size bin of `allocation_size` blocks (RMM's add_bin).
+        rmmc rebuilds its bins, so the layer must hold no memory and nothing
+        else may use it yet (RmmcError IN_USE otherwise); a bin over another
+        resource (`bin_resource`) is NotSupportedError: rmmc's bins are
+        fixed_size layers over the binning's upstream."""
+        size = _size(allocation_size, "allocation_size")
+        if bin_resource is not None:
+            raise NotSupportedError(-5, "rmmc's bins are fixed_size layers over the binning's "
+                                    "upstream: a bin over another resource is not supported "
+                                    "(build that bin as its own stack)", "add_bin")
+        from ._lib import RmmcError
+        figures = self.figures()
+        with self.resource._use() as h:
+            # The registry, another layer or a copy of this object holds it
+            # when it has more than this object's one reference.
+            if figures.get("reserved", 0) or clib().rmmc_resource_refcount(h) > 1:
+                raise RmmcError(-10, "add_bin: the binning layer is in use (it holds memory, or "
+                                "another layer or the registry holds it): add bins before using "
+                                "it", "add_bin")
+            n = clib().rmmc_binning_resource_bin_count(h)
+            current = [clib().rmmc_binning_resource_bin_size(h, i) for i in range(n)]
+        self._bins = sorted(set(current + [(size + 255) // 256 * 256]))
+        old = self.resource
+        self._build(self.upstream_mr)
+        old.close()
+        self._added.append(size)
+
+    @property
+    def bin_mrs(self):
+        """Each bin as a FixedSizeMemoryResource object, smallest first."""
+        out = []
+        with self.resource._use() as h:
+            for i in range(clib().rmmc_binning_resource_bin_count(h)):
+                b = clib().rmmc_binning_resource_bin(h, i)
+                out.append(FixedSizeMemoryResource._wrap(Resource._adopt(b, "<bin %d of %s>" % (
+                    clib().rmmc_binning_resource_bin_size(h, i), self.spec))))
+        return out
 
 
-class FixedSizeMemoryResource(DeviceMemoryResource):
+class FixedSizeMemoryResource(UpstreamResourceAdaptor):
     """Blocks of block_size bytes, taken blocks_to_preallocate at a time:
     ``fixed_size(block=, blocks_per_chunk=)``."""
 
-    def __init__(self, upstream, block_size=1 << 20, blocks_to_preallocate=128):
+    def __init__(self, upstream_mr, block_size=1 << 20, blocks_to_preallocate=128):
         if _args.c_int(blocks_to_preallocate, "blocks_to_preallocate") < 1:
             raise InvalidArgumentError(-1, "blocks_to_preallocate must be an int >= 1, not %r"
                                        % (blocks_to_preallocate,))
         self._init_over(_layer("fixed_size", block=_size(block_size, "block_size"),
-                               blocks_per_chunk=blocks_to_preallocate), upstream)
+                               blocks_per_chunk=blocks_to_preallocate), upstream_mr)
 
 
-class ArenaMemoryResource(DeviceMemoryResource):
-    """Per-stream arenas over `upstream`: ``arena(max=)`` (arena_size: the
-    most taken from the upstream)."""
+class ArenaMemoryResource(UpstreamResourceAdaptor):
+    """Per-stream arenas over `upstream_mr`: ``arena(max=)`` (arena_size:
+    the most taken from the upstream). dump_log_on_failure: rmmc's
+    out-of-memory message always carries the arena's figures (RMM writes
+    them to its log only when asked); with it, the failure is also logged
+    to the "rmmc" logger (logging), as RMM logs its dump."""
 
-    def __init__(self, upstream, arena_size=None):
+    def __init__(self, upstream_mr, arena_size=None, dump_log_on_failure=False):
         self._init_over(_layer("arena", max=None if arena_size is None
-                               else _size(arena_size, "arena_size")), upstream)
+                               else _size(arena_size, "arena_size")), upstream_mr)
+        self._dump = bool(dump_log_on_failure)
+
+    def allocate(self, nbytes, stream=DEFAULT_STREAM):
+        try:
+            return self.resource.allocate(nbytes, stream)
+        except MemoryError as e:
+            if self._dump:
+                _log.error("rmmc arena %s: %s\n%s", self.spec, e, self.resource.status())
+            raise
 
 
-class LimitingResourceAdaptor(DeviceMemoryResource):
+class LimitingResourceAdaptor(UpstreamResourceAdaptor):
     """At most allocation_limit bytes outstanding: ``limiting(limit=)``."""
 
-    def __init__(self, upstream, allocation_limit):
+    def __init__(self, upstream_mr: Any, allocation_limit: Union[int, str]) -> None:
         self._init_over(_layer("limiting", limit=_size(allocation_limit, "allocation_limit")),
-                        upstream)
+                        upstream_mr)
 
-    def get_allocation_limit(self):
+    def get_allocation_limit(self) -> int:
         return self._call(clib().rmmc_limiting_adaptor_get_limit)
 
-    def get_allocated_bytes(self):
+    def get_allocated_bytes(self) -> int:
         return self._call(clib().rmmc_limiting_adaptor_get_used)
 
 
-class StatisticsResourceAdaptor(DeviceMemoryResource):
+class StatisticsResourceAdaptor(UpstreamResourceAdaptor):
     """Counts bytes and allocations, with a stack of counters
     (push_counters/pop_counters): ``statistics``."""
 
-    def __init__(self, upstream):
-        self._init_over("statistics", upstream)
+    def __init__(self, upstream_mr: Any) -> None:
+        self._init_over("statistics", upstream_mr)
 
     @property
     def allocation_counts(self):
@@ -297,13 +445,13 @@ class StatisticsResourceAdaptor(DeviceMemoryResource):
         return self._call(_pop)
 
 
-class TrackingResourceAdaptor(DeviceMemoryResource):
+class TrackingResourceAdaptor(UpstreamResourceAdaptor):
     """Records every outstanding allocation (and its call stack with
     capture_stacks): ``tracking(backtrace=)``."""
 
-    def __init__(self, upstream, capture_stacks=False):
+    def __init__(self, upstream_mr: Any, capture_stacks: bool = False) -> None:
         self._init_over(_layer("tracking", backtrace="true" if capture_stacks else None),
-                        upstream)
+                        upstream_mr)
 
     def get_allocated_bytes(self):
         return self._call(clib().rmmc_tracking_adaptor_get_outstanding_bytes)
@@ -318,17 +466,27 @@ class TrackingResourceAdaptor(DeviceMemoryResource):
               "get_outstanding_allocations")
         return out
 
-    def get_outstanding_allocations_str(self):
+    def get_outstanding_allocations_str(self) -> str:
         """The outstanding allocations, one per line."""
         return "".join("0x%x: %d bytes on stream 0x%x\n" % a
                        for a in self.get_outstanding_allocations())
 
+    def log_outstanding_allocations(self) -> None:
+        """Logs the outstanding allocations at debug level (RMM logs them
+        with its logger at debug): to the "rmmc" logger (logging) when
+        rmmc.should_log(rmmc.level_enum.debug)."""
+        from .logger import level_enum, should_log
+        if should_log(level_enum.debug):
+            _log.debug("Outstanding Allocations: %s", self.get_outstanding_allocations_str())
 
-class LoggingResourceAdaptor(DeviceMemoryResource):
-    """Writes every allocation and free to log_file_name in RMM's CSV
-    format: ``logging(path=)``."""
 
-    def __init__(self, upstream, log_file_name=None):
+class LoggingResourceAdaptor(UpstreamResourceAdaptor):
+    """Writes every allocation and free in RMM's CSV format to
+    log_file_name (default $RMM_LOG_FILE) with the device before its
+    extension, as RMM names it ("rmm.log" on device 0: "rmm.dev0.log",
+    made absolute): ``logging(path=)``."""
+
+    def __init__(self, upstream_mr: Any, log_file_name: Optional[str] = None) -> None:
         if log_file_name is None:
             log_file_name = os.environ.get("RMM_LOG_FILE")
         if isinstance(log_file_name, os.PathLike):
@@ -336,31 +494,36 @@ class LoggingResourceAdaptor(DeviceMemoryResource):
         if log_file_name is not None and not isinstance(log_file_name, str):
             raise TypeError("log_file_name must be a str, not %s" % type(log_file_name).__name__)
         if not log_file_name:
-            raise InvalidArgumentError(-1, "LoggingResourceAdaptor needs log_file_name (or "
-                                       "$RMM_LOG_FILE)")
+            raise InvalidArgumentError(-1, "RMM log file must be specified either using "
+                                       "log_file_name= argument or RMM_LOG_FILE environment "
+                                       "variable")
+        upstream_mr = _upstream(upstream_mr)
+        dev = getattr(self, "_for_device", None)
+        if dev is None:
+            dev = upstream_mr.device if upstream_mr.device >= 0 else _device(None)
+        stem, ext = os.path.splitext(log_file_name)
+        log_file_name = os.path.abspath("%s.dev%d%s" % (stem, dev, ext))
         if '"' in log_file_name:
             raise InvalidArgumentError(-1, "log_file_name may not contain '\"'")
         self._file_name = log_file_name
-        self._init_over('logging(path="%s")' % log_file_name, upstream)
+        self._init_over('logging(path="%s")' % log_file_name, upstream_mr)
 
-    def get_file_name(self):
+    def get_file_name(self) -> str:
         return self._file_name
 
-    def flush(self):
+    def flush(self) -> None:
         check(self._call(clib().rmmc_logging_adaptor_flush), "flush")
 
 
-class FailureCallbackResourceAdaptor(DeviceMemoryResource):
+class FailureCallbackResourceAdaptor(UpstreamResourceAdaptor):
     """Calls callback(nbytes) when `upstream` runs out of memory; a true
     result retries the allocation. (The spec form, failure_callback(
     retries=N), releases cached memory instead of calling Python.)"""
 
-    def __init__(self, upstream, callback):
+    def __init__(self, upstream_mr: Any, callback: Callable[[int], bool]) -> None:
         if not callable(callback):
             raise TypeError("callback must be callable")
-        if not isinstance(upstream, DeviceMemoryResource):
-            raise TypeError("upstream must be a memory resource object (rmmc.mr), not %s"
-                            % type(upstream).__name__)
+        upstream = _upstream(upstream_mr)
         self._callback = FAILURE_CB(lambda nbytes, _u: bool(callback(nbytes)))
         h = ctypes.c_void_p()
         with upstream.resource._use() as up:
@@ -374,32 +537,143 @@ class FailureCallbackResourceAdaptor(DeviceMemoryResource):
         self.upstream_mr = upstream
 
 
-class AlignedResourceAdaptor(DeviceMemoryResource):
+class AlignedResourceAdaptor(UpstreamResourceAdaptor):
     """Aligns allocations of at least alignment_threshold bytes to
     `alignment`: ``aligned(alignment=, threshold=)``."""
 
-    def __init__(self, upstream, alignment=None, alignment_threshold=None):
+    def __init__(self, upstream_mr, alignment=None, alignment_threshold=None):
         self._init_over(_layer("aligned",
                                alignment=None if alignment is None
                                else _size(alignment, "alignment"),
                                threshold=None if alignment_threshold is None
                                else _size(alignment_threshold, "alignment_threshold")),
-                        upstream)
+                        upstream_mr)
 
 
-class PrefetchResourceAdaptor(DeviceMemoryResource):
+class PrefetchResourceAdaptor(UpstreamResourceAdaptor):
     """Prefetches each allocation to the device: ``prefetch``."""
 
-    def __init__(self, upstream):
-        self._init_over("prefetch", upstream)
+    def __init__(self, upstream_mr):
+        self._init_over("prefetch", upstream_mr)
+
+
+class CudaAsyncViewMemoryResource(DeviceMemoryResource):
+    """cudaMallocFromPoolAsync from an existing pool (`pool_handle`: a
+    cudaMemPool_t or CUmemoryPool, as an int or a cuda-python handle),
+    never destroyed by this resource (rmmc_cuda_async_resource_create_view)."""
+
+    def __init__(self, pool_handle, device=None):
+        try:
+            pool = int(pool_handle)
+        except (TypeError, ValueError):
+            raise ValueError("pool_handle must be a cudaMemPool_t or CUmemoryPool") from None
+        h = ctypes.c_void_p()
+        dev = -1 if device is None else _device(device)
+        check(clib().rmmc_cuda_async_resource_create_view(dev, pool or None, ctypes.byref(h)),
+              "CudaAsyncViewMemoryResource")
+        self.resource = Resource._adopt(h.value, "cuda_async(view)")
+        clib().rmmc_resource_release(h.value)
+        self.spec = self.resource.spec
+        self.upstream_mr = None
+
+    def pool_handle(self):
+        return self._call(clib().rmmc_cuda_async_resource_pool) or 0
+
+
+class SamHeadroomMemoryResource(DeviceMemoryResource):
+    """RMM's system-allocated memory with `headroom` bytes of device memory
+    kept free (Grace Hopper's system memory): RMM's own resource through
+    the RMM bridge; NotSupportedError without RMM."""
+
+    def __init__(self, headroom):
+        self._init_rmm("SamHeadroomMemoryResource", "headroom=%r" % (headroom,),
+                       _size(headroom, "headroom"))
+
+
+class _Experimental:
+    """rmm.mr.experimental's names."""
+
+    class CudaAsyncManagedMemoryResource(DeviceMemoryResource):
+        """RMM's managed memory from a cudaMemPool (experimental in RMM):
+        RMM's own resource through the RMM bridge; NotSupportedError
+        without RMM."""
+
+        def __init__(self):
+            self._init_rmm("experimental.CudaAsyncManagedMemoryResource", "")
+
+        def pool_handle(self):
+            """The cudaMemPool_t of RMM's resource, as an int."""
+            return int(self.rmm_mr.pool_handle())
+
+    __all__ = ["CudaAsyncManagedMemoryResource"]
+
+
+experimental = _Experimental()
+
+# CallbackMemoryResource: an rmmc resource whose slots are Python callables
+# (resource_ops.h through ctypes). Every resource alive, by the address of
+# its base: the struct, its ops table and the callables, kept until destroy.
+_CALLBACK_RESOURCES: dict = {}
+# Destroyed ones, freed at the next construction: destroy runs inside one of
+# their own callbacks, whose code must outlive the call.
+_CALLBACK_DESTROYED: list = []
+
+
+class CallbackMemoryResource(DeviceMemoryResource):
+    """RMM's CallbackMemoryResource: allocate_func(nbytes, stream) returns
+    an address, deallocate_func(ptr, nbytes, stream) frees it; `stream` is
+    an rmmc.Stream. A Python call per allocation, as in RMM: for debugging
+    and tests. A MemoryError from allocate_func is rmmc's out of memory."""
+
+    def __init__(self, allocate_func: Callable[[int, Stream], int],
+                 deallocate_func: Callable[[int, int, Stream], None]) -> None:
+        if not callable(allocate_func) or not callable(deallocate_func):
+            raise TypeError("allocate_func and deallocate_func must be callable")
+        self._allocate_func, self._deallocate_func = allocate_func, deallocate_func
+
+        def fail(e, what):
+            status = -2 if isinstance(e, MemoryError) else -11
+            clib().rmmc_set_error(status, ("%s: %s: %s" % (what, type(e).__name__, e))
+                                  .replace("%", "%%").encode(errors="replace"))
+            return status
+
+        def allocate(_r, nbytes, _alignment, stream, out):
+            try:
+                out[0] = int(allocate_func(nbytes, Stream._from_handle(stream or 0))) or None
+                return 0
+            except BaseException as e:  # noqa: B902 (the status carries it)
+                return fail(e, "CallbackMemoryResource allocate_func")
+
+        def deallocate(_r, ptr, nbytes, _alignment, stream):
+            try:
+                deallocate_func(ptr or 0, nbytes, Stream._from_handle(stream or 0))
+                return 0
+            except BaseException as e:  # noqa: B902
+                return fail(e, "CallbackMemoryResource deallocate_func")
+
+        def destroy(r):
+            _CALLBACK_DESTROYED.append(_CALLBACK_RESOURCES.pop(r, None))
+
+        del _CALLBACK_DESTROYED[:]
+
+        ops = ResourceOps(version=1, name=b"callback", allocate=ALLOCATE_SLOT(allocate),
+                          deallocate=DEALLOCATE_SLOT(deallocate), destroy=DESTROY_SLOT(destroy))
+        base = ResourceBase()
+        clib().rmmc_resource_init(ctypes.byref(base), ctypes.byref(ops), 1, _device(None))
+        addr = ctypes.addressof(base)
+        _CALLBACK_RESOURCES[addr] = (base, ops)
+        self.resource = Resource._adopt(addr, "callback")
+        clib().rmmc_resource_release(addr)  # _adopt took its own reference
+        self.spec = "callback"
+        self.upstream_mr = None
 
 
 # The objects set through this module, by device: get_current_device_resource()
 # hands back the same object while the registry still holds its stack.
-_SET = {}
+_SET: dict = {}
 
 
-def get_per_device_resource(device):
+def get_per_device_resource(device: Optional[int]) -> DeviceMemoryResource:
     """The resource object of `device`'s registry entry (built from the
     default spec on first use). It holds a reference of its own, taken
     atomically with sets on other threads (the registry's stack stays
@@ -416,7 +690,7 @@ def get_per_device_resource(device):
         clib().rmmc_resource_release(h)
 
 
-def set_per_device_resource(device, mr):
+def set_per_device_resource(device: Optional[int], mr: DeviceMemoryResource) -> None:
     """Makes `mr` the registry's resource for `device` (what rmmc.torch,
     rmmc.cupy, rmmc_allocate and DeviceBuffer allocate from)."""
     if not isinstance(mr, DeviceMemoryResource):
@@ -453,31 +727,60 @@ def _set_per_device_resources(pairs):
         _SET[device] = mr
 
 
-def get_current_device_resource():
+def get_current_device_resource() -> DeviceMemoryResource:
     """The current device's resource object."""
     return get_per_device_resource(None)
 
 
-def set_current_device_resource(mr):
+def set_current_device_resource(mr: DeviceMemoryResource) -> None:
     """set_per_device_resource for the current device."""
     set_per_device_resource(None, mr)
 
 
-def get_current_device_resource_type():
+def get_current_device_resource_type() -> type:
     """The class of the current device's resource object."""
     return type(get_current_device_resource())
 
 
-def is_initialized(device=None):
+def is_initialized(device: Optional[int] = None) -> bool:
     """True once a resource was set for the device through this module or
     rmmc.reinitialize() (RMM's rmm.is_initialized())."""
     return _device(device) in _SET
 
 
-def available_device_memory(device=None):
+def available_device_memory(device: Optional[int] = None) -> Tuple[int, int]:
     """(free, total) bytes of the device. NoDeviceError without a GPU."""
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
     check(clib().rmmc_device_memory_info(-1 if device is None else _device(device),
                                          ctypes.byref(free), ctypes.byref(total)),
           "available_device_memory")
     return free.value, total.value
+
+
+def enable_logging(log_file_name: Optional[str] = None) -> None:
+    """Wraps each device's current resource (set through this module, or
+    device 0's) in a LoggingResourceAdaptor (RMM's enable_logging), unless
+    it is one: log_file_name (default $RMM_LOG_FILE) gets ".dev<N>"."""
+    devices = sorted(_SET) or [0]
+    built = []
+    for d in devices:
+        cur = get_per_device_resource(d)
+        if not isinstance(cur, LoggingResourceAdaptor):
+            built.append((d, LoggingResourceAdaptor(cur, log_file_name)))
+    for d, r in built:
+        set_per_device_resource(d, r)
+
+
+def disable_logging() -> None:
+    """Puts back the upstream of every device's LoggingResourceAdaptor set
+    through this module or reinitialize(logging=True)."""
+    for d, r in sorted(_SET.items()):
+        up = r.get_upstream() if isinstance(r, LoggingResourceAdaptor) else None
+        if up is not None:
+            set_per_device_resource(d, up)
+
+
+def get_log_filenames() -> Dict[int, Optional[str]]:
+    """{device: the log file of its LoggingResourceAdaptor, or None}."""
+    return {d: r.get_file_name() if isinstance(r, LoggingResourceAdaptor) else None
+            for d, r in sorted(_SET.items())}

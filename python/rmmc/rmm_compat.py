@@ -18,17 +18,19 @@ from . import mr as _mr
 __all__ = ["reinitialize", "reinitialize_spec", "is_initialized", "register_reinitialize_hook",
            "unregister_reinitialize_hook"]
 
-_HOOKS = []
+_HOOKS: list = []
 
 
 def _log_name(log_file_name, device):
-    # RMM names one log per device: "<stem>.dev<N><ext>".
+    """RMM's name for device `device`'s log: "<stem>.dev<N><ext>", absolute
+    (LoggingResourceAdaptor adds the suffix; reinitialize_spec writes it)."""
     if log_file_name is None:
         log_file_name = os.environ.get("RMM_LOG_FILE")
     if not log_file_name:
-        raise InvalidArgumentError(-1, "logging=True needs log_file_name (or $RMM_LOG_FILE)")
+        raise InvalidArgumentError(-1, "RMM log file must be specified either using "
+                                   "log_file_name= argument or RMM_LOG_FILE environment variable")
     stem, ext = os.path.splitext(log_file_name)
-    return "%s.dev%d%s" % (stem, device, ext)
+    return os.path.abspath("%s.dev%d%s" % (stem, device, ext))
 
 
 def _build(device, pool_allocator, managed_memory, initial_pool_size,
@@ -44,7 +46,11 @@ def _build(device, pool_allocator, managed_memory, initial_pool_size,
     if pool_allocator:
         r = _mr.PoolMemoryResource(r, initial_pool_size, maximum_pool_size)
     if logging:
-        r = _mr.LoggingResourceAdaptor(r, _log_name(log_file_name, device))
+        _log_name(log_file_name, device)  # refuse a missing name before anything is built
+        layer = _mr.LoggingResourceAdaptor.__new__(_mr.LoggingResourceAdaptor)
+        layer._for_device = device  # the device's suffix also over host memory
+        layer.__init__(r, log_file_name)
+        r = layer
     return r
 
 
@@ -54,10 +60,13 @@ def reinitialize(pool_allocator=False, managed_memory=False, initial_pool_size=N
     """RMM's rmm.reinitialize(): calls the registered hooks (last
     registered first), then for each of `devices` builds
     ``[logging >] [pool(initial=, max=) >] cuda|managed`` and makes it the
-    device's current resource. `base="host"` (an rmmc addition) builds over
-    host memory instead, for machines without a GPU. Nothing is installed
-    unless every device's stack builds and installs: a failure leaves
-    every device's resource as it was."""
+    device's current resource. Sizes as RMM reads them ("1GB" = 10**9,
+    "1GiB" = 2**30, or an int); initial_pool_size None is half the device's
+    free memory, as RMM; the log of device N is "<stem>.devN<ext>".
+    `base="host"` (an rmmc addition) builds over host memory instead, for
+    machines without a GPU. Nothing is installed unless every device's
+    stack builds and installs: a failure leaves every device's resource as
+    it was."""
     devs = _args.devices(devices)
     for func, args, kwargs in reversed(list(_HOOKS)):
         func(*args, **kwargs)
@@ -77,6 +86,8 @@ def reinitialize_spec(pool_allocator=False, managed_memory=False, initial_pool_s
         opts = []
         if initial_pool_size is not None:
             opts.append("initial=%d" % _mr._size(initial_pool_size, "initial_pool_size"))
+        elif base != "host":
+            opts.append("initial=50%")  # RMM's default: half the device's free memory
         if maximum_pool_size is not None:
             opts.append("max=%d" % _mr._size(maximum_pool_size, "maximum_pool_size"))
         parts.append("pool(%s)" % ", ".join(opts) if opts else "pool")

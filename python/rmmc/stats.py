@@ -26,7 +26,7 @@ from ._capi import clib
 from ._lib import Statistics as _Struct, check
 
 __all__ = ["Statistics", "enable_statistics", "get_statistics", "push_statistics",
-           "pop_statistics", "statistics", "ProfilerRecords", "profiler",
+           "pop_statistics", "statistics", "ProfilerRecords", "ProfilerContext", "profiler",
            "default_profiler_records"]
 
 FIGURES = ("current_bytes", "current_count", "peak_bytes", "peak_count", "total_bytes",
@@ -172,17 +172,17 @@ class ProfilerRecords:
 default_profiler_records = ProfilerRecords()
 
 
-class profiler:
+class ProfilerContext:
     """Records the memory a function or a block allocates through the
-    current device's resource: a decorator (``@profiler()``, named after
-    the function) or a context manager (``with profiler(name="x"):``).
-    Does nothing when statistics are not enabled (as RMM). Each block
-    has a scope of its own on the statistics layer (counting what the
+    current device's resource (RMM's ProfilerContext): a decorator, named
+    after the function when `name` is empty, or a context manager (a name
+    needed). Does nothing when statistics are not enabled (as RMM). Each
+    block has a scope of its own on the statistics layer (counting what the
     resource hands out, on any thread, while it runs), so blocks on many
     threads at once end in whatever order they finish."""
 
-    def __init__(self, *, records=None, name=""):
-        self.records = default_profiler_records if records is None else records
+    def __init__(self, records, name):
+        self.records = records
         self.name = name
         self._open = threading.local()  # this thread's open blocks: (layer object, scope id)
 
@@ -191,13 +191,14 @@ class profiler:
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            with profiler(records=self.records, name=name):
+            with ProfilerContext(self.records, name):
                 return func(*args, **kwargs)
         return wrapper
 
     def __enter__(self):
         if not self.name:
-            raise ValueError("a profiler used with 'with' needs name=")
+            raise ValueError("When profiler is used as a context manager, a name must be "
+                             "provided")
         mr = _current_statistics()
         opened = None
         if mr is not None:
@@ -220,3 +221,9 @@ class profiler:
                   "profiler")
             self.records.add(self.name, _from_struct(s))
         return False
+
+
+def profiler(*, records=default_profiler_records, name=""):
+    """RMM's profiler(): a ProfilerContext writing to `records` (default
+    default_profiler_records): ``@profiler()`` or ``with profiler(name="x"):``."""
+    return ProfilerContext(records, name)

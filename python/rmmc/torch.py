@@ -387,6 +387,81 @@ def _install_plugin():
     return alloc
 
 
+# PYTORCH_CUDA_ALLOC_CONF's keys that have an rmmc meaning (the rest are
+# named in one warning): the stack's pool options, or its base.
+_CONF_BOOL = {"True": "true", "true": "true", "False": "false", "false": "false"}
+
+
+def pytorch_conf_spec(conf):
+    """(spec or None, applied, ignored) for a PYTORCH_CUDA_ALLOC_CONF value
+    ("expandable_segments:True,max_split_size_mb:128"): the rmmc stack its
+    keys with an rmmc meaning describe (backend:cudaMallocAsync is
+    cuda_async; backend:native, expandable_segments and
+    garbage_collection_threshold are pool > cuda and its expandable and
+    gc_threshold options), the items applied, and the items with no rmmc
+    meaning (max_split_size_mb, roundup_power2_divisions, the pinned
+    allocator's keys, ...) or a value rmmc cannot read, each "key:value"."""
+    items = [i.strip() for i in (conf or "").split(",") if i.strip()]
+    applied, ignored, opts = [], [], []
+    base = None
+    for item in items:
+        key, _, value = item.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "backend" and value in ("cudaMallocAsync", "native"):
+            base = value
+            applied.append(item)
+        elif key == "expandable_segments" and value in _CONF_BOOL:
+            opts.append("expandable=" + _CONF_BOOL[value])
+            applied.append(item)
+        elif key == "garbage_collection_threshold":
+            try:
+                x = float(value)
+            except ValueError:
+                ignored.append(item)
+                continue
+            if not 0.0 < x < 1.0:
+                ignored.append(item)
+                continue
+            opts.append("gc_threshold=%s" % value)
+            applied.append(item)
+        else:
+            ignored.append(item)
+    if base == "cudaMallocAsync":
+        # PyTorch's async backend has no pool options: expandable and gc go.
+        moved = [i for i in applied if not i.startswith("backend")]
+        applied = [i for i in applied if i.startswith("backend")]
+        return "cuda_async", applied, ignored + moved
+    if base is None and not opts:
+        return None, applied, ignored
+    return ("pool(%s) > cuda" % ", ".join(opts) if opts else "pool > cuda"), applied, ignored
+
+
+def _apply_pytorch_conf(spec):
+    """The spec use() installs, given PYTORCH_CUDA_ALLOC_CONF: an explicit
+    spec (or RMMC_ALLOC_CONF, or rmmc.set_default) wins, and then no key
+    applies; otherwise the keys with an rmmc meaning make the stack. One
+    warning names what is not applied."""
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").strip()
+    if not conf:
+        return spec
+    from . import config_status
+    translated, applied, ignored = pytorch_conf_spec(conf)
+    explicit = spec is not None or os.environ.get("RMMC_ALLOC_CONF", "").strip() or \
+        config_status()[1] not in ("", "cuda")
+    if explicit:
+        ignored, applied, translated = applied + ignored, [], None
+    if ignored:
+        why = ("the rmmc stack comes from %s" % ("the spec given" if spec is not None else
+                                                "RMMC_ALLOC_CONF / rmmc.set_default")
+               if explicit else "they have no rmmc meaning")
+        warnings.warn("rmmc.torch: PYTORCH_CUDA_ALLOC_CONF's %s %s not applied (%s)%s"
+                      % (", ".join(ignored), "is" if len(ignored) == 1 else "are", why,
+                         "; %s %s: %s" % (", ".join(applied), "is" if len(applied) == 1
+                                          else "are", translated) if applied else ""),
+                      RuntimeWarning, stacklevel=3)
+    return translated if translated is not None else spec
+
+
 def use(spec=None, device=None, fraction=None, backend=None):
     """Makes rmmc PyTorch's CUDA allocator. `spec` (optional) becomes the
     default stack (rmmc.set_default(spec, device)); without one,
@@ -398,7 +473,10 @@ def use(spec=None, device=None, fraction=None, backend=None):
     "plugin" (CUDAPluggableAllocator), or None / "auto" (native, else the
     plug-in with a warning); RMMC_TORCH_BACKEND sets the default. Returns
     the NativeBackend or the CUDAPluggableAllocator. Raises RuntimeError if
-    PyTorch has initialized CUDA already."""
+    PyTorch has initialized CUDA already. PYTORCH_CUDA_ALLOC_CONF is read
+    where it has an rmmc meaning (pytorch_conf_spec: the stack, when no
+    spec, RMMC_ALLOC_CONF or default was given) and what it cannot apply is
+    named in one warning."""
     global _backend
     choice = (backend or os.environ.get("RMMC_TORCH_BACKEND") or "auto").strip().lower()
     if choice not in ("auto", "native", "plugin"):
@@ -411,6 +489,7 @@ def use(spec=None, device=None, fraction=None, backend=None):
     if torch.cuda.is_initialized():
         raise RuntimeError("rmmc.torch.use() must run before PyTorch initializes CUDA (it did "
                            "already: call use() first thing, before any tensor goes to the GPU)")
+    spec = _apply_pytorch_conf(spec)
     result = failure = None
     if choice != "plugin":
         try:

@@ -48,7 +48,7 @@ static rmmc_status_t parse_error(const parser_t *p, size_t col, size_t len, cons
     ;
 
 static rmmc_status_t parse_error(const parser_t *p, size_t col, size_t len, const char *fmt, ...) {
-  char what[512], caret[160];
+  char what[640], caret[160];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
@@ -91,11 +91,22 @@ static const rmmc__spec_option_t *find_option(const rmmc__spec_entry_t *e, const
   return NULL;
 }
 
+/* The resource's option names, comma-separated, into buf (len >= 8). A
+ * name is never cut: where the next one would not fit with room for
+ * ", ..." after it, the list ends in ", ..." instead. */
 static void list_options(const rmmc__spec_entry_t *e, char *buf, size_t len) {
+  static const char more[] = ", ...";
   size_t n = 0;
   buf[0] = '\0';
-  for (const rmmc__spec_option_t *o = e->options; o != NULL && o->name != NULL; o++)
-    n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", n ? ", " : "", o->name);
+  for (const rmmc__spec_option_t *o = e->options; o != NULL && o->name != NULL; o++) {
+    size_t need = (n ? 2 : 0) + strlen(o->name);
+    bool last = o[1].name == NULL;
+    if (n + need + (last ? 0 : sizeof more - 1) >= len) {
+      memcpy(buf + n, more + (n ? 0 : 2), sizeof more - (n ? 0 : 2));
+      return;
+    }
+    n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", o->name);
+  }
   if (n == 0) snprintf(buf, len, "none");
 }
 
@@ -211,7 +222,7 @@ static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
     if (klen == 0) return parse_error(p, kcol, 1, "expected an option name");
     const rmmc__spec_option_t *o = find_option(l->entry, p->spec + kcol, klen);
     if (o == NULL) {
-      char names[256];
+      char names[384];
       list_options(l->entry, names, sizeof names);
       const char *near = rmmc__suggest_option(l->entry, p->spec + kcol, klen);
       if (near != NULL)

@@ -56,3 +56,27 @@ except MemoryError as e:
     print(type(e).__name__, isinstance(e, rmmc.OutOfMemoryError), e.status)
 ''')
     assert "OutOfMemoryError True -2" in r.stdout, r.stdout + r.stderr
+
+
+def test_allocations_follow_cupys_current_stream():
+    r = run_python(r'''
+import cupy, rmmc, rmmc.cupy
+malloc = rmmc.cupy.use("statistics > pool > cuda")
+s1, s2 = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+with s1:
+    a = cupy.arange(1 << 20, dtype=cupy.float32) * 2
+with s2:
+    b = cupy.arange(1 << 20, dtype=cupy.float32) * 3
+c = cupy.ones(16)
+assert {s1.ptr, s2.ptr} <= set(malloc.streams), malloc.streams
+assert cupy.cuda.get_current_stream().ptr in malloc.streams
+with s1:
+    assert float(a.sum()) == float(cupy.arange(1 << 20, dtype=cupy.float32).sum()) * 2
+del a, b
+s1.synchronize(); s2.synchronize()
+fixed = rmmc.cupy.use(stream=s1)
+d = cupy.zeros(10)
+assert list(fixed.streams) == [s1.ptr], fixed.streams
+print("ok")
+''')
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr

@@ -9,6 +9,7 @@ rmmc's out-of-memory message while the cluster keeps serving. Skipped
 without dask.distributed (scripts/check-python installs it)."""
 import ctypes
 import glob
+import importlib.util
 import os
 import re
 
@@ -25,45 +26,75 @@ import rmmc.dask  # noqa: E402
 MiB = 1 << 20
 
 
-def test_spec_from_dask_cuda_options():
+def test_spec_from_dask_cuda_options_with_dask_cudas_meaning():
     f = rmmc.dask.spec_from_options
     assert f() == "cuda"
-    assert f(rmm_pool_size="1GiB") == "pool(initial=1GiB) > cuda"
-    assert f(rmm_pool_size=1 << 30, rmm_maximum_pool_size="80%") == \
-        "pool(initial=1073741824B, max=80%) > cuda"
-    assert f(rmm_pool_size="2GiB", rmm_managed_memory=True) == "pool(initial=2GiB) > managed"
+    # Sizes through dask's parse_bytes, aligned down to 256 as dask-cuda does.
+    assert f(rmm_pool_size="1GiB") == "pool(initial=1073741824) > cuda"
+    assert f(rmm_pool_size="5000M") == "pool(initial=5000000000) > cuda"
+    assert f(rmm_pool_size="1GB", rmm_maximum_pool_size="2GB") == \
+        "pool(initial=1000000000, max=2000000000) > cuda"
+    assert f(rmm_pool_size=1000) == "pool(initial=768) > cuda"
+    # A float in (0, 1] is a fraction of the device's TOTAL memory.
+    total = 80 * 2 ** 30
+    assert f(rmm_pool_size=0.5, total_memory=total) == "pool(initial=%d) > cuda" % (total // 2)
+    assert f(rmm_pool_size="0.25", rmm_maximum_pool_size=1.0, total_memory=total) == \
+        "pool(initial=%d, max=%d) > cuda" % (total // 4, total)
+    assert f(rmm_pool_size=1, total_memory=total) == "pool(initial=0) > cuda"  # int 1: one byte
+    # 0 and None are unset; a maximum without a pool is ignored, as dask-cuda ignores it.
+    assert f(rmm_pool_size=0, rmm_maximum_pool_size="2GiB") == "cuda"
+    assert f(rmm_maximum_pool_size="2GiB") == "cuda"
+    assert f(rmm_managed_memory=True, rmm_maximum_pool_size="2GiB") == "managed"
+    assert f(rmm_pool_size="2GiB", rmm_managed_memory=True) == "pool(initial=2147483648) > managed"
     assert f(rmm_async=True) == "cuda_async"
-    assert f(rmm_async=True, rmm_pool_size="1GiB", rmm_release_threshold="4GiB") == \
-        "cuda_async(initial=1GiB, release_threshold=4GiB)"
-    assert f(rmm_async=True, rmm_maximum_pool_size="8GiB") == "limiting(limit=8GiB) > cuda_async"
+    assert f(rmm_async=True, rmm_release_threshold="4GiB", rmm_maximum_pool_size="8GiB") == \
+        "limiting(limit=8589934592) > cuda_async(release_threshold=4294967296)"
     assert f(rmm_track_allocations=True, rmm_pool_size="1MiB", base="host") == \
-        "tracking > pool(initial=1MiB) > host"
-    assert f(rmm_log_directory="/tmp/logs", worker_name="tcp://10.0.0.1:4000",
-             rmm_track_allocations=True) == \
-        'tracking > logging(path="/tmp/logs/rmmc_log.tcp___10.0.0.1_4000.csv") > cuda'
+        "tracking > pool(initial=1048576) > host"
+    # dask-cuda's log names: rmm_log_<worker name's last part>.dev<device>.txt,
+    # logging only where dask-cuda sets RMM up (a pool, managed memory, async).
+    assert f(rmm_log_directory="/tmp/logs", worker_name="tcp://10.0.0.1:4000/w3",
+             rmm_pool_size="1MiB", rmm_track_allocations=True) == \
+        'tracking > logging(path="/tmp/logs/rmm_log_w3.dev0.txt") > pool(initial=1048576) > cuda'
+    assert f(rmm_log_directory="/tmp/logs", worker_name=2, device=1, rmm_managed_memory=True) == \
+        'logging(path="/tmp/logs/rmm_log_2.dev1.txt") > managed'
+    assert f(rmm_log_directory="/tmp/logs", worker_name=2) == "cuda"
+    assert f(rmm_allocator_external_lib_list="torch, cupy") == "cuda"
     for spec in (f(rmm_pool_size="1GiB", rmm_maximum_pool_size="2GiB", rmm_track_allocations=True,
                    rmm_log_directory="/tmp/x", worker_name=3),
-                 f(rmm_async=True, rmm_pool_size="1GiB", rmm_release_threshold="2GiB"),
-                 f(rmm_pool_size="1GiB", rmm_managed_memory=True)):
+                 f(rmm_async=True, rmm_release_threshold="2GiB"),
+                 f(rmm_pool_size=0.1, rmm_managed_memory=True, total_memory=total)):
         rmmc.validate(spec)  # every spec the mapping writes parses
 
 
-def test_options_dask_cuda_refuses_are_refused():
+def test_options_dask_cuda_refuses_and_warns_about():
     f = rmmc.dask.spec_from_options
-    with pytest.raises(ValueError, match="rmm_maximum_pool_size requires rmm_pool_size"):
-        f(rmm_maximum_pool_size="2GiB")
-    with pytest.raises(ValueError, match="rmm_release_threshold requires rmm_async"):
+    with pytest.raises(ValueError, match="`rmm_release_threshold` requires `rmm_async`"):
         f(rmm_pool_size="1GiB", rmm_release_threshold="1GiB")
-    with pytest.raises(ValueError, match="cannot be combined"):
+    with pytest.raises(ValueError, match="`rmm_managed_memory` is incompatible with the `rmm_async`"):
         f(rmm_async=True, rmm_managed_memory=True)
-    with pytest.raises(TypeError):
-        f(rmm_pool_size=1.5)
+    with pytest.warns(FutureWarning, match="'rmm_pool_size' is not needed when 'rmm_async'"):
+        assert f(rmm_async=True, rmm_pool_size="1GiB") == "cuda_async(initial=1073741824)"
+    with pytest.raises(ValueError, match="Could not interpret"):
+        f(rmm_pool_size="80%")  # dask's parse_bytes has no percentages
+    with pytest.raises(ValueError, match="Could not interpret 'zz' as a byte unit"):
+        f(rmm_pool_size="1zz")
     with pytest.raises(ValueError):
-        f(rmm_pool_size=-1)
+        f(rmm_pool_size=-1024)
+    with pytest.raises(TypeError):
+        f(rmm_pool_size=[1])
+    with pytest.raises(ValueError, match="The library 'jax' is not supported"):
+        f(rmm_allocator_external_lib_list=["jax"])
+    with pytest.raises(ValueError, match="comma-separated string or a list"):
+        f(rmm_allocator_external_lib_list=("cupy",))
     with pytest.raises(ValueError, match="spec or dask-cuda's options"):
         rmmc.dask.RmmcPlugin("pool > host", rmm_pool_size="1GiB")
     with pytest.raises(ValueError):  # refused where it is made, not on every worker
         rmmc.dask.RmmcPlugin(rmm_release_threshold="1GiB")
+    p = rmmc.dask.RmmcPlugin(rmm_pool_size=0.5)  # a fraction: resolved on each worker
+    assert p.options == {"rmm_pool_size": 0.5}
+    p = rmmc.dask.RmmcPlugin(rmm_allocator_external_lib_list="cupy")
+    assert (p.cupy, p.torch) == (True, False)  # the listed frameworks, and only those
     p = rmmc.dask.RmmcPlugin("pool > host", per_worker={"1": "limiting(limit=1MiB) > host"})
     assert p.worker_spec(1) == p.worker_spec("1") == "limiting(limit=1MiB) > host"
     assert p.worker_spec("0") == "pool > host"
@@ -89,6 +120,15 @@ def _allocate_through_rmmc(nbytes):
     p = r.allocate(nbytes)
     r.deallocate(p, nbytes)
     return nbytes
+
+
+HAVE_RMM = importlib.util.find_spec("rmm") is not None
+
+
+def _rmm_resource_is_rmmcs():
+    import rmm
+    with rmmc.get_default(0) as r:
+        return rmm.mr.get_per_device_resource(0).handle == r.handle
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +165,15 @@ def test_pipeline_through_each_workers_stack_equals_numpy(client):
     assert len(figures) == 2
     for f in figures.values():
         assert f["stack"] == "statistics > pool > host" and f["live"] == 0
-        assert f["spec"] == "statistics > pool(initial=1MiB) > host" and f["routed"] == "-"
+        assert f["spec"] == "statistics > pool(initial=1MiB) > host"
+        assert f["routed"] == ("rmm" if HAVE_RMM else "-")
         assert f["reserved"] >= MiB
     # Both workers took blocks (8 of them, spread by the scheduler), each
     # through its own stack: a block is 50 x 300 x 8 bytes.
     assert sum(f["peak_live"] > 0 for f in figures.values()) == 2
     assert max(f["peak_live"] for f in figures.values()) >= 50 * 300 * 8
+    if HAVE_RMM:  # RMM's current resource on each worker is the worker's rmmc stack
+        assert all(client.run(_rmm_resource_is_rmmcs).values())
     table = rmmc.dask.figures_table(client)
     lines = table.splitlines()
     assert lines[0].split()[:3] == ["worker", "gpu", "stack"]
@@ -150,8 +193,8 @@ def test_dask_cuda_options_log_and_track_per_worker(client, tmp_path):
     for f in figures.values():
         assert f["stack"] == "tracking > logging > pool > host"
     rmmc.dask.install(client, "pool > host", cupy=False, torch=False)  # replaces: closes the logs
-    files = sorted(glob.glob(os.path.join(logs, "rmmc_log.*.csv")))
-    assert [os.path.basename(p) for p in files] == ["rmmc_log.0.csv", "rmmc_log.1.csv"]
+    files = sorted(glob.glob(os.path.join(logs, "rmm_log_*")))
+    assert [os.path.basename(p) for p in files] == ["rmm_log_0.dev0.txt", "rmm_log_1.dev0.txt"]
     for name, path in zip(("0", "1"), files):
         text = open(path).read()
         # RMM's CSV, one file per worker, with that worker's request

@@ -15,7 +15,7 @@ from conftest import run_python
 
 def test_version_matches_the_library():
     assert re.fullmatch(r"\d+\.\d+\.\d+", rmmc.version())
-    assert rmmc.__version__ == rmmc.version() == "0.3.0"
+    assert rmmc.__version__ == rmmc.version() == "0.4.0"
     assert os.path.basename(rmmc.library_path()).startswith("librmmc.so")
 
 

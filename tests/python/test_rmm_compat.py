@@ -137,8 +137,8 @@ def test_tracking_adaptor_lists_outstanding_allocations():
 
 
 def test_logging_adaptor_writes_rmm_csv(tmp_path):
-    path = str(tmp_path / "log.csv")
-    lg = mr.LoggingResourceAdaptor(mr.HostMemoryResource(), log_file_name=path)
+    lg = mr.LoggingResourceAdaptor(mr.HostMemoryResource(), log_file_name=str(tmp_path / "log.csv"))
+    path = str(tmp_path / "log.dev0.csv")  # RMM's name: the device before the extension
     assert lg.get_file_name() == path
     p = lg.allocate(2048)
     lg.deallocate(p, 2048)
@@ -147,7 +147,7 @@ def test_logging_adaptor_writes_rmm_csv(tmp_path):
     assert lines[0].startswith("Thread,Time,Action,Pointer,Size,Stream")
     assert ",allocate," in lines[1] and ",2048," in lines[1]
     assert ",free," in lines[2]
-    with pytest.raises(rmmc.InvalidArgumentError, match="needs log_file_name"):
+    with pytest.raises(rmmc.InvalidArgumentError, match="RMM log file must be specified"):
         mr.LoggingResourceAdaptor(mr.HostMemoryResource(), log_file_name="")
 
 
@@ -173,12 +173,17 @@ def test_failure_callback_adaptor_calls_python_and_retries():
 
 def test_bad_arguments_are_clear_errors():
     host = mr.HostMemoryResource()
-    with pytest.raises(TypeError, match="upstream must be a memory resource object"):
+    with pytest.raises(TypeError, match="upstream_mr must be a memory resource object"):
         mr.PoolMemoryResource("host")
+    with pytest.raises(TypeError, match="must not be None"):
+        mr.PoolMemoryResource(None)
     with pytest.raises(TypeError, match="int\\) or a size"):
         mr.PoolMemoryResource(host, initial_pool_size=1.5)
-    with pytest.raises(rmmc.ParseError, match="is not a size"):
-        mr.PoolMemoryResource(host, initial_pool_size="1GB")
+    # Sizes as RMM's parse_bytes reads them: "1GB" is 10**9, "1G" is refused.
+    assert mr.PoolMemoryResource(upstream_mr=host, initial_pool_size="1MB").spec == \
+        "pool(initial=1000000) > host"
+    with pytest.raises(rmmc.InvalidArgumentError, match="Could not parse 1G as a byte"):
+        mr.PoolMemoryResource(host, initial_pool_size="1G")
     with pytest.raises(rmmc.InvalidArgumentError, match=">= 0"):
         mr.LimitingResourceAdaptor(host, -1)
     with pytest.raises(rmmc.InvalidArgumentError, match="min_size_exponent"):
@@ -278,8 +283,13 @@ def test_reinitialize_specs_for_gpu_stacks_and_bad_input():
     rmmc.validate(rmmc.reinitialize_spec(pool_allocator=True, maximum_pool_size="1GiB"))
     with pytest.raises(rmmc.InvalidArgumentError, match="device numbers"):
         rmmc.reinitialize(devices=[-1], base="host")
-    with pytest.raises(rmmc.InvalidArgumentError, match="needs log_file_name"):
+    with pytest.raises(rmmc.InvalidArgumentError, match="RMM log file must be specified"):
         rmmc.reinitialize(logging=True, base="host")
+    # RMM's defaults and sizes: half the free memory, "1GB" = 10**9.
+    assert rmmc.reinitialize_spec(pool_allocator=True) == "pool(initial=50%) > cuda"
+    assert rmmc.reinitialize_spec(pool_allocator=True, initial_pool_size="1GB",
+                                  maximum_pool_size="2GB") == \
+        "pool(initial=1000000000, max=2000000000) > cuda"
     with pytest.raises(rmmc.InvalidArgumentError, match="base is None"):
         rmmc.reinitialize(base="disk")
     assert not rmmc.is_initialized()  # nothing was installed by the failures
@@ -341,7 +351,7 @@ def test_device_buffer_copies_and_resizes():
     assert b.size == len(b) == b.nbytes == 10 and b.memory_kind == "host"
     assert b.tobytes() == b"hello rmmc"
     b.copy_from_host(b"HELLO")
-    assert b.copy_to_host() == bytearray(b"HELLO rmmc")
+    assert bytes(b.copy_to_host()) == b"HELLO rmmc"  # a NumPy array, as RMM's
     out = bytearray(16)
     assert b.copy_to_host(out) is out and out[:10] == b"HELLO rmmc"
     b.resize(4)

@@ -633,6 +633,8 @@ class PythonLayer(RuleBasedStateMachine):
                     b.close()
                 except rmmc.NoDeviceError:
                     pass  # nothing set yet
+                except rmmc.OutOfMemoryError:
+                    pass  # a stack that cannot serve 512 bytes (binning > limiting(1MiB): 2 MiB chunks)
                 except Exception as e:  # noqa: BLE001 - checked below
                     errors.append(repr(e))
 

@@ -31,6 +31,8 @@ STRUCTS = {
     _lib.SleepState: "rmmc_pool_sleep_state_t",
     _capi.Buffer: "rmmc_buffer_t",
     _capi.TrackedAllocation: "rmmc_tracked_allocation_t",
+    _capi.ResourceOps: "rmmc_resource_ops_t",
+    _capi.ResourceBase: "rmmc_resource_t",
 }
 # Python value -> C expression.
 CONSTANTS = {
@@ -42,7 +44,7 @@ CONSTANTS = {
     "FIELD_TEXT": (_lib.FIELD_TEXT, "RMMC_FIELD_TEXT"),
 }
 HEADERS = ["resource.h", "statistics_adaptor.h", "plugins.h", "ipc.h", "buffer.h",
-           "tracking_adaptor.h", "status.h", "pool_resource.h"]
+           "tracking_adaptor.h", "status.h", "pool_resource.h", "resource_ops.h"]
 
 
 def cuda_include():
