@@ -49,9 +49,20 @@ static rmmc_status_t make_over(rmmc_resource_t *up, rmmc_pool_options_t *o, rmmc
 
 /* ---- conformance ---- */
 
+/* make_over with a faulty layer between the vmspy and `up`, so that the
+ * battery can refuse the pool's unmaps and maps (its sleep checks). */
+static rmmc_status_t make_conf(rmmc_resource_t *up, rmmc_pool_options_t *o, rmmc_resource_t **out) {
+  rmmc_resource_t *fy;
+  rmmc_status_t st = faulty_create(up, &fy);
+  if (st != RMMC_SUCCESS) return st;
+  st = make_over(fy, o, NULL, out);
+  rmmc_resource_release(fy);
+  return st;
+}
+
 static rmmc_status_t make_default(rmmc_resource_t *up, rmmc_resource_t **out) {
   rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
-  return make_over(up, &o, NULL, out);
+  return make_conf(up, &o, out);
 }
 
 static rmmc_status_t make_tight(rmmc_resource_t *up, rmmc_resource_t **out) {
@@ -61,7 +72,7 @@ static rmmc_status_t make_tight(rmmc_resource_t *up, rmmc_resource_t **out) {
   o.small_chunk = 128 * KiB;
   o.cache_size = 0;
   o.address_space = 16 * MiB; /* requests past it take more reservations */
-  return make_over(up, &o, NULL, out);
+  return make_conf(up, &o, out);
 }
 
 static rmmc_status_t make_unseparated(rmmc_resource_t *up, rmmc_resource_t **out) {
@@ -70,7 +81,7 @@ static rmmc_status_t make_unseparated(rmmc_resource_t *up, rmmc_resource_t **out
   o.release_before_grow = false;
   o.initial_size = 1 * MiB;
   o.event_interval = 64;
-  return make_over(up, &o, NULL, out);
+  return make_conf(up, &o, out);
 }
 
 static const conformance_case_t cases[] = {

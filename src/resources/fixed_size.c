@@ -31,7 +31,10 @@
  * upstream and so to the graph pool, whichever stream frees it and whether
  * or not the routing has ended. A graph's block thus never enters a free
  * list, and a capture never gets a block another stream freed. Deallocate
- * looks in that map only for a pointer that is none of its blocks.
+ * looks in that map only for a pointer that is none of its blocks. The same
+ * path serves every call while the pool below is paused (its pages, those
+ * of the free lists included, are unmapped): the pool refuses it, and the
+ * free lists serve again once it resumes.
  */
 #include <limits.h>
 #include <stdlib.h>

@@ -83,7 +83,7 @@ static bool seg_insert(pool_region_t *r, uintptr_t addr, size_t size) {
   }
   size_t i = pool_seg_lower_bound(r, addr);
   memmove(r->segs + i + 1, r->segs + i, (r->nsegs - i) * sizeof *r->segs);
-  r->segs[i] = (pool_seg_t){addr, size, SEG_ON};
+  r->segs[i] = (pool_seg_t){addr, size, SEG_ON, 0};
   r->nsegs++;
   return true;
 }
@@ -488,26 +488,33 @@ take_back: {
 
 /* ---- sleep mode (sleep.c has the whole of it) ---- */
 
-/* Unmaps every mapping that is on, lowest first, each announced before it
- * goes; one the upstream refuses stays on (announced held again) and the
- * rest still go. Returns the first refusal's status and message. */
-static rmmc_status_t vm_sleep(pool_t *p) {
+/* Unmaps every mapping of `which` that is on, lowest first, each announced
+ * before it goes; one the upstream refuses stays on (announced held again)
+ * and the rest still go, except that POOL_SLEEP_LIVE stops at a refusal
+ * met before any of its mappings went (the pause can then still go back
+ * with every live block intact). Returns the first refusal's status and
+ * message; *gone grows by the bytes unmapped. */
+static rmmc_status_t vm_sleep(pool_t *p, int which, size_t *gone) {
   rmmc_status_t first = RMMC_SUCCESS;
   rmmc__error_state_t why;
   size_t refused = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next)
     for (size_t i = 0; i < r->nsegs; i++) {
       pool_seg_t *s = &r->segs[i];
-      if (s->off != SEG_ON) continue;
+      if (s->off != SEG_ON || (which != POOL_SLEEP_ALL && s->live != (which == POOL_SLEEP_LIVE)))
+        continue;
       rmmc_status_t st = unmap_announced(p, s->addr, s->size);
       if (st != RMMC_SUCCESS) {
         if (refused++ == 0) first = st, rmmc__error_save(&why);
+        if (which == POOL_SLEEP_LIVE && *gone == 0) goto done;
         continue;
       }
       s->off = SEG_OFF;
       p->off_bytes += s->size;
       p->page_unmaps++;
+      *gone += s->size;
     }
+done:
   if (first != RMMC_SUCCESS) {
     rmmc__error_restore(&why);
     rmmc__append_error(" (the upstream refused to unmap %zu of the pool's mappings)", refused);
