@@ -582,6 +582,11 @@ RMMC_API rmmc_status_t rmmc_fixed_size_resource_create(rmmc_resource_t *upstream
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "fixed_size_resource_create: %zu blocks of %zu bytes overflow a chunk",
                           o.blocks_per_chunk, o.block_size);
+  if (o.blocks_per_chunk > RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "fixed_size_resource_create: blocks_per_chunk %zu is above %zu (each "
+                          "block's descriptor is made on the host when its chunk is taken)",
+                          o.blocks_per_chunk, RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK);
   fixed_size_t *fs = calloc(1, sizeof *fs);
   if (fs == NULL)
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "fixed_size_resource_create: no host memory");
