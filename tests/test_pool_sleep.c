@@ -81,6 +81,13 @@ static void rec_add(rec_t *r, int acquire, void *p, size_t n) {
 static void on_acq(void *p, size_t n, void *u) { rec_add(u, 1, p, n); }
 static void on_rel(void *p, size_t n, void *u) { rec_add(u, 0, p, n); }
 
+/* What is held now, by the hooks' count: acquires less releases. */
+static size_t hooks_held(const rec_t *r) {
+  size_t held = 0;
+  for (size_t i = 0; i < r->n; i++) held += r->ev[i].acquire ? r->ev[i].bytes : -r->ev[i].bytes;
+  return held;
+}
+
 /* ---- fixture ---- */
 
 typedef struct fix {
@@ -330,10 +337,7 @@ START_TEST(test_pool_sleep_frees_while_paused) {
   ck_assert(pool_filled(c, 3 * PAGE, 3));
   CHECK_POOL(f.pool);
   /* The hooks' balance: what is held now is registered. */
-  size_t held = 0;
-  for (size_t i = 0; i < f.rec->n; i++)
-    held += f.rec->ev[i].acquire ? f.rec->ev[i].bytes : -f.rec->ev[i].bytes;
-  ck_assert_uint_eq(held, 13 * PAGE);
+  ck_assert_uint_eq(hooks_held(f.rec), 13 * PAGE);
   free_ok(f.pool, a, 10 * PAGE, NULL);
   free_ok(f.pool, c, 3 * PAGE, STREAM(1));
   fix_close(&f);
@@ -460,13 +464,6 @@ END_TEST
 /* ---- issue 41, F15: a failed pause or resume loses nothing ---- */
 
 static const char *mode_text(int mode) { return mode == RMMC_POOL_PAUSE_BACKUP ? "backup" : "discard"; }
-
-/* What is held now, by the hooks' count: acquires less releases. */
-static size_t hooks_held(const rec_t *r) {
-  size_t held = 0;
-  for (size_t i = 0; i < r->n; i++) held += r->ev[i].acquire ? r->ev[i].bytes : -r->ev[i].bytes;
-  return held;
-}
 
 START_TEST(test_pool_sleep_finding_discard_refused_second_of_three) {
   /* The finding: three live 1 MiB blocks on three mappings, a discard pause
@@ -1132,28 +1129,29 @@ static rmmc_status_t sleeping_pool(rmmc_resource_t *up, bool arena, rmmc_resourc
   return st;
 }
 
-static rmmc_status_t make_binning_over_pool(rmmc_resource_t *up, rmmc_resource_t **out) {
+/* binning(max=16KiB) over the pool, or fixed_size(block=64KiB) over the
+ * arena. Bins up to 16 KiB: the battery's 30,000 streams cost each bin a
+ * stream slot, and its 64 KiB blocks go to the pool. */
+static rmmc_status_t cached_over_sleeping(rmmc_resource_t *up, bool arena, rmmc_resource_t **out) {
   rmmc_resource_t *pool;
-  rmmc_status_t st = sleeping_pool(up, false, &pool);
+  rmmc_status_t st = sleeping_pool(up, arena, &pool);
   if (st != RMMC_SUCCESS) return st;
-  /* Bins up to 16 KiB: the battery's 30,000 streams cost each bin a
-   * stream slot, and its 64 KiB blocks go to the pool. */
-  rmmc_binning_options_t o = RMMC_BINNING_OPTIONS_INIT;
-  o.max_bin = 16 * KiB;
-  st = rmmc_binning_resource_create(pool, &o, out);
+  rmmc_binning_options_t b = RMMC_BINNING_OPTIONS_INIT;
+  rmmc_fixed_size_options_t f = RMMC_FIXED_SIZE_OPTIONS_INIT;
+  b.max_bin = 16 * KiB;
+  f.block_size = 64 * KiB;
+  st = arena ? rmmc_fixed_size_resource_create(pool, &f, out)
+             : rmmc_binning_resource_create(pool, &b, out);
   rmmc_resource_release(pool);
   return st;
 }
 
+static rmmc_status_t make_binning_over_pool(rmmc_resource_t *up, rmmc_resource_t **out) {
+  return cached_over_sleeping(up, false, out);
+}
+
 static rmmc_status_t make_fixed_size_over_arena(rmmc_resource_t *up, rmmc_resource_t **out) {
-  rmmc_resource_t *arena;
-  rmmc_status_t st = sleeping_pool(up, true, &arena);
-  if (st != RMMC_SUCCESS) return st;
-  rmmc_fixed_size_options_t o = RMMC_FIXED_SIZE_OPTIONS_INIT;
-  o.block_size = 64 * KiB;
-  st = rmmc_fixed_size_resource_create(arena, &o, out);
-  rmmc_resource_release(arena);
-  return st;
+  return cached_over_sleeping(up, true, out);
 }
 
 static const conformance_case_t conformance_cases[] = {

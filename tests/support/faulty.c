@@ -125,20 +125,22 @@ void faulty_fail_peer_access(faulty_t *f, rmmc_status_t status, uint64_t count) 
   arm(f, OP_PEER, status, count);
 }
 
-void faulty_fail_every(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t n) {
+/* Arms a counted injection: its status, its N, its count of calls since. */
+static void arm_counted(faulty_t *f, rmmc_status_t *status_of, uint64_t *n_of, uint64_t *since_of,
+                        rmmc_status_t status, uint64_t n) {
   pthread_mutex_lock(&f->lock);
-  f->every_status[op] = status;
-  f->every[op] = n;
-  f->since_every[op] = 0;
+  *status_of = status;
+  *n_of = n;
+  *since_of = 0;
   pthread_mutex_unlock(&f->lock);
 }
 
+void faulty_fail_every(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t n) {
+  arm_counted(f, &f->every_status[op], &f->every[op], &f->since_every[op], status, n);
+}
+
 void faulty_fail_nth(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t n) {
-  pthread_mutex_lock(&f->lock);
-  f->nth_status[op] = status;
-  f->nth[op] = n;
-  f->since_nth[op] = 0;
-  pthread_mutex_unlock(&f->lock);
+  arm_counted(f, &f->nth_status[op], &f->nth[op], &f->since_nth[op], status, n);
 }
 
 void faulty_disarm(faulty_t *f) {
