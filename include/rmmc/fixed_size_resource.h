@@ -55,10 +55,14 @@
  * the upstream, so from the graph pool, and its free goes straight back
  * there, whenever and on whatever stream it comes; a graph's block never
  * serves anything else and a capture never gets a block of the lists.
- * While any graph pool in the process is routed, every allocate asks the
- * pool whether it routes the call (its lock, and on a GPU the stream's
- * capture status); otherwise the check is one load. describe's
- * "graph_routed": bytes handed out that way and not yet freed.
+ * The same way, while the pool below is paused (pool_resource.h, "Sleep
+ * mode") every allocate goes to it, which refuses it: no block of the
+ * lists, whose pages the pause unmapped, is handed out; after resume the
+ * lists serve again. While any graph pool in the process is routed or any
+ * pool is paused, every allocate asks the pool below (a routed one takes
+ * its lock, and on a GPU the stream's capture status); otherwise the check
+ * is one load. describe's "graph_routed": bytes handed out that way and
+ * not yet freed.
  *
  * describe: block_size, blocks_per_chunk, reserved (bytes taken from the
  * upstream), in_use (blocks handed out x block size), cached (free blocks x
