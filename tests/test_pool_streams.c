@@ -12,7 +12,11 @@
  * given back. The conformance battery (support/conformance.c) holds every
  * caching stack to the same two contracts. RMMC_HOST_EVENT_LAG makes a
  * host stream's records finish late, as a busy GPU's do: another stream
- * then waits for a free it would otherwise take at once. Host suite.
+ * then waits for a free it would otherwise take at once. Issue 41's F13: a
+ * stream whose last heap is retired while the stream is being served (by
+ * another thread's new heap, or under its own large call) keeps its index,
+ * and threads sharing many keys leave describe, figures and every invariant
+ * sound. Host suite.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -565,6 +569,193 @@ START_TEST(test_pool_streams_sync_before_peak_waits_one_mark_at_a_time) {
 }
 END_TEST
 
+/* ---- issue 41, F13: a stream's last heap retired under its own call ---- */
+
+/* The finding's stacks (stream_heaps=2, the default on a machine with two
+ * CPUs, spelled out so that the test does not depend on the machine). */
+static const f10_case_t f13_cases[] = {
+    {"pool(stream_heaps=2) > host", true},
+    {"pool(stream_heaps=2) > sim", false},
+    {"arena > sim", false}, /* the arena takes the default: on two or more CPUs, two or more */
+    {"pool(expandable=false, stream_heaps=2) > host", true},
+};
+
+/* touch(), writing and reading back only where the memory is real. */
+static void use(rmmc_resource_t *r, bool real, cudaStream_t s, size_t bytes, unsigned seed) {
+  if (real) {
+    touch(r, s, bytes, seed);
+    return;
+  }
+  void *p = NULL;
+  rmmc_status_t st = rmmc_resource_allocate(r, bytes, 256, s, &p);
+  ck_assert_msg(st == RMMC_SUCCESS, "%zu bytes on %p: %s", bytes, (void *)s,
+                rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, bytes, 256, s), RMMC_SUCCESS);
+}
+
+/* Every figure of every layer, the pool's figures struct and every
+ * invariant: what crashed on a stream listed without its index. */
+static void read_everything(rmmc_resource_t *r) {
+  for (rmmc_resource_t *x = r; x != NULL; x = rmmc_resource_upstream(x)) {
+    char text[64];
+    (void)pool_text(x, "backend", text, sizeof text);
+    (void)pool_stream_lines(x);
+    rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;
+    if (rmmc_pool_resource_figures(x, &f) == RMMC_SUCCESS) {
+      CHECK_POOL(x);
+      ck_assert_uint_ge(f.reserved, f.in_use);
+    }
+  }
+}
+
+typedef struct keys_run {
+  rmmc_resource_t *r;
+  bool real;
+  pthread_barrier_t *bar;
+  int keys;
+} keys_run_t;
+
+static void *f13_first_thread(void *arg) {
+  keys_run_t *k = arg;
+  for (int i = 1; i <= k->keys; i++) use(k->r, k->real, STREAM(i * 16), 1024, (unsigned)i);
+  pthread_barrier_wait(k->bar); /* the other thread's turn, this one still alive */
+  pthread_barrier_wait(k->bar);
+  return NULL;
+}
+
+START_TEST(test_pool_streams_last_heap_retired_for_another_stripe) {
+  /* The finding: one thread allocates and frees 1 KiB on each of 256
+   * stream keys; a second thread (another stripe) then allocates 1 KiB on
+   * key 1. Its new heap retired key 1's only heap, which unlisted key 1 and
+   * freed its index, and key 1 was listed again without one: a segfault in
+   * that allocation (or in describe, figures or check). */
+  const bool real = f13_cases[_i].real;
+  rmmc_resource_t *r = stack(f13_cases[_i].spec);
+  pthread_barrier_t bar;
+  pthread_barrier_init(&bar, NULL, 2);
+  keys_run_t k = {r, real, &bar, 256};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, f13_first_thread, &k), 0);
+  pthread_barrier_wait(&bar);
+  for (int round = 0; round < 3; round++) use(r, real, STREAM(16), 1024, 7u + (unsigned)round);
+  use(r, real, STREAM(16), 3 * MiB, 9); /* a large block too: a free block of key 1's */
+  read_everything(r);
+  pthread_barrier_wait(&bar);
+  pthread_join(th, NULL);
+  pthread_barrier_destroy(&bar);
+  ck_assert_uint_gt(figure(r, "heaps_retired"), 0);
+  ck_assert_uint_eq(figure(r, "in_use"), 0);
+  read_everything(r);
+  rmmc_resource_release(r);
+}
+END_TEST
+
+static void *f13_many_keys(void *arg) {
+  keys_run_t *k = arg;
+  for (int i = 1; i <= k->keys; i++)
+    use(k->r, k->real, STREAM(0x10000 + i * 16), 1024, (unsigned)i);
+  return NULL;
+}
+
+START_TEST(test_pool_streams_large_call_after_its_heap_retired) {
+  /* Stream S frees a large block (S is listed for it), then another
+   * thread's 600 streams retire S's heap while this thread's cache still
+   * names it. S's next large request found S listed but without a heap: the
+   * slow path's consolidation relabeled S's free block clean, unlisted S
+   * and freed its index, and the same call then searched that index. */
+  const bool real = f13_cases[_i].real;
+  rmmc_resource_t *r = stack(f13_cases[_i].spec);
+  const cudaStream_t s = STREAM(0x7000);
+  use(r, real, s, 8 * MiB, 1);
+  keys_run_t k = {r, real, NULL, 600};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, f13_many_keys, &k), 0);
+  pthread_join(th, NULL);
+  ck_assert_uint_gt(figure(r, "heaps_retired"), 0);
+  use(r, real, s, 64 * MiB, 2); /* more than the pool holds: the slow path */
+  use(r, real, s, 1024, 3);
+  void *p = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 4 * MiB, 256, s, &p), RMMC_SUCCESS);
+  ck_assert_int_eq(pthread_create(&th, NULL, f13_many_keys, &k), 0); /* the keys again: S's heap goes */
+  pthread_join(th, NULL);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 4 * MiB, 256, s), RMMC_SUCCESS); /* stale */
+  read_everything(r);
+  ck_assert_uint_eq(figure(r, "in_use"), 0);
+  rmmc_resource_release(r);
+}
+END_TEST
+
+/* Threads sharing stream keys that come and go: each walks the same keys
+ * in its own order, small and large blocks, some freed on another key,
+ * while the main thread reads every figure and checks the pool. */
+typedef struct shared_keys {
+  rmmc_resource_t *r;
+  bool real;
+  unsigned seed;
+  int keys, rounds;
+  int *done; /* atomic: rounds finished by every thread */
+} shared_keys_t;
+
+static void *shared_keys_main(void *arg) {
+  shared_keys_t *t = arg;
+  unsigned x = t->seed;
+  for (int round = 0; round < t->rounds; round++) {
+    x = x * 1103515245u + 12345u;
+    int key = 1 + (int)((x >> 8) % (unsigned)t->keys);
+    cudaStream_t s = STREAM(key * 16), other = STREAM((1 + (int)((x >> 4) % (unsigned)t->keys)) * 16);
+    size_t n = (x & 7) == 0 ? (size_t)(1 + (x >> 20) % 3) * MiB + 4096 : 256 + (x >> 18) % 8192;
+    void *p = NULL;
+    rmmc_status_t st = rmmc_resource_allocate(t->r, n, 256, s, &p);
+    ck_assert_msg(st == RMMC_SUCCESS, "%zu bytes on key %d: %s", n, key, rmmc_last_error_message());
+    fill_if(t->real, p, n, x);
+    ck_assert(filled_if(t->real, p, n, x));
+    st = rmmc_resource_deallocate(t->r, p, n, 256, (x & 32) ? other : s);
+    ck_assert_msg(st == RMMC_SUCCESS, "free on key %d: %s", key, rmmc_last_error_message());
+    __atomic_add_fetch(t->done, 1, __ATOMIC_RELAXED);
+  }
+  return NULL;
+}
+
+START_TEST(test_pool_streams_threads_share_many_keys) {
+  /* Four threads on 1,500 shared keys (stream_heaps=4: every thread its own
+   * stripe, so each key gets up to four heaps, retired under each other's
+   * caches), frees on other keys, describe/figures/check beside them and
+   * after. */
+  static const f10_case_t cases_[] = {
+      {"pool(stream_heaps=4) > host", true},
+      {"arena > sim", false},
+      {"pool(expandable=false, stream_heaps=4) > host", true},
+  };
+  rmmc_resource_t *r = stack(cases_[_i].spec);
+  enum { T = 4 };
+  int done = 0;
+  const int rounds = pool_steps(RMMC_TEST_TSAN ? 1500 : 6000);
+  shared_keys_t t[T];
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) {
+    t[i] = (shared_keys_t){r, cases_[_i].real, 17u + 7919u * (unsigned)i, 1500, rounds, &done};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, shared_keys_main, &t[i]), 0);
+  }
+  int seen = 0;
+  while (__atomic_load_n(&done, __ATOMIC_RELAXED) < T * rounds) {
+    int now = __atomic_load_n(&done, __ATOMIC_RELAXED);
+    if (now - seen < 500) {
+      sched_yield();
+      continue;
+    }
+    seen = now;
+    read_everything(r);
+  }
+  for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+  ck_assert_uint_gt(figure(r, "heaps_retired"), 0);
+  ck_assert_uint_eq(figure(r, "in_use"), 0);
+  read_everything(r);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  read_everything(r);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("pool_streams");
   TCase *tc = tcase_create("pool_streams");
@@ -575,6 +766,10 @@ int main(void) {
   tcase_add_test(tc, test_pool_streams_heap_with_a_block_stays);
   tcase_add_test(tc, test_pool_streams_come_and_go_on_threads);
   tcase_add_test(tc, test_pool_streams_stale_cache_finds_the_heap_again);
+  int nf13 = (int)(sizeof f13_cases / sizeof f13_cases[0]);
+  tcase_add_loop_test(tc, test_pool_streams_last_heap_retired_for_another_stripe, 0, nf13);
+  tcase_add_loop_test(tc, test_pool_streams_large_call_after_its_heap_retired, 0, nf13);
+  tcase_add_loop_test(tc, test_pool_streams_threads_share_many_keys, 0, 3);
   int nspecs = (int)(sizeof f10_cases / sizeof f10_cases[0]);
   tcase_add_loop_test(tc, test_pool_streams_oom_takes_another_streams_free_blocks, 0, nspecs);
   tcase_add_loop_test(tc, test_pool_streams_oom_message_tells_what_stays, 0, nspecs);

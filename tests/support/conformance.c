@@ -492,6 +492,85 @@ START_TEST(test_conformance_many_streams) {
 }
 END_TEST
 
+/* Every figure of every layer and, for a pool layer, its figures struct
+ * and every invariant. */
+static void read_stack(fixture_t *f) {
+  unsigned fields = 0;
+  for (rmmc_resource_t *r = f->r; r != NULL; r = rmmc_resource_upstream(r))
+    rmmc_resource_describe(r, count_field, &fields);
+  ck_assert_uint_gt(fields, 0);
+  rmmc_resource_t *pool = graph_contract_pool_of(f->r);
+  if (pool == NULL) return;
+  rmmc_pool_figures_t fig = RMMC_POOL_FIGURES_INIT;
+  ck_assert_int_eq(rmmc_pool_resource_figures(pool, &fig), RMMC_SUCCESS);
+  ck_assert_uint_ge(fig.reserved, fig.in_use);
+  rmmc_status_t st = rmmc_pool_resource_check(pool);
+  ck_assert_msg(st == RMMC_SUCCESS, "%s: %s", f->c->name, rmmc_last_error_message());
+}
+
+typedef struct keys_thread {
+  fixture_t *f;
+  unsigned seed;
+  int keys, ops;
+} keys_thread_t;
+
+static void *keys_main(void *arg) {
+  keys_thread_t *t = arg;
+  unsigned x = t->seed;
+  size_t maxr = max_request(t->f) < ((size_t)1 << 20) ? max_request(t->f) : (size_t)1 << 20;
+  for (int op = 0; op < t->ops; op++) {
+    x = x * 1103515245u + 12345u;
+    cudaStream_t s = (cudaStream_t)(uintptr_t)(0x100000 + 16 * (1 + (x >> 8) % (unsigned)t->keys));
+    cudaStream_t o = (cudaStream_t)(uintptr_t)(0x100000 + 16 * (1 + (x >> 3) % (unsigned)t->keys));
+    size_t n = (x & 15) == 0 ? maxr : 1 + (x >> 16) % 8192;
+    if (n > maxr) n = maxr;
+    void *p = NULL;
+    rmmc_status_t st = rmmc_resource_allocate(t->f->r, n, 256, s, &p);
+    ck_assert_msg(st == RMMC_SUCCESS, "%s: %zu bytes: %s", t->f->c->name, n,
+                  rmmc_last_error_message());
+    fill(p, n, x);
+    ck_assert_msg(check_fill(p, n, x), "%s: data changed", t->f->c->name);
+    ck_assert_int_eq(rmmc_resource_deallocate(t->f->r, p, n, 256, (x & 64) ? o : s), RMMC_SUCCESS);
+    __atomic_add_fetch(&t->f->ops_done, 1, __ATOMIC_RELAXED);
+  }
+  return NULL;
+}
+
+/* Streams that come and go, shared by threads (issue 41, F13): four
+ * threads walk the same 700 stream keys, past the pool's 256 heaps, each
+ * in its own order (a key's heap retired under another thread's cache,
+ * and for another thread's stripe), some blocks freed on another key,
+ * while this thread reads every layer's figures and checks the pool; and
+ * again after. */
+START_TEST(test_conformance_many_stream_keys_on_threads) {
+  fixture_t f;
+  setup(&f, _i);
+  enum { T = 4 };
+  const int ops = OPS(2000);
+  keys_thread_t t[T];
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) {
+    t[i] = (keys_thread_t){&f, 31u + 7919u * (unsigned)i, 700, ops};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, keys_main, &t[i]), 0);
+  }
+  unsigned long seen = 0;
+  while (__atomic_load_n(&f.ops_done, __ATOMIC_RELAXED) < (unsigned long)(T * ops)) {
+    unsigned long now = __atomic_load_n(&f.ops_done, __ATOMIC_RELAXED);
+    if (now - seen < 400) {
+      sched_yield();
+      continue;
+    }
+    seen = now;
+    read_stack(&f);
+  }
+  for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+  read_stack(&f);
+  ck_assert_int_eq(rmmc_resource_release_cached(f.r), RMMC_SUCCESS);
+  read_stack(&f);
+  teardown(&f);
+}
+END_TEST
+
 START_TEST(test_conformance_ownership) {
   fixture_t f;
   setup(&f, _i);
@@ -525,5 +604,6 @@ void conformance_add(Suite *s, const conformance_case_t *cases, int ncases) {
   tcase_add_loop_test(tc, test_conformance_oom_gives_back_cached_memory, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_oom_with_memory_cached_on_another_stream, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_many_streams, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_many_stream_keys_on_threads, 0, ncases);
   suite_add_tcase(s, tc);
 }

@@ -227,7 +227,10 @@ static bool check_locked(pool_t *p, char *msg, size_t len) {
   }
   size_t indexed = p->clean.count, indexed_bytes = p->clean.bytes;
   CHECK(rmmc__tlsf_valid(&p->clean), "the clean index is inconsistent");
-  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+  size_t owners = 0;
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next, owners++) {
+    CHECK(q->idx != NULL, "a listed stream has no index");
+    CHECK(q->heap != NULL || q->pending, "a stream with neither a heap nor free blocks is listed");
     CHECK(rmmc__tlsf_valid(q->idx), "a stream's index is inconsistent");
     size_t listed = 0;
     for (pool_block_t *b = q->qhead; b != NULL; b = b->qnext, listed++)
@@ -264,6 +267,9 @@ static bool check_locked(pool_t *p, char *msg, size_t len) {
     indexed_bytes += g->idx->bytes;
   }
   CHECK(heaps == p->nheaps, "%zu heaps listed, %zu made", heaps, p->nheaps);
+  CHECK(owners == p->nowners, "%zu streams listed, %zu counted", owners, p->nowners);
+  for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext)
+    CHECK(q->listed && q->pending, "a pending stream is not listed");
   CHECK(indexed == nfree && indexed_bytes == free_bytes && free_bytes == p->free_bytes,
         "indices hold %zu blocks (%zu bytes), the regions %zu free (%zu bytes)", indexed,
         indexed_bytes, nfree, free_bytes);

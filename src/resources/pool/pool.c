@@ -143,6 +143,20 @@ static inline rmmc_status_t heap_of(pool_t *p, cudaStream_t stream, pool_sheap_t
   return heap_find(p, stream, key, out, owner);
 }
 
+/* A call in the shared heap on o's stream (shared lock held) finds o
+ * without a heap when every heap of o was retired since this thread cached
+ * one. o may then be unlisted (no index), or listed only for free blocks a
+ * consolidation in this very call may relabel and unlist it for: so it
+ * gets a heap of this thread's stripe first, as on its first call (the
+ * thread's cache still names the old heap; its next small call sees that
+ * heap retired and finds the new one). With a heap o stays listed, with
+ * its index, to the call's end: consolidate unlists only streams without a
+ * heap, and heaps are retired only as another is made (heap_new). */
+static POOL_NOINLINE rmmc_status_t owner_rejoin(pool_t *p, pool_owner_t *o) {
+  pool_sheap_t *h;
+  return heap_new(p, o, o->slot, thread_stripe(p), &h);
+}
+
 /* h was retired (and maybe reused) since this thread cached it: the
  * thread's heap of the stream again (h is not locked). */
 static POOL_NOINLINE rmmc_status_t heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
@@ -265,11 +279,11 @@ static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o,
   size_t need = n + (align - POOL_GRANULE);
   rmmc_status_t st = RMMC_SUCCESS;
   rmmc__lock(&p->lock);
-  /* o's last heap may have been retired since this thread cached it. */
-  if (!pool_meta_room(&p->meta) || !rmmc__pool_owner_ready(p, o)) {
+  if (!pool_meta_room(&p->meta)) {
     st = rmmc__pool_no_host_memory();
     goto unlock;
   }
+  if (RMMC_UNLIKELY(o->heap == NULL) && (st = owner_rejoin(p, o)) != RMMC_SUCCESS) goto unlock;
   pool_block_t *b = need <= POOL_MAX_REQUEST ? find_usable(p, o, n, align) : NULL;
   if (RMMC_LIKELY(b != NULL)) rmmc__pool_unlink_free(p, b);
   else if ((st = shared_slow(p, o, NULL, stream, n, align, bytes, steps, &b)) != RMMC_SUCCESS)
@@ -376,13 +390,14 @@ static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *p
                                              cudaStream_t stream) {
   rmmc__lock(&p->lock);
   rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, ptr);
-  if (e != NULL && !rmmc__pool_owner_ready(p, o)) { /* its last heap retired meanwhile */
-    rmmc__unlock(&p->lock);
-    return rmmc__pool_no_host_memory();
-  }
   if (e != NULL) {
+    rmmc_status_t st = RMMC_UNLIKELY(o->heap == NULL) ? owner_rejoin(p, o) : RMMC_SUCCESS;
+    if (st != RMMC_SUCCESS) {
+      rmmc__unlock(&p->lock);
+      return st;
+    }
     bool cover = false;
-    rmmc_status_t st = large_free(p, o, e, ptr, bytes, &cover);
+    st = large_free(p, o, e, ptr, bytes, &cover);
     rmmc__unlock(&p->lock);
     if (cover) (void)rmmc__stream_slot_try_record(&p->streams, o->slot, stream);
     return st;

@@ -101,8 +101,9 @@ struct pool_owner {
   rmmc__stream_slot_t *slot;     /* NULL: a graph pool */
   pool_sheap_t *heap;            /* its heaps, one per stripe in use (atomic head) */
   pool_sheap_t *locked_head;     /* lock_all: the heaps it locked begin here */
-  /* its free blocks in the shared heap: 10 KiB, so a stream has one only
-   * while it is listed (rmmc__pool_owner_ready; freed when it leaves) */
+  /* its free blocks in the shared heap: 10 KiB, so a stream has one
+   * exactly while it is listed (given just before it joins, freed when it
+   * leaves: rmmc__pool_owner_ready, _unlist) */
   rmmc__tlsf_t *idx;
   pool_block_t *qhead;           /* the same, listed */
   uint64_t seen_done;            /* its finished epoch at the last consolidation */
@@ -118,7 +119,12 @@ struct pool_owner {
   uint64_t pending_thread;       /* the thread whose next capture binds */
   size_t used_bytes;             /* its blocks handed out */
   /* streams: in the pool's list of owners (p->owners, shared lock) while it
-   * has a heap or free blocks in the shared heap; next (above) and prev */
+   * has a heap or free blocks in the shared heap (pending); next (above) and
+   * prev. The ownership rule: it joins when it gets a heap (heap_new: heaps
+   * are retired first, then it is given its index and listed) and leaves
+   * when it has neither (heap_retire, consolidate); a call in the shared
+   * heap on its stream that finds it without a heap gives it one first
+   * (owner_rejoin), so no call ever works on an owner without an index */
   pool_owner_t *prev;
   bool listed;
   /* streams: in p->pending from its first free block in the shared heap
@@ -292,8 +298,8 @@ void rmmc__pool_drop_block(pool_t *p, pool_block_t *b);
  * host memory. */
 pool_region_t *rmmc__pool_add_region(pool_t *p, uintptr_t base, size_t size, int state);
 void rmmc__pool_remove_region(pool_t *p, pool_region_t *r);
-/* Gives o its index (shared lock held) before it is used: false without
- * host memory. */
+/* Gives o its index (shared lock held) just before it is listed: false
+ * without host memory. */
 bool rmmc__pool_owner_ready(pool_t *p, pool_owner_t *o);
 /* A stream's owner joins or leaves the pool's list of owners (p->owners). */
 void rmmc__pool_owner_list(pool_t *p, pool_owner_t *o);

@@ -99,8 +99,12 @@ static void heaps_retire_idle(pool_t *p) {
  * new one. */
 static rmmc_status_t heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot,
                               unsigned stripe, pool_sheap_t **out) {
-  if (!rmmc__pool_owner_ready(p, o)) return rmmc__pool_no_host_memory();
+  /* Retiring first: it may retire o's own last heap (another stripe's),
+   * and o then leaves the list and gives up its index; o is made ready and
+   * listed only after, so it is never listed without an index (issue 41,
+   * F13: listed after its index was freed, its next search crashed). */
   if (p->nheaps >= POOL_HEAPS_KEPT) heaps_retire_idle(p);
+  if (!rmmc__pool_owner_ready(p, o)) return rmmc__pool_no_host_memory();
   pool_sheap_t *h = NULL;
   for (pool_sheap_t **l = &p->spare_heaps; *l != NULL; l = &(*l)->onext)
     if (rmmc__lock_try(&(*l)->lock)) {
