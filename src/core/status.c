@@ -79,7 +79,10 @@ static void before_write(void) {
 bool rmmc__error_restore_call_start(void) {
   bool kept = rmmc__call_start_kept;
   if (kept) rmmc__error_restore(tl_call_start);
-  rmmc__call_start_kept = false;
+  /* Inside the call it stays kept: a layer's success on the way (a pool's
+   * slow path) may be followed by another layer's failure and success, and
+   * the state to end the call with is still this one. */
+  if (rmmc__call_depth == 0) rmmc__call_start_kept = false;
   return kept;
 }
 
