@@ -279,6 +279,28 @@ START_TEST(test_binning_spec) {
 }
 END_TEST
 
+START_TEST(test_binning_large_chunk_costs_a_bounded_chunk) {
+  /* Issue 41: binning(chunk=64GiB) > sim spent 8 GiB of host memory and 11
+   * s on one 256 B request (the 256 B bin's chunk of 2^28 blocks, each with
+   * a host descriptor), and chunk=1TiB never finished. A bin now takes at
+   * most 2^20 blocks at a time: the small bins' chunks are capped, the
+   * large bins' follow chunk= as before. */
+  static const char *const specs[] = {"binning(chunk=64GiB) > sim", "binning(chunk=1TiB) > sim"};
+  for (int i = 0; i < 2; i++) {
+    rmmc_resource_t *r;
+    ck_assert_int_eq(rmmc_stack_create(specs[i], -1, &r), RMMC_SUCCESS);
+    rmmc_resource_t *small = rmmc_binning_resource_bin(r, 0), *large = rmmc_binning_resource_bin(r, 14);
+    ck_assert_uint_eq(field(small, "blocks_per_chunk"), RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK);
+    ck_assert_uint_eq(field(large, "blocks_per_chunk"), (i == 0 ? (size_t)64 << 30 : (size_t)1 << 40) >> 22);
+    void *p;
+    ck_assert_int_eq(rmmc_resource_allocate(r, 256, 256, NULL, &p), RMMC_SUCCESS);
+    ck_assert_uint_eq(field(small, "reserved"), 256 * RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK);
+    ck_assert_int_eq(rmmc_resource_deallocate(r, p, 256, 256, NULL), RMMC_SUCCESS);
+    rmmc_resource_release(r);
+  }
+}
+END_TEST
+
 int main(void) {
   static const conformance_case_t cases[] = {
       {"binning default", make_default, 0},
@@ -294,6 +316,7 @@ int main(void) {
   tcase_add_test(tc, test_binning_wrong_size_is_caught_by_the_bin);
   tcase_add_test(tc, test_binning_release_cached);
   tcase_add_test(tc, test_binning_spec);
+  tcase_add_test(tc, test_binning_large_chunk_costs_a_bounded_chunk);
   tcase_add_test(tc, test_binning_over_a_full_limiting_adaptor);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);

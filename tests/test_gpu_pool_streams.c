@@ -11,8 +11,11 @@
  * keeps a bounded number of heaps and a few spans' worth of memory, with
  * no device synchronization (a stream's emptied heap covers its frees with
  * an event, so its retired spans serve the next streams after a query).
+ * Issue 41's F13: a stream whose only heap is retired for another thread's
+ * stripe keeps working, and describe, figures and check with it.
  * Suite cuda: exits 77 without a GPU, runs without fork.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +126,63 @@ START_TEST(test_gpu_pool_streams_new_stream_per_request) {
 }
 END_TEST
 
+/* Issue 41, F13: one thread allocates and frees 1 KiB on each of 256 CUDA
+ * streams and stays alive; another (another stripe) allocates 1 KiB on the
+ * first stream: its new heap retired that stream's only heap, which left
+ * the stream listed without its index (a segfault, here or in describe,
+ * figures or check). */
+typedef struct f13_arg {
+  rmmc_resource_t *r;
+  cudaStream_t *streams;
+  pthread_barrier_t *bar;
+} f13_arg_t;
+
+static void *f13_first(void *arg) {
+  f13_arg_t *a = arg;
+  for (int i = 0; i < 256; i++) {
+    void *p = NULL;
+    ck_assert_int_eq(rmmc_resource_allocate(a->r, 1024, 256, a->streams[i], &p), RMMC_SUCCESS);
+    CUDA_OK(cudaMemsetAsync(p, i & 0xff, 1024, a->streams[i]));
+    ck_assert_int_eq(rmmc_resource_deallocate(a->r, p, 1024, 256, a->streams[i]), RMMC_SUCCESS);
+  }
+  pthread_barrier_wait(a->bar);
+  pthread_barrier_wait(a->bar);
+  return NULL;
+}
+
+START_TEST(test_gpu_pool_streams_last_heap_retired_for_another_stripe) {
+  static const char *const f13_specs[] = {"pool(stream_heaps=2) > cuda", "arena > cuda",
+                                          "pool(expandable=false, stream_heaps=2) > cuda"};
+  rmmc_resource_t *r = stack(f13_specs[_i]);
+  cudaStream_t streams[256];
+  for (int i = 0; i < 256; i++) CUDA_OK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+  pthread_barrier_t bar;
+  pthread_barrier_init(&bar, NULL, 2);
+  f13_arg_t a = {r, streams, &bar};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, f13_first, &a), 0);
+  pthread_barrier_wait(&bar);
+  for (int k = 0; k < 3; k++) {
+    void *p = NULL;
+    ck_assert_int_eq(rmmc_resource_allocate(r, 1024, 256, streams[0], &p), RMMC_SUCCESS);
+    CUDA_OK(cudaMemsetAsync(p, 7, 1024, streams[0]));
+    ck_assert_int_eq(rmmc_resource_deallocate(r, p, 1024, 256, streams[0]), RMMC_SUCCESS);
+  }
+  rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;
+  ck_assert_int_eq(rmmc_pool_resource_figures(r, &f), RMMC_SUCCESS);
+  (void)figure(r, "heaps");
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  pthread_barrier_wait(&bar);
+  pthread_join(th, NULL);
+  pthread_barrier_destroy(&bar);
+  CUDA_OK(cudaDeviceSynchronize());
+  ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(figure(r, "in_use"), 0);
+  rmmc_resource_release(r);
+  for (int i = 0; i < 256; i++) CUDA_OK(cudaStreamDestroy(streams[i]));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("gpu_pool_streams");
   TCase *tc = tcase_create("gpu_pool_streams");
@@ -130,6 +190,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_gpu_pool_streams_oom_takes_another_streams_blocks, 0,
                       (int)(sizeof specs / sizeof specs[0]));
   tcase_add_test(tc, test_gpu_pool_streams_new_stream_per_request);
+  tcase_add_loop_test(tc, test_gpu_pool_streams_last_heap_retired_for_another_stripe, 0, 3);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, true);
 }

@@ -11,8 +11,9 @@
  * pointers, every block's pattern read back equal by a kernel on the
  * resume's stream, new allocations and kernels work. Discard: the same
  * memory back, nothing copied, the blocks writable again. An IPC export
- * of a block goes stale at the pause and exports again after. Suite cuda:
- * exits 77 without a GPU, runs without fork.
+ * of a block goes stale at the pause and exports again after. Binning and
+ * fixed_size over a paused pool hand out nothing (issue 41, F14). Suite
+ * cuda: exits 77 without a GPU, runs without fork.
  */
 #include <spawn.h>
 #include <stdint.h>
@@ -263,6 +264,43 @@ START_TEST(test_gpu_sleep_revokes_ipc_exports) {
 }
 END_TEST
 
+START_TEST(test_gpu_sleep_caching_layers_hand_out_nothing) {
+  /* Issue 41, F14, on the device: binning and fixed_size over a paused
+   * pool served a 256 B request from their free lists, on a page the
+   * pause had unmapped. Now refused while paused; after resume the layer
+   * serves again and a kept block's pattern (written by a kernel) is back. */
+  static const char *const specs[] = {"binning > pool > cuda", "fixed_size(block=4096) > pool > cuda"};
+  for (int i = 0; i < 2; i++) {
+    rmmc_resource_t *r = NULL;
+    ck_assert_int_eq(rmmc_stack_create(specs[i], -1, &r), RMMC_SUCCESS);
+    void *kept = NULL, *p = NULL;
+    ck_assert_int_eq(rmmc_resource_allocate(r, 256, 256, NULL, &kept), RMMC_SUCCESS);
+    CUDA_OK(gpu_fill_pattern(kept, 256, 41u, NULL));
+    ck_assert_int_eq(rmmc_resource_allocate(r, 256, 256, NULL, &p), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_deallocate(r, p, 256, 256, NULL), RMMC_SUCCESS);
+    CUDA_OK(cudaDeviceSynchronize());
+    ck_assert_int_eq(rmmc_pool_pause(r, RMMC_POOL_PAUSE_BACKUP, NULL), RMMC_SUCCESS);
+    p = (void *)1;
+    ck_assert_int_eq(rmmc_resource_allocate(r, 256, 256, NULL, &p), RMMC_ERROR_OUT_OF_MEMORY);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(rmmc_last_error_message(), "paused") != NULL, "%s: %s", specs[i],
+                  rmmc_last_error_message());
+    ck_assert_int_eq(rmmc_pool_resume(r, NULL), RMMC_SUCCESS);
+    blocks_t b = {{kept}, {256}};
+    for (int k = 1; k < NBLOCKS; k++) {
+      ck_assert_int_eq(rmmc_resource_allocate(r, 256, 256, NULL, &b.p[k]), RMMC_SUCCESS);
+      b.n[k] = 256;
+      CUDA_OK(gpu_fill_pattern(b.p[k], 256, 41u + (uint32_t)k, NULL));
+    }
+    ck_assert_uint_eq(check(&b, 41u, NULL), 0); /* kept's backup, and new blocks written */
+    for (int k = 0; k < NBLOCKS; k++)
+      ck_assert_int_eq(rmmc_resource_deallocate(r, b.p[k], 256, 256, NULL), RMMC_SUCCESS);
+    CUDA_OK(cudaDeviceSynchronize());
+    rmmc_resource_release(r);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("gpu_sleep");
   TCase *tc = tcase_create("sleep");
@@ -271,6 +309,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_gpu_sleep_discard_and_a_second_cycle);
   tcase_add_test(tc, test_gpu_sleep_refusals);
   tcase_add_test(tc, test_gpu_sleep_revokes_ipc_exports);
+  tcase_add_test(tc, test_gpu_sleep_caching_layers_hand_out_nothing);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -689,10 +689,13 @@ START_TEST(test_fork_resets_exports) {
   ck_assert_int_eq(pipe(pipefd), 0);
   pid_t child = fork();
   if (child == 0) {
-    int ok = rmmc__exports_live() == 0;
-    void *b;
-    ok = ok && rmmc_resource_allocate(r, 4096, 256, NULL, &b) == RMMC_SUCCESS;
+    /* Each step only after the one before succeeded: export_block on a
+     * block never allocated would read an uninitialized pointer. */
+    void *b = NULL;
+    if (rmmc__exports_live() != 0 || rmmc_resource_allocate(r, 4096, 256, NULL, &b) != RMMC_SUCCESS)
+      _exit(1);
     rmmc__export_ref_t mine = export_block(r, b);
+    int ok = 1;
     ok = ok && mine.table_id != ref.table_id && mine.pid == (uint32_t)getpid();
     /* Freeing the parent's block here does not touch the parent's table. */
     ok = ok && rmmc_resource_deallocate(r, a, 4096, 256, NULL) == RMMC_SUCCESS;

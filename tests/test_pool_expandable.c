@@ -14,9 +14,11 @@
  * destroy with live blocks; the spec over host and sim. Host suite.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "conformance.h"
 #include "faulty.h"
@@ -49,9 +51,20 @@ static rmmc_status_t make_over(rmmc_resource_t *up, rmmc_pool_options_t *o, rmmc
 
 /* ---- conformance ---- */
 
+/* make_over with a faulty layer between the vmspy and `up`, so that the
+ * battery can refuse the pool's unmaps and maps (its sleep checks). */
+static rmmc_status_t make_conf(rmmc_resource_t *up, rmmc_pool_options_t *o, rmmc_resource_t **out) {
+  rmmc_resource_t *fy;
+  rmmc_status_t st = faulty_create(up, &fy);
+  if (st != RMMC_SUCCESS) return st;
+  st = make_over(fy, o, NULL, out);
+  rmmc_resource_release(fy);
+  return st;
+}
+
 static rmmc_status_t make_default(rmmc_resource_t *up, rmmc_resource_t **out) {
   rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
-  return make_over(up, &o, NULL, out);
+  return make_conf(up, &o, out);
 }
 
 static rmmc_status_t make_tight(rmmc_resource_t *up, rmmc_resource_t **out) {
@@ -61,7 +74,7 @@ static rmmc_status_t make_tight(rmmc_resource_t *up, rmmc_resource_t **out) {
   o.small_chunk = 128 * KiB;
   o.cache_size = 0;
   o.address_space = 16 * MiB; /* requests past it take more reservations */
-  return make_over(up, &o, NULL, out);
+  return make_conf(up, &o, out);
 }
 
 static rmmc_status_t make_unseparated(rmmc_resource_t *up, rmmc_resource_t **out) {
@@ -70,7 +83,7 @@ static rmmc_status_t make_unseparated(rmmc_resource_t *up, rmmc_resource_t **out
   o.release_before_grow = false;
   o.initial_size = 1 * MiB;
   o.event_interval = 64;
-  return make_over(up, &o, NULL, out);
+  return make_conf(up, &o, out);
 }
 
 static const conformance_case_t cases[] = {
@@ -731,6 +744,94 @@ START_TEST(test_pool_vm_maximum_holds_when_trimming_moves_the_placement) {
 }
 END_TEST
 
+/* A thread that calls release_cached when told to (from a memory hook,
+ * inside the pool's growth): its device synchronization runs before it
+ * takes any of the pool's locks, so every stream's frees become known
+ * finished while the growth still holds the shared lock. */
+typedef struct syncer {
+  rmmc_resource_t *pool;
+  int armed, go, started; /* atomics */
+  rmmc_status_t status;
+} syncer_t;
+
+static void *syncer_main(void *arg) {
+  syncer_t *y = arg;
+  while (!__atomic_load_n(&y->go, __ATOMIC_ACQUIRE)) sched_yield();
+  __atomic_store_n(&y->started, 1, __ATOMIC_RELEASE);
+  y->status = rmmc_resource_release_cached(y->pool);
+  return NULL;
+}
+
+/* on_release: the first unmap after the test arms it sets the syncer off
+ * and gives its synchronization time to finish (it then waits for the
+ * shared lock this thread holds). */
+static void syncer_hook(void *ptr, size_t bytes, void *user) {
+  (void)ptr;
+  (void)bytes;
+  syncer_t *y = user;
+  if (!__atomic_exchange_n(&y->armed, 0, __ATOMIC_ACQ_REL)) return;
+  __atomic_store_n(&y->go, 1, __ATOMIC_RELEASE);
+  while (!__atomic_load_n(&y->started, __ATOMIC_ACQUIRE)) sched_yield();
+  struct timespec ts = {0, 100 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+START_TEST(test_pool_vm_neighbour_finished_during_the_growth_serves_it) {
+  /* The cause of the "no room after trimming" once seen in CI (commit
+   * 4c6c024 reserved a new region instead). [A1 live][F free, stream O]
+   * [A2 live][L free, stream Q, 8 MiB][hole]: stream O asks 8 MiB. L is Q's
+   * and not known finished, so the growth places the block in the hole,
+   * then trims F to the budget. Meanwhile another thread's release_cached
+   * synchronizes the streams (before taking any pool lock): L is now
+   * finished, so O may use it, and it holds the block alone. Placing again
+   * found no place at the hole ("it fits beside it") and none elsewhere:
+   * an internal error, then a needless reservation and 8 MiB more mapped.
+   * The growth now takes L itself: no region, no mapping. */
+  fix_t f;
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.small_max = 0;
+  o.event_interval = 1u << 30; /* no frees covered: L and F stay unfinished */
+  o.event_bytes = SIZE_MAX;
+  o.sync_before_peak = false;
+  fix_open(&f, &o);
+  const cudaStream_t so = STREAM(1), sq = STREAM(2);
+  void *a1 = alloc_ok(f.pool, 4 * MiB, so), *fb = alloc_ok(f.pool, 4 * MiB, so);
+  void *a2 = alloc_ok(f.pool, 4 * MiB, so), *l = alloc_ok(f.pool, 8 * MiB, sq);
+  ck_assert((uintptr_t)a1 < (uintptr_t)fb && (uintptr_t)fb < (uintptr_t)a2 &&
+            (uintptr_t)a2 < (uintptr_t)l);
+  pool_fill(a1, 4 * MiB, 1);
+  pool_fill(a2, 4 * MiB, 2);
+  free_ok(f.pool, fb, 4 * MiB, so);
+  free_ok(f.pool, l, 8 * MiB, sq);
+  ck_assert_uint_eq(field(f.pool, "reserved"), 20 * MiB);
+  syncer_t y = {f.pool, 0, 0, 0, RMMC_SUCCESS};
+  rmmc_memory_hooks_t h = RMMC_MEMORY_HOOKS_INIT;
+  h.on_release = syncer_hook;
+  h.user = &y;
+  ck_assert_int_eq(rmmc_resource_set_memory_hooks(f.pool, &h), RMMC_SUCCESS);
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, syncer_main, &y), 0);
+  uint64_t maps = vmspy_counts(f.vm).maps;
+  __atomic_store_n(&y.armed, 1, __ATOMIC_RELEASE);
+  void *b = alloc_ok(f.pool, 8 * MiB, so);
+  ck_assert_msg(__atomic_load_n(&y.go, __ATOMIC_ACQUIRE), "the growth trimmed nothing");
+  pthread_join(th, NULL);
+  ck_assert_int_eq(y.status, RMMC_SUCCESS);
+  ck_assert_ptr_eq(b, l); /* L itself, once finished */
+  ck_assert_uint_eq(vmspy_counts(f.vm).reserves, 1);
+  ck_assert_uint_eq(vmspy_counts(f.vm).maps, maps);
+  ck_assert_uint_eq(field(f.pool, "regions"), 1);
+  pool_fill(b, 8 * MiB, 3);
+  ck_assert(pool_filled(a1, 4 * MiB, 1) && pool_filled(a2, 4 * MiB, 2) && pool_filled(b, 8 * MiB, 3));
+  CHECK_POOL(f.pool);
+  ck_assert_int_eq(rmmc_resource_set_memory_hooks(f.pool, NULL), RMMC_SUCCESS);
+  free_ok(f.pool, b, 8 * MiB, so);
+  free_ok(f.pool, a1, 4 * MiB, so);
+  free_ok(f.pool, a2, 4 * MiB, so);
+  fix_close(&f);
+}
+END_TEST
+
 /* ---- failures, the maximum, reservations ---- */
 
 START_TEST(test_pool_vm_map_failure_is_clean) {
@@ -1218,6 +1319,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_vm_pressure_under_limiting_gives_back);
   tcase_add_test(tc, test_pool_vm_exited_thread_gives_back_its_spans);
   tcase_add_test(tc, test_pool_vm_returned_span_serves_the_next_span);
+  tcase_add_test(tc, test_pool_vm_neighbour_finished_during_the_growth_serves_it);
   tcase_add_test(tc, test_pool_vm_maximum_holds_when_trimming_moves_the_placement);
   tcase_add_test(tc, test_pool_vm_map_failure_is_clean);
   tcase_add_test(tc, test_pool_vm_map_failure_retried);

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "conformance.h"
 #include "faulty.h"
 #include "pool_util.h"
 #include "rmmc/rmmc.h"
@@ -48,6 +49,18 @@ static void free_ok(rmmc_resource_t *r, void *p, size_t bytes, cudaStream_t s) {
   ck_assert_msg(st == RMMC_SUCCESS, "free %p + %zu: %s", p, bytes, rmmc_last_error_message());
 }
 
+/* A request that must be refused because the pool below is paused. */
+static void refused_while_paused(rmmc_resource_t *r, const char *spec, size_t bytes,
+                                 cudaStream_t s) {
+  void *p = (void *)1;
+  rmmc_status_t st = rmmc_resource_allocate(r, bytes, 256, s, &p);
+  ck_assert_msg(st == RMMC_ERROR_OUT_OF_MEMORY, "%s: %zu bytes while paused: %s (%s)", spec, bytes,
+                rmmc_status_name(st), rmmc_last_error_message());
+  ck_assert_ptr_null(p);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "paused") != NULL, "%s: %s", spec,
+                rmmc_last_error_message());
+}
+
 /* ---- hooks recorder: every event in order ---- */
 
 typedef struct event {
@@ -67,6 +80,13 @@ static void rec_add(rec_t *r, int acquire, void *p, size_t n) {
 }
 static void on_acq(void *p, size_t n, void *u) { rec_add(u, 1, p, n); }
 static void on_rel(void *p, size_t n, void *u) { rec_add(u, 0, p, n); }
+
+/* What is held now, by the hooks' count: acquires less releases. */
+static size_t hooks_held(const rec_t *r) {
+  size_t held = 0;
+  for (size_t i = 0; i < r->n; i++) held += r->ev[i].acquire ? r->ev[i].bytes : -r->ev[i].bytes;
+  return held;
+}
 
 /* ---- fixture ---- */
 
@@ -317,10 +337,7 @@ START_TEST(test_pool_sleep_frees_while_paused) {
   ck_assert(pool_filled(c, 3 * PAGE, 3));
   CHECK_POOL(f.pool);
   /* The hooks' balance: what is held now is registered. */
-  size_t held = 0;
-  for (size_t i = 0; i < f.rec->n; i++)
-    held += f.rec->ev[i].acquire ? f.rec->ev[i].bytes : -f.rec->ev[i].bytes;
-  ck_assert_uint_eq(held, 13 * PAGE);
+  ck_assert_uint_eq(hooks_held(f.rec), 13 * PAGE);
   free_ok(f.pool, a, 10 * PAGE, NULL);
   free_ok(f.pool, c, 3 * PAGE, STREAM(1));
   fix_close(&f);
@@ -444,6 +461,202 @@ START_TEST(test_pool_sleep_map_refused_halfway_stays_paused) {
 }
 END_TEST
 
+/* ---- issue 41, F15: a failed pause or resume loses nothing ---- */
+
+static const char *mode_text(int mode) { return mode == RMMC_POOL_PAUSE_BACKUP ? "backup" : "discard"; }
+
+START_TEST(test_pool_sleep_finding_discard_refused_second_of_three) {
+  /* The finding: three live 1 MiB blocks on three mappings, a discard pause
+   * whose upstream refuses the 2nd of the 3 unmaps: it said "awake as
+   * before" and 2 of the 3 blocks came back zeroed. Now the first block's
+   * page had gone (its contents cannot come back), so the pause goes on:
+   * the pool is paused, says so, holds the refused mapping, and resume
+   * brings it back; a refusal of the 1st unmap leaves it awake, intact. */
+  for (uint64_t k = 1; k <= 3; k++) {
+    fix_t f;
+    rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+    o.small_max = 0;
+    fix_open(&f, &o);
+    void *b[3];
+    for (int i = 0; i < 3; i++) {
+      b[i] = alloc_ok(f.pool, 16 * PAGE, NULL);
+      pool_fill(b[i], 16 * PAGE, 7u + (unsigned)i);
+    }
+    ck_assert_uint_eq(field(f.pool, "mappings"), 48); /* 16 per block: k = 17 is the second block */
+    uint64_t nth = k == 1 ? 1 : k == 2 ? 17 : 33;
+    faulty_fail_nth(faulty_of(f.fy), FAULTY_DEALLOCATE, RMMC_ERROR_CUDA, nth);
+    rmmc_status_t st = rmmc_pool_pause(f.pool, RMMC_POOL_PAUSE_DISCARD, NULL);
+    faulty_disarm(faulty_of(f.fy));
+    ck_assert_int_eq(st, RMMC_ERROR_CUDA);
+    rmmc_pool_sleep_state_t s = state(f.pool);
+    if (nth == 1) { /* nothing of a live block had gone: back as before */
+      ck_assert_msg(!s.paused, "%s", rmmc_last_error_message());
+      ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "awake as before"));
+      for (int i = 0; i < 3; i++)
+        ck_assert_msg(pool_filled(b[i], 16 * PAGE, 7u + (unsigned)i), "block %d lost", i);
+    } else {
+      ck_assert_msg(s.paused, "k=%llu: awake, yet pages under live blocks went: %s",
+                    (unsigned long long)k, rmmc_last_error_message());
+      ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "paused (discard)"));
+      ck_assert_int_eq(s.mode, RMMC_POOL_PAUSE_DISCARD);
+      ck_assert_uint_eq(s.held, PAGE); /* the one the upstream kept */
+      ck_assert_uint_eq(vmspy_counts(f.vm).mapped_bytes, PAGE);
+      refused_while_paused(f.pool, "pool", 256, NULL);
+      CHECK_POOL(f.pool);
+      ck_assert_int_eq(rmmc_pool_resume(f.pool, NULL), RMMC_SUCCESS);
+    }
+    ck_assert_uint_eq(hooks_held(f.rec), 48 * PAGE);
+    CHECK_POOL(f.pool);
+    for (int i = 0; i < 3; i++) {
+      pool_fill(b[i], 16 * PAGE, 70u + (unsigned)i); /* usable at their addresses */
+      ck_assert(pool_filled(b[i], 16 * PAGE, 70u + (unsigned)i));
+      free_ok(f.pool, b[i], 16 * PAGE, NULL);
+    }
+    fix_close(&f);
+  }
+}
+END_TEST
+
+/* A pool for every-k runs: spans of four mappings, blocks on both sides of
+ * small_max on two streams, free mappings between live ones and at the
+ * top (release_before_grow=false keeps them): about 30 mappings. */
+typedef struct kset {
+  fix_t f;
+  void *p[6];
+  size_t n[6];
+  size_t reserved;
+  uint64_t nmaps;
+} kset_t;
+
+static const size_t kset_sizes[6] = {4 * KiB, 40 * KiB, 3 * PAGE + 4 * KiB, 6 * PAGE, 2 * PAGE, 5 * PAGE};
+
+static void kset_open(kset_t *k) {
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.small_max = 64 * KiB;
+  o.small_chunk = 256 * KiB;
+  o.release_before_grow = false;
+  fix_open(&k->f, &o);
+  for (int i = 0; i < 6; i++) {
+    k->n[i] = kset_sizes[i];
+    k->p[i] = alloc_ok(k->f.pool, k->n[i], STREAM(i % 2));
+    pool_fill(k->p[i], k->n[i], 20u + (unsigned)i);
+  }
+  free_ok(k->f.pool, k->p[3], k->n[3], STREAM(1)); /* free mappings between live ones ... */
+  k->p[3] = NULL;
+  void *top = alloc_ok(k->f.pool, 4 * PAGE, NULL);
+  free_ok(k->f.pool, top, 4 * PAGE, NULL); /* ... and at the top */
+  k->reserved = field(k->f.pool, "reserved");
+  k->nmaps = field(k->f.pool, "mappings");
+}
+
+static bool kset_intact(const kset_t *k) {
+  for (int i = 0; i < 6; i++)
+    if (k->p[i] != NULL && !pool_filled(k->p[i], k->n[i], 20u + (unsigned)i)) return false;
+  return true;
+}
+
+/* The pool is whole and works: every invariant, what is mapped is what
+ * the hooks hold, blocks written and read at their addresses, a clean
+ * backup cycle; then everything is freed and nothing leaks. */
+static void kset_close(kset_t *k) {
+  /* (A refusal while paused ran the out-of-memory rule, whose release_cached
+   * may have dropped free mappings: reserved as it is now.) */
+  size_t reserved = field(k->f.pool, "reserved");
+  ck_assert_uint_le(reserved, k->reserved);
+  ck_assert_uint_eq(vmspy_counts(k->f.vm).mapped_bytes, reserved);
+  ck_assert_uint_eq(hooks_held(k->f.rec), reserved);
+  CHECK_POOL(k->f.pool);
+  for (int i = 0; i < 6; i++)
+    if (k->p[i] != NULL) pool_fill(k->p[i], k->n[i], 20u + (unsigned)i);
+  ck_assert_int_eq(rmmc_pool_pause(k->f.pool, RMMC_POOL_PAUSE_BACKUP, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resume(k->f.pool, NULL), RMMC_SUCCESS);
+  ck_assert(kset_intact(k));
+  for (int i = 0; i < 6; i++)
+    if (k->p[i] != NULL) free_ok(k->f.pool, k->p[i], k->n[i], STREAM(i % 2));
+  fix_close(&k->f);
+}
+
+START_TEST(test_pool_sleep_refused_unmap_at_every_k_loses_nothing) {
+  /* The kth unmap of a pause refused, for every k and both modes. The pool
+   * is then either awake with every live block's data as it was, or
+   * (discard, once a page under a live block had gone) paused as the
+   * message says, holding the mapping the upstream kept, and resume brings
+   * it back. */
+  for (int mode = RMMC_POOL_PAUSE_BACKUP; mode <= RMMC_POOL_PAUSE_DISCARD; mode++) {
+    int awake = 0, paused = 0;
+    for (uint64_t k = 1;; k++) {
+      kset_t ks;
+      kset_open(&ks);
+      faulty_fail_nth(faulty_of(ks.f.fy), FAULTY_DEALLOCATE, RMMC_ERROR_CUDA, k);
+      rmmc_status_t st = rmmc_pool_pause(ks.f.pool, (rmmc_pool_pause_mode_t)mode, NULL);
+      faulty_disarm(faulty_of(ks.f.fy));
+      rmmc_pool_sleep_state_t s = state(ks.f.pool);
+      bool last = k > ks.nmaps;
+      if (last) {
+        ck_assert_int_eq(st, RMMC_SUCCESS);
+        ck_assert(s.paused);
+        ck_assert_int_eq(rmmc_pool_resume(ks.f.pool, NULL), RMMC_SUCCESS);
+      } else {
+        ck_assert_msg(st == RMMC_ERROR_CUDA, "%s k=%llu: %s", mode_text(mode),
+                      (unsigned long long)k, rmmc_status_name(st));
+        CHECK_POOL(ks.f.pool);
+        if (!s.paused) {
+          awake++;
+          ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "awake as before"));
+          ck_assert_uint_eq(vmspy_counts(ks.f.vm).mapped_bytes, ks.reserved);
+          ck_assert_msg(kset_intact(&ks), "%s k=%llu: awake, data lost", mode_text(mode),
+                        (unsigned long long)k);
+        } else {
+          paused++;
+          ck_assert_msg(mode == RMMC_POOL_PAUSE_DISCARD, "backup k=%llu: paused: %s",
+                        (unsigned long long)k, rmmc_last_error_message());
+          ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "paused (discard)"));
+          ck_assert(s.held > 0 && s.held <= PAGE); /* the one mapping the upstream kept */
+          ck_assert_uint_eq(s.held + s.unmapped, ks.reserved);
+          refused_while_paused(ks.f.pool, "pool", 4096, STREAM(1));
+          ck_assert_int_eq(rmmc_pool_resume(ks.f.pool, NULL), RMMC_SUCCESS);
+        }
+      }
+      kset_close(&ks);
+      if (last) break;
+    }
+    if (mode == RMMC_POOL_PAUSE_BACKUP) ck_assert_int_eq(paused, 0);
+    else ck_assert_msg(awake > 1 && paused > 1, "discard: %d awake, %d paused", awake, paused);
+  }
+}
+END_TEST
+
+START_TEST(test_pool_sleep_refused_map_at_every_k_loses_nothing) {
+  /* The kth mapping of a resume refused, for every k and both modes: the
+   * pool stays paused (nothing mapped, the backup kept), whole, and the
+   * next resume brings every live block back (its data after a backup). */
+  for (int mode = RMMC_POOL_PAUSE_BACKUP; mode <= RMMC_POOL_PAUSE_DISCARD; mode++)
+    for (uint64_t k = 1;; k++) {
+      kset_t ks;
+      kset_open(&ks);
+      ck_assert_int_eq(rmmc_pool_pause(ks.f.pool, (rmmc_pool_pause_mode_t)mode, NULL),
+                       RMMC_SUCCESS);
+      spy_fail_nth(spy_of(ks.f.spy), k);
+      rmmc_status_t st = rmmc_pool_resume(ks.f.pool, NULL);
+      spy_fail_nth(spy_of(ks.f.spy), 0);
+      bool last = k > ks.nmaps;
+      if (!last) {
+        ck_assert_int_eq(st, RMMC_ERROR_OUT_OF_MEMORY);
+        ck_assert(state(ks.f.pool).paused);
+        ck_assert_uint_eq(vmspy_counts(ks.f.vm).mapped_bytes, 0);
+        ck_assert_uint_eq(hooks_held(ks.f.rec), 0);
+        CHECK_POOL(ks.f.pool);
+        ck_assert_int_eq(rmmc_pool_resume(ks.f.pool, NULL), RMMC_SUCCESS);
+      } else {
+        ck_assert_int_eq(st, RMMC_SUCCESS);
+      }
+      if (mode == RMMC_POOL_PAUSE_BACKUP) ck_assert(kset_intact(&ks));
+      kset_close(&ks);
+      if (last) break;
+    }
+}
+END_TEST
+
 START_TEST(test_pool_sleep_no_host_memory_for_the_backup) {
   /* The backup's host buffer cannot be had (the address-space limit of
    * this forked test process is lowered): out of memory, nothing unmapped,
@@ -558,6 +771,102 @@ START_TEST(test_pool_sleep_chunk_pools_refused) {
     free_ok(r, a, 3 * MiB, NULL);
     rmmc_resource_release(r);
   }
+}
+END_TEST
+
+/* ---- issue 41, F14: caching layers over a paused pool ---- */
+
+START_TEST(test_pool_sleep_caching_layers_hand_out_nothing_while_paused) {
+  /* The finding: allocate 256 B from binning or fixed_size over a pool,
+   * free it, pause, allocate 256 B: it came from the layer's free list, on
+   * a page the pause had unmapped (writing it crashed). Now every size on
+   * every stream is refused with the pool's own message while paused, frees
+   * are taken, and after resume the layers serve again, live blocks intact
+   * after a backup. The arena is the pool itself. */
+  static const char *const specs[] = {
+      "binning > pool > host",
+      "fixed_size(block=4096) > pool > host",
+      "binning > limiting(limit=1GiB) > pool > host",
+      "fixed_size(block=64KiB) > statistics > pool(small_max=0) > host",
+      "arena > host",
+      "binning > arena > host",
+  };
+  static const size_t sizes[] = {256, 1000, 4096, 64 * KiB, 1 * MiB, 3 * MiB};
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create(specs[_i], -1, &r), RMMC_SUCCESS);
+  size_t block = 0;
+  for (rmmc_resource_t *x = r; x != NULL && block == 0; x = rmmc_resource_upstream(x))
+    if (strcmp(rmmc_resource_name(x), "fixed_size") == 0) block = rmmc_fixed_size_resource_block_size(x);
+  void *kept[6] = {0}, *freed[6] = {0};
+  for (int i = 0; i < 6; i++) {
+    if (block != 0 && sizes[i] > block) continue;
+    kept[i] = alloc_ok(r, sizes[i], STREAM(i % 2));
+    pool_fill(kept[i], sizes[i], 10u + (unsigned)i);
+    freed[i] = alloc_ok(r, sizes[i], STREAM(i % 2));
+  }
+  for (int i = 0; i < 6; i++)
+    if (freed[i] != NULL) free_ok(r, freed[i], sizes[i], STREAM(i % 2)); /* in the layer's lists */
+  for (int mode = RMMC_POOL_PAUSE_BACKUP; mode <= RMMC_POOL_PAUSE_DISCARD; mode++) {
+    ck_assert_msg(rmmc_pool_pause(r, (rmmc_pool_pause_mode_t)mode, NULL) == RMMC_SUCCESS, "%s: %s",
+                  specs[_i], rmmc_last_error_message());
+    for (int i = 0; i < 6; i++)
+      if (kept[i] != NULL)
+        for (int k = 0; k < 3; k++) refused_while_paused(r, specs[_i], sizes[i], STREAM(k));
+    /* A free while paused goes into the layer's list: still refused. */
+    if (mode == RMMC_POOL_PAUSE_DISCARD && kept[0] != NULL) {
+      free_ok(r, kept[0], sizes[0], STREAM(0));
+      kept[0] = NULL;
+      refused_while_paused(r, specs[_i], sizes[0], STREAM(0));
+    }
+    ck_assert_int_eq(rmmc_pool_resume(r, NULL), RMMC_SUCCESS);
+    for (int i = 0; i < 6; i++) {
+      if (kept[i] == NULL) continue;
+      if (mode == RMMC_POOL_PAUSE_BACKUP)
+        ck_assert_msg(pool_filled(kept[i], sizes[i], 10u + (unsigned)i), "%s: block %d differs",
+                      specs[_i], i);
+      void *q = alloc_ok(r, sizes[i], STREAM(i % 2)); /* served again after resume */
+      pool_fill(q, sizes[i], 99);
+      ck_assert(pool_filled(q, sizes[i], 99));
+      free_ok(r, q, sizes[i], STREAM(i % 2));
+    }
+  }
+  for (int i = 0; i < 6; i++)
+    if (kept[i] != NULL) free_ok(r, kept[i], sizes[i], STREAM(i % 2));
+  for (rmmc_resource_t *x = r; x != NULL; x = rmmc_resource_upstream(x))
+    if (strcmp(rmmc_resource_name(x), "pool") == 0 || strcmp(rmmc_resource_name(x), "arena") == 0)
+      CHECK_POOL(x);
+  rmmc_resource_release(r);
+}
+END_TEST
+
+START_TEST(test_pool_sleep_pool_over_a_pool_cannot_pause) {
+  /* A pool over a pool caches the lower pool's memory as a layer does, and
+   * its hot path does not ask below: pausing the lower pool while one is
+   * stacked over it is refused, nothing changed; once the upper pool is
+   * gone the lower one pauses. The stack's top (a chunk pool) cannot pause
+   * either. */
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create("pool(expandable=false) > pool > host", -1, &r), RMMC_SUCCESS);
+  rmmc_resource_t *lower = rmmc_resource_retain(rmmc_resource_upstream(r));
+  void *a = alloc_ok(r, 256, NULL);
+  free_ok(r, a, 256, NULL);
+  ck_assert_int_eq(rmmc_pool_pause(r, RMMC_POOL_PAUSE_DISCARD, NULL), RMMC_ERROR_NOT_SUPPORTED);
+  for (int mode = RMMC_POOL_PAUSE_BACKUP; mode <= RMMC_POOL_PAUSE_DISCARD; mode++) {
+    ck_assert_int_eq(rmmc_pool_pause(lower, (rmmc_pool_pause_mode_t)mode, NULL),
+                     RMMC_ERROR_NOT_SUPPORTED);
+    ck_assert_msg(strstr(rmmc_last_error_message(), "1 pool over this one") != NULL, "%s",
+                  rmmc_last_error_message());
+  }
+  ck_assert(!state(lower).paused);
+  a = alloc_ok(r, 256, NULL);
+  pool_fill(a, 256, 3);
+  ck_assert(pool_filled(a, 256, 3));
+  free_ok(r, a, 256, NULL);
+  CHECK_POOL(lower);
+  rmmc_resource_release(r);
+  ck_assert_int_eq(rmmc_pool_pause(lower, RMMC_POOL_PAUSE_DISCARD, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resume(lower, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(lower);
 }
 END_TEST
 
@@ -798,8 +1107,61 @@ START_TEST(test_pool_sleep_frees_race_with_pause_and_resume) {
 }
 END_TEST
 
+/* ---- the conformance battery over caching layers on a pool that sleeps ---- */
+
+/* A pool that can sleep over vmspy > faulty > up (so the battery can
+ * refuse its unmaps and maps); `arena`: in the arena's mode. */
+static rmmc_status_t sleeping_pool(rmmc_resource_t *up, bool arena, rmmc_resource_t **out) {
+  rmmc_resource_t *fy = NULL, *vm = NULL;
+  rmmc_status_t st = faulty_create(up, &fy);
+  if (st == RMMC_SUCCESS) st = vmspy_create(fy, 4 * KiB, &vm);
+  if (st == RMMC_SUCCESS && arena) {
+    rmmc_arena_options_t a = RMMC_ARENA_OPTIONS_INIT;
+    st = rmmc_arena_resource_create(vm, &a, out);
+  } else if (st == RMMC_SUCCESS) {
+    rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+    o.page_size = PAGE;
+    o.address_space = 256 * MiB;
+    st = rmmc_pool_resource_create(vm, &o, out);
+  }
+  rmmc_resource_release(vm);
+  rmmc_resource_release(fy);
+  return st;
+}
+
+/* binning(max=16KiB) over the pool, or fixed_size(block=64KiB) over the
+ * arena. Bins up to 16 KiB: the battery's 30,000 streams cost each bin a
+ * stream slot, and its 64 KiB blocks go to the pool. */
+static rmmc_status_t cached_over_sleeping(rmmc_resource_t *up, bool arena, rmmc_resource_t **out) {
+  rmmc_resource_t *pool;
+  rmmc_status_t st = sleeping_pool(up, arena, &pool);
+  if (st != RMMC_SUCCESS) return st;
+  rmmc_binning_options_t b = RMMC_BINNING_OPTIONS_INIT;
+  rmmc_fixed_size_options_t f = RMMC_FIXED_SIZE_OPTIONS_INIT;
+  b.max_bin = 16 * KiB;
+  f.block_size = 64 * KiB;
+  st = arena ? rmmc_fixed_size_resource_create(pool, &f, out)
+             : rmmc_binning_resource_create(pool, &b, out);
+  rmmc_resource_release(pool);
+  return st;
+}
+
+static rmmc_status_t make_binning_over_pool(rmmc_resource_t *up, rmmc_resource_t **out) {
+  return cached_over_sleeping(up, false, out);
+}
+
+static rmmc_status_t make_fixed_size_over_arena(rmmc_resource_t *up, rmmc_resource_t **out) {
+  return cached_over_sleeping(up, true, out);
+}
+
+static const conformance_case_t conformance_cases[] = {
+    {"binning(max=16KiB) > pool(page=64KiB) > vmspy > faulty", make_binning_over_pool, 0},
+    {"fixed_size(block=64KiB) > arena > vmspy > faulty", make_fixed_size_over_arena, 64 * KiB},
+};
+
 static Suite *suite(void) {
   Suite *s = suite_create("pool_sleep");
+  conformance_add(s, conformance_cases, 2);
   TCase *tc = tcase_create("sleep");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_pool_sleep_backup_restores_at_the_same_addresses);
@@ -809,9 +1171,14 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_sleep_unmap_and_map_back_refused_stays_paused);
   tcase_add_test(tc, test_pool_sleep_map_refused_halfway_stays_paused);
   tcase_add_test(tc, test_pool_sleep_no_host_memory_for_the_backup);
+  tcase_add_test(tc, test_pool_sleep_finding_discard_refused_second_of_three);
+  tcase_add_test(tc, test_pool_sleep_refused_unmap_at_every_k_loses_nothing);
+  tcase_add_test(tc, test_pool_sleep_refused_map_at_every_k_loses_nothing);
   tcase_add_test(tc, test_pool_sleep_over_sim_and_bad_input);
   tcase_add_test(tc, test_pool_sleep_chunk_pools_refused);
   tcase_add_test(tc, test_pool_sleep_pools_are_independent);
+  tcase_add_loop_test(tc, test_pool_sleep_caching_layers_hand_out_nothing_while_paused, 0, 6);
+  tcase_add_test(tc, test_pool_sleep_pool_over_a_pool_cannot_pause);
   tcase_add_test(tc, test_pool_sleep_hooks_and_peers_set_while_paused);
   tcase_add_test(tc, test_pool_sleep_destroy_while_paused_leaks_nothing);
   tcase_add_test(tc, test_pool_sleep_over_host_with_threads_after);

@@ -21,8 +21,11 @@
  * are numerous and a free list beats a coalescing search; rounding wastes
  * at most half a block (a quarter on average), which above 4 MiB starts to
  * cost more than the pool's exact sizing saves in time. Each bin takes
- * chunks of max(1, chunk_size / bin) blocks (default 2 MiB of blocks per
- * chunk).
+ * chunks of max(1, chunk_size / bin) blocks, at most
+ * RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK (2^20: a chunk's host descriptors
+ * and the time to make them follow its blocks, so a large chunk_size costs
+ * a small bin no more than 32 MiB and a few milliseconds per chunk)
+ * (default 2 MiB of blocks per chunk).
  *
  * Stream order, thread safety and bad input: those of fixed_size for
  * binned sizes (see fixed_size_resource.h), the upstream's for the rest.
@@ -30,7 +33,9 @@
  * (RMMC_ERROR_UNKNOWN_POINTER); one that routes to the upstream is for the
  * upstream to catch. Thread-safe: bins lock separately, routing takes no
  * lock. CUDA graph pools below work through it: the bins pass routed
- * calls to the upstream (fixed_size_resource.h), as larger sizes go.
+ * calls to the upstream (fixed_size_resource.h), as larger sizes go; so do
+ * they every call while a pool below is paused (pool_resource.h, "Sleep
+ * mode"), which the pool refuses.
  *
  * release_cached releases every bin's wholly free chunks, then forwards to
  * the upstream once. describe: bins, reserved (all bins) and in_use (all

@@ -55,10 +55,14 @@
  * the upstream, so from the graph pool, and its free goes straight back
  * there, whenever and on whatever stream it comes; a graph's block never
  * serves anything else and a capture never gets a block of the lists.
- * While any graph pool in the process is routed, every allocate asks the
- * pool whether it routes the call (its lock, and on a GPU the stream's
- * capture status); otherwise the check is one load. describe's
- * "graph_routed": bytes handed out that way and not yet freed.
+ * The same way, while the pool below is paused (pool_resource.h, "Sleep
+ * mode") every allocate goes to it, which refuses it: no block of the
+ * lists, whose pages the pause unmapped, is handed out; after resume the
+ * lists serve again. While any graph pool in the process is routed or any
+ * pool is paused, every allocate asks the pool below (a routed one takes
+ * its lock, and on a GPU the stream's capture status); otherwise the check
+ * is one load. describe's "graph_routed": bytes handed out that way and
+ * not yet freed.
  *
  * describe: block_size, blocks_per_chunk, reserved (bytes taken from the
  * upstream), in_use (blocks handed out x block size), cached (free blocks x
@@ -78,10 +82,16 @@ extern "C" {
 /* The most a block is aligned to (a page). */
 #define RMMC_FIXED_SIZE_MAX_BLOCK_ALIGNMENT ((size_t)4096)
 
+/* The most blocks one chunk holds (2^20). Each block has a 32-byte
+ * descriptor on the host, made and linked when its chunk is taken, so a
+ * chunk costs host memory and time in proportion to its blocks: at most 32
+ * MiB and a few milliseconds. */
+#define RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK ((size_t)1 << 20)
+
 typedef struct rmmc_fixed_size_options {
   size_t size;             /* sizeof(rmmc_fixed_size_options_t) */
   size_t block_size;       /* bytes per block, rounded up to 256 (default 1 MiB) */
-  size_t blocks_per_chunk; /* blocks per upstream chunk (default 128) */
+  size_t blocks_per_chunk; /* blocks per upstream chunk (default 128; 1 to 2^20) */
 } rmmc_fixed_size_options_t;
 
 #define RMMC_FIXED_SIZE_OPTIONS_INIT                                           \
@@ -90,7 +100,8 @@ typedef struct rmmc_fixed_size_options {
 /* Creates a fixed_size resource over `upstream` (retained; NULL options mean
  * defaults). Takes nothing from the upstream until the first allocate.
  * RMMC_ERROR_INVALID_ARGUMENT for a NULL upstream or out, options.size 0,
- * a block size or blocks_per_chunk of 0, or a chunk size that overflows;
+ * a block size or blocks_per_chunk of 0, blocks_per_chunk above
+ * RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK, or a chunk size that overflows;
  * RMMC_ERROR_OUT_OF_MEMORY without host memory. */
 RMMC_EXPORT rmmc_status_t rmmc_fixed_size_resource_create(rmmc_resource_t *upstream,
                                                           const rmmc_fixed_size_options_t *options,

@@ -360,7 +360,13 @@ RMMC_EXPORT rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64
  * the same addresses. Only a pool with the virtual-memory backend can sleep
  * (expandable, over cuda, host or sim; through adaptors too):
  * RMMC_ERROR_NOT_SUPPORTED otherwise, the message saying why, nothing
- * changed. Pools pause and resume independently.
+ * changed. Pools pause and resume independently. Layers that cache the
+ * pool's memory above it (binning, fixed_size) hand out nothing while it
+ * is paused: their calls go to the pool, which refuses them, and they
+ * serve from their caches again after resume. A pool over which another
+ * pool is stacked (its upstream reaches this one) cannot pause
+ * (RMMC_ERROR_NOT_SUPPORTED): the upper pool would hand out its cached
+ * pages.
  *
  * Live blocks' contents (mode, per pause): RMMC_POOL_PAUSE_BACKUP copies
  * every block handed out to host memory (pinned, for device memory) and
@@ -396,19 +402,29 @@ RMMC_EXPORT rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64
  *
  * Memory hooks (rmmc_resource_set_memory_hooks) hear every mapping go
  * (on_release before each unmap) and come back (on_acquire after each new
- * map), in address order, so registrations (NCCL, RDMA) can be renewed.
+ * map), in address order (a discard pause: those under no live block first,
+ * then the others, each in address order), so registrations (NCCL, RDMA)
+ * can be renewed.
  * IPC: an export of a block (rmmc_ipc_export) is revoked by a pause (its
  * importer's check reports it stale); the importer's open mapping keeps
  * the old physical pages alive, and away from this process, until it
  * closes it, and never sees the new ones: export again after resume.
  *
  * Failures leave the pool paused or awake, never half of each, and lose
- * nothing: a pause whose unmapping the upstream refuses halfway maps back
- * what went and restores it (awake, as before; if mapping back is refused
- * too the pool stays paused, the pages that could not go counted as held,
- * and resume retries); a resume whose mapping is refused unmaps what it
- * mapped and stays paused with its backup (try again once memory is
- * free). */
+ * nothing: a pause either takes effect or leaves the pool as it was, every
+ * live block's contents intact. A backup pause whose unmapping the
+ * upstream refuses halfway maps back what went and restores it (awake, as
+ * before). A discard pause has nothing to restore from, so it gives back
+ * the pages under no live block first (a refusal there maps them back:
+ * awake as before, no live block touched) and then the others; once a page
+ * under a live block has gone the pause goes on to the end, since that
+ * block's contents cannot come back and the caller asked for them to go: a
+ * refusal then leaves the pool paused as asked, the pages the upstream
+ * kept counted as held, and the message says so. If mapping back is
+ * refused too the pool stays paused, the pages that could not go counted
+ * as held, and resume retries. A resume whose mapping is refused unmaps
+ * what it mapped and stays paused with its backup (try again once memory
+ * is free). */
 typedef enum rmmc_pool_pause_mode {
   RMMC_POOL_PAUSE_BACKUP = 1,  /* live blocks copied to host memory, restored on resume */
   RMMC_POOL_PAUSE_DISCARD = 2, /* live blocks' contents dropped, never read */
@@ -421,7 +437,10 @@ typedef enum rmmc_pool_pause_mode {
  * RMMC_ERROR_OUT_OF_MEMORY when no (pinned) host memory holds the backup
  * (nothing changed); RMMC_ERROR_CUDA when a copy or synchronization fails
  * (nothing changed); the upstream's status when it refuses to unmap (the
- * pool awake as before, or paused as the message says). Thread-safe. */
+ * pool awake as before with its data, or paused as the message says: a
+ * discard pause past its first page under a live block, or a pause whose
+ * mapping back was refused too; rmmc_pool_sleep_state tells which).
+ * Thread-safe. */
 RMMC_EXPORT rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_mode_t mode,
                                           cudaStream_t stream);
 

@@ -241,7 +241,13 @@ RMMC_API rmmc_status_t rmmc_binning_resource_create(rmmc_resource_t *upstream,
   for (size_t i = 0; i < n; i++) {
     rmmc_fixed_size_options_t fo = RMMC_FIXED_SIZE_OPTIONS_INIT;
     fo.block_size = sizes[i];
-    fo.blocks_per_chunk = o.chunk_size / sizes[i] ? o.chunk_size / sizes[i] : 1;
+    /* A chunk's cost (descriptors made on the host) follows its blocks, so
+     * each bin takes at most RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK at a time,
+     * whatever chunk_size says (binning_resource.h). */
+    size_t per = o.chunk_size / sizes[i];
+    fo.blocks_per_chunk = per == 0 ? 1 : per > RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK
+                                             ? RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK
+                                             : per;
     st = rmmc_fixed_size_resource_create(upstream, &fo, &b->bin[i]);
     if (st != RMMC_SUCCESS) {
       binning_free(b);

@@ -24,6 +24,6 @@
   X(bins, "bins", STRING, NONE, NULL, "powers of two from min to max", 0, 0, "",                   \
     "explicit bin sizes, ascending: bins=256B:4KiB:64KiB")                                         \
   X(chunk_size, "chunk", BYTES, SIZE, (size_t)2 << 20, "2MiB", 0, 0, "",                           \
-    "upstream bytes per bin chunk")
+    "upstream bytes per bin chunk (at most 2^20 blocks of a bin)")
 
 #endif /* RMMC_BINNING_OPTIONS_H */

@@ -31,7 +31,10 @@
  * upstream and so to the graph pool, whichever stream frees it and whether
  * or not the routing has ended. A graph's block thus never enters a free
  * list, and a capture never gets a block another stream freed. Deallocate
- * looks in that map only for a pointer that is none of its blocks.
+ * looks in that map only for a pointer that is none of its blocks. The same
+ * path serves every call while the pool below is paused (its pages, those
+ * of the free lists included, are unmapped): the pool refuses it, and the
+ * free lists serve again once it resumes.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -579,6 +582,11 @@ RMMC_API rmmc_status_t rmmc_fixed_size_resource_create(rmmc_resource_t *upstream
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "fixed_size_resource_create: %zu blocks of %zu bytes overflow a chunk",
                           o.blocks_per_chunk, o.block_size);
+  if (o.blocks_per_chunk > RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK)
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "fixed_size_resource_create: blocks_per_chunk %zu is above %zu (each "
+                          "block's descriptor is made on the host when its chunk is taken)",
+                          o.blocks_per_chunk, RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK);
   fixed_size_t *fs = calloc(1, sizeof *fs);
   if (fs == NULL)
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "fixed_size_resource_create: no host memory");

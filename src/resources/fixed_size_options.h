@@ -17,7 +17,8 @@
 #define RMMC__FIXED_SIZE_OPTIONS(X)                                                                \
   X(block_size, "block", BYTES, SIZE, (size_t)1 << 20, "1MiB", 0, 0, "",                           \
     "bytes per block")                                                                             \
-  X(blocks_per_chunk, "blocks_per_chunk", INT, SIZE, 128, "128", 1, LLONG_MAX, "blocks",           \
-    "blocks taken from the upstream at a time")
+  X(blocks_per_chunk, "blocks_per_chunk", INT, SIZE, 128, "128", 1,                              \
+    (long long)RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK, "blocks",                                     \
+    "blocks taken from the upstream at a time (a 32-byte host descriptor each)")
 
 #endif /* RMMC_FIXED_SIZE_OPTIONS_H */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "faulty.h"
 #include "graph_contract.h"
 #include "rmmc/host_resource.h"
 #include "rmmc/pool_resource.h"
@@ -571,6 +572,180 @@ START_TEST(test_conformance_many_stream_keys_on_threads) {
 }
 END_TEST
 
+/* ---- sleep mode through the stack (design rules 13 and 14) ---- */
+
+static rmmc_pool_sleep_state_t sleep_state(rmmc_resource_t *r) {
+  rmmc_pool_sleep_state_t s = RMMC_POOL_SLEEP_STATE_INIT;
+  ck_assert_int_eq(rmmc_pool_sleep_state(r, &s), RMMC_SUCCESS);
+  return s;
+}
+
+/* Blocks of several sizes (up to the largest request) on two streams,
+ * kept and filled, and as many allocated and freed (in every layer's
+ * cache). */
+typedef struct sleepers {
+  void *p[6];
+  size_t n[6];
+  int count;
+} sleepers_t;
+
+static void sleepers_make(fixture_t *f, sleepers_t *z) {
+  static const size_t sizes[] = {256, 1000, 4096, 64 << 10, 1 << 20, 3 << 20};
+  z->count = 0;
+  for (int i = 0; i < 6; i++) {
+    if (sizes[i] > max_request(f)) continue;
+    cudaStream_t st = (cudaStream_t)(uintptr_t)(1 + i % 2);
+    void *q = NULL;
+    ck_assert_int_eq(rmmc_resource_allocate(f->r, sizes[i], 256, st, &z->p[z->count]),
+                     RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_allocate(f->r, sizes[i], 256, st, &q), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_deallocate(f->r, q, sizes[i], 256, st), RMMC_SUCCESS);
+    z->n[z->count] = sizes[i];
+    fill(z->p[z->count], sizes[i], 40u + (unsigned)i);
+    z->count++;
+  }
+}
+
+static bool sleepers_intact(const sleepers_t *z) {
+  for (int i = 0; i < z->count; i++)
+    if (!check_fill(z->p[i], z->n[i], 40u + (unsigned)i)) return false;
+  return true;
+}
+
+static void sleepers_free(fixture_t *f, sleepers_t *z) {
+  for (int i = 0; i < z->count; i++)
+    ck_assert_int_eq(rmmc_resource_deallocate(f->r, z->p[i], z->n[i], 256,
+                                              (cudaStream_t)(uintptr_t)(1 + i % 2)),
+                     RMMC_SUCCESS);
+}
+
+/* Every size on every stream, served, written and read back. */
+static void serves_again(fixture_t *f) {
+  for (size_t n = 256; n <= max_request(f) && n <= ((size_t)4 << 20); n *= 16)
+    for (uintptr_t s = 1; s <= 2; s++) {
+      void *p = NULL;
+      rmmc_status_t st = rmmc_resource_allocate(f->r, n, 256, (cudaStream_t)s, &p);
+      ck_assert_msg(st == RMMC_SUCCESS, "%s: %zu bytes after resume: %s", f->c->name, n,
+                    rmmc_last_error_message());
+      fill(p, n, 77);
+      ck_assert(check_fill(p, n, 77));
+      ck_assert_int_eq(rmmc_resource_deallocate(f->r, p, n, 256, (cudaStream_t)s), RMMC_SUCCESS);
+    }
+}
+
+/* Nothing is handed out while the pool below is paused (issue 41, F14):
+ * blocks of every size freed into every layer's cache, the pool paused
+ * through the stack, then every size on every stream is refused with the
+ * pool's message; after resume the stack serves again and, after a
+ * backup, the live blocks read back as they were. A stack whose pool
+ * cannot sleep refuses the pause and keeps serving; one with no pool says
+ * so. */
+START_TEST(test_conformance_pause_hands_out_nothing) {
+  fixture_t f;
+  setup(&f, _i);
+  rmmc_pool_sleep_state_t s0 = RMMC_POOL_SLEEP_STATE_INIT;
+  if (rmmc_pool_sleep_state(f.r, &s0) != RMMC_SUCCESS) {
+    ck_assert_int_eq(rmmc_pool_pause(f.r, RMMC_POOL_PAUSE_DISCARD, NULL),
+                     RMMC_ERROR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "no pool layer"));
+  } else if (!s0.can_sleep) {
+    ck_assert_int_eq(rmmc_pool_pause(f.r, RMMC_POOL_PAUSE_BACKUP, NULL), RMMC_ERROR_NOT_SUPPORTED);
+    ck_assert(!sleep_state(f.r).paused);
+  } else {
+    sleepers_t z;
+    sleepers_make(&f, &z);
+    for (int mode = RMMC_POOL_PAUSE_BACKUP; mode <= RMMC_POOL_PAUSE_DISCARD; mode++) {
+      rmmc_status_t st = rmmc_pool_pause(f.r, (rmmc_pool_pause_mode_t)mode, NULL);
+      ck_assert_msg(st == RMMC_SUCCESS, "%s: pause: %s", f.c->name, rmmc_last_error_message());
+      for (size_t n = 256; n <= max_request(&f) && n <= ((size_t)4 << 20); n *= 4)
+        for (uintptr_t k = 1; k <= 3; k++) {
+          void *p = (void *)1;
+          st = rmmc_resource_allocate(f.r, n, 256, (cudaStream_t)k, &p);
+          ck_assert_msg(st == RMMC_ERROR_OUT_OF_MEMORY && p == NULL,
+                        "%s: %zu bytes handed out while paused (%s)", f.c->name, n,
+                        rmmc_status_name(st));
+          ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "paused"));
+        }
+      ck_assert_int_eq(rmmc_pool_resume(f.r, NULL), RMMC_SUCCESS);
+      if (mode == RMMC_POOL_PAUSE_BACKUP)
+        ck_assert_msg(sleepers_intact(&z), "%s: a live block changed across a backup pause",
+                      f.c->name);
+      serves_again(&f);
+    }
+    sleepers_free(&f, &z);
+  }
+  serves_again(&f);
+  teardown(&f);
+}
+END_TEST
+
+/* The faulty layer below the stack's mappings, if its factory put one. */
+static faulty_t *faulty_below(rmmc_resource_t *r) {
+  for (; r != NULL; r = rmmc_resource_upstream(r))
+    if (faulty_of(r) != NULL) return faulty_of(r);
+  return NULL;
+}
+
+/* A failed pause or resume loses nothing (issue 41, F15; design rule 14):
+ * over a pool that can sleep with a faulty layer below its mappings, the
+ * kth unmap of a pause refused (several k, both modes): the stack is then
+ * awake with every live block as it was, or paused as the message says
+ * (discard, past a page under a live block), and resumes; the kth map of a
+ * resume refused: still paused, and the next resume brings the backup
+ * back. Every time the stack serves again afterwards. */
+START_TEST(test_conformance_failed_pause_loses_nothing) {
+  fixture_t f;
+  setup(&f, _i);
+  faulty_t *fy = faulty_below(f.r);
+  rmmc_pool_sleep_state_t s0 = RMMC_POOL_SLEEP_STATE_INIT;
+  if (fy == NULL || rmmc_pool_sleep_state(f.r, &s0) != RMMC_SUCCESS || !s0.can_sleep) {
+    teardown(&f); /* nothing to inject into: the battery's other checks hold it */
+    return;
+  }
+  rmmc_resource_t *pool = graph_contract_pool_of(f.r);
+  sleepers_t z;
+  sleepers_make(&f, &z);
+  uint64_t nmaps = 0;
+  ck_assert(rmmc_resource_get_field(pool, "mappings", &nmaps) && nmaps > 0);
+  const uint64_t ks[] = {1, 2, nmaps / 2 + 1, nmaps};
+  for (int mode = RMMC_POOL_PAUSE_BACKUP; mode <= RMMC_POOL_PAUSE_DISCARD; mode++)
+    for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) {
+      faulty_fail_nth(fy, FAULTY_DEALLOCATE, RMMC_ERROR_CUDA, ks[j]);
+      rmmc_status_t st = rmmc_pool_pause(f.r, (rmmc_pool_pause_mode_t)mode, NULL);
+      faulty_disarm(fy);
+      ck_assert_msg(st == RMMC_ERROR_CUDA, "%s: pause with unmap %llu refused: %s", f.c->name,
+                    (unsigned long long)ks[j], rmmc_status_name(st));
+      ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
+      if (sleep_state(f.r).paused) {
+        ck_assert_msg(mode == RMMC_POOL_PAUSE_DISCARD, "%s: a backup pause stayed paused: %s",
+                      f.c->name, rmmc_last_error_message());
+        ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "paused (discard)"));
+        ck_assert_int_eq(rmmc_pool_resume(f.r, NULL), RMMC_SUCCESS);
+        for (int i = 0; i < z.count; i++) fill(z.p[i], z.n[i], 40u + (unsigned)i);
+      } else {
+        ck_assert_msg(sleepers_intact(&z), "%s: awake after a failed %s pause, data lost",
+                      f.c->name, mode == RMMC_POOL_PAUSE_BACKUP ? "backup" : "discard");
+      }
+      serves_again(&f);
+      /* A resume whose kth map is refused: still paused, whole; again. */
+      ck_assert_int_eq(rmmc_pool_pause(f.r, (rmmc_pool_pause_mode_t)mode, NULL), RMMC_SUCCESS);
+      faulty_fail_nth(fy, FAULTY_ALLOCATE, RMMC_ERROR_OUT_OF_MEMORY, ks[j]);
+      st = rmmc_pool_resume(f.r, NULL);
+      faulty_disarm(fy);
+      ck_assert_int_eq(st, RMMC_ERROR_OUT_OF_MEMORY);
+      ck_assert(sleep_state(f.r).paused);
+      ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
+      ck_assert_int_eq(rmmc_pool_resume(f.r, NULL), RMMC_SUCCESS);
+      if (mode == RMMC_POOL_PAUSE_BACKUP) ck_assert(sleepers_intact(&z));
+      else
+        for (int i = 0; i < z.count; i++) fill(z.p[i], z.n[i], 40u + (unsigned)i);
+      serves_again(&f);
+    }
+  sleepers_free(&f, &z);
+  teardown(&f);
+}
+END_TEST
+
 START_TEST(test_conformance_ownership) {
   fixture_t f;
   setup(&f, _i);
@@ -605,5 +780,7 @@ void conformance_add(Suite *s, const conformance_case_t *cases, int ncases) {
   tcase_add_loop_test(tc, test_conformance_oom_with_memory_cached_on_another_stream, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_many_streams, 0, ncases);
   tcase_add_loop_test(tc, test_conformance_many_stream_keys_on_threads, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_pause_hands_out_nothing, 0, ncases);
+  tcase_add_loop_test(tc, test_conformance_failed_pause_loses_nothing, 0, ncases);
   suite_add_tcase(s, tc);
 }

@@ -20,6 +20,8 @@ struct faulty {
   uint64_t calls[OP_COUNT];
   rmmc_status_t every_status[OP_COUNT];
   uint64_t every[OP_COUNT], since_every[OP_COUNT]; /* every Nth; calls since armed */
+  rmmc_status_t nth_status[OP_COUNT];
+  uint64_t nth[OP_COUNT], since_nth[OP_COUNT]; /* only the Nth; calls since armed */
   uint64_t injected[OP_COUNT];
 };
 
@@ -34,6 +36,8 @@ static rmmc_status_t injected(faulty_t *f, int op) {
   }
   if (f->every[op] != 0 && ++f->since_every[op] % f->every[op] == 0 && st == RMMC_SUCCESS)
     st = f->every_status[op];
+  if (f->nth[op] != 0 && ++f->since_nth[op] == f->nth[op] && st == RMMC_SUCCESS)
+    st = f->nth_status[op];
   if (st != RMMC_SUCCESS) f->injected[op]++;
   pthread_mutex_unlock(&f->lock);
   return st == RMMC_SUCCESS ? st : rmmc_set_error(st, "faulty: injected %s", rmmc_status_name(st));
@@ -188,17 +192,27 @@ void faulty_fail_next(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_
   arm(f, (int)op, status, count);
 }
 
-void faulty_fail_every(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t n) {
+/* Arms a counted injection: its status, its N, its count of calls since. */
+static void arm_counted(faulty_t *f, rmmc_status_t *status_of, uint64_t *n_of, uint64_t *since_of,
+                        rmmc_status_t status, uint64_t n) {
   pthread_mutex_lock(&f->lock);
-  f->every_status[op] = status;
-  f->every[op] = n;
-  f->since_every[op] = 0;
+  *status_of = status;
+  *n_of = n;
+  *since_of = 0;
   pthread_mutex_unlock(&f->lock);
+}
+
+void faulty_fail_every(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t n) {
+  arm_counted(f, &f->every_status[op], &f->every[op], &f->since_every[op], status, n);
+}
+
+void faulty_fail_nth(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t n) {
+  arm_counted(f, &f->nth_status[op], &f->nth[op], &f->since_nth[op], status, n);
 }
 
 void faulty_disarm(faulty_t *f) {
   pthread_mutex_lock(&f->lock);
-  for (int op = 0; op < OP_COUNT; op++) f->remaining[op] = f->every[op] = 0;
+  for (int op = 0; op < OP_COUNT; op++) f->remaining[op] = f->every[op] = f->nth[op] = 0;
   pthread_mutex_unlock(&f->lock);
 }
 

@@ -65,7 +65,10 @@ void faulty_fail_next(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_
  * this call) returns `status` as above; n = 0 turns it off. Independent of
  * the next-N count above (a call fails if either says so). */
 void faulty_fail_every(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t n);
-/* Turns every injection off (counts and every-Nth). */
+/* Only the Nth call of kind `op` from now on (1: the next) returns `status`
+ * as above; n = 0 turns it off. Independent of the two above. */
+void faulty_fail_nth(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t n);
+/* Turns every injection off (counts, every-Nth and the Nth). */
 void faulty_disarm(faulty_t *f);
 faulty_counts_t faulty_counts(faulty_t *f);
 

@@ -136,20 +136,24 @@ static pool_t *pool_in(rmmc_resource_t *r) {
 }
 pool_t *rmmc__pool_in(rmmc_resource_t *r) { return pool_in(r); }
 
-/* The router of caching layers above a pool (internal.h): does a call on
- * `stream` through `stack` reach a pool that sends it to a graph pool? */
+/* The router of caching layers above a pool (internal/graph_route.h):
+ * does a call on `stream` through `stack` reach a pool that sends it to a
+ * graph pool, or that is paused (sleep.c: it refuses the call, which the
+ * layer must not serve from its cache of the pool's unmapped memory)? */
 static bool graph_routes_call(rmmc_resource_t *stack, cudaStream_t stream) {
   pool_t *p = pool_in(stack);
   return p != NULL && __atomic_load_n(&p->graphs_routing, __ATOMIC_RELAXED) > 0 &&
-         graph_route(p, stream) != NULL;
+         (__atomic_load_n(&p->paused, __ATOMIC_RELAXED) || graph_route(p, stream) != NULL);
 }
 
-/* Counts one graph pool more (+1) or less (-1) being routed to. */
+/* Counts one graph pool more (+1) or less (-1) being routed to, or a
+ * pause (rmmc__pool_count_route). */
 static void count_route(pool_t *p, int delta) {
   if (delta > 0) rmmc__set_graph_router(graph_routes_call);
   __atomic_add_fetch(&p->graphs_routing, delta, __ATOMIC_RELAXED);
   __atomic_add_fetch(&rmmc__graph_routes, delta, __ATOMIC_RELAXED);
 }
+void rmmc__pool_count_route(pool_t *p, int delta) { count_route(p, delta); }
 
 RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id0, uint64_t id1,
                                              bool by_stream, cudaStream_t stream) {

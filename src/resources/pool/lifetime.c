@@ -77,6 +77,8 @@ static void pool_destroy(rmmc_resource_t *r) {
   if (p->cuda && p->regions != NULL) (void)rmmc__stream_set_sync(&p->streams);
   if (p->be != NULL) p->be->fini(p);
   if (p->sleep != NULL) p->sleep->drop(p, true);
+  if (p->paused) count_route(p, -1); /* destroyed while paused: the process count stays true */
+  if (p->below != NULL) __atomic_sub_fetch(&p->below->pools_above, 1, __ATOMIC_RELAXED);
   for (int spare = 0; spare < 2; spare++)
     for (pool_sheap_t *x = spare ? p->spare_heaps : p->heaps, *xnext; x != NULL; x = xnext) {
       xnext = spare ? x->onext : x->hnext;
@@ -265,6 +267,8 @@ rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_optio
   rmmc__stream_set_init(&p->streams, upstream, sizeof(pool_owner_t));
   st = apply_options(p, &o);
   if (st == RMMC_SUCCESS) st = choose_backend(p, &o);
+  if (st == RMMC_SUCCESS && (p->below = pool_in(upstream)) != NULL) /* it may not pause now */
+    __atomic_add_fetch(&p->below->pools_above, 1, __ATOMIC_RELAXED);
   if (st == RMMC_SUCCESS && !pool_meta_room(&p->meta)) st = rmmc__pool_no_host_memory();
   if (st == RMMC_SUCCESS && o.initial_size > 0) {
     pool_block_t *b;

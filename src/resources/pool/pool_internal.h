@@ -69,6 +69,7 @@ struct pool_block {
 };
 
 enum { SEG_ON = 0, SEG_OFF, SEG_WOKEN };
+enum { POOL_SLEEP_ALL = 0, POOL_SLEEP_FREE, POOL_SLEEP_LIVE }; /* pool_backend_t.sleep */
 
 /* A mapped range of a reservation: one upstream vm_map call. */
 typedef struct pool_seg {
@@ -76,6 +77,7 @@ typedef struct pool_seg {
   size_t size;
   uint8_t off; /* SEG_ON, or paused (sleep.c): SEG_OFF (unmapped; resume maps it
                 * again) or SEG_WOKEN (mapped by a wake still in progress) */
+  uint8_t live; /* a discard pause's mark: a live block lies on it (sleep.c) */
 } pool_seg_t;
 
 struct pool_region {
@@ -194,14 +196,17 @@ typedef struct pool_backend {
    * upstream's memory, which the upstream made reachable). */
   rmmc_status_t (*grant)(pool_t *p, int d);
   /* Sleep mode (sleep.c), under every lock, no work pending on the
-   * pool's memory. sleep unmaps every mapping still mapped (on_release
-   * before each), marking it off; one the upstream refuses stays on, the
-   * others still go, and the first refusal's status is returned. wake maps
-   * every mapping that is off again at its address (peers granted,
-   * on_acquire after each), all or nothing: on a refusal it unmaps what it
-   * mapped (a mapping whose unmap is refused too stays mapped, not off) and
-   * returns the status. NULL: the backend cannot (chunks). */
-  rmmc_status_t (*sleep)(pool_t *p);
+   * pool's memory. sleep unmaps every mapping still mapped of `which`
+   * (POOL_SLEEP_ALL, or those whose live mark is clear or set: _FREE,
+   * _LIVE), on_release before each, marking it off and adding its bytes to
+   * *gone; one the upstream refuses stays on, the others still go (_LIVE:
+   * unless none had gone yet), and the first refusal's status is returned.
+   * wake maps every mapping that is off
+   * again at its address (peers granted, on_acquire after each), all or
+   * nothing: on a refusal it unmaps what it mapped (a mapping whose unmap is
+   * refused too stays mapped, not off) and returns the status. NULL: the
+   * backend cannot (chunks). */
+  rmmc_status_t (*sleep)(pool_t *p, int which, size_t *gone);
   rmmc_status_t (*wake)(pool_t *p);
 } pool_backend_t;
 
@@ -263,6 +268,8 @@ struct pool {
   uint64_t peers; /* devices given access (bit d; shared lock; query.c): every mapping's */
   /* sleep mode (sleep.c; every lock to write) */
   int paused;               /* atomic read: allocations are refused */
+  pool_t *below;            /* the pool layer under this one's upstream, which counts it */
+  int pools_above;          /* atomic: pools whose upstream holds this one (they cannot pause) */
   size_t off_bytes;         /* bytes of mappings that are off (counted in reserved) */
   struct pool_sleep_head *sleep; /* the backup and counts; NULL before the first pause */
 };
@@ -344,6 +351,12 @@ rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes)
 
 /* The pool layer of a stack (r itself, or the first pool below it); NULL. */
 pool_t *rmmc__pool_in(rmmc_resource_t *r);
+/* A pause (+1) or resume (-1) counted where graph routes are (graphs.c):
+ * the pool's allocation gate, and the process count that makes caching
+ * layers above a pool ask whether their calls must go down to it (fixed_size,
+ * binning's bins: internal/graph_route.h), so that none of them hands out
+ * memory of a paused pool from its cache (design rule 13). */
+void rmmc__pool_count_route(pool_t *p, int delta);
 /* Every lock of the pool: stream heaps first, then the shared one. */
 void rmmc__pool_lock_all(pool_t *p);
 void rmmc__pool_unlock_all(pool_t *p);

@@ -19,11 +19,19 @@
  * destruction; the copies of a resume read it until they finish, so
  * whatever writes or frees it first waits for them (an event).
  *
- * All or nothing. A pause whose unmapping the upstream refuses halfway maps
- * the pool back (and restores its backup): it is awake as before. If that
- * mapping is refused too, the pool stays paused, its backup kept, and the
- * mappings that could not go stay held (counted in reserved). A resume
- * whose mapping is refused unmaps what it mapped: still paused.
+ * All or nothing. A pause either takes effect or leaves the pool as it was,
+ * the live blocks' contents intact. A backup pause whose unmapping the
+ * upstream refuses maps the pool back and restores its backup: it is awake
+ * as before. A discard pause has no copy to restore, so it gives back the
+ * mappings under no live block first (a refusal there maps them back:
+ * awake as before, nothing of a live block touched), then those under live
+ * blocks; once one of these has gone, its contents cannot come back, and
+ * the pause, which asked for them to go, goes on to the end: a refusal
+ * then leaves the pool paused, the mappings the upstream kept held (counted
+ * in reserved), and says so. If mapping back is refused too, the pool stays
+ * paused, its backup kept, and the mappings that could not go stay held. A
+ * resume whose mapping is refused unmaps what it mapped: still paused, its
+ * backup kept.
  *
  * Allocation is refused while paused through the one slow-path gate of
  * allocate (graphs_routing counts the pause), so the hot path pays nothing.
@@ -107,6 +115,21 @@ static bool collect_live(pool_t *p, struct pool_sleep *s) {
   for (size_t i = 0; i < s->nranges; i++) s->ranges[i].at = at, at += s->ranges[i].bytes;
   s->backed_up = at;
   return true;
+}
+
+/* Marks each mapping that a live range (collect_live's, in the same order
+ * of regions and addresses) touches: a discard pause gives those back last. */
+static void mark_live(pool_t *p, const struct pool_sleep *s) {
+  size_t k = 0;
+  for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
+    size_t at = k;
+    while (k < s->nranges && s->ranges[k].region == r) k++;
+    for (size_t i = 0; i < r->nsegs; i++) {
+      pool_seg_t *g = &r->segs[i];
+      while (at < k && s->ranges[at].addr + s->ranges[at].bytes <= g->addr) at++;
+      g->live = at < k && s->ranges[at].addr < g->addr + g->size;
+    }
+  }
 }
 
 /* Waits for the copies of the last resume, which read the buffer. */
@@ -214,7 +237,7 @@ static void revoke_exports(pool_t *p) {
 
 static void gate(pool_t *p, int paused) {
   __atomic_store_n(&p->paused, paused, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&p->graphs_routing, paused ? 1 : -1, __ATOMIC_RELAXED);
+  rmmc__pool_count_route(p, paused ? 1 : -1);
 }
 
 static pool_t *sleep_pool(rmmc_resource_t *stack, const char *what, rmmc_status_t *st) {
@@ -249,6 +272,13 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
                           "pool_pause: mode %d is neither RMMC_POOL_PAUSE_BACKUP nor "
                           "RMMC_POOL_PAUSE_DISCARD",
                           (int)mode);
+  int above = __atomic_load_n(&p->pools_above, __ATOMIC_RELAXED);
+  if (above > 0)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
+                          "pool_pause: %d pool%s over this one take%s memory from it and cache "
+                          "it, and would hand out pages a pause unmaps (design rule 13); pause "
+                          "a stack with one pool layer; nothing changed",
+                          above, above == 1 ? "" : "s", above == 1 ? "s" : "");
   if (mode == RMMC_POOL_PAUSE_BACKUP && !memory_is_real(p))
     return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
                           "pool_pause: the pool's upstream is sim, whose addresses have no memory "
@@ -269,21 +299,47 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
   if ((st = copies_done(s)) != RMMC_SUCCESS) goto unlock;
   s->nranges = 0;
   s->backed_up = 0;
+  /* The live blocks: copied out (backup), or marking the mappings under
+   * them, which a discard pause gives back last (the file's opening). */
+  if (!collect_live(p, s)) {
+    s->nranges = 0;
+    s->backed_up = 0;
+    st = rmmc__pool_no_host_memory();
+    goto unlock;
+  }
   if (mode == RMMC_POOL_PAUSE_BACKUP) {
-    if (!collect_live(p, s)) {
-      st = rmmc__pool_no_host_memory();
-      goto unlock;
-    }
     if ((st = host_room(p, s, s->backed_up)) != RMMC_SUCCESS ||
         (st = copy_ranges(p, s, true, stream)) != RMMC_SUCCESS) {
       s->nranges = 0;
       s->backed_up = 0;
       goto unlock;
     }
+  } else {
+    mark_live(p, s);
+    s->nranges = 0; /* nothing to copy back, on resume or on the way back below */
+    s->backed_up = 0;
   }
   gate(p, 1);
   s->mode = mode;
-  st = p->be->sleep(p);
+  size_t gone = 0, live_gone = 0;
+  st = p->be->sleep(p, mode == RMMC_POOL_PAUSE_BACKUP ? POOL_SLEEP_ALL : POOL_SLEEP_FREE, &gone);
+  if (st == RMMC_SUCCESS && mode == RMMC_POOL_PAUSE_DISCARD) {
+    st = p->be->sleep(p, POOL_SLEEP_LIVE, &live_gone);
+    if (st != RMMC_SUCCESS && live_gone > 0) {
+      /* Pages under live blocks went: their contents cannot come back, so
+       * the pause goes on to the end (discard asked for them to go) and
+       * the pool is paused, the mappings the upstream kept still held. */
+      char b[32];
+      rmmc__append_error(" (pool_pause: the pool is paused (discard): pages under live blocks "
+                         "had gone when the upstream refused, and their contents cannot come "
+                         "back; %s it kept stays held until rmmc_pool_resume, which maps the "
+                         "rest)",
+                         rmmc__format_bytes(pool_held(p), b, sizeof b));
+      s->pauses++;
+      revoke_exports(p);
+      goto unlock;
+    }
+  }
   if (st != RMMC_SUCCESS) {
     /* Back to awake: map what went, restore it. */
     rmmc__error_state_t why;
@@ -304,8 +360,10 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
     } else {
       char b[32];
       rmmc__append_error(" (pool_pause: mapping back failed too: %s; the pool stays paused "
-                         "with %s still held and its backup kept: rmmc_pool_resume retries)",
-                         detail, rmmc__format_bytes(pool_held(p), b, sizeof b));
+                         "with %s still held%s: rmmc_pool_resume retries)",
+                         detail, rmmc__format_bytes(pool_held(p), b, sizeof b),
+                         mode == RMMC_POOL_PAUSE_BACKUP ? " and its backup kept"
+                                                        : " (no live block's page had gone)");
       s->pauses++;
       revoke_exports(p);
     }
@@ -339,7 +397,8 @@ RMMC_API rmmc_status_t rmmc_pool_resume(rmmc_resource_t *stack, cudaStream_t str
   if ((st = copy_ranges(p, s, false, stream)) != RMMC_SUCCESS) {
     rmmc__error_state_t why;
     rmmc__error_save(&why);
-    rmmc_status_t again = p->be->sleep(p);
+    size_t gone = 0;
+    rmmc_status_t again = p->be->sleep(p, POOL_SLEEP_ALL, &gone);
     rmmc__error_restore(&why);
     rmmc__append_error(again == RMMC_SUCCESS
                            ? " (pool_resume: the pool stays paused, its backup kept)"

@@ -83,7 +83,7 @@ static bool seg_insert(pool_region_t *r, uintptr_t addr, size_t size) {
   }
   size_t i = pool_seg_lower_bound(r, addr);
   memmove(r->segs + i + 1, r->segs + i, (r->nsegs - i) * sizeof *r->segs);
-  r->segs[i] = (pool_seg_t){addr, size, SEG_ON};
+  r->segs[i] = (pool_seg_t){addr, size, SEG_ON, 0};
   r->nsegs++;
   return true;
 }
@@ -162,15 +162,34 @@ static inline bool usable_free(pool_t *p, pool_block_t *n, pool_owner_t *o) {
 typedef struct place {
   pool_block_t *u; /* the hole */
   uintptr_t m0, m1; /* what to map */
+  pool_block_t *beside; /* m0 == m1: the free block beside u that holds the block alone */
 } place_t;
+
+/* Does free block b hold `need` bytes at an `align`-aligned address? */
+static bool holds(const pool_block_t *b, size_t need, size_t align) {
+  uintptr_t a = rmmc__align_up(b->addr, align);
+  return a >= b->addr && a <= pool_bend(b) && pool_bend(b) - a >= need;
+}
 
 /* What hole u needs mapped for a block of `need` bytes at an `align`-aligned
  * address, using the free blocks beside it that o may use; false if the
- * block cannot be placed there. */
+ * block cannot be placed there. A usable neighbour that holds the block
+ * alone is a place that maps nothing (beside): the caller's search missed
+ * it because it became usable since (its stream's work became known
+ * finished through another thread's record or synchronization, which run
+ * without the shared lock: docs/design.md, "A growth's place and the trim
+ * that keeps it"), or because that search rounds alignment up. */
 static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, size_t align,
                      place_t *out) {
   pool_block_t *left = usable_free(p, u->prev, o) ? u->prev : NULL;
   pool_block_t *right = usable_free(p, u->next, o) ? u->next : NULL;
+  pool_block_t *alone = left != NULL && holds(left, need, align)     ? left
+                        : right != NULL && holds(right, need, align) ? right
+                                                                     : NULL;
+  if (alone != NULL) {
+    *out = (place_t){u, u->addr, u->addr, alone};
+    return true;
+  }
   uintptr_t lo = left != NULL ? left->addr : u->addr;
   uintptr_t hi = right != NULL ? pool_bend(right) : pool_bend(u);
   uintptr_t s = rmmc__align_up(lo, align);
@@ -191,10 +210,10 @@ static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, s
       if (m1 <= m0 || pool_bend(u) - r0 < m1 - m0) m0 = r0, m1 = pool_bend(u);
     }
   }
-  if (m1 <= m0) return false; /* it fits beside the hole: no growth places it */
+  if (m1 <= m0) return false; /* (beside, above) */
   if (p->min_growth > 0 && m1 - m0 < p->min_growth)
     m1 = m0 + p->min_growth < pool_bend(u) ? m0 + p->min_growth : pool_bend(u);
-  *out = (place_t){u, m0, m1};
+  *out = (place_t){u, m0, m1, NULL};
   return true;
 }
 
@@ -262,7 +281,7 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
         continue;
       }
       pool_block_t *x;
-      if (rmmc__pool_room(p) && carve_mapped(p, o, (place_t){pl.u, k0, k0 + n}, &x) == RMMC_SUCCESS)
+      if (rmmc__pool_room(p) && carve_mapped(p, o, (place_t){pl.u, k0, k0 + n, NULL}, &x) == RMMC_SUCCESS)
         rmmc__pool_put_free(p, x);
     }
     rmmc__error_restore(&why);
@@ -317,6 +336,21 @@ static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_b
 static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
                                      uintptr_t keep_hi);
 
+/* The free block beside a hole that holds the request alone (place_at),
+ * out of its index as a growth's block is, and clean if it was another
+ * stream's (usable: that stream's work before its frees is finished). No
+ * growth happened: the count the caller makes for one is taken back. */
+static rmmc_status_t take_beside(pool_t *p, pool_owner_t *o, pool_block_t *b, pool_block_t **out) {
+  rmmc__pool_unlink_free(p, b);
+  if (b->owner != NULL && b->owner != o) {
+    b->owner = NULL;
+    b->tag = 0;
+  }
+  p->grows--; /* every caller of a successful grow counts one */
+  *out = b;
+  return RMMC_SUCCESS;
+}
+
 /* Where a growth goes: the hole needing least mapped, else a new
  * reservation (refused `within` the budget once the pool has one). */
 static rmmc_status_t place(pool_t *p, pool_owner_t *o, size_t need, size_t align, bool within,
@@ -331,19 +365,53 @@ static rmmc_status_t place(pool_t *p, pool_owner_t *o, size_t need, size_t align
   return RMMC_SUCCESS;
 }
 
+/* What a trim that keeps hole u and its neighbours must leave as it was. */
+typedef struct kept {
+  const pool_block_t *u, *prev, *next;
+  uintptr_t addr;
+  size_t size;
+} kept_t;
+
+static kept_t kept_of(const pool_block_t *u) {
+  return (kept_t){u, u->prev, u->next, u->addr, pool_bsize(u)};
+}
+
+/* The trim kept the place (cheap: debug_checks >= 1). It touches no block
+ * overlapping [u->prev, u->next], and the holes it makes merge only with
+ * holes beside them, never u's neighbours (free or used, not holes: holes
+ * always merge). */
+static bool place_kept(const kept_t *k) {
+  const pool_block_t *u = k->u;
+  return u->state == B_UNMAPPED && u->prev == k->prev && u->next == k->next &&
+         u->addr == k->addr && pool_bsize(u) == k->size &&
+         (k->prev == NULL || (k->prev->next == u && k->prev->state != B_UNMAPPED)) &&
+         (k->next == NULL || (k->next->prev == u && k->next->state != B_UNMAPPED));
+}
+
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                              size_t align, bool within, pool_block_t **out) {
   place_t pl = {0};
   rmmc_status_t st = place(p, o, need, align, within, &pl);
   if (st != RMMC_SUCCESS) return st;
+  if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
   uint64_t shrinks = p->shrinks;
   /* The budget's trim leaves the hole and the free blocks beside it alone:
    * unmapping what this growth would map back is churn. */
   size_t goal;
   pool_admit_t a = rmmc__pool_admit(p, o, stream, pl.m1 - pl.m0, need, within, &goal);
   if (a == POOL_ADMIT_TRIM) {
+    kept_t k = kept_of(pl.u);
     (void)vm_trim_keeping(p, goal, pl.u->prev != NULL ? pl.u->prev->addr : pl.u->addr,
                           pl.u->next != NULL ? pool_bend(pl.u->next) : pool_bend(pl.u));
+#if RMMC_DEBUG_CHECKS >= 1
+    if (!place_kept(&k))
+      return rmmc_set_error(RMMC_ERROR_INTERNAL,
+                            "pool: the budget's trim changed the hole at %p it had to keep, or "
+                            "its neighbours (a bug)",
+                            (void *)k.addr);
+#else
+    (void)k;
+#endif
     a = rmmc__pool_admit_max(p, pl.m1 - pl.m0);
   }
   bool ok = a == POOL_ADMIT_YES;
@@ -351,11 +419,12 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
     return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
                   : RMMC_ERROR_OUT_OF_MEMORY;
   if (p->shrinks != shrinks) { /* trimming moved things: place again, admit again */
-    /* The same placement as above. The trim keeps the hole and its
-     * neighbours, so the first place should stay; one CI run (rmmc-stress
-     * over host memory, ASan) once found none, not reproduced in some
-     * 3,500 runs (docs/design.md, session 16): a new reservation then. */
-    if ((st = place(p, o, need, align, within, &pl)) != RMMC_SUCCESS) return st;
+    /* The hole and its neighbours are as they were and a neighbour only
+     * becomes more usable, so the hole still has a place, one that maps no
+     * more, or none at all (beside). */
+    if (!best_place(p, o, need, align, &pl))
+      return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no place after trimming (a bug)");
+    if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
     if (rmmc__pool_admit_max(p, pl.m1 - pl.m0) != POOL_ADMIT_YES) return RMMC_ERROR_OUT_OF_MEMORY;
   }
   return map_place(p, o, pl, out);
@@ -488,26 +557,33 @@ take_back: {
 
 /* ---- sleep mode (sleep.c has the whole of it) ---- */
 
-/* Unmaps every mapping that is on, lowest first, each announced before it
- * goes; one the upstream refuses stays on (announced held again) and the
- * rest still go. Returns the first refusal's status and message. */
-static rmmc_status_t vm_sleep(pool_t *p) {
+/* Unmaps every mapping of `which` that is on, lowest first, each announced
+ * before it goes; one the upstream refuses stays on (announced held again)
+ * and the rest still go, except that POOL_SLEEP_LIVE stops at a refusal
+ * met before any of its mappings went (the pause can then still go back
+ * with every live block intact). Returns the first refusal's status and
+ * message; *gone grows by the bytes unmapped. */
+static rmmc_status_t vm_sleep(pool_t *p, int which, size_t *gone) {
   rmmc_status_t first = RMMC_SUCCESS;
   rmmc__error_state_t why;
   size_t refused = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next)
     for (size_t i = 0; i < r->nsegs; i++) {
       pool_seg_t *s = &r->segs[i];
-      if (s->off != SEG_ON) continue;
+      if (s->off != SEG_ON || (which != POOL_SLEEP_ALL && s->live != (which == POOL_SLEEP_LIVE)))
+        continue;
       rmmc_status_t st = unmap_announced(p, s->addr, s->size);
       if (st != RMMC_SUCCESS) {
         if (refused++ == 0) first = st, rmmc__error_save(&why);
+        if (which == POOL_SLEEP_LIVE && *gone == 0) goto done;
         continue;
       }
       s->off = SEG_OFF;
       p->off_bytes += s->size;
       p->page_unmaps++;
+      *gone += s->size;
     }
+done:
   if (first != RMMC_SUCCESS) {
     rmmc__error_restore(&why);
     rmmc__append_error(" (the upstream refused to unmap %zu of the pool's mappings)", refused);
