@@ -257,7 +257,7 @@ static run_t g;
 static hookrec_t hooks[2];
 static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
 static char repro[600];          /* the command line that reproduces this run (less --steps) */
-static volatile uint64_t g_step; /* for the crash handler */
+static uint64_t g_step; /* for the crash handler (atomic) */
 
 static double now_s(void) {
   struct timespec ts;
@@ -313,7 +313,7 @@ static struct sigaction old_segv, old_bus;
 
 static void crash_handler(int sig, siginfo_t *info, void *uctx) {
   char buf[800];
-  uint64_t s = g_step + 1;
+  uint64_t s = __atomic_load_n(&g_step, __ATOMIC_RELAXED) + 1;
   char num[24];
   int k = 0;
   do num[k++] = (char)('0' + s % 10), s /= 10;
@@ -834,6 +834,8 @@ static void check_stack(const char *when, bool full) {
   }
   if (g.spy != NULL && spy_counts(spy_of(g.spy)).deallocate_errors != 0)
     FAIL("spy %s: a bad free reached the base", when);
+  if (spy_counts(spy_of(g.other)).outstanding != 0)
+    FAIL("the registry's other resource holds a block %s", when);
   rmmc_plugin_stats_t ps = RMMC_PLUGIN_STATS_INIT;
   if (rmmc_plugin_get_stats(0, &ps) != RMMC_SUCCESS) FAIL("plugin_get_stats");
   if (ps.live_blocks != plugin_blocks || ps.bytes_in_use != plugin_bytes)
@@ -845,7 +847,7 @@ static void check_stack(const char *when, bool full) {
 }
 
 static void verify_all(const char *when) {
-  if (!g.readable) return;
+  if (!g.readable || g.paused) return; /* paused: the pages are gone */
   pthread_mutex_lock(&g.lock);
   for (size_t i = 0; i < g.naddr; i++) verify_block(&g.blk[g.byaddr[i]], when);
   pthread_mutex_unlock(&g.lock);
@@ -861,7 +863,7 @@ static void refill_all(rng_t *r) {
 
 enum op {
   OP_ALLOC, OP_FREE, OP_FREE_OTHER, OP_GIVE, OP_PLUGIN_ALLOC, OP_WRONG_FREE, OP_GET_ALLOCATION,
-  OP_RELEASE_CACHED, OP_DESCRIBE, OP_REGISTRY_LOCAL,
+  OP_RELEASE_CACHED, OP_DESCRIBE, OP_REGISTRY_LOCAL, OP_BURST,
   /* global: the world stopped (--real) */
   OP_PAUSE, OP_RESUME, OP_GRAPH, OP_HOOKS, OP_FAULT, OP_DISARM, OP_REGISTRY, OP_BAD_INPUT,
   OP_COUNT
@@ -869,7 +871,7 @@ enum op {
 #define FIRST_GLOBAL OP_PAUSE
 static const char *const op_names[] = {
     "alloc", "free", "free_other", "give", "plugin_alloc", "wrong_free", "get_allocation",
-    "release_cached", "describe", "registry_local", "pause", "resume", "graph", "hooks", "fault",
+    "release_cached", "describe", "registry_local", "burst", "pause", "resume", "graph", "hooks", "fault",
     "disarm", "registry", "bad_input"};
 
 static unsigned draw_key(rng_t *r) {
@@ -953,7 +955,7 @@ static void op_alloc(worker_t *w, int route) {
     size_t before = spy_counts(spy_of(g.other)).outstanding;
     if (route == R_TORCH) rmmc_torch_free(p, n, 0, stream_of(key));
     else rmmc_cupy_free((void *)stream_of(key), p, 0);
-    if (spy_counts(spy_of(g.other)).outstanding + 1 != before)
+    if (!g.real && spy_counts(spy_of(g.other)).outstanding + 1 != before) /* (others at once) */
       FAIL("the %s plug-in did not give %p back to the other resource", route_names[route], p);
     return;
   }
@@ -1083,8 +1085,9 @@ static void op_give(worker_t *w) {
     g.blk[id].owner = to;
     g.blk[id].opos = g.owned[to].n;
     idl_push(&g.owned[to], id);
+    void *p = g.blk[id].p; /* (g.blk moves when it grows) */
     pthread_mutex_unlock(&g.lock);
-    logf_("t%d give %p to t%d", w->id, (void *)g.blk[id].p, to);
+    logf_("t%d give %p to t%d", w->id, p, to);
     return;
   }
   pthread_mutex_unlock(&g.lock);
@@ -1197,6 +1200,46 @@ static void op_registry_local(worker_t *w) {
   logf_("t%d registry retain: %s", w->id, sn(st));
   if (st != RMMC_SUCCESS || r != want) FAIL("retain_device_resource: %s, %p not %p", sn(st), (void *)r, (void *)want);
   rmmc_resource_release(r);
+}
+
+/* A stream per request: one small block allocated, written, checked and
+ * freed on each of up to 300 stream keys in a row (from a random one of the
+ * many), as a server that makes a stream per request or per thread does;
+ * the streams come back later, from other threads too. */
+static void op_burst(worker_t *w) {
+  rng_t *r = &w->rng;
+  unsigned n = 16 + (unsigned)rbelow(r, 285), base = (unsigned)rbelow(r, g.nkeys);
+  unsigned served = 0;
+  for (unsigned i = 0; i < n; i++) {
+    unsigned key = 8 + (base + i) % g.nkeys;
+    size_t bytes = 1 + (size_t)rbelow(r, 4096);
+    void *p = NULL;
+    rmmc_status_t st = rmmc_resource_allocate(g.top, bytes, 256, stream_of(key), &p);
+    if (st != RMMC_SUCCESS) {
+      if (!alloc_failure_ok(st, bytes, 256))
+        FAIL("burst: allocate(%zu) on stream key %u returned %s", bytes, key, sn(st));
+      continue;
+    }
+    if (g.paused) FAIL("burst: allocate(%zu) on stream key %u handed out %p while paused", bytes, key, p);
+    if ((uintptr_t)p % 256 != 0) FAIL("burst: %p not aligned to 256", p);
+    block_t b = {.p = p, .n = bytes, .align = 256, .key = key, .owner = w->id};
+    pthread_mutex_lock(&g.lock);
+    graph_check_new(&b);
+    int id = new_block();
+    g.blk[id] = b;
+    model_insert(id); /* (checks the overlap) */
+    model_remove(id);
+    idl_push(&g.freeslots, id);
+    pthread_mutex_unlock(&g.lock);
+    fill_block(&b, r);
+    verify_block(&b, "in a burst");
+    st = rmmc_resource_deallocate(g.top, p, bytes, 256, stream_of(key));
+    if (st != RMMC_SUCCESS && !g.faults_armed)
+      FAIL("burst: deallocate(%p, %zu) on stream key %u returned %s", p, bytes, key, sn(st));
+    if (st != RMMC_SUCCESS) put_back(&b);
+    served++;
+  }
+  logf_("t%d burst of %u streams from key %u: %u served", w->id, n, 8 + base, served);
 }
 
 /* ---- global operations (the world stopped) ---- */
@@ -1465,7 +1508,7 @@ static int draw_op(rng_t *r) {
   unsigned wts[OP_COUNT] = {
       [OP_ALLOC] = 340, [OP_FREE] = 200, [OP_FREE_OTHER] = 80, [OP_GIVE] = 25,
       [OP_PLUGIN_ALLOC] = 50, [OP_WRONG_FREE] = 15, [OP_GET_ALLOCATION] = 15,
-      [OP_RELEASE_CACHED] = 20, [OP_DESCRIBE] = 8, [OP_REGISTRY_LOCAL] = 8,
+      [OP_RELEASE_CACHED] = 20, [OP_DESCRIBE] = 8, [OP_REGISTRY_LOCAL] = 8, [OP_BURST] = 4,
       [OP_PAUSE] = 10, [OP_RESUME] = 5, [OP_GRAPH] = 30, [OP_HOOKS] = 8, [OP_FAULT] = 12,
       [OP_DISARM] = 20, [OP_REGISTRY] = 8, [OP_BAD_INPUT] = 6};
   if (g.paused) wts[OP_RESUME] = 40;
@@ -1495,6 +1538,7 @@ static void run_op(worker_t *w, int op) {
   case OP_RELEASE_CACHED: op_release_cached(w); break;
   case OP_DESCRIBE: op_describe(w); break;
   case OP_REGISTRY_LOCAL: op_registry_local(w); break;
+  case OP_BURST: op_burst(w); break;
   case OP_PAUSE: op_pause(w); break;
   case OP_RESUME: op_resume(w); break;
   case OP_GRAPH: op_graph(w); break;
@@ -1505,7 +1549,7 @@ static void run_op(worker_t *w, int op) {
   default: op_bad_input(w); break;
   }
   __atomic_add_fetch(&g.ops[op], 1, __ATOMIC_RELAXED);
-  g.last_global = op >= FIRST_GLOBAL;
+  if (!g.real) g.last_global = op >= FIRST_GLOBAL;
 }
 
 static bool out_of_time(void) { return g.deadline != 0 && now_s() > g.deadline; }
@@ -1528,17 +1572,17 @@ static void *real_main(void *arg) {
   worker_t *w = arg;
   for (;;) {
     uint64_t s = __atomic_add_fetch(&g.step, 1, __ATOMIC_RELAXED);
-    g_step = s;
+    __atomic_store_n(&g_step, s, __ATOMIC_RELAXED);
     if (s > g.steps || out_of_time()) break;
+    /* The choice reads the state global operations write: under the lock. */
+    pthread_rwlock_rdlock(&g.world);
     int op = draw_op(&w->rng);
+    if (op < FIRST_GLOBAL) run_op(w, op);
+    pthread_rwlock_unlock(&g.world);
     if (op >= FIRST_GLOBAL) {
       pthread_rwlock_wrlock(&g.world);
       run_op(w, op);
       check_stack("after a global operation", true);
-      pthread_rwlock_unlock(&g.world);
-    } else {
-      pthread_rwlock_rdlock(&g.world);
-      run_op(w, op);
       pthread_rwlock_unlock(&g.world);
     }
   }
@@ -1670,7 +1714,7 @@ static void run_one(const run_t *cfg, int si) {
     verify_all("after the threads");
   } else {
     for (g.step = 0; g.step < g.steps && !out_of_time(); g.step++) {
-      g_step = g.step;
+      __atomic_store_n(&g_step, g.step, __ATOMIC_RELAXED);
       int t = (int)rbelow(&sched, (uint64_t)g.nthreads);
       g.cur_thread = t;
       sem_post(&g.workers[t].go);
@@ -1729,7 +1773,7 @@ static void usage(FILE *f) {
           "                   after each global operation (default 8)\n"
           "  --without A,B    leave these operations out (to narrow a failure down):\n"
           "                   alloc free free_other give plugin_alloc wrong_free\n"
-          "                   get_allocation release_cached describe registry_local pause\n"
+          "                   get_allocation release_cached describe registry_local burst pause\n"
           "                   resume graph hooks fault disarm registry bad_input\n"
           "  --trace          print every operation\n"
           "  --list           print the stack shapes\n",
