@@ -21,7 +21,6 @@
 #include "rmmc/rmmc.h"
 #include "test_main.h"
 #include "test_util.h"
-#include "vmspy.h"
 
 #define MiB ((size_t)1 << 20)
 #define KiB ((size_t)1 << 10)
@@ -551,9 +550,7 @@ END_TEST
  * so the same growths, in every run. */
 START_TEST(test_out_of_memory_retry_through_layers_leaves_no_message) {
   for (uint64_t nfail = 1; nfail <= 5; nfail++) {
-    rmmc_resource_t *spy = new_spy(), *fy, *vm, *r;
-    ck_assert_int_eq(faulty_create(spy, &fy), RMMC_SUCCESS);
-    ck_assert_int_eq(vmspy_create(fy, 4 * KiB, &vm), RMMC_SUCCESS);
+    rmmc_resource_t *spy, *fy, *r, *vm = new_vm_base(4 * KiB, &spy, &fy);
     ck_assert_int_eq(rmmc_stack_create_over("binning(bins=1KiB:64KiB, chunk=256KiB) > "
                                             "pool(page=256KiB, small_max=0)",
                                             vm, &r),
@@ -581,11 +578,7 @@ START_TEST(test_out_of_memory_retry_through_layers_leaves_no_message) {
     ck_assert_int_eq(rmmc_resource_deallocate(r, c, 64 * KiB, 256, NULL), RMMC_SUCCESS);
     for (int i = 0; i < 4; i++)
       ck_assert_int_eq(rmmc_resource_deallocate(r, b[i], 64 * KiB, 256, NULL), RMMC_SUCCESS);
-    rmmc_resource_release(r);
-    ck_assert_uint_eq(vmspy_counts(vm).errors, 0);
-    rmmc_resource_release(vm);
-    rmmc_resource_release(fy);
-    finish(NULL, spy);
+    finish_vm(r, vm, fy, spy);
   }
 }
 END_TEST

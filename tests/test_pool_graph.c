@@ -13,12 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "faulty.h"
 #include "graph_contract.h"
 #include "rmmc/rmmc.h"
 #include "test_main.h"
 #include "test_util.h"
-#include "vmspy.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -270,9 +268,7 @@ END_TEST
  * which restores the message, so it kept "faulty: injected ERROR_CUDA"
  * (found by tests/fuzz/fuzz_api). */
 START_TEST(test_pool_graph_growth_past_a_refused_unmap_leaves_no_message) {
-  rmmc_resource_t *spy = new_spy(), *fy, *vm, *r;
-  ck_assert_int_eq(faulty_create(spy, &fy), RMMC_SUCCESS);
-  ck_assert_int_eq(vmspy_create(fy, 4 * KiB, &vm), RMMC_SUCCESS);
+  rmmc_resource_t *spy, *fy, *r, *vm = new_vm_base(4 * KiB, &spy, &fy);
   ck_assert_int_eq(rmmc_stack_create_over("pool(page=64KiB, small_max=0, release_slack=0)", vm, &r),
                    RMMC_SUCCESS);
   void *a, *b, *c, *x;
@@ -298,11 +294,7 @@ START_TEST(test_pool_graph_growth_past_a_refused_unmap_leaves_no_message) {
   ck_assert_int_eq(rmmc_pool_graph_release(r, 3, 4), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_deallocate(r, b, 4 * MiB, 256, S(2)), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_deallocate(r, x, 1 * MiB, 256, S(3)), RMMC_SUCCESS);
-  rmmc_resource_release(r);
-  ck_assert_uint_eq(vmspy_counts(vm).errors, 0);
-  rmmc_resource_release(vm);
-  rmmc_resource_release(fy);
-  finish(NULL, spy);
+  finish_vm(r, vm, fy, spy);
 }
 END_TEST
 

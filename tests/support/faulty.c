@@ -114,31 +114,22 @@ static rmmc_status_t faulty_vm_set_access(rmmc_resource_t *r, void *ptr, size_t 
   return rmmc_resource_vm_set_access(((faulty_t *)r)->upstream, ptr, bytes, device, readwrite);
 }
 
-static const rmmc_resource_ops_t faulty_ops = {
-    .version = RMMC_RESOURCE_OPS_VERSION,
-    .name = "faulty",
-    .allocate = faulty_allocate,
-    .deallocate = faulty_deallocate,
-    .release_cached = faulty_release,
-    .destroy = faulty_destroy,
-    .upstream = faulty_upstream,
-    .enable_peer_access = faulty_enable_peer_access,
-};
+/* The slots both kinds have. */
+#define FAULTY_SLOTS                                                           \
+  .version = RMMC_RESOURCE_OPS_VERSION, .name = "faulty", .allocate = faulty_allocate, \
+  .deallocate = faulty_deallocate, .release_cached = faulty_release,           \
+  .destroy = faulty_destroy, .upstream = faulty_upstream,                      \
+  .enable_peer_access = faulty_enable_peer_access
+
+static const rmmc_resource_ops_t faulty_ops = {FAULTY_SLOTS};
 
 static const rmmc_resource_ops_t faulty_vm_ops = {
-    .version = RMMC_RESOURCE_OPS_VERSION,
-    .name = "faulty",
-    .allocate = faulty_allocate,
-    .deallocate = faulty_deallocate,
-    .release_cached = faulty_release,
-    .destroy = faulty_destroy,
-    .upstream = faulty_upstream,
+    FAULTY_SLOTS,
     .vm_page_size = faulty_vm_page_size,
     .vm_reserve = faulty_vm_reserve,
     .vm_unreserve = faulty_vm_unreserve,
     .vm_map = faulty_vm_map,
     .vm_unmap = faulty_vm_unmap,
-    .enable_peer_access = faulty_enable_peer_access,
     .vm_set_access = faulty_vm_set_access,
 };
 
