@@ -538,6 +538,51 @@ START_TEST(test_out_of_memory_storm_of_threads) {
 }
 END_TEST
 
+/* A retry that succeeds through layers that overcome failures of their own
+ * on the way leaves the thread's message as it was before the call. Here
+ * binning's 64 KiB bin cannot take a chunk (the upstream refuses the
+ * pool's mappings 3 to 5 times: the growth, then the pool's own tries),
+ * binning caches its 1 KiB bin, so the rule gives that back and retries:
+ * the bin saved the message of the first attempt, the pool's growth
+ * succeeded and put back the call's start, and the bin then put its saved
+ * copy back, the first attempt's out of memory, over a success (found by
+ * tests/fuzz/fuzz_api). Virtual memory over vmspy: the same addresses, and
+ * so the same growths, in every run. */
+START_TEST(test_out_of_memory_retry_through_layers_leaves_no_message) {
+  for (uint64_t nfail = 1; nfail <= 5; nfail++) {
+    rmmc_resource_t *spy, *fy, *r, *vm = new_vm_base(4 * KiB, &spy, &fy);
+    ck_assert_int_eq(rmmc_stack_create_over("binning(bins=1KiB:64KiB, chunk=256KiB) > "
+                                            "pool(page=256KiB, small_max=0)",
+                                            vm, &r),
+                     RMMC_SUCCESS);
+    void *a, *b[4], *c;
+    ck_assert_int_eq(rmmc_resource_allocate(r, 1 * KiB, 256, NULL, &a), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_deallocate(r, a, 1 * KiB, 256, NULL), RMMC_SUCCESS);
+    for (int i = 0; i < 4; i++)
+      ck_assert_int_eq(rmmc_resource_allocate(r, 64 * KiB, 256, NULL, &b[i]), RMMC_SUCCESS);
+    faulty_fail_allocate(faulty_of(fy), RMMC_ERROR_OUT_OF_MEMORY, nfail);
+    rmmc_set_error(RMMC_ERROR_IO, "an earlier failure of this thread");
+    ck_assert_int_eq(rmmc_resource_allocate(r, 64 * KiB, 256, NULL, &c), RMMC_SUCCESS);
+    ck_assert_uint_eq(faulty_counts(faulty_of(fy)).allocate_injected, nfail);
+    ck_assert_msg(strcmp(rmmc_last_error_message(), "an earlier failure of this thread") == 0,
+                  "%d refusals: a successful allocate left '%s'", (int)nfail,
+                  rmmc_last_error_message());
+    /* The next call that fails on the way keeps its own start. */
+    faulty_fail_allocate(faulty_of(fy), RMMC_ERROR_OUT_OF_MEMORY, nfail);
+    rmmc_clear_last_error();
+    void *d;
+    ck_assert_int_eq(rmmc_resource_allocate(r, 64 * KiB, 256, NULL, &d), RMMC_SUCCESS);
+    ck_assert_str_eq(rmmc_last_error_message(), "");
+    faulty_disarm(faulty_of(fy));
+    ck_assert_int_eq(rmmc_resource_deallocate(r, d, 64 * KiB, 256, NULL), RMMC_SUCCESS);
+    ck_assert_int_eq(rmmc_resource_deallocate(r, c, 64 * KiB, 256, NULL), RMMC_SUCCESS);
+    for (int i = 0; i < 4; i++)
+      ck_assert_int_eq(rmmc_resource_deallocate(r, b[i], 64 * KiB, 256, NULL), RMMC_SUCCESS);
+    finish_vm(r, vm, fy, spy);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("out_of_memory");
   conformance_add(s, cases, (int)(sizeof cases / sizeof cases[0]));
@@ -554,6 +599,7 @@ int main(void) {
   tcase_add_test(tc, test_out_of_memory_storm_of_threads);
   tcase_add_test(tc, test_out_of_memory_adaptors_above_see_one_call);
   tcase_add_test(tc, test_out_of_memory_layers_own_fallbacks_release_nothing);
+  tcase_add_test(tc, test_out_of_memory_retry_through_layers_leaves_no_message);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

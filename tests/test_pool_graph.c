@@ -261,6 +261,43 @@ START_TEST(test_pool_graph_finding_f7) {
 }
 END_TEST
 
+/* A graph pool's growth first gives back free pages past the budget; when
+ * the upstream refuses to unmap one the growth still succeeds (it keeps
+ * the page), and a call that succeeds leaves the thread's message as it
+ * was (status.h). The graph path grew without the shared heap's slow path,
+ * which restores the message, so it kept "faulty: injected ERROR_CUDA"
+ * (found by tests/fuzz/fuzz_api). */
+START_TEST(test_pool_graph_growth_past_a_refused_unmap_leaves_no_message) {
+  rmmc_resource_t *spy, *fy, *r, *vm = new_vm_base(4 * KiB, &spy, &fy);
+  ck_assert_int_eq(rmmc_stack_create_over("pool(page=64KiB, small_max=0, release_slack=0)", vm, &r),
+                   RMMC_SUCCESS);
+  void *a, *b, *c, *x;
+  /* Two streams in use: A's free on stream 2 is covered by an event at
+   * once, so its pages may go back (host memory: finished as recorded). */
+  ck_assert_int_eq(rmmc_resource_allocate(r, 1 * MiB, 256, S(3), &x), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 4 * MiB, 256, S(2), &a), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 4 * MiB, 256, S(2), &b), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, a, 4 * MiB, 256, S(2)), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "reserved"), 9 * MiB);
+  ck_assert_int_eq(rmmc_pool_graph_begin(r, 3, 4, true, S(1)), RMMC_SUCCESS);
+  faulty_fail_deallocate(faulty_of(fy), RMMC_ERROR_CUDA, 1000); /* vmspy's unmaps fail */
+  rmmc_clear_last_error();
+  ck_assert_int_eq(rmmc_resource_allocate(r, 8 * MiB, 256, S(1), &c), RMMC_SUCCESS);
+  ck_assert_uint_gt(faulty_counts(faulty_of(fy)).deallocate_injected, 0); /* the trim was refused */
+  ck_assert_msg(rmmc_last_error_message()[0] == '\0', "a successful allocate left '%s'",
+                rmmc_last_error_message());
+  faulty_disarm(faulty_of(fy));
+  CHECK_POOL(r);
+  ck_assert_uint_eq(field(r, "reserved"), 17 * MiB); /* A's pages kept */
+  ck_assert_int_eq(rmmc_resource_deallocate(r, c, 8 * MiB, 256, S(1)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_graph_end(r, 3, 4), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_graph_release(r, 3, 4), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, b, 4 * MiB, 256, S(2)), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, x, 1 * MiB, 256, S(3)), RMMC_SUCCESS);
+  finish_vm(r, vm, fy, spy);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("pool_graph");
   TCase *tc = tcase_create("host");
@@ -270,6 +307,7 @@ int main(void) {
   tcase_add_test(tc, test_pool_graph_bad_input);
   tcase_add_test(tc, test_pool_graph_routing_while_others_allocate);
   tcase_add_test(tc, test_pool_graph_finding_f7);
+  tcase_add_test(tc, test_pool_graph_growth_past_a_refused_unmap_leaves_no_message);
   tcase_add_loop_test(tc, test_pool_graph_through_caching_layers, 0,
                       (int)(sizeof caching / sizeof caching[0]));
   suite_add_tcase(s, tc);

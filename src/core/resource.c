@@ -167,6 +167,10 @@ RMMC_API rmmc_status_t rmmc_resource_allocate(rmmc_resource_t *r, size_t bytes,
       st = rmmc__allocate_after_release(r, bytes, alignment, stream, out);
     rule_applied_by = NULL; /* whoever it was meant for has seen the failure */
     if (st != RMMC_SUCCESS && rmmc__call_depth == 0) outermost_failure(r, st);
+  } else if (RMMC_UNLIKELY(rmmc__call_start_kept) && rmmc__call_depth == 0) {
+    /* A failure on the way was overcome: a call that succeeds leaves the
+     * thread's error state as it was (status.h). */
+    (void)rmmc__error_restore_call_start();
   }
   return st;
 }

@@ -24,16 +24,18 @@ _Thread_local int rmmc__call_depth RMMC_TLS_FAST;
  * first write inside it (cold: writes are failures), so that the wrapper
  * can put it back when its retry overcomes an out-of-memory: a call that
  * succeeds leaves the state as it was, at no cost to calls that do not
- * fail. A write outside any allocate (depth 0) forgets it; a kept state
- * outlives a call only when every write in it was undone, and then it is
- * still the state of the next call's start. */
+ * fail. The outermost allocate puts it back when it succeeds (a layer's
+ * path that overcame a failure of its own, a graph pool's growth past a
+ * refused give-back, need not) and forgets it when it fails, so a kept
+ * state never outlives its call; a write outside any allocate (depth 0)
+ * forgets it too. */
 /* The kept state is on the heap (freed at thread exit): the library's
  * thread-local block must stay small enough for the static TLS surplus,
  * which holds all of it once the library is dlopen'ed with an initial-exec
  * variable (internal.h, RMMC_TLS_FAST). Without host memory nothing is
  * kept, and a successful retry leaves the message it overcame. */
 static _Thread_local rmmc__error_state_t *tl_call_start;
-static _Thread_local bool tl_call_start_kept;
+_Thread_local bool rmmc__call_start_kept RMMC_TLS_FAST;
 static pthread_key_t call_start_key;
 static pthread_once_t call_start_once = PTHREAD_ONCE_INIT;
 static bool call_start_key_made;
@@ -43,7 +45,7 @@ static bool call_start_key_made;
 static void call_start_free(void *b) {
   free(b);
   tl_call_start = NULL;
-  tl_call_start_kept = false;
+  rmmc__call_start_kept = false;
 }
 
 static void call_start_key_init(void) {
@@ -64,24 +66,27 @@ static rmmc__error_state_t *call_start_buffer(void) {
 
 static void before_write(void) {
   if (rmmc__call_depth == 0) {
-    tl_call_start_kept = false;
-  } else if (!tl_call_start_kept) {
+    rmmc__call_start_kept = false;
+  } else if (!rmmc__call_start_kept) {
     rmmc__error_state_t *b = call_start_buffer();
     if (b == NULL) return;
     memcpy(b->message, tl_message, sizeof tl_message);
     b->cuda_error = tl_cuda_error;
-    tl_call_start_kept = true;
+    rmmc__call_start_kept = true;
   }
 }
 
 bool rmmc__error_restore_call_start(void) {
-  bool kept = tl_call_start_kept;
+  bool kept = rmmc__call_start_kept;
   if (kept) rmmc__error_restore(tl_call_start);
-  tl_call_start_kept = false;
+  /* Inside the call it stays kept: a layer's success on the way (a pool's
+   * slow path) may be followed by another layer's failure and success, and
+   * the state to end the call with is still this one. */
+  if (rmmc__call_depth == 0) rmmc__call_start_kept = false;
   return kept;
 }
 
-void rmmc__error_forget_call_start(void) { tl_call_start_kept = false; }
+void rmmc__error_forget_call_start(void) { rmmc__call_start_kept = false; }
 
 RMMC_API const char *rmmc_status_name(rmmc_status_t status) {
   switch (status) {

@@ -28,7 +28,9 @@ void rmmc__error_restore(const rmmc__error_state_t *state);
 /* The error state as it was when the outermost allocate of this thread
  * began (status.c keeps it at the first failure inside the call): puts it
  * back and returns true, or returns false when nothing inside the call
- * wrote one. Either way it is then forgotten. */
+ * wrote one. Inside the call (depth > 0) it stays kept, to be put back
+ * again by the outermost wrapper when the call succeeds; at depth 0 it is
+ * then forgotten. */
 bool rmmc__error_restore_call_start(void);
 /* Forgets it (the call ends with a failure of its own). */
 void rmmc__error_forget_call_start(void);

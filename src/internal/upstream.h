@@ -55,6 +55,10 @@
  * when the library is dlopen'ed. */
 extern _Thread_local int rmmc__call_depth RMMC_TLS_FAST;
 #define RMMC__NO_RETRY (1 << 30)
+/* True while an error state of the outermost allocate's start is kept
+ * (status.c: the first write inside the call keeps it): the wrapper puts it
+ * back when the call succeeds after all (one load on the hot path). */
+extern _Thread_local bool rmmc__call_start_kept RMMC_TLS_FAST;
 
 /* The out-of-memory rule (resource.h, docs/design.md), applied where a
  * call enters resource r (the public wrapper, an adaptor's forward) and r's

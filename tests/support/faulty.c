@@ -8,7 +8,8 @@
 #include <stdlib.h>
 
 enum { OP_ALLOCATE = FAULTY_ALLOCATE, OP_DEALLOCATE = FAULTY_DEALLOCATE,
-       OP_RELEASE = FAULTY_RELEASE, OP_PEER = FAULTY_PEER, OP_COUNT };
+       OP_RELEASE = FAULTY_RELEASE, OP_PEER = FAULTY_PEER, OP_VM_RESERVE = FAULTY_VM_RESERVE,
+       OP_VM_MAP = FAULTY_VM_MAP, OP_VM_UNMAP = FAULTY_VM_UNMAP, OP_COUNT };
 
 struct faulty {
   rmmc_resource_t base;
@@ -79,21 +80,64 @@ static void faulty_destroy(rmmc_resource_t *r) {
   free(f);
 }
 
-static const rmmc_resource_ops_t faulty_ops = {
-    .version = RMMC_RESOURCE_OPS_VERSION,
-    .name = "faulty",
-    .allocate = faulty_allocate,
-    .deallocate = faulty_deallocate,
-    .release_cached = faulty_release,
-    .destroy = faulty_destroy,
-    .upstream = faulty_upstream,
-    .enable_peer_access = faulty_enable_peer_access,
+/* ---- virtual memory (faulty_vm_create) ---- */
+
+static size_t faulty_vm_page_size(const rmmc_resource_t *r) {
+  return rmmc_resource_vm_page_size(((const faulty_t *)r)->upstream);
+}
+
+static rmmc_status_t faulty_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                       void **out) {
+  faulty_t *f = (faulty_t *)r;
+  rmmc_status_t st = injected(f, OP_VM_RESERVE);
+  return st != RMMC_SUCCESS ? st : rmmc_resource_vm_reserve(f->upstream, bytes, alignment, out);
+}
+
+static rmmc_status_t faulty_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  return rmmc_resource_vm_unreserve(((faulty_t *)r)->upstream, ptr, bytes);
+}
+
+static rmmc_status_t faulty_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  faulty_t *f = (faulty_t *)r;
+  rmmc_status_t st = injected(f, OP_VM_MAP);
+  return st != RMMC_SUCCESS ? st : rmmc_resource_vm_map(f->upstream, ptr, bytes);
+}
+
+static rmmc_status_t faulty_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  faulty_t *f = (faulty_t *)r;
+  rmmc_status_t st = injected(f, OP_VM_UNMAP);
+  return st != RMMC_SUCCESS ? st : rmmc_resource_vm_unmap(f->upstream, ptr, bytes);
+}
+
+static rmmc_status_t faulty_vm_set_access(rmmc_resource_t *r, void *ptr, size_t bytes, int device,
+                                          bool readwrite) {
+  return rmmc_resource_vm_set_access(((faulty_t *)r)->upstream, ptr, bytes, device, readwrite);
+}
+
+/* The slots both kinds have. */
+#define FAULTY_SLOTS                                                           \
+  .version = RMMC_RESOURCE_OPS_VERSION, .name = "faulty", .allocate = faulty_allocate, \
+  .deallocate = faulty_deallocate, .release_cached = faulty_release,           \
+  .destroy = faulty_destroy, .upstream = faulty_upstream,                      \
+  .enable_peer_access = faulty_enable_peer_access
+
+static const rmmc_resource_ops_t faulty_ops = {FAULTY_SLOTS};
+
+static const rmmc_resource_ops_t faulty_vm_ops = {
+    FAULTY_SLOTS,
+    .vm_page_size = faulty_vm_page_size,
+    .vm_reserve = faulty_vm_reserve,
+    .vm_unreserve = faulty_vm_unreserve,
+    .vm_map = faulty_vm_map,
+    .vm_unmap = faulty_vm_unmap,
+    .vm_set_access = faulty_vm_set_access,
 };
 
-rmmc_status_t faulty_create(rmmc_resource_t *upstream, rmmc_resource_t **out) {
+static rmmc_status_t make(rmmc_resource_t *upstream, const rmmc_resource_ops_t *ops,
+                          rmmc_resource_t **out) {
   faulty_t *f = calloc(1, sizeof *f);
   if (f == NULL) return RMMC_ERROR_OUT_OF_MEMORY;
-  rmmc_resource_init(&f->base, &faulty_ops, rmmc_resource_memory_kind(upstream),
+  rmmc_resource_init(&f->base, ops, rmmc_resource_memory_kind(upstream),
                      rmmc_resource_device(upstream));
   f->upstream = rmmc_resource_retain(upstream);
   pthread_mutex_init(&f->lock, NULL);
@@ -101,8 +145,19 @@ rmmc_status_t faulty_create(rmmc_resource_t *upstream, rmmc_resource_t **out) {
   return RMMC_SUCCESS;
 }
 
+rmmc_status_t faulty_create(rmmc_resource_t *upstream, rmmc_resource_t **out) {
+  return make(upstream, &faulty_ops, out);
+}
+
+rmmc_status_t faulty_vm_create(rmmc_resource_t *upstream, rmmc_resource_t **out) {
+  if (rmmc_resource_vm_page_size(upstream) == 0)
+    return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "faulty_vm: %s has no virtual memory",
+                          rmmc_resource_name(upstream));
+  return make(upstream, &faulty_vm_ops, out);
+}
+
 faulty_t *faulty_of(rmmc_resource_t *r) {
-  return r != NULL && r->ops == &faulty_ops ? (faulty_t *)r : NULL;
+  return r != NULL && (r->ops == &faulty_ops || r->ops == &faulty_vm_ops) ? (faulty_t *)r : NULL;
 }
 
 static void arm(faulty_t *f, int op, rmmc_status_t status, uint64_t count) {
@@ -123,6 +178,9 @@ void faulty_fail_release(faulty_t *f, rmmc_status_t status, uint64_t count) {
 }
 void faulty_fail_peer_access(faulty_t *f, rmmc_status_t status, uint64_t count) {
   arm(f, OP_PEER, status, count);
+}
+void faulty_fail_next(faulty_t *f, faulty_op_t op, rmmc_status_t status, uint64_t count) {
+  arm(f, (int)op, status, count);
 }
 
 /* Arms a counted injection: its status, its N, its count of calls since. */
@@ -151,9 +209,13 @@ void faulty_disarm(faulty_t *f) {
 
 faulty_counts_t faulty_counts(faulty_t *f) {
   pthread_mutex_lock(&f->lock);
-  faulty_counts_t c = {f->calls[OP_ALLOCATE],    f->calls[OP_DEALLOCATE],    f->calls[OP_RELEASE],
-                       f->injected[OP_ALLOCATE], f->injected[OP_DEALLOCATE], f->injected[OP_RELEASE],
-                       f->calls[OP_PEER],        f->injected[OP_PEER]};
+  faulty_counts_t c = {f->calls[OP_ALLOCATE],       f->calls[OP_DEALLOCATE],
+                       f->calls[OP_RELEASE],        f->injected[OP_ALLOCATE],
+                       f->injected[OP_DEALLOCATE],  f->injected[OP_RELEASE],
+                       f->calls[OP_PEER],           f->injected[OP_PEER],
+                       f->calls[OP_VM_RESERVE],     f->calls[OP_VM_MAP],
+                       f->calls[OP_VM_UNMAP],       f->injected[OP_VM_RESERVE],
+                       f->injected[OP_VM_MAP],      f->injected[OP_VM_UNMAP]};
   pthread_mutex_unlock(&f->lock);
   return c;
 }

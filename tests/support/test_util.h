@@ -10,8 +10,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "faulty.h"
 #include "rmmc/rmmc.h"
 #include "spy.h"
+#include "vmspy.h"
 
 /* A figure the resource must report (describe), e.g. "reserved". */
 static inline uint64_t field(rmmc_resource_t *r, const char *key) {
@@ -35,6 +37,28 @@ static inline void finish(rmmc_resource_t *r, rmmc_resource_t *spy) {
   ck_assert_uint_eq(c.outstanding, 0);
   ck_assert_uint_eq(c.deallocate_errors, 0);
   rmmc_resource_release(spy);
+}
+
+/* A checked virtual-memory base: vmspy (pages of `page`) over faulty over a
+ * fresh spy; *spy and *fy get the lower two (the caller's references). */
+static inline rmmc_resource_t *new_vm_base(size_t page, rmmc_resource_t **spy,
+                                           rmmc_resource_t **fy) {
+  rmmc_resource_t *vm;
+  *spy = new_spy();
+  ck_assert_int_eq(faulty_create(*spy, fy), RMMC_SUCCESS);
+  ck_assert_int_eq(vmspy_create(*fy, page, &vm), RMMC_SUCCESS);
+  return vm;
+}
+
+/* Releases r, then checks that the vmspy under it saw no bad call, and
+ * releases the base new_vm_base made, checking the spy (finish). */
+static inline void finish_vm(rmmc_resource_t *r, rmmc_resource_t *vm, rmmc_resource_t *fy,
+                             rmmc_resource_t *spy) {
+  rmmc_resource_release(r);
+  ck_assert_uint_eq(vmspy_counts(vm).errors, 0);
+  rmmc_resource_release(vm);
+  rmmc_resource_release(fy);
+  finish(NULL, spy);
 }
 
 /* Building `spec` fails with `status` and a message containing `needle`,
