@@ -128,6 +128,28 @@ START_TEST(test_oom_message_of_device_memory_stays_an_oom_message) {
 }
 END_TEST
 
+START_TEST(test_error_message_may_quote_itself) {
+  /* Wrapping the current message ("context: %s", rmmc_last_error_message())
+   * is the natural way to add context; every writer must read its
+   * arguments before it overwrites the buffer they point into. */
+  rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "inner failure %d", 7);
+  ck_assert_int_eq(rmmc_set_error(RMMC_ERROR_CUDA, "outer: %s", rmmc_last_error_message()),
+                   RMMC_ERROR_CUDA);
+  ck_assert_str_eq(rmmc_last_error_message(), "outer: inner failure 7");
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_host_resource_create(&r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_set_oom_error(r, 4096, NULL, "upstream said (%s)", rmmc_last_error_message()),
+                   RMMC_ERROR_OUT_OF_MEMORY);
+  const char *m = rmmc_last_error_message();
+  ck_assert_msg(strncmp(m, "out of memory: host resource could not allocate 4.00 KiB", 56) == 0, "%s", m);
+  ck_assert_msg(strstr(m, ": upstream said (outer: inner failure 7)") != NULL, "%s", m);
+  rmmc_set_error(RMMC_ERROR_CUDA, "%s", "x");
+  ck_assert_int_eq(rmmc_set_cuda_error(cudaErrorInvalidValue, rmmc_last_error_message()), RMMC_ERROR_CUDA);
+  ck_assert_msg(strncmp(rmmc_last_error_message(), "x failed: ", 10) == 0, "%s", rmmc_last_error_message());
+  rmmc_resource_release(r);
+}
+END_TEST
+
 START_TEST(test_refcount_release_destroys_once) {
   rmmc_resource_t *r;
   uint64_t before = spy_destroyed_total();
@@ -215,6 +237,7 @@ int main(void) {
   tcase_add_test(tc, test_wrappers_validate_before_dispatch);
   tcase_add_test(tc, test_oom_message_names_request_and_stack);
   tcase_add_test(tc, test_oom_message_of_device_memory_stays_an_oom_message);
+  tcase_add_test(tc, test_error_message_may_quote_itself);
   tcase_add_test(tc, test_refcount_release_destroys_once);
   tcase_add_test(tc, test_host_resource_serves_and_is_equal);
   tcase_add_test(tc, test_memory_kinds);

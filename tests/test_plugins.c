@@ -357,9 +357,15 @@ static void *replace_churn(void *arg) {
       if (p == NULL) w->failures++;
       else rmmc_cupy_free(STREAM_B, p, 0);
     }
-    w->ops++;
+    __atomic_fetch_add(&w->ops, 1, __ATOMIC_RELAXED);
   }
   return NULL;
+}
+
+static unsigned long worker_ops(replace_worker_t *w, int n) {
+  unsigned long ops = 0;
+  for (int i = 0; i < n; i++) ops += __atomic_load_n(&w[i].ops, __ATOMIC_RELAXED);
+  return ops;
 }
 
 START_TEST(test_plugins_registry_replaced_under_load) {
@@ -383,6 +389,7 @@ START_TEST(test_plugins_registry_replaced_under_load) {
     ck_assert_int_eq(pthread_create(&th[i], NULL, replace_churn, &w[i]), 0);
   }
   unsigned sets = 0;
+  long elapsed;
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   do {
@@ -404,7 +411,12 @@ START_TEST(test_plugins_registry_replaced_under_load) {
     rmmc_resource_release(prev); /* gone, unless the plug-ins hold blocks of it */
     sets++;
     clock_gettime(CLOCK_MONOTONIC, &now);
-  } while ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) < 2000000000L);
+    /* At least 2 s and 1000 sets with 1000 plug-in calls between them, so
+     * that a slow machine (or memcheck, which runs one thread at a time)
+     * does the same work; 120 s bounds a worker that makes no progress. */
+    elapsed = (now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec);
+  } while (elapsed < 120000000000L &&
+           (elapsed < 2000000000L || sets <= 1000 || worker_ops(w, T) <= 1000));
   unsigned long ops = 0;
   for (int i = 0; i < T; i++) __atomic_store_n(&w[i].stop, 1, __ATOMIC_RELEASE);
   for (int i = 0; i < T; i++) {

@@ -130,9 +130,21 @@ void rmmc__error_restore(const rmmc__error_state_t *state) {
   tl_cuda_error = state->cuda_error;
 }
 
+/* Every writer formats into a local buffer first: a caller may pass the
+ * current message as an argument ("...: %s", rmmc_last_error_message()),
+ * and formatting into the buffer being read is undefined. */
 static void vset_message(const char *fmt, va_list ap) {
+  char buf[RMMC__MESSAGE_MAX];
+  vsnprintf(buf, sizeof buf, fmt, ap);
   before_write();
-  vsnprintf(tl_message, sizeof tl_message, fmt, ap);
+  memcpy(tl_message, buf, sizeof buf);
+}
+
+static void set_message(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vset_message(fmt, ap);
+  va_end(ap);
 }
 
 /* Appends to the current message (used to add stack figures to an
@@ -140,11 +152,13 @@ static void vset_message(const char *fmt, va_list ap) {
 void rmmc__append_error(const char *fmt, ...) {
   size_t used = strlen(tl_message);
   if (used + 1 >= sizeof tl_message) return;
-  before_write();
+  char buf[RMMC__MESSAGE_MAX];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tl_message + used, sizeof tl_message - used, fmt, ap);
+  vsnprintf(buf, sizeof tl_message - used, fmt, ap);
   va_end(ap);
+  before_write();
+  memcpy(tl_message + used, buf, strlen(buf) + 1);
 }
 
 RMMC_API rmmc_status_t rmmc_set_error(rmmc_status_t status, const char *fmt, ...) {
@@ -159,9 +173,7 @@ RMMC_API rmmc_status_t rmmc_set_error(rmmc_status_t status, const char *fmt, ...
 rmmc_status_t rmmc__unknown_cuda_pointer(const rmmc_resource_t *r, cudaError_t err,
                                          const char *what, const void *ptr) {
   (void)cudaGetLastError();
-  before_write();
-  snprintf(tl_message, sizeof tl_message, "%s resource: %s does not know %p (%s)",
-           r->ops->name, what, ptr, cudaGetErrorName(err));
+  set_message("%s resource: %s does not know %p (%s)", r->ops->name, what, ptr, cudaGetErrorName(err));
   tl_cuda_error = err;
   return RMMC_ERROR_UNKNOWN_POINTER;
 }
@@ -171,9 +183,7 @@ RMMC_API rmmc_status_t rmmc_set_cuda_error(cudaError_t err, const char *what) {
   (void)cudaGetLastError();
   rmmc_status_t status =
       err == cudaErrorMemoryAllocation ? RMMC_ERROR_OUT_OF_MEMORY : RMMC_ERROR_CUDA;
-  before_write();
-  snprintf(tl_message, sizeof tl_message, "%s failed: %s (%s, %d)", what,
-           cudaGetErrorString(err), cudaGetErrorName(err), (int)err);
+  set_message("%s failed: %s (%s, %d)", what, cudaGetErrorString(err), cudaGetErrorName(err), (int)err);
   tl_cuda_error = err;
   return status;
 }
@@ -183,21 +193,23 @@ RMMC_API rmmc_status_t rmmc_set_cuda_error(cudaError_t err, const char *what) {
 void rmmc__set_oom_message(const rmmc_resource_t *r, size_t bytes, cudaStream_t stream,
                            const char *detail, va_list ap) {
   char req[32], sbuf[32];
-  before_write();
-  int n = snprintf(tl_message, sizeof tl_message,
+  char msg[RMMC__MESSAGE_MAX];
+  int n = snprintf(msg, sizeof msg,
                    "out of memory: %s resource could not allocate %s (%zu bytes) on ",
                    r->ops->name, rmmc__format_bytes(bytes, req, sizeof req), bytes);
   if (r->device >= 0)
-    n += snprintf(tl_message + n, sizeof tl_message - (size_t)n, "device %d", r->device);
+    n += snprintf(msg + n, sizeof msg - (size_t)n, "device %d", r->device);
   else
-    n += snprintf(tl_message + n, sizeof tl_message - (size_t)n, "host memory");
-  n += snprintf(tl_message + n, sizeof tl_message - (size_t)n, ", stream %s",
+    n += snprintf(msg + n, sizeof msg - (size_t)n, "host memory");
+  n += snprintf(msg + n, sizeof msg - (size_t)n, ", stream %s",
                 rmmc__stream_name(stream, sbuf, sizeof sbuf));
-  if (detail != NULL && (size_t)n + 2 < sizeof tl_message) {
-    n += snprintf(tl_message + n, sizeof tl_message - (size_t)n, ": ");
-    if ((size_t)n < sizeof tl_message)
-      n += vsnprintf(tl_message + n, sizeof tl_message - (size_t)n, detail, ap);
+  if (detail != NULL && (size_t)n + 2 < sizeof msg) {
+    n += snprintf(msg + n, sizeof msg - (size_t)n, ": ");
+    if ((size_t)n < sizeof msg)
+      n += vsnprintf(msg + n, sizeof msg - (size_t)n, detail, ap);
   }
+  before_write();
+  memcpy(tl_message, msg, sizeof msg);
 }
 
 RMMC_API const char *rmmc_format_bytes(uint64_t bytes, char *buf, size_t len) {
