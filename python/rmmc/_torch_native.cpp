@@ -16,9 +16,12 @@
 // Where memory comes from. Default allocations of device D go to the
 // registry resource of D (rmmc_get_device_resource: what RMMC_ALLOC_CONF or
 // rmmc.set_default chose). Each private pool (a MempoolId_t) is a stack of
-// its own, built from the same spec as D's default (rmmc_stack_create): its
+// its own, built from the same spec as D's default (rmmc_stack_create), or
+// a pool layer over the CUDAAllocator a MemPool(allocator=...) names: its
 // memory serves nothing else, and when the pool is released and its last
 // block freed the stack is destroyed, which gives all of its memory back.
+// The memory fraction bounds what the device's stacks reserve, as PyTorch's
+// bounds what its allocator holds (try_stack).
 // Which pool an allocation goes to is decided as PyTorch's allocator
 // decides: the filters given to beginAllocateToPool, evaluated on the
 // allocating stream, newest first.
@@ -94,6 +97,13 @@ constexpr size_t kOneExaByte = size_t(1) << 60;
 //     one mapping: one segment in snapshots, a block never split across
 //     segments. A private pool gives its memory back whole when it dies, so
 //     finer mappings would only cost driver calls.
+//   every pool layer: stream_heaps=1. PyTorch keeps one small pool per
+//     stream, whichever thread allocates; so does such a pool: threads on
+//     one stream carve their small blocks from the same spans (a second
+//     thread's first block does not take a span, and a growth, of its
+//     own), and a block freed on another thread of its stream goes back
+//     by the fast path (autograd's device thread frees what the forward
+//     allocated). `pool(stream_heaps=0)` asks for a heap per thread again.
 // Pure: the host selftest checks it. A spec it cannot split is returned
 // as it is (rmmc's parser then says what is wrong with it).
 struct LayerDefault {
@@ -148,6 +158,7 @@ inline std::string spec_with_defaults(const std::string& spec, bool shareable,
       {"pool", "small_chunk", "small_chunk=2MiB", "small_max"},
       {"pool", "min_growth", "min_growth=2MiB", nullptr},
       {"pool", "page|page_size", "page=1TiB", nullptr},
+      {"pool", "stream_heaps", "stream_heaps=1", nullptr},
   };
   std::vector<std::string> layers;
   if (!split_top(spec, '>', &layers))
@@ -174,7 +185,10 @@ inline std::string spec_with_defaults(const std::string& spec, bool shareable,
       keys.push_back(key);
     }
     for (const LayerDefault& d : defaults) {
-      const bool wanted = std::string(d.layer) == "cuda" ? shareable && under_pool : private_pool;
+      const std::string key(d.keys);
+      const bool wanted = std::string(d.layer) == "cuda" ? shareable && under_pool
+                          : key == "stream_heaps"        ? true
+                                                         : private_pool;
       if (!wanted || name != d.layer || has_key(keys, d.keys) ||
           (d.unless != nullptr && has_key(keys, d.unless)))
         continue;
@@ -234,7 +248,7 @@ struct Counters {
   StatArray active;
   StatArray active_bytes;
   int64_t num_ooms = 0;
-  int64_t num_oom_rejections = 0; // refused before reaching rmmc: the memory fraction
+  int64_t num_oom_rejections = 0; // refused by the memory fraction (try_stack)
   int64_t num_alloc_retries = 0;
   int64_t num_sync_all_streams = 0; // emptyCache calls that synchronized
   // Since the backend started (no reset clears them): rmmc.torch.stats().
@@ -288,8 +302,8 @@ struct ResetBase {
 //     cache); inactive_split count: 0 (rmmc does not count free blocks).
 //   num_ooms, num_alloc_retries: the layer's (a retry is an allocation
 //     that failed, released every cache of the device and was tried again);
-//     num_oom_rejections (2.12+): requests refused before reaching rmmc
-//     because they would pass the memory fraction.
+//     num_oom_rejections (2.12+): requests refused because the device's
+//     stacks would reserve more than the memory fraction allows.
 //   num_sync_all_streams: rmmc's "device_syncs" plus the layer's own.
 //   oversize_allocations, oversize_segments: 0 (rmmc has no oversize
 //     class); max_split_size: SIZE_MAX as PyTorch reports with no limit.
@@ -894,40 +908,46 @@ int main() {
   // sizes; what a spec says wins, by either of an option's names.
   {
     auto same = [](const std::string& a, const char* b) { return a == b ? 1 : 0; };
-    EXPECT_EQ(same(spec_with_defaults("pool > cuda", true, false), "pool > cuda(ipc=true)"), 1);
-    EXPECT_EQ(same(spec_with_defaults("pool>cuda", false, false), "pool > cuda"), 1);
+    EXPECT_EQ(same(spec_with_defaults("pool > cuda", true, false),
+                   "pool(stream_heaps=1) > cuda(ipc=true)"), 1);
+    EXPECT_EQ(same(spec_with_defaults("pool>cuda", false, false), "pool(stream_heaps=1) > cuda"), 1);
     EXPECT_EQ(same(spec_with_defaults("cuda", true, false), "cuda"), 1); // cudaMalloc memory
     EXPECT_EQ(same(spec_with_defaults("fixed_size > cuda", true, false), "fixed_size > cuda"), 1);
     EXPECT_EQ(same(spec_with_defaults("binning > pool(expandable=false) > cuda", true, false),
-                   "binning > pool(expandable=false) > cuda(ipc=true)"),
+                   "binning > pool(expandable=false, stream_heaps=1) > cuda(ipc=true)"),
               1);
     EXPECT_EQ(same(spec_with_defaults("arena > cuda", true, false), "arena > cuda(ipc=true)"), 1);
     EXPECT_EQ(same(spec_with_defaults("pool > cuda(ipc=false)", true, false),
-                   "pool > cuda(ipc=false)"),
+                   "pool(stream_heaps=1) > cuda(ipc=false)"),
               1);
     EXPECT_EQ(same(spec_with_defaults("pool > cuda( IPC = false )", true, false),
-                   "pool > cuda(IPC = false)"),
+                   "pool(stream_heaps=1) > cuda(IPC = false)"),
               1);
-    EXPECT_EQ(same(spec_with_defaults("pool > cuda_async", true, false), "pool > cuda_async"), 1);
+    EXPECT_EQ(same(spec_with_defaults("pool > cuda_async", true, false),
+                   "pool(stream_heaps=1) > cuda_async"), 1);
     EXPECT_EQ(same(spec_with_defaults("pool > cuda", true, true),
-                   "pool(small_chunk=2MiB, min_growth=2MiB, page=1TiB) > cuda(ipc=true)"),
+                   "pool(small_chunk=2MiB, min_growth=2MiB, page=1TiB, stream_heaps=1) > cuda(ipc=true)"),
               1);
     EXPECT_EQ(same(spec_with_defaults("statistics > pool(initial=1GiB, page_size=64MiB) > cuda",
                                       false, true),
                    "statistics > pool(initial=1GiB, page_size=64MiB, small_chunk=2MiB, "
-                   "min_growth=2MiB) > cuda"),
+                   "min_growth=2MiB, stream_heaps=1) > cuda"),
               1);
     EXPECT_EQ(same(spec_with_defaults("pool(small_max=4MiB, min_growth=1GiB) > cuda", false, true),
-                   "pool(small_max=4MiB, min_growth=1GiB, page=1TiB) > cuda"),
+                   "pool(small_max=4MiB, min_growth=1GiB, page=1TiB, stream_heaps=1) > cuda"),
+              1);
+    EXPECT_EQ(same(spec_with_defaults("pool(stream_heaps=0) > cuda", false, false),
+                   "pool(stream_heaps=0) > cuda"),
               1);
     // Not split: returned as it is, for the parser to explain.
     EXPECT_EQ(same(spec_with_defaults("pool(initial=1GiB > cuda", true, true),
                    "pool(initial=1GiB > cuda"),
               1);
     EXPECT_EQ(same(spec_with_defaults("pool) > cuda", true, true), "pool) > cuda"), 1);
-    EXPECT_EQ(same(config_with_defaults("pool > cuda"), "pool > cuda(ipc=true)"), 1);
+    EXPECT_EQ(same(config_with_defaults("pool > cuda"),
+                   "pool(stream_heaps=1) > cuda(ipc=true)"), 1);
     EXPECT_EQ(same(config_with_defaults("0: pool > cuda; 1-3: cuda;*:arena>cuda(ipc=false)"),
-                   "0: pool > cuda(ipc=true); 1-3: cuda;*: arena > cuda(ipc=false)"),
+                   "0: pool(stream_heaps=1) > cuda(ipc=true); 1-3: cuda;*: arena > cuda(ipc=false)"),
               1);
     EXPECT_EQ(same(config_with_defaults(""), ""), 1);
     EXPECT_EQ(same(base_layer("statistics > pool(initial=1GiB) > cuda(ipc=true)"),
@@ -949,6 +969,7 @@ int main() {
 #else // !RMMC_TORCH_NATIVE_SELFTEST
 // ---- the allocator ----
 
+#include <c10/cuda/CUDAAllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -960,6 +981,7 @@ int main() {
 #include <rmmc/ipc.h>
 #include <rmmc/registry.h>
 #include <rmmc/resource.h>
+#include <rmmc/resource_ops.h>
 #include <rmmc/spec.h>
 #include <rmmc/status.h>
 #include <rmmc/stream.h>
@@ -975,6 +997,7 @@ int main() {
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -1003,22 +1026,33 @@ struct MempoolHash {
 // rmmc.set_memory_hooks(device=) gave for the device's default stack
 // (rmmc_torch_native_set_memory_hooks), so the backend and the user share
 // the stack's one hook slot.
+//
+// The bytes its ranges add up to (`held`: the stack's reserved bytes, kept
+// by the hooks) are summed per device (`device_held`), which the memory
+// fraction is checked against as PyTorch checks its reserved bytes; `out`
+// is the backend's blocks in the stack (their rounded sizes, under the
+// device lock), so held - out is what the stack caches free.
 struct SegmentTable {
   DeviceIndex device = 0;
   MempoolId_t pool{0, 0};
   std::atomic<bool> hooked{false};     // the stack took the hooks (a pool is in it)
   std::atomic<bool> expandable{false}; // its ranges are page mappings
   SegmentRanges ranges;
+  std::atomic<int64_t> held{0};
+  std::atomic<int64_t>* device_held = nullptr;
+  int64_t out = 0;
 };
 
-// A private pool: an rmmc stack of its own (or another CUDAAllocator that
-// torch.cuda.MemPool(allocator=...) named).
+// A private pool: an rmmc stack of its own. A pool over another
+// CUDAAllocator (torch.cuda.MemPool(allocator=...)) is a pool layer over
+// that allocator (allocator_stack): it caches what the allocator handed out,
+// as PyTorch's private pools do, and gives it back at emptyCache or death.
 struct Pool {
   MempoolId_t id;
   DeviceIndex device = 0;
   rmmc_resource_t* stack = nullptr;               // owned (one reference)
   std::shared_ptr<SegmentTable> segments;         // outlives the stack
-  std::shared_ptr<CCA::CUDAAllocator> allocator;  // instead of a stack
+  std::shared_ptr<CCA::CUDAAllocator> allocator;  // the stack's memory comes from it
   int use_count = 0;
   size_t live = 0;          // blocks out (zombies included)
   bool use_on_oom = false;
@@ -1039,6 +1073,8 @@ struct Block {
   DeviceIndex device = 0;
   Pool* pool = nullptr;     // nullptr: the device's default stack
   rmmc_resource_t* res = nullptr; // the stack it came from (borrowed)
+  SegmentTable* table = nullptr;  // that stack's (its pool's or the device's)
+  bool unhooked = false;    // counted in DeviceState::unhooked (a stack without hooks)
   std::vector<cudaStream_t> streams; // recorded by recordStream
   std::shared_ptr<c10::GatheredContext> context;
   bool zombie = false;      // freed by PyTorch, kept for a checkpoint
@@ -1056,6 +1092,17 @@ struct Pending {
   std::vector<cudaEvent_t> events;
 };
 
+// A block freed with recorded streams while one of its streams was being
+// captured. `markers`: with graph_capture_record_stream_reuse, the nodes
+// that ended each of its streams' work in the capture graph at the free
+// (every stream capturing into one graph); empty: it waits for the end of
+// the capture.
+struct Deferred {
+  void* ptr = nullptr;
+  Block block;
+  std::vector<cudaGraphNode_t> markers;
+};
+
 struct Route {
   MempoolId_t id;
   std::function<bool(cudaStream_t)> filter;
@@ -1063,6 +1110,10 @@ struct Route {
   // captured) or another's (a MemPool's, use_mem_pool); unknown before.
   enum Kind { UNKNOWN, CAPTURE, OTHER } kind = UNKNOWN;
   cudaStream_t stream = nullptr; // the stream of that first allocation
+  // Who began it: the thread and its current stream then (a capture begins
+  // on that stream, on that thread, right after).
+  std::thread::id thread;
+  cudaStream_t begin_stream = nullptr;
 };
 
 // Is `s` being captured into a graph? An error reads as `on_error`: yes
@@ -1092,9 +1143,16 @@ struct DeviceState {
   std::vector<Route> routes; // beginAllocateToPool, oldest first
   int captures = 0; // markCaptureBegin less markCaptureEnd (2.13+)
   // Blocks PyTorch freed with recorded streams while one of their streams
-  // was being captured: given back once no capture may be underway.
-  std::vector<std::pair<void*, Block>> deferred;
+  // was being captured: given back once no capture may be underway, or,
+  // with graph_capture_record_stream_reuse, once the capture graph orders
+  // their stream's next work after every marker (reuse_in_capture).
+  std::vector<Deferred> deferred;
   std::atomic<size_t> ndeferred{0}; // deferred.size(), read without the lock
+  std::atomic<size_t> nmarked{0};   // of which have markers
+  // Per (capture id, stream): the graph nodes found to precede the stream's
+  // work so far (reuse_in_capture's walks, never repeated).
+  std::map<std::pair<unsigned long long, cudaStream_t>, std::unordered_set<cudaGraphNode_t>>
+      visited;
   // Blocks freed with recorded streams, each waiting for the events
   // recorded on those streams at the free (release_block).
   std::vector<Pending> pending;
@@ -1104,11 +1162,19 @@ struct DeviceState {
   ResetBase base;
   StackFigures retired; // grows and shrinks of private pools destroyed
   PoolReserved pool_reserved; // reserved_bytes_by_private_pools
-  bool fraction_set = false; // setMemoryFraction ran (0 is a fraction too)
+  std::atomic<bool> fraction_set{false}; // a fraction below 1 is set (0 is one too)
   double fraction = 0;
-  size_t limit = 0; // bytes allowed through rmmc (with fraction_set)
+  size_t limit = 0; // bytes the device's stacks may reserve (with fraction_set)
   size_t total = 0; // the device's bytes when the fraction was set
+  // What the device's stacks reserve: the ranges their hooks report, and
+  // the blocks of stacks without hooks (their own memory each).
+  std::atomic<int64_t> held{0};
+  std::atomic<int64_t> unhooked{0};
 };
+
+inline int64_t device_reserved(const DeviceState& d) {
+  return d.held.load(std::memory_order_relaxed) + d.unhooked.load(std::memory_order_relaxed);
+}
 
 // May a CUDA graph capture be underway on the device? Then nothing may
 // synchronize the device, free memory to the driver or destroy a stack (a
@@ -1119,15 +1185,25 @@ struct DeviceState {
 // first allocation shows what it is: a MemPool's (use_mem_pool) then
 // counts no more, nor a capture's whose stream no longer captures (a
 // capture CUDA invalidated: PyTorch's capture_end throws before it ends
-// the routing, which then stays). 2.13+ also says when a capture starts
-// and ends (markCaptureBegin / markCaptureEnd). Device lock held.
+// the routing, which then stays). A route nothing was allocated through
+// yet counts for other threads (their call may come between its
+// beginAllocateToPool and the capture's begin); on the thread that began
+// it, it counts only while the stream current then captures: that thread
+// is here, not beginning a capture, so a capture of that route is either
+// underway on that stream or not at all (one that failed before allocating
+// anything leaves such a route behind). 2.13+ also says when a capture
+// starts and ends (markCaptureBegin / markCaptureEnd). Device lock held.
 inline bool capture_possible(const DeviceState& d) {
   if (d.captures > 0)
     return true;
-  for (const Route& r : d.routes)
-    if (r.kind == Route::UNKNOWN ||
-        (r.kind == Route::CAPTURE && stream_capturing(r.stream, false)))
+  for (const Route& r : d.routes) {
+    if (r.kind == Route::UNKNOWN) {
+      if (r.thread != std::this_thread::get_id() || stream_capturing(r.begin_stream, false))
+        return true;
+    } else if (r.kind == Route::CAPTURE && stream_capturing(r.stream, false)) {
       return true;
+    }
+  }
   return false;
 }
 
@@ -1218,6 +1294,170 @@ std::string last_error() {
   return m != nullptr ? m : "";
 }
 
+// ---- capture graphs (graph_capture_record_stream_reuse) ----
+
+// What cudaStreamGetCaptureInfo says of a stream: its capture's id, graph
+// and the nodes the stream's next work will depend on (its terminals).
+struct CaptureInfo {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* terminals = nullptr;
+  size_t nterminals = 0;
+};
+
+// False if the stream cannot be asked (its status then reads as none).
+inline bool capture_info(cudaStream_t s, CaptureInfo* ci) {
+#if CUDART_VERSION >= 13000
+  cudaError_t err = cudaStreamGetCaptureInfo(s, &ci->status, &ci->id, &ci->graph, &ci->terminals,
+                                             nullptr, &ci->nterminals);
+#else
+  cudaError_t err = cudaStreamGetCaptureInfo_v2(s, &ci->status, &ci->id, &ci->graph,
+                                                &ci->terminals, &ci->nterminals);
+#endif
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    *ci = CaptureInfo{};
+    return false;
+  }
+  return true;
+}
+
+// The nodes a graph node depends on (empty if it cannot be asked).
+inline std::vector<cudaGraphNode_t> node_parents(cudaGraphNode_t n) {
+  size_t count = 0;
+#if CUDART_VERSION >= 13000
+  if (cudaGraphNodeGetDependencies(n, nullptr, nullptr, &count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  std::vector<cudaGraphNode_t> out(count);
+  std::vector<cudaGraphEdgeData> edges(count);
+  if (count != 0 && cudaGraphNodeGetDependencies(n, out.data(), edges.data(), &count) != cudaSuccess) {
+#else
+  if (cudaGraphNodeGetDependencies(n, nullptr, &count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  std::vector<cudaGraphNode_t> out(count);
+  if (count != 0 && cudaGraphNodeGetDependencies(n, out.data(), &count) != cudaSuccess) {
+#endif
+    (void)cudaGetLastError();
+    return {};
+  }
+  out.resize(count);
+  return out;
+}
+
+// PyTorch's free markers: the terminal nodes, at the free, of the block's
+// stream and of every stream recorded on it. A block whose streams do not
+// all capture into one graph gets none (it waits for the capture's end).
+inline std::vector<cudaGraphNode_t> free_markers(const Block& b) {
+  std::unordered_set<cudaGraphNode_t> set;
+  cudaGraph_t graph = nullptr;
+  auto add = [&](cudaStream_t s) {
+    CaptureInfo ci;
+    if (!capture_info(s, &ci) || ci.status != cudaStreamCaptureStatusActive ||
+        (graph != nullptr && ci.graph != graph))
+      return false;
+    graph = ci.graph;
+    set.insert(ci.terminals, ci.terminals + ci.nterminals);
+    return true;
+  };
+  if (!add(b.stream))
+    return {};
+  for (cudaStream_t s : b.streams)
+    if (!add(s))
+      return {};
+  return std::vector<cudaGraphNode_t>(set.begin(), set.end());
+}
+
+// ---- another CUDAAllocator as an rmmc resource ----
+//
+// The memory of a MemPool(allocator=...): what the allocator's raw_alloc
+// hands out (on the stream rmmc asks with), given back with its raw_delete.
+// A pool layer over it caches as PyTorch's private pool does over its
+// allocator. Nothing here may throw into rmmc.
+struct AllocatorResource {
+  rmmc_resource_t base; // first: what rmmc sees
+  std::shared_ptr<CCA::CUDAAllocator> allocator;
+  DeviceIndex device = 0;
+};
+
+rmmc_status_t allocator_allocate(rmmc_resource_t* r, size_t bytes, size_t alignment,
+                                 cudaStream_t stream, void** out) {
+  auto* a = reinterpret_cast<AllocatorResource*>(r);
+  void* p = nullptr;
+  try {
+    c10::cuda::CUDAGuard guard(a->device);
+    p = a->allocator->raw_alloc_with_stream(bytes, stream);
+  } catch (const std::exception& e) {
+    (void)cudaGetLastError();
+    return rmmc_set_oom_error(r, bytes, stream, "the MemPool's allocator refused: %s", e.what());
+  }
+  if (p == nullptr)
+    return rmmc_set_oom_error(r, bytes, stream, "the MemPool's allocator returned no memory");
+  if (reinterpret_cast<uintptr_t>(p) % alignment != 0) {
+    try {
+      a->allocator->raw_delete(p);
+    } catch (const std::exception&) {
+    }
+    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
+                          "the MemPool's allocator returned %p, not %zu-byte aligned", p,
+                          alignment);
+  }
+  *out = p;
+  return RMMC_SUCCESS;
+}
+
+rmmc_status_t allocator_deallocate(rmmc_resource_t* r, void* ptr, size_t, size_t, cudaStream_t) {
+  auto* a = reinterpret_cast<AllocatorResource*>(r);
+  try {
+    c10::cuda::CUDAGuard guard(a->device);
+    a->allocator->raw_delete(ptr);
+  } catch (const std::exception& e) {
+    (void)cudaGetLastError();
+    return rmmc_set_error(RMMC_ERROR_CUDA, "the MemPool's allocator could not free %p: %s", ptr,
+                          e.what());
+  }
+  return RMMC_SUCCESS;
+}
+
+void allocator_destroy(rmmc_resource_t* r) {
+  delete reinterpret_cast<AllocatorResource*>(r);
+}
+
+const rmmc_resource_ops_t* allocator_ops() {
+  static const rmmc_resource_ops_t ops = [] {
+    rmmc_resource_ops_t o;
+    std::memset(&o, 0, sizeof o);
+    o.version = RMMC_RESOURCE_OPS_VERSION;
+    o.name = "torch_allocator";
+    o.allocate = allocator_allocate;
+    o.deallocate = allocator_deallocate;
+    o.destroy = allocator_destroy;
+    return o;
+  }();
+  return &ops;
+}
+
+// One reference to a new resource over `allocator` on `device`.
+rmmc_resource_t* allocator_resource(std::shared_ptr<CCA::CUDAAllocator> allocator,
+                                    DeviceIndex device) {
+  auto* a = new AllocatorResource;
+  rmmc_resource_init(&a->base, allocator_ops(), RMMC_MEMORY_DEVICE, device);
+  a->allocator = std::move(allocator);
+  a->device = device;
+  return &a->base;
+}
+
+// The pool layer over another allocator: PyTorch's private pool over it
+// takes 2 MiB segments for requests up to 1 MiB and one segment per larger
+// request (rounded to 2 MiB), best fit among what it caches; so does a
+// chunked pool without stream heaps growing by at least 2 MiB.
+constexpr const char* kAllocatorPoolSpec =
+    "pool(expandable=false, small_max=0, min_growth=2MiB, stream_heaps=1)";
+
 class RmmcAllocator final : public CCA::CUDAAllocator {
  public:
   // ---- c10::Allocator ----
@@ -1289,7 +1529,9 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     }
     DeviceState& d = dev(device);
     std::lock_guard<std::mutex> g(d.mutex);
-    d.fraction_set = true;
+    // As PyTorch's: 1 is no limit at all; below it, the bytes the device's
+    // stacks may reserve (what they hold, free memory included).
+    d.fraction_set = fraction < 1;
     d.fraction = fraction;
     d.limit = static_cast<size_t>(fraction * static_cast<double>(total));
     d.total = total;
@@ -1451,7 +1693,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       std::lock_guard<std::mutex> g(d.mutex);
       Pool& p = pool_locked(d, device, id);
       if (allocator && !p.allocator && p.stack == nullptr)
-        p.allocator = std::move(allocator);
+        p.allocator = std::move(allocator); // its stack is built over it (ensure_stack)
       p.use_count++;
     }
     try {
@@ -1470,10 +1712,15 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   void beginAllocateToPool(DeviceIndex device, MempoolId_t id,
                            std::function<bool(cudaStream_t)> filter) override {
     DeviceState& d = dev(device);
+    Route route;
+    route.id = id;
+    route.filter = std::move(filter);
+    route.thread = std::this_thread::get_id();
+    route.begin_stream = c10::cuda::getCurrentCUDAStream(device).stream();
     {
       std::lock_guard<std::mutex> g(d.mutex);
       pool_locked(d, device, id).use_count++;
-      d.routes.push_back({id, std::move(filter)});
+      d.routes.push_back(std::move(route));
     }
     // Now, before PyTorch begins the capture: building a stack calls CUDA.
     try {
@@ -1515,6 +1762,13 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
           found = true;
           break;
         }
+      }
+      // The graph walks of captures that have ended are of no more use.
+      for (auto it = d.visited.begin(); it != d.visited.end();) {
+        CaptureInfo ci;
+        const bool live = capture_info(it->first.second, &ci) &&
+                          ci.status == cudaStreamCaptureStatusActive && ci.id == it->first.first;
+        it = live ? std::next(it) : d.visited.erase(it);
       }
     }
     TORCH_CHECK(found, "rmmc: endAllocateToPool: pool (", id.first, ", ", id.second,
@@ -1589,8 +1843,8 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
         return;
       }
       p.no_split = true;
-      if (p.allocator || p.stack == nullptr)
-        return; // another allocator's pool, or a stack built at first use
+      if (p.stack == nullptr)
+        return; // a stack built at first use
       old = Reaped{p.stack, std::move(p.segments), p.id};
       p.stack = nullptr;
     }
@@ -1906,7 +2160,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     return rmmc_resource_retain(it->second->stack);
   }
   // The stack block `ptr` came from (one new reference), or nullptr for a
-  // pointer rmmc did not hand out (or that another allocator's MemPool did).
+  // pointer rmmc did not hand out.
   rmmc_resource_t* block_stack(void* ptr) {
     for (int i = 0; i < ndev(); i++) {
       std::lock_guard<std::mutex> g(devices_[i].mutex);
@@ -1936,7 +2190,8 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     }
     s += "routings " + std::to_string(d.routes.size()) + ", captures " +
          std::to_string(d.captures) + ", deferred frees " + std::to_string(d.deferred.size()) +
-         ", pending frees " + std::to_string(d.pending.size());
+         " (" + std::to_string(d.nmarked.load()) + " with free markers), pending frees " +
+         std::to_string(d.pending.size());
     return s;
   }
   // Bytes handed to PyTorch now, each block rounded as PyTorch rounds it
@@ -1972,6 +2227,10 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
 
   // ---- the block path ----
   void* alloc_block(size_t size, DeviceIndex device, cudaStream_t stream);
+  rmmc_status_t try_stack(DeviceState& d, rmmc_resource_t* res, SegmentTable* t, size_t bytes,
+                          cudaStream_t stream, bool grow, void** out, std::string* why,
+                          bool* by_fraction);
+  void reuse_in_capture(DeviceState& d, cudaStream_t stream);
   void free_block(void* ptr);
   void give_back(void* ptr);
   void give_back_deferred(DeviceState& d);
@@ -2048,6 +2307,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       if (d.stack == nullptr) {
         d.stack = rmmc_resource_retain(r); // r is the registry's, borrowed
         d.segments.device = device;
+        d.segments.device_held = &d.held;
         mine = rmmc_resource_retain(d.stack);
       }
     }
@@ -2080,7 +2340,10 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   // pages; where the device cannot share them, without. Its memory hooks
   // report to *segments.
   rmmc_resource_t* build_pool_stack(DeviceIndex device, const std::string& chosen,
-                                    SegmentTable* segments, bool no_split = false) {
+                                    SegmentTable* segments, bool no_split,
+                                    const std::shared_ptr<CCA::CUDAAllocator>& allocator) {
+    if (allocator)
+      return allocator_stack(device, allocator, segments, no_split);
     std::string spec = chosen, unshared;
     if (spec.empty()) {
       const char* config = nullptr;
@@ -2112,9 +2375,32 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     install_segment_hooks(r, segments);
     return r;
   }
+  // A MemPool(allocator=...)'s stack: kAllocatorPoolSpec over the
+  // allocator (the allocator alone for no_split: a block per raw_alloc).
+  // A spec chosen with rmmc.torch.pool_spec does not apply: its base layer
+  // would not be the allocator.
+  rmmc_resource_t* allocator_stack(DeviceIndex device,
+                                   const std::shared_ptr<CCA::CUDAAllocator>& allocator,
+                                   SegmentTable* segments, bool no_split) {
+    rmmc_resource_t* base = allocator_resource(allocator, device);
+    rmmc_resource_t* r = base;
+    if (!no_split) {
+      c10::cuda::CUDAGuard guard(device);
+      CaptureRelaxed relaxed;
+      r = nullptr;
+      rmmc_status_t st = rmmc_stack_create_over(kAllocatorPoolSpec, base, &r);
+      std::string why = st != RMMC_SUCCESS ? last_error() : std::string();
+      rmmc_resource_release(base); // the pool holds it
+      TORCH_CHECK(st == RMMC_SUCCESS, "rmmc: MemPool over an allocator: cannot build \"",
+                  kAllocatorPoolSpec, "\": ", why);
+    }
+    install_segment_hooks(r, segments);
+    return r;
+  }
   // The device's spec under the configuration rmmc.torch.use() had before
   // it made pages shareable, while the process still runs the shareable one
-  // it made of it; "" otherwise.
+  // it made of it, with the other defaults under PyTorch (stream_heaps=1);
+  // "" otherwise.
   std::string unshared_spec(DeviceIndex device) {
     const char* config = nullptr;
     rmmc_default_config_status(&config, nullptr);
@@ -2130,7 +2416,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
       rmmc_clear_last_error();
       return "";
     }
-    return buf;
+    return spec_with_defaults(buf, false, false);
   }
 
  public:
@@ -2145,30 +2431,33 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   }
 
  private:
-  static std::shared_ptr<SegmentTable> new_segments(DeviceIndex device, MempoolId_t id) {
+  std::shared_ptr<SegmentTable> new_segments(DeviceIndex device, MempoolId_t id) {
     auto t = std::make_shared<SegmentTable>();
     t->device = device;
     t->pool = id;
+    t->device_held = &devices_[device].held;
     return t;
   }
-  // Gives pool `id` its stack unless it has one (or another allocator).
+  // Gives pool `id` its stack unless it has one.
   void ensure_stack(DeviceState& d, DeviceIndex device, MempoolId_t id) {
     std::string spec;
     bool no_split = false;
+    std::shared_ptr<CCA::CUDAAllocator> allocator;
     {
       std::lock_guard<std::mutex> g(d.mutex);
       auto it = d.pools.find(id);
-      if (it == d.pools.end() || it->second->stack != nullptr || it->second->allocator)
+      if (it == d.pools.end() || it->second->stack != nullptr)
         return;
       spec = it->second->spec;
       no_split = it->second->no_split;
+      allocator = it->second->allocator;
     }
     std::shared_ptr<SegmentTable> segments = new_segments(device, id);
-    rmmc_resource_t* built = build_pool_stack(device, spec, segments.get(), no_split);
+    rmmc_resource_t* built = build_pool_stack(device, spec, segments.get(), no_split, allocator);
     {
       std::lock_guard<std::mutex> g(d.mutex);
       auto it = d.pools.find(id);
-      if (it != d.pools.end() && it->second->stack == nullptr && !it->second->allocator) {
+      if (it != d.pools.end() && it->second->stack == nullptr) {
         it->second->stack = built;
         it->second->segments = std::move(segments);
         built = nullptr;
@@ -2363,28 +2652,22 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
   DeviceState& d = dev(device);
   if (d.ndeferred.load(std::memory_order_relaxed) != 0)
     give_back_deferred(d);
+  if (d.nmarked.load(std::memory_order_relaxed) != 0)
+    reuse_in_capture(d, stream); // graph_capture_record_stream_reuse
   if (d.npending.load(std::memory_order_relaxed) != 0)
     give_back_pending(d, false); // PyTorch's process_events
 
   const size_t bytes = round_size(size); // what rmmc hands out
   Pool* pool = nullptr;
   rmmc_resource_t* res = nullptr;
-  std::shared_ptr<CCA::CUDAAllocator> other;
+  SegmentTable* table = nullptr;
+  std::shared_ptr<CCA::CUDAAllocator> allocator;
   bool need_stack = false;
-  std::string over_limit, spec;
+  std::string spec;
   bool no_split = false;
-  size_t out_now = 0;
   {
     std::lock_guard<std::mutex> g(d.mutex);
-    out_now = static_cast<size_t>(d.counters.allocated_bytes[0].current);
-    if (d.fraction_set && out_now + bytes > d.limit) {
-      over_limit = "the memory fraction " + std::to_string(d.fraction) + " allows " +
-                   format_size(d.limit) + " through rmmc on this device";
-      d.counters.num_oom_rejections++;
-      d.counters.num_ooms++;
-      d.counters.lifetime_ooms++;
-    }
-    for (auto it = d.routes.rbegin(); it != d.routes.rend() && over_limit.empty(); ++it) {
+    for (auto it = d.routes.rbegin(); it != d.routes.rend(); ++it) {
       if (it->filter(stream)) {
         if (it->kind == Route::UNKNOWN) {
           it->kind = stream_capturing(stream) ? Route::CAPTURE : Route::OTHER;
@@ -2395,38 +2678,20 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
       }
     }
     if (pool != nullptr) {
-      if (pool->allocator) {
-        other = pool->allocator;
-      } else if (pool->stack == nullptr) {
+      if (pool->stack == nullptr) {
         need_stack = true;
         spec = pool->spec;
         no_split = pool->no_split;
+        allocator = pool->allocator;
       } else {
         res = pool->stack;
+        table = pool->segments.get();
       }
       pool->live++; // keeps the pool (and its stack) while the block is made
     } else {
       res = d.stack; // held by the device until the process ends
+      table = &d.segments;
     }
-  }
-  if (!over_limit.empty()) {
-    // Refused before rmmc is asked: PyTorch's preemptive rejection
-    // (throw_on_cudamalloc_oom), whose observers hear of it, then the
-    // out-of-memory error as for any refusal.
-    std::vector<OomRejectionFn> observers;
-    {
-      std::lock_guard<std::mutex> g(history_mutex_);
-      observers = rejection_observers_;
-    }
-    size_t free = 0, total = 0;
-    if (!observers.empty()) {
-      c10::cuda::CUDAGuard guard(device);
-      if (cudaMemGetInfo(&free, &total) != cudaSuccess)
-        (void)cudaGetLastError();
-    }
-    for (auto& o : observers)
-      o(device, size, out_now, total);
-    out_of_memory(size, device, stream, over_limit);
   }
   if (pool == nullptr && res == nullptr) {
     rmmc_resource_t* s = stack_of(device); // builds it on the device's first use
@@ -2437,7 +2702,7 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
     rmmc_resource_t* built = nullptr;
     std::shared_ptr<SegmentTable> segments = new_segments(device, pool->id);
     try {
-      built = build_pool_stack(device, spec, segments.get(), no_split);
+      built = build_pool_stack(device, spec, segments.get(), no_split, allocator);
     } catch (...) {
       std::lock_guard<std::mutex> g(d.mutex);
       pool->live--;
@@ -2451,99 +2716,121 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
         built = nullptr;
       }
       res = pool->stack;
+      table = pool->segments.get();
     }
     rmmc_resource_release(built); // another thread built it first
   }
 
   void* p = nullptr;
-  if (other) {
-    try {
-      p = other->raw_alloc_with_stream(size, stream);
-    } catch (...) {
+  std::string why;
+  bool by_fraction = false; // the memory fraction refused it
+  rmmc_status_t st = try_stack(d, res, table, bytes, stream, true, &p, &why, &by_fraction);
+  if (st == RMMC_ERROR_OUT_OF_MEMORY) {
+    // Retry once after every cache of the device gave back what it can
+    // and released pools were destroyed (PyTorch's retry after freeing
+    // cached blocks), unless a capture may be underway (PyTorch skips it
+    // then too: it synchronizes).
+    std::vector<rmmc_resource_t*> stacks;
+    std::vector<Reaped> dead;
+    bool retry = false;
+    {
       std::lock_guard<std::mutex> g(d.mutex);
-      pool->live--;
-      throw;
+      if (!capture_possible(d)) {
+        retry = true;
+        d.counters.num_alloc_retries++;
+        dead = reap_dormant_locked(d);
+        if (d.stack != nullptr)
+          stacks.push_back(rmmc_resource_retain(d.stack));
+        for (auto& kv : d.pools) {
+          if (kv.second->stack != nullptr && kv.second->use_count == 0)
+            stacks.push_back(rmmc_resource_retain(kv.second->stack));
+        }
+      }
     }
-  } else {
-    rmmc_status_t st = rmmc_resource_allocate(res, bytes, RMMC_DEFAULT_ALIGNMENT, stream, &p);
-    std::string why = st != RMMC_SUCCESS ? last_error() : std::string();
-    st = as_oom(st);
+    if (retry)
+      give_back_pending(d, true); // blocks waiting for recorded streams, once done
+    for (Reaped& r : dead)
+      destroy_pool_stack(d, std::move(r));
+    for (rmmc_resource_t* s : stacks) {
+      rmmc_resource_release_cached(s);
+      rmmc_resource_release(s);
+    }
+    if (retry) {
+      by_fraction = false;
+      st = try_stack(d, res, table, bytes, stream, true, &p, &why, &by_fraction);
+    }
+  }
+  if (st == RMMC_ERROR_OUT_OF_MEMORY && pool == nullptr) {
+    // Then what the pools marked use_on_oom cache, as PyTorch: their free
+    // memory only, never a growth of theirs.
+    std::vector<Pool*> alts;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      for (auto& kv : d.pools) {
+        if (kv.second->use_on_oom && kv.second->stack != nullptr) {
+          kv.second->live++; // alive while tried
+          alts.push_back(kv.second.get());
+        }
+      }
+    }
+    Pool* chosen = nullptr;
+    for (Pool* alt : alts) {
+      std::string ignored;
+      if (chosen == nullptr &&
+          try_stack(d, alt->stack, alt->segments.get(), bytes, stream, false, &p, &ignored,
+                    nullptr) == RMMC_SUCCESS)
+        chosen = alt;
+    }
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      for (Pool* alt : alts)
+        if (alt != chosen)
+          alt->live--; // chosen keeps its count for the block
+    }
+    if (chosen != nullptr) {
+      pool = chosen;
+      res = chosen->stack;
+      table = chosen->segments.get();
+      st = RMMC_SUCCESS;
+    }
+  }
+  if (st != RMMC_SUCCESS) {
+    size_t out_now = 0;
+    {
+      std::lock_guard<std::mutex> g(d.mutex);
+      if (pool != nullptr)
+        pool->live--;
+      if (st == RMMC_ERROR_OUT_OF_MEMORY) {
+        d.counters.num_ooms++;
+        d.counters.lifetime_ooms++;
+        if (by_fraction)
+          d.counters.num_oom_rejections++;
+      }
+      out_now = static_cast<size_t>(d.counters.allocated_bytes[0].current);
+    }
     if (st == RMMC_ERROR_OUT_OF_MEMORY) {
-      // Retry once after every cache of the device gave back what it can
-      // and released pools were destroyed (PyTorch's retry after freeing
-      // cached blocks), unless a capture may be underway (PyTorch skips it
-      // then too: it synchronizes); then pools marked use_on_oom.
-      std::vector<rmmc_resource_t*> stacks;
-      std::vector<Reaped> dead;
-      bool retry = false;
-      {
-        std::lock_guard<std::mutex> g(d.mutex);
-        if (!capture_possible(d)) {
-          retry = true;
-          d.counters.num_alloc_retries++;
-          dead = reap_dormant_locked(d);
-          if (d.stack != nullptr)
-            stacks.push_back(rmmc_resource_retain(d.stack));
-          for (auto& kv : d.pools) {
-            if (kv.second->stack != nullptr && kv.second->use_count == 0)
-              stacks.push_back(rmmc_resource_retain(kv.second->stack));
-          }
-        }
-      }
-      if (retry)
-        give_back_pending(d, true); // blocks waiting for recorded streams, once done
-      for (Reaped& r : dead)
-        destroy_pool_stack(d, std::move(r));
-      for (rmmc_resource_t* s : stacks) {
-        rmmc_resource_release_cached(s);
-        rmmc_resource_release(s);
-      }
-      if (retry) {
-        st = rmmc_resource_allocate(res, bytes, RMMC_DEFAULT_ALIGNMENT, stream, &p);
-        if (st != RMMC_SUCCESS)
-          why = last_error();
-        st = as_oom(st);
-      }
-      if (st == RMMC_ERROR_OUT_OF_MEMORY && pool == nullptr) {
-        rmmc_resource_t* alt = nullptr;
-        Pool* alt_pool = nullptr;
+      if (by_fraction) {
+        // Refused by the memory fraction: PyTorch's preemptive rejection
+        // (throw_on_cudamalloc_oom), whose observers hear of it, then the
+        // out-of-memory error as for any refusal.
+        std::vector<OomRejectionFn> observers;
         {
-          std::lock_guard<std::mutex> g(d.mutex);
-          for (auto& kv : d.pools) {
-            if (kv.second->use_on_oom && kv.second->stack != nullptr) {
-              alt_pool = kv.second.get();
-              alt = alt_pool->stack; // alive while alt_pool->live > 0
-              alt_pool->live++;
-              break;
-            }
-          }
+          std::lock_guard<std::mutex> g(history_mutex_);
+          observers = rejection_observers_;
         }
-        if (alt != nullptr &&
-            rmmc_resource_allocate(alt, bytes, RMMC_DEFAULT_ALIGNMENT, stream, &p) == RMMC_SUCCESS) {
-          res = alt;
-          pool = alt_pool;
-          st = RMMC_SUCCESS;
-        } else if (alt != nullptr) {
-          std::lock_guard<std::mutex> g(d.mutex);
-          alt_pool->live--;
+        size_t free = 0, total = 0;
+        if (!observers.empty()) {
+          c10::cuda::CUDAGuard guard(device);
+          if (cudaMemGetInfo(&free, &total) != cudaSuccess)
+            (void)cudaGetLastError();
         }
+        for (auto& o : observers)
+          o(device, size, out_now, total);
       }
+      out_of_memory(size, device, stream, why);
     }
-    if (st != RMMC_SUCCESS) {
-      {
-        std::lock_guard<std::mutex> g(d.mutex);
-        if (pool != nullptr)
-          pool->live--;
-        if (st == RMMC_ERROR_OUT_OF_MEMORY) {
-          d.counters.num_ooms++;
-          d.counters.lifetime_ooms++;
-        }
-      }
-      if (st == RMMC_ERROR_OUT_OF_MEMORY)
-        out_of_memory(size, device, stream, why);
-      TORCH_CHECK(false, "rmmc: allocating ", size, " bytes on device ",
-                  static_cast<int>(device), " failed: ", why);
-    }
+    TORCH_CHECK(false, "rmmc: allocating ", size, " bytes on device ",
+                static_cast<int>(device), " failed: ", why);
   }
 
   Block b;
@@ -2551,18 +2838,94 @@ void* RmmcAllocator::alloc_block(size_t size, DeviceIndex device, cudaStream_t s
   b.stream = stream;
   b.device = device;
   b.pool = pool;
-  b.res = other ? nullptr : res;
+  b.res = res;
+  b.table = table;
+  b.unhooked = !table->hooked.load(std::memory_order_relaxed);
   std::shared_ptr<c10::GatheredContext> ctx = history_ ? context() : nullptr;
   b.context = ctx;
   {
     std::lock_guard<std::mutex> g(d.mutex);
     count_block(d.counters, size, true);
     count_active(d.counters, size, true);
+    table->out += static_cast<int64_t>(bytes);
+    if (b.unhooked)
+      d.unhooked.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
     d.blocks.emplace(p, std::move(b));
   }
   record(TraceEntry::ALLOC, device, reinterpret_cast<size_t>(p), size, stream,
          pool != nullptr ? pool->id : MempoolId_t{0, 0}, std::move(ctx));
   return p;
+}
+
+// One try of stack `res` (whose table is t) for `bytes` on `stream`.
+// `grow`: may the stack take memory from the device for it (else only what
+// it caches free: the use_on_oom fallback). Under a memory fraction a
+// request whose growth must pass the device's limit is refused before the
+// stack is asked (at least bytes less what the stack caches free must be
+// taken), and one that made the stack grow past it is given back, with
+// what the growth took (unless a capture may be underway): PyTorch's
+// fraction bounds the bytes its allocator holds, reserved memory included.
+// *by_fraction (may be NULL) is set when the fraction refused.
+rmmc_status_t RmmcAllocator::try_stack(DeviceState& d, rmmc_resource_t* res, SegmentTable* t,
+                                       size_t bytes, cudaStream_t stream, bool grow, void** out,
+                                       std::string* why, bool* by_fraction) {
+  const bool limited = d.fraction_set.load(std::memory_order_relaxed);
+  if (grow && !limited) { // the common case
+    rmmc_status_t st = rmmc_resource_allocate(res, bytes, RMMC_DEFAULT_ALIGNMENT, stream, out);
+    if (st != RMMC_SUCCESS)
+      *why = last_error();
+    return as_oom(st);
+  }
+  const bool hooked = t->hooked.load(std::memory_order_relaxed);
+  size_t limit = 0;
+  double fraction = 0;
+  int64_t out_t = 0;
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    limit = d.limit;
+    fraction = d.fraction;
+    out_t = t->out;
+  }
+  auto refused = [&](const char* what) {
+    if (grow && by_fraction != nullptr)
+      *by_fraction = true;
+    *why = grow ? "the memory fraction " + std::to_string(fraction) + " allows " +
+                      format_size(limit) + " on this device, of which rmmc's stacks reserve " +
+                      format_size(static_cast<uint64_t>(std::max<int64_t>(0, device_reserved(d)))) +
+                      " (" + what + ")"
+                : std::string("the pool caches too little free memory for it (") + what + ")";
+    return RMMC_ERROR_OUT_OF_MEMORY;
+  };
+  const int64_t held0 = hooked ? t->held.load(std::memory_order_relaxed) : 0;
+  const int64_t cached = std::max<int64_t>(0, held0 - out_t);
+  const int64_t need = static_cast<int64_t>(bytes) > cached ? static_cast<int64_t>(bytes) - cached : 0;
+  if (!grow && need > 0)
+    return refused("it would have to grow");
+  if (grow && need > 0 && device_reserved(d) + need > static_cast<int64_t>(limit))
+    return refused("the request needs more");
+  rmmc_status_t st = rmmc_resource_allocate(res, bytes, RMMC_DEFAULT_ALIGNMENT, stream, out);
+  if (st != RMMC_SUCCESS) {
+    *why = last_error();
+    return as_oom(st);
+  }
+  const bool grew = hooked ? t->held.load(std::memory_order_relaxed) > held0 : true;
+  const bool over = !grow ? grew
+                          : grew && device_reserved(d) + (hooked ? 0 : static_cast<int64_t>(bytes)) >
+                                        static_cast<int64_t>(limit);
+  if (!over)
+    return RMMC_SUCCESS;
+  // Taken back: the block, then the memory its growth took.
+  (void)rmmc_resource_deallocate(res, *out, bytes, RMMC_DEFAULT_ALIGNMENT, stream);
+  *out = nullptr;
+  bool may_release = false;
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    may_release = !capture_possible(d);
+  }
+  if (may_release)
+    (void)rmmc_resource_release_cached(res);
+  rmmc_clear_last_error();
+  return refused(grow ? "its growth passed that" : "it grew");
 }
 
 // PyTorch let go of ptr: back to rmmc, unless a checkpoint holds it.
@@ -2630,16 +2993,73 @@ void RmmcAllocator::give_back(void* ptr) {
 // capture may be underway on the device (release_block keeps one whose
 // streams are still being captured, or records its events now).
 void RmmcAllocator::give_back_deferred(DeviceState& d) {
-  std::vector<std::pair<void*, Block>> ready;
+  std::vector<Deferred> ready;
   {
     std::lock_guard<std::mutex> g(d.mutex);
     if (capture_possible(d) || d.deferred.empty())
       return;
     ready.swap(d.deferred);
     d.ndeferred = 0;
+    d.nmarked = 0;
+    d.visited.clear();
   }
-  for (auto& pr : ready)
-    release_block(d, pr.first, std::move(pr.second));
+  for (Deferred& df : ready)
+    release_block(d, df.ptr, std::move(df.block));
+}
+
+// graph_capture_record_stream_reuse (torch.cuda.memory._set_allocator_settings,
+// PYTORCH_CUDA_ALLOC_CONF): during a capture, a block freed with recorded
+// streams is reusable on its own stream, before the capture ends, once the
+// capture graph orders that stream's next work after every one of the
+// block's free markers (the work its streams had queued at the free), as
+// PyTorch decides it: the markers must all be ancestors of the stream's
+// current terminal nodes. The walk up from the terminals (graph queries,
+// legal during a capture; no event) is kept per capture and stream and
+// never repeated. The block then goes back to its stack on its stream,
+// where the next allocation of its size on that stream finds it.
+void RmmcAllocator::reuse_in_capture(DeviceState& d, cudaStream_t stream) {
+  if (!CCA::CUDAAllocatorConfig::graph_capture_record_stream_reuse())
+    return;
+  std::vector<Deferred> ready;
+  {
+    std::lock_guard<std::mutex> g(d.mutex);
+    bool mine = false;
+    for (const Deferred& df : d.deferred)
+      mine = mine || (!df.markers.empty() && df.block.stream == stream);
+    if (!mine)
+      return;
+    CaptureInfo ci;
+    if (!capture_info(stream, &ci) || ci.status != cudaStreamCaptureStatusActive ||
+        ci.nterminals == 0)
+      return;
+    std::unordered_set<cudaGraphNode_t>& seen = d.visited[{ci.id, stream}];
+    std::vector<cudaGraphNode_t> todo(ci.terminals, ci.terminals + ci.nterminals);
+    while (!todo.empty()) {
+      cudaGraphNode_t n = todo.back();
+      todo.pop_back();
+      if (!seen.insert(n).second)
+        continue;
+      for (cudaGraphNode_t parent : node_parents(n))
+        todo.push_back(parent);
+    }
+    for (auto it = d.deferred.begin(); it != d.deferred.end();) {
+      bool all = !it->markers.empty() && it->block.stream == stream;
+      for (size_t k = 0; all && k < it->markers.size(); k++)
+        all = seen.count(it->markers[k]) != 0;
+      if (!all) {
+        ++it;
+        continue;
+      }
+      ready.push_back(std::move(*it));
+      it = d.deferred.erase(it);
+    }
+    d.ndeferred = d.deferred.size();
+    d.nmarked -= ready.size();
+  }
+  for (Deferred& df : ready) {
+    df.block.streams.clear(); // the graph orders them: nothing to wait for
+    finish_release(d, df.ptr, std::move(df.block));
+  }
 }
 
 // Gives back the blocks freed with recorded streams whose events show that
@@ -2699,6 +3119,9 @@ void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
   bool defer = stream_capturing(b.stream);
   for (size_t k = 0; k < b.streams.size() && !defer; k++)
     defer = stream_capturing(b.streams[k]);
+  std::vector<cudaGraphNode_t> markers;
+  if (defer && CCA::CUDAAllocatorConfig::graph_capture_record_stream_reuse())
+    markers = free_markers(b);
   Pending pd;
   for (size_t k = 0; k < b.streams.size() && !defer; k++) {
     cudaEvent_t ev = nullptr;
@@ -2738,7 +3161,9 @@ void RmmcAllocator::release_block(DeviceState& d, void* ptr, Block&& b) {
     if (defer || synchronized) // the events recorded so far serve no more
       d.free_events.insert(d.free_events.end(), pd.events.begin(), pd.events.end());
     if (defer) {
-      d.deferred.emplace_back(ptr, std::move(b));
+      if (!markers.empty())
+        d.nmarked++;
+      d.deferred.push_back(Deferred{ptr, std::move(b), std::move(markers)});
       d.ndeferred = d.deferred.size();
       return;
     }
@@ -2766,8 +3191,6 @@ void RmmcAllocator::finish_release(DeviceState& d, void* ptr, Block&& b) {
                                   b.stream);
     if (st != RMMC_SUCCESS)
       why = last_error();
-  } else if (b.pool != nullptr && b.pool->allocator) {
-    b.pool->allocator->raw_delete(ptr);
   }
   Reaped dead;
   MempoolId_t id{0, 0};
@@ -2775,6 +3198,11 @@ void RmmcAllocator::finish_release(DeviceState& d, void* ptr, Block&& b) {
     std::lock_guard<std::mutex> g(d.mutex);
     if (b.active)
       count_active(d.counters, b.size, false);
+    const int64_t rounded = static_cast<int64_t>(round_size(b.size));
+    if (b.table != nullptr)
+      b.table->out -= rounded;
+    if (b.unhooked)
+      d.unhooked.fetch_sub(rounded, std::memory_order_relaxed);
     if (b.pool != nullptr) {
       id = b.pool->id;
       b.pool->live--;
@@ -2842,8 +3270,15 @@ void tell_segment(TraceEntry::Action action, const SegmentTable* t, void* ptr, s
   }
 }
 
+void count_held(SegmentTable* t, int64_t delta) {
+  t->held.fetch_add(delta, std::memory_order_relaxed);
+  if (t->device_held != nullptr)
+    t->device_held->fetch_add(delta, std::memory_order_relaxed);
+}
+
 void segment_acquired(void* ptr, size_t bytes, void* user) {
   auto* t = static_cast<SegmentTable*>(user);
+  count_held(t, static_cast<int64_t>(bytes));
   t->ranges.acquired(ptr, bytes);
   tell_segment(TraceEntry::SEGMENT_ALLOC, t, ptr, bytes);
 }
@@ -2852,6 +3287,7 @@ void segment_released(void* ptr, size_t bytes, void* user) {
   auto* t = static_cast<SegmentTable*>(user);
   tell_segment(TraceEntry::SEGMENT_FREE, t, ptr, bytes); // before the pages go
   t->ranges.released(ptr, bytes);
+  count_held(t, -static_cast<int64_t>(bytes));
 }
 
 // Puts the table's hooks on the stack (on its pool: the layer that takes
@@ -2921,7 +3357,7 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
     MempoolId_t pool;
   };
   const bool all = only == MempoolId_t{0, 0};
-  std::vector<Item> items, others;
+  std::vector<Item> items;
   std::vector<View> views;
   {
     std::lock_guard<std::mutex> g(d.mutex);
@@ -2938,32 +3374,9 @@ void RmmcAllocator::snapshot_device(DeviceIndex device, MempoolId_t only,
       MempoolId_t pid = kv.second.pool != nullptr ? kv.second.pool->id : MempoolId_t{0, 0};
       if (!all && pid != only)
         continue;
-      if (kv.second.res == nullptr) { // another allocator's (MemPool(allocator=...))
-        others.push_back({reinterpret_cast<uintptr_t>(kv.first), kv.second.size,
-                          kv.second.stream, nullptr, pid, kv.second.context});
-        continue;
-      }
       items.push_back({reinterpret_cast<uintptr_t>(kv.first), kv.second.size, kv.second.stream,
                        rmmc_resource_retain(kv.second.res), pid, kv.second.context});
     }
-  }
-  // A block of another allocator is what that allocator handed out: a
-  // segment of its own.
-  for (const Item& it : others) {
-    SegmentInfo seg;
-    seg.device = device;
-    seg.address = it.addr;
-    seg.total_size = seg.allocated_size = seg.active_size = seg.requested_size = it.size;
-    seg.stream = reinterpret_cast<decltype(seg.stream)>(it.stream);
-    seg.is_large = it.size > kSmallSize;
-    seg.owner_private_pool_id = it.pool;
-    seg.context_when_allocated = it.ctx;
-    CCA::BlockInfo blk;
-    blk.size = blk.requested_size = it.size;
-    blk.allocated = blk.active = true;
-    blk.context_when_allocated = it.ctx;
-    seg.blocks.push_back(std::move(blk));
-    out->push_back(std::move(seg));
   }
   std::sort(items.begin(), items.end(),
             [](const Item& a, const Item& b) { return a.addr < b.addr; });
@@ -3136,7 +3549,6 @@ CCA::ShareableHandle RmmcAllocator::shareIpcHandle(void* ptr) {
     Block& b = d->blocks.at(ptr);
     if (!b.ipc.empty())
       return {0, b.ipc};
-    TORCH_CHECK(b.res != nullptr, "rmmc: shareIpcHandle: the block came from another allocator");
     res = rmmc_resource_retain(b.res);
   }
   rmmc_ipc_handle_t h;

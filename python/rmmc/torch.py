@@ -31,6 +31,8 @@ cuda layer under a pool that does not say ipc= gets ipc=true
 (NativeBackend.shareable_config), so torch.multiprocessing shares tensors
 of `pool > cuda` as PyTorch shares its expandable segments; a device that
 cannot share pages gets the spec as written, and cuda(ipc=false) opts out.
+A pool layer that does not say stream_heaps= gets stream_heaps=1: one heap
+per stream, as PyTorch has one small pool per stream.
 
 Sleep mode (issue 29): pause(mode) / resume() give the default stack's
 memory back to the driver and take it again at the same addresses;
@@ -182,9 +184,12 @@ class NativeBackend:
 
     def shareable_config(self, config):
         """`config` (RMMC_ALLOC_CONF's form) with ipc=true on every cuda
-        layer under a pool that does not say ipc: what use() runs under
-        PyTorch, so torch.multiprocessing can share pages of an expandable
-        pool (cuda(ipc=false) opts out)."""
+        layer under a pool that does not say ipc, and stream_heaps=1 on
+        every pool layer that does not say stream_heaps: what use() runs
+        under PyTorch, so torch.multiprocessing can share pages of an
+        expandable pool (cuda(ipc=false) opts out) and a stream's small
+        blocks share spans whichever thread allocates, as PyTorch's small
+        pool per stream does (pool(stream_heaps=0): a heap per thread)."""
         n = self._dll.rmmc_torch_native_shareable_config(config.encode(), None, 0)
         buf = ctypes.create_string_buffer(n + 1)
         self._dll.rmmc_torch_native_shareable_config(config.encode(), buf, n + 1)

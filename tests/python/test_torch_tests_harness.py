@@ -156,3 +156,102 @@ def test_without_a_test_file_it_says_how_to_get_one(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(sys, "argv", ["torch_tests.py", "--test-file", str(tmp_path / "no.py")])
     assert tt.main() == 2
     assert "--fetch" in capsys.readouterr().err
+
+
+REPORT = '''self = <test_cuda.TestMemPool testMethod=test_mempool_ctx_multithread>
+
+    def test_mempool_ctx_multithread(self):
+>       self.assertEqual(len(segments[0]), 2, "Expected to have 2 segments allocated")
+E       AssertionError: Scalars are not equal!
+E       
+E       Expected 2 but got 3.
+E       Absolute difference: 1
+E       Expected to have 2 segments allocated
+E       
+E       To execute this test, run the following from the base repo dir:
+E           python test_cuda.py TestMemPool.test_mempool_ctx_multithread
+E       
+E       This message can be suppressed by setting PYTORCH_PRINT_REPRO_ON_FAILURE=0
+
+test_cuda.py:3669: AssertionError'''
+
+
+def test_a_failure_is_summed_up_by_its_assertion_and_place():
+    why = tt.failure_summary(REPORT).splitlines()
+    assert why == ["AssertionError: Scalars are not equal!", "Expected 2 but got 3.",
+                   "Absolute difference: 1", "Expected to have 2 segments allocated",
+                   "test_cuda.py:3669: AssertionError"]
+    # No E lines (a crash, a skip): the first lines of what there is.
+    assert tt.failure_summary("no result (exit status -11): boom\nmore\n") == \
+        "no result (exit status -11): boom\nmore"
+    long = "\n".join("E   line %d" % i for i in range(30))
+    assert tt.failure_summary(long).splitlines()[-1] == "... (23 more lines)"
+    assert tt.failure_summary("") == ""
+
+
+def test_tests_can_be_chosen_by_name():
+    ids = ["f.py::TestCuda::test_memory_stats", "f.py::TestCuda::test_streams",
+           "f.py::TestMemPool::test_mempool_id", "f.py::TestMemPool::test_streams"]
+    assert tt.choose(ids, None, "") == (ids, [])
+    assert tt.choose(ids, None, "test_streams") == ([ids[1], ids[3]], [])
+    assert tt.choose(ids, None, "TestMemPool::test_streams, test_memory_stats") == (
+        [ids[0], ids[3]], [])
+    assert tt.choose(ids, "Pool", "test_memory_stats,test_nope") == ([], ["test_memory_stats",
+                                                                         "test_nope"])
+
+
+def test_the_gpu_lock_keeps_exclusive_tests_alone(tmp_path):
+    import threading
+    import time
+    import gpu_lock
+    path = str(tmp_path / "gpu.lock")
+    a, b, c = (gpu_lock.GpuLock(path, timeout=30) for _ in range(3))
+    a.shared()
+    c.shared()  # shared with each other
+    c.release()
+    got = []
+    t = threading.Thread(target=lambda: (b.exclusive(), got.append("b"), time.sleep(0.3),
+                                         b.release()))
+    t.start()
+    time.sleep(0.3)
+    assert got == []  # a is inside a test: b waits
+    a.release()
+    while not got:
+        time.sleep(0.01)
+    # b holds it: a newcomer waits for b (the gate), however many share
+    t0 = time.monotonic()
+    c.shared()
+    assert time.monotonic() - t0 > 0.1
+    t.join()
+    c.release()
+    # An exclusive taker holding it shared lets go first: two cannot deadlock.
+    a.shared()
+    b.shared()
+    done = []
+    ta = threading.Thread(target=lambda: (a.exclusive(), done.append("a"), a.release()))
+    tb = threading.Thread(target=lambda: (b.exclusive(), done.append("b"), b.release()))
+    ta.start()
+    tb.start()
+    ta.join(10)
+    tb.join(10)
+    assert sorted(done) == ["a", "b"]
+    # A wait past the timeout gives up and runs unlocked, never hangs.
+    d = gpu_lock.GpuLock(path, timeout=0.2)
+    a.exclusive()
+    t0 = time.monotonic()
+    d.shared()
+    assert 0.2 <= time.monotonic() - t0 < 5
+    a.release()
+    d.release()
+
+
+def test_pytest_processes_take_the_lock(tmp_path, monkeypatch):
+    f = tmp_path / "test_lock.py"
+    f.write_text(SAMPLE)
+    monkeypatch.setattr(tt, "LOCK_ENV", {"TORCH_TESTS_LOCK": str(tmp_path / "gpu.lock"),
+                                         "TORCH_TESTS_EXCLUSIVE": "TestCuda::test_memory_a_ok"})
+    got, _, _, tail = tt.run_pytest("torch", "", str(f), ["test_lock.py::TestCuda::test_memory_a_ok"],
+                                    120, str(tmp_path))
+    assert got == {"TestCuda::test_memory_a_ok": ("passed", "")}
+    assert "gpu_lock: %s, exclusive for TestCuda::test_memory_a_ok" % (tmp_path / "gpu.lock") \
+        in tail

@@ -20,8 +20,18 @@ Tests that check what only PyTorch's caching allocator can mean are
 listed in NOT_APPLICABLE with the reason (the README repeats them): their
 outcomes are reported, not counted.
 
+The per-test runs (--jobs at a time) and the two one-process runs (native
+and rmmc) go at once; the few tests whose bodies read the device's own
+memory figures (mem_get_info, total_memory) run, in whichever process,
+while no other test process is in a test or initializing CUDA
+(gpu_lock.py: a lock every pytest process here takes). Each failure's
+assertion (the E lines of pytest's report and where it failed) is in the
+JSON ("why") and printed under the differential. TESTS="a,b" (or
+--tests) runs only those tests (test names, or Class::test), -k a regular
+expression over the node ids.
+
     PYTHONPATH=python:tests/python/gpu RMMC_LIB=build/librmmc.so \\
-        python3 tests/python/gpu/torch_tests.py [--spec "pool > cuda"] [--jobs 8]
+        python3 tests/python/gpu/torch_tests.py [--spec "pool > cuda"] [--jobs 12]
 
 Exit status: 0 no differential, 1 a test that passes natively does not
 under rmmc (or a run broke), 2 bad usage or no test file, 77 no GPU.
@@ -32,6 +42,7 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -112,6 +123,20 @@ def selected(nodeid, classes):
     return True
 
 
+def choose(ids, select=None, tests=""):
+    """The ids matching `select` (a regular expression) and naming one of
+    `tests` ("a,b": test names or Class::test; empty: all), and the names
+    of `tests` that matched none."""
+    if select:
+        ids = [n for n in ids if re.search(select, n)]
+    wanted = [t.strip() for t in (tests or "").split(",") if t.strip()]
+    if not wanted:
+        return ids, []
+    named = lambda n: {base_name(n), base_name(n).split("::")[1]}  # noqa: E731
+    unknown = [t for t in wanted if not any(t in named(n) for n in ids)]
+    return [n for n in ids if named(n) & set(wanted)], unknown
+
+
 # ---------------------------------------------------------------- running
 
 def base_env():
@@ -123,11 +148,44 @@ def base_env():
     for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "RMMC_TORCH_AUTOLOAD"):
         env.pop(k, None)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(LOCK_ENV)
     return env
 
 
+# gpu_lock.py's settings for every test process (main() sets them).
+LOCK_ENV = {}
+
+
+# The lines of pytest's report of a failure that say why: its E lines (the
+# assertion and its message), without PyTorch's how-to-rerun advice, and
+# where it failed.
+REPRO = re.compile(r"To execute this test, run the following|^\s*python \S+\.py \w+\.\w+|"
+                   r"PYTORCH_PRINT_REPRO_ON_FAILURE")
+WHERE = re.compile(r"^\S+:\d+: \w+")
+
+
+def failure_summary(message, max_lines=8):
+    """What a failure's report says of why, in a few lines ("" if nothing)."""
+    lines, where = [], ""
+    for line in (message or "").splitlines():
+        if line.startswith("E ") or line == "E":
+            text = line[1:].strip()
+            if text and not REPRO.search(text):
+                lines.append(text)
+        elif WHERE.match(line.strip()):
+            where = line.strip()
+    if not lines:  # no E lines (a skip's reason, a crash): its first lines
+        lines = [l.strip() for l in (message or "").splitlines()
+                 if l.strip() and not REPRO.search(l)][:3]
+    if len(lines) > max_lines:
+        lines = lines[:max_lines - 1] + ["... (%d more lines)" % (len(lines) - max_lines + 1)]
+    if where and where not in lines:
+        lines.append(where)
+    return "\n".join(l[:300] for l in lines)
+
+
 def pytest_cmd(mode, spec, args):
-    base = ["-m", "pytest", "-p", "torch_tests_shim", "-p", "no:cacheprovider"]
+    base = ["-m", "pytest", "-p", "torch_tests_shim", "-p", "gpu_lock", "-p", "no:cacheprovider"]
     if mode == "rmmc":
         return [sys.executable, "-m", "rmmc.torch", "--spec", spec, "--backend", "native"] + \
             base + args
@@ -157,7 +215,7 @@ def parse_junit(path):
                     "expected failure" in msg.lower() else "skipped"
             else:
                 continue
-            message = msg.strip()[-1500:]
+            message = msg.strip()[-20000:]
             break
         out[key] = (outcome, message)
     return out
@@ -278,10 +336,14 @@ def main():
     ap.add_argument("--fetch", action="store_true",
                     help="download the installed torch's test_cuda.py to --test-file first")
     ap.add_argument("--spec", default="pool > cuda", help="rmmc's stack (default: %(default)s)")
-    ap.add_argument("--jobs", type=int, default=8, help="test processes at once")
+    ap.add_argument("--jobs", type=int, default=12,
+                    help="per-test processes at once (the two one-process runs go beside them)")
     ap.add_argument("--mode", choices=("both", "per-test", "one-process"), default="both")
     ap.add_argument("--classes", default=",".join(CLASSES))
     ap.add_argument("-k", dest="select", help="a regular expression the tests' names must match")
+    ap.add_argument("--tests", default=os.environ.get("TESTS", ""),
+                    help="only these tests, comma-separated: test names or Class::test "
+                         "(default: $TESTS)")
     ap.add_argument("--timeout", type=int, default=240, help="seconds per test process")
     ap.add_argument("--budget", type=int, default=0,
                     help="seconds for everything (0: none): per-test runs still waiting when "
@@ -310,8 +372,11 @@ def main():
     classes = tuple(c.strip() for c in args.classes.split(",") if c.strip())
     info = static_info(file)
     ids = [n for n in collect(file, cwd, args.timeout) if selected(n, classes)]
-    if args.select:
-        ids = [n for n in ids if re.search(args.select, n)]
+    ids, unknown = choose(ids, args.select, args.tests)
+    if unknown:
+        print("torch_tests: no such test among the selected: %s" % ", ".join(unknown),
+              file=sys.stderr)
+        return 2
     if not ids:
         print("torch_tests: no test selected", file=sys.stderr)
         return 2
@@ -321,8 +386,16 @@ def main():
     if args.list:
         print("\n".join(ids))
         return 0
-    alone = [n for n in ids if info.get(base_name(n), {}).get("device_wide")]
-    shared = [n for n in ids if n not in alone]
+    # The tests that read the device's own figures run while no other test
+    # process is in a test (gpu_lock.py); theirs go first, so that the
+    # budget never leaves them unrun.
+    exclusive = sorted({base_name(n) for n in ids
+                        if info.get(base_name(n), {}).get("device_wide")})
+    lock_dir = tempfile.mkdtemp(prefix="torch_tests_lock.")
+    LOCK_ENV.update({"TORCH_TESTS_LOCK": os.path.join(lock_dir, "gpu.lock"),
+                     "TORCH_TESTS_EXCLUSIVE": ",".join(exclusive)})
+    order = [n for n in ids if base_name(n) in exclusive] + \
+        [n for n in ids if base_name(n) not in exclusive]
     lock = threading.Lock()
     per = {"torch": {}, "rmmc": {}}
     secs = {"torch": {}, "rmmc": {}}
@@ -336,41 +409,38 @@ def main():
         else:
             limit = args.timeout if left is None else max(30, min(args.timeout, int(left) + 30))
             got, seconds, _, _ = run_pytest(mode, args.spec, file, [n], limit, cwd)
+        outcome, message = list(got.values())[0]
         with lock:
             per[mode].update(got)
             secs[mode][key_of(n)] = seconds
             done = sum(len(v) for v in per.values())
-        print("  [%3d/%d] %-5s %-8s %5.1fs %s" % (done, 2 * len(ids), mode,
-                                                  list(got.values())[0][0], seconds, key_of(n)),
+        why = failure_summary(message).splitlines() if outcome not in ("passed", "xfailed") else []
+        print("  [%3d/%d] %-5s %-8s %5.1fs %s%s" % (
+            done, 2 * len(ids), mode, outcome, seconds, key_of(n),
+            ("  -- " + why[0][:120]) if why else ""), flush=True)
+
+    def one_process(mode):
+        limit = max(args.timeout, 900)
+        if args.budget:
+            limit = max(60, int(args.budget - (time.time() - start)) + 30)
+        got, seconds, rc, tail = run_pytest(mode, args.spec, file, ids, limit, cwd)
+        with lock:
+            one[mode] = {"results": got, "seconds": seconds, "exit": rc, "tail": tail}
+        print("  one process, %s: %s in %.0fs (exit %s)" % (mode, counts(got), seconds, rc),
               flush=True)
 
-    def one_process_chain():
-        # native, then rmmc: one at a time, so their device-wide tests do
-        # not meet (the per-test runs beside them allocate little).
-        for mode in ("torch", "rmmc"):
-            limit = max(args.timeout, 900)
-            if args.budget:
-                limit = max(60, int(args.budget - (time.time() - start)))
-            got, seconds, rc, tail = run_pytest(mode, args.spec, file, ids, limit, cwd)
-            with lock:
-                one[mode] = {"results": got, "seconds": seconds, "exit": rc, "tail": tail}
-            print("  one process, %s: %s in %.0fs (exit %s)" % (mode, counts(got), seconds, rc),
-                  flush=True)
-
-    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
         futures = []
         if args.mode in ("both", "one-process"):
-            futures.append(pool.submit(one_process_chain))
+            futures += [pool.submit(one_process, m) for m in ("torch", "rmmc")]
         if args.mode in ("both", "per-test"):
-            for n in shared:
-                for mode in ("torch", "rmmc"):
-                    futures.append(pool.submit(one_test, mode, n))
+            with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as tests:
+                jobs = [tests.submit(one_test, mode, n) for n in order for mode in ("torch", "rmmc")]
+                for f in jobs:
+                    f.result()
         for f in futures:
             f.result()
-    if args.mode in ("both", "per-test"):
-        for n in alone:  # nothing else on the GPU
-            for mode in ("torch", "rmmc"):
-                one_test(mode, n)
+    shutil.rmtree(lock_dir, ignore_errors=True)
 
     report = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
               "test_file": file, "spec": args.spec, "tests": len(ids),
@@ -395,17 +465,24 @@ def main():
             "messages": {k: {"torch": native[k][1][-800:],
                              "rmmc": mine.get(k, ("", ""))[1][-1500:]}
                          for k in sorted(native) if k in diff or native[k][0] != "passed"},
+            # why each one that did not pass failed: its report's E lines
+            # and where (failure_summary)
+            "why": {k: {m: failure_summary(r[k][1]) for m, r in (("torch", native), ("rmmc", mine))
+                        if k in r and r[k][0] not in ("passed", "xfailed")}
+                    for k in sorted(set(native) | set(mine))
+                    if any(k in r and r[k][0] not in ("passed", "xfailed")
+                           for r in (native, mine))},
         }
         lines.append("%s: native %s; rmmc %s; passing natively, not under rmmc: %d%s" % (
             label, counts(native), counts(mine), len(counted),
             " (+%d not applicable)" % (len(diff) - len(counted)) if len(diff) > len(counted)
             else ""))
         for k in diff:
-            why = mine.get(k, ("missing", ""))[1].strip().splitlines()
-            lines.append("    %-9s %s%s  %s" % (
-                mine.get(k, ("missing", ""))[0], k,
-                "  [not applicable]" if base_name(k) in NOT_APPLICABLE else "",
-                (why[-1] if why else "")[:150]))
+            outcome, message = mine.get(k, ("missing", "no result"))
+            lines.append("    %-9s %s%s" % (
+                outcome, k, "  [not applicable]" if base_name(k) in NOT_APPLICABLE else ""))
+            for w in failure_summary(message).splitlines():
+                lines.append("              | " + w)
     if one:
         report["one_process_runs"] = {m: {k: v for k, v in r.items() if k != "results"}
                                       for m, r in one.items()}
