@@ -260,7 +260,7 @@ START_TEST(test_gpu_cross_stream_reuse_with_threads) {
 END_TEST
 
 /* ---- a thread's first CUDA call is a free ----
- * The pool's event calls go to the driver (src/core/driver.h), which knows no
+ * The pool's event calls go to the driver (src/base/driver.h), which knows no
  * current device for a thread that has made no CUDA call: its default
  * stream has no context until the runtime makes one. A free from such a
  * thread on the default stream must still be covered by an event, and the

@@ -30,8 +30,8 @@
 #include <unistd.h>
 #include <dirent.h>
 
-#include "ipc/exports.h"
-#include "ipc/ipc_handle.h"
+#include "base/exports.h"
+#include "base/ipc_handle.h"
 #include "rmmc/rmmc.h"
 #include "spy.h"
 #include "test_main.h"

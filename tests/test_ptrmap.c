@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The internal pointer map (src/core/ptrmap.c), compiled into this program:
+ * The internal pointer map (src/base/ptrmap.c), compiled into this program:
  * random inserts, lookups and removals checked against a plain array, so
  * growth and backward-shift deletion keep every entry findable. Host suite.
  */
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "core/ptrmap.h"
+#include "base/ptrmap.h"
 #include "test_main.h"
 
 START_TEST(test_ptrmap_matches_reference) {

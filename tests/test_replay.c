@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "replay_engine.h"
-#include "spec/spec.h" /* rmmc__stack_create_hooked */
+#include "base/spec.h" /* rmmc__stack_create_hooked */
 #include "spy.h"
 #include "test_main.h"
 

@@ -22,7 +22,7 @@
 
 #include "bench_clock.h"
 #include "replay_engine.h"
-#include "spec/spec.h" /* rmmc__stack_create_hooked */
+#include "base/spec.h" /* rmmc__stack_create_hooked */
 
 _Static_assert(REPLAY_MESSAGE_MAX >= RMMC__MESSAGE_MAX,
                "first_failure must hold rmmc's longest message whole");

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ptrmap.h"
+#include "base/ptrmap.h"
 #include "aligned_options.h"
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/aligned_adaptor.h"
 
 #define ALIGNED_SHARDS 16

@@ -11,7 +11,7 @@
 #include <limits.h>
 #include <stdlib.h>
 
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/failure_callback_adaptor.h"
 
 typedef struct failure_adaptor {

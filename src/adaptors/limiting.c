@@ -11,7 +11,7 @@
  * limit, so for a moment the counter exceeds the limit and a concurrent
  * allocation that would fit is refused; the CAS never does that.
  */
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/limiting_adaptor.h"
 
 typedef struct limiting {

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "logging_options.h"
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/logging_adaptor.h"
 
 #define BUFFER_SIZE ((size_t)64 << 10)

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/prefetch_adaptor.h"
 
 typedef struct prefetch_adaptor {

@@ -69,7 +69,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/statistics_adaptor.h"
 
 typedef struct counters {

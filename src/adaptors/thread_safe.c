@@ -4,7 +4,7 @@
  * first lets it count contention at no cost to the uncontended path.
  *
  * The shortest adaptor, and the template for new ones. Calling the upstream
- * follows one rule (src/internal/upstream.h, "THE RULE"): an adaptor that
+ * follows one rule (src/base/upstream.h, "THE RULE"): an adaptor that
  * caches nothing passes its slot's call on with rmmc__forward_allocate, or
  * with rmmc_resource_allocate as here, which checks the arguments again and
  * has the same outcome; it must use rmmc_resource_allocate for a request
@@ -16,7 +16,7 @@
  */
 #include <stdlib.h>
 
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/thread_safe_adaptor.h"
 
 typedef struct thread_safe_adaptor {

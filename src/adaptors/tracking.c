@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "tracking_options.h"
 #include "rmmc/tracking_adaptor.h"
 

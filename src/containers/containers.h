@@ -5,7 +5,7 @@
 #ifndef RMMC_CONTAINERS_INTERNAL_H
 #define RMMC_CONTAINERS_INTERNAL_H
 
-#include "internal.h"
+#include "base/internal.h"
 
 /* As rmmc_stream_wait(), for a `waited_on` stream of device
  * `waited_device` (-1: the current device) that may differ from the

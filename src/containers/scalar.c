@@ -3,7 +3,7 @@
  * The device scalar (see scalar.h): a buffer of one value, its size checked
  * on every access.
  */
-#include "internal.h"
+#include "base/internal.h"
 #include "rmmc/scalar.h"
 
 static rmmc_status_t check_access(const rmmc_scalar_t *s, const void *value, size_t size,

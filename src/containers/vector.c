@@ -3,7 +3,7 @@
  * The typed vector (see vector.h): element counts and sizes checked here,
  * everything else done by the buffer.
  */
-#include "internal.h"
+#include "base/internal.h"
 #include "rmmc/vector.h"
 
 static const rmmc_vector_t null_vector = RMMC_VECTOR_INIT;

@@ -12,7 +12,7 @@
 #include <limits.h>
 
 #include "arena_options.h"
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "pool/pool_internal.h"
 #include "rmmc/arena_resource.h"
 

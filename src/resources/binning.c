@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ptrmap.h"
-#include "spec/spec.h"
+#include "base/ptrmap.h"
+#include "base/spec.h"
 #include "binning_options.h"
 #include "fixed_size_internal.h"
 #include "rmmc/binning_resource.h"

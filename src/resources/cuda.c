@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/driver.h"
-#include "spec/spec.h"
+#include "base/driver.h"
+#include "base/spec.h"
 #include "cuda_internal.h"
 #include "cuda_options.h"
 #include "rmmc/cuda_resource.h"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "cuda_async_options.h"
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/cuda_async_resource.h"
 #include "rmmc/cuda_resource.h"
 

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the cuda resource offers the rest of the library beyond its slots
- * (internal): sharing its memory with other processes, for src/ipc/ipc.c. The
+ * (internal): sharing its memory with other processes, for src/front/ipc.c. The
  * driver's entry points stay in cuda.c, looked up once.
  */
 #ifndef RMMC_CUDA_INTERNAL_H
 #define RMMC_CUDA_INTERNAL_H
 
-#include "internal.h"
+#include "base/internal.h"
 
 /* Is r a cuda resource; one whose pages are made shareable (ipc=true)? */
 bool rmmc__cuda_is(const rmmc_resource_t *r);

@@ -40,9 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/lock.h"
-#include "spec/spec.h"
-#include "core/stream_events.h"
+#include "base/lock.h"
+#include "base/spec.h"
+#include "base/stream_events.h"
 #include "fixed_size_internal.h"
 #include "fixed_size_options.h"
 #include "rmmc/fixed_size_resource.h"

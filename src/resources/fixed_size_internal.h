@@ -5,7 +5,7 @@
 #ifndef RMMC_FIXED_SIZE_INTERNAL_H
 #define RMMC_FIXED_SIZE_INTERNAL_H
 
-#include "internal.h"
+#include "base/internal.h"
 
 /* release_cached without forwarding to the upstream: binning releases all
  * its bins' chunks first and forwards once. r must be a fixed_size. */

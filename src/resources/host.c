@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/host_resource.h"
 
 /* Beyond these no allocation can exist on a 64-bit host (and glibc's

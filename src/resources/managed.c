@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "managed_options.h"
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/managed_resource.h"
 
 typedef struct managed_resource {

@@ -4,7 +4,7 @@
  */
 #include <stdlib.h>
 
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/pinned_resource.h"
 
 static rmmc_status_t pinned_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "sim_options.h"
-#include "spec/spec.h"
+#include "base/spec.h"
 #include "rmmc/sim_resource.h"
 
 _Static_assert(sizeof(uintptr_t) == 8, "the sim resource needs 64-bit pointers");

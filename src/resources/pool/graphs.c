@@ -136,7 +136,7 @@ static pool_t *pool_in(rmmc_resource_t *r) {
 }
 pool_t *rmmc__pool_in(rmmc_resource_t *r) { return pool_in(r); }
 
-/* The router of caching layers above a pool (internal/graph_route.h):
+/* The router of caching layers above a pool (base/graph_route.h):
  * does a call on `stream` through `stack` reach a pool that sends it to a
  * graph pool, or that is paused (sleep.c: it refuses the call, which the
  * layer must not serve from its cache of the pool's unmapped memory)? */

@@ -35,11 +35,11 @@
 #ifndef RMMC_POOL_INTERNAL_H
 #define RMMC_POOL_INTERNAL_H
 
-#include "internal.h"
-#include "core/lock.h"
-#include "core/ptrmap.h"
-#include "core/stream_events.h"
-#include "core/tlsf.h"
+#include "base/internal.h"
+#include "base/lock.h"
+#include "base/ptrmap.h"
+#include "base/stream_events.h"
+#include "base/tlsf.h"
 #include "rmmc/pool_resource.h"
 
 #define POOL_GRANULE ((size_t)256)
@@ -354,7 +354,7 @@ pool_t *rmmc__pool_in(rmmc_resource_t *r);
 /* A pause (+1) or resume (-1) counted where graph routes are (graphs.c):
  * the pool's allocation gate, and the process count that makes caching
  * layers above a pool ask whether their calls must go down to it (fixed_size,
- * binning's bins: internal/graph_route.h), so that none of them hands out
+ * binning's bins: base/graph_route.h), so that none of them hands out
  * memory of a paused pool from its cache (design rule 13). */
 void rmmc__pool_count_route(pool_t *p, int delta);
 /* Every lock of the pool: stream heaps first, then the shared one. */

@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ipc/exports.h"
+#include "base/exports.h"
 #include "pool_internal.h"
 
 /* Live ranges closer than this are backed up as one (a gap copied costs

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "rmmc/registry.h"
-#include "spec/spec.h"
+#include "base/spec.h"
 
 /* Binary units only: KB, MB, GB, TB mean 1000^n to some and 1024^n to
  * others, so they are refused (rmmc__size_unit_hint says what to write). */

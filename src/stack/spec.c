@@ -17,8 +17,8 @@
 
 #include "rmmc/registry.h"
 #include "rmmc/spec.h"
-#include "spec/spec.h"
-#include "spec/suggest.h"
+#include "base/spec.h"
+#include "base/suggest.h"
 
 #define MAX_LAYERS 16
 

@@ -8,8 +8,8 @@
 #include <ctype.h>
 #include <string.h>
 
-#include "spec/spec.h"
-#include "spec/suggest.h"
+#include "base/spec.h"
+#include "base/suggest.h"
 
 /* Optimal string alignment distance (Levenshtein plus adjacent swaps),
  * case-insensitive; words longer than 63 characters are never close. */

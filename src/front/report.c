@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base/internal.h"
 #include "rmmc/registry.h"
 #include "rmmc/report.h"
 

@@ -4,9 +4,9 @@
  * sub-allocators that calls CUDA's event API, and only for device-accessible
  * memory.
  */
-#include "core/stream_events.h"
+#include "base/stream_events.h"
 
-#include "core/driver.h"
+#include "base/driver.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * kind and device. Below it, the slots an adaptor that passes a call on
  * unchanged fills in (deallocate, the virtual-memory slots, get_allocation,
  * destroy), written once here (implemented in resource.c). How an adaptor
- * calls its upstream's allocate is internal/upstream.h.
+ * calls its upstream's allocate is base/upstream.h.
  */
 #ifndef RMMC_INTERNAL_ADAPTOR_H
 #define RMMC_INTERNAL_ADAPTOR_H

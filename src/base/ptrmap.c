@@ -3,7 +3,7 @@
  * The pointer map (see ptrmap.h): what is not on a hot path. Lookups,
  * inserts and removals are inline in the header.
  */
-#include "core/ptrmap.h"
+#include "base/ptrmap.h"
 
 #include <stdint.h>
 #include <stdlib.h>

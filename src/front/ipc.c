@@ -26,8 +26,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ipc/exports.h"
-#include "ipc/ipc_handle.h"
+#include "base/exports.h"
+#include "base/ipc_handle.h"
 #include "resources/cuda_internal.h"
 #include "rmmc/ipc.h"
 #include "rmmc/registry.h"

@@ -58,8 +58,8 @@
 #ifndef RMMC_STREAM_EVENTS_H
 #define RMMC_STREAM_EVENTS_H
 
-#include "internal.h"
-#include "core/ptrmap.h"
+#include "base/internal.h"
+#include "base/ptrmap.h"
 
 /* Checkpoints ("marks") a slot keeps when its set asks for them
  * (rmmc__stream_set_marks): besides the event every record moves, every

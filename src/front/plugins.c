@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "ipc/ipc_handle.h"
+#include "base/internal.h"
+#include "base/ipc_handle.h"
 #include "rmmc/defaults.h"
 #include "rmmc/plugins.h"
 #include "rmmc/pool_resource.h"

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base/internal.h"
 #include "rmmc/report.h"
 
 static _Thread_local char tl_message[RMMC__MESSAGE_MAX];

@@ -82,7 +82,7 @@ void rmmc__oom_rule_applied(rmmc_resource_t *r);
   "; %s gave back its cached memory (and its upstream's) and the request was retried"
 
 /* Verb 1. An adaptor's call of its upstream with the arguments its own
- * slot got (validated by the outermost public wrapper, src/core/resource.c),
+ * slot got (validated by the outermost public wrapper, src/base/resource.c),
  * straight through the upstream's slot: a second validation would find
  * nothing, and the wrapper's call depth still marks the outermost call.
  * *out is NULL after a failure, as the wrapper promises; an out of memory

@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "internal.h"
+#include "base/internal.h"
 
 typedef enum rmmc__opt_type {
   RMMC__OPT_BYTES,      /* 1024, 64KiB, 1.5GiB (B, KiB, MiB, GiB, TiB; K/M/G too) */

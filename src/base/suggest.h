@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "spec/spec.h"
+#include "base/spec.h"
 
 /* The registered resource name closest to word[0, len), or NULL if none is
  * close (within a third of its letters, case and adjacent swaps counted). */

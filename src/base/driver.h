@@ -23,7 +23,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include "internal.h"
+#include "base/internal.h"
 
 typedef struct rmmc__driver_sym {
   const char *name;

@@ -37,8 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ipc/exports.h"
-#include "core/ptrmap.h"
+#include "base/exports.h"
+#include "base/ptrmap.h"
 
 #define HEADER_WORDS 8u
 #define SLOTS 65536u /* slot 0 is never handed out: a handle's slot is never 0 */

@@ -24,7 +24,7 @@
 #ifndef RMMC_IPC_HANDLE_H
 #define RMMC_IPC_HANDLE_H
 
-#include "ipc/exports.h"
+#include "base/exports.h"
 #include "rmmc/ipc.h"
 
 #define RMMC__IPC_HEADER 192u

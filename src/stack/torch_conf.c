@@ -15,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "base/internal.h"
 
 /* What one of PyTorch's keys becomes in rmmc (NULL: nothing to say). */
 typedef struct torch_key {

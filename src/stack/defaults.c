@@ -16,8 +16,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/config.h"
-#include "internal.h"
+#include "base/config.h"
+#include "base/internal.h"
 #include "rmmc/cuda_resource.h"
 #include "rmmc/defaults.h"
 #include "rmmc/spec.h"

@@ -19,7 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ipc/ipc_handle.h"
+#include "base/ipc_handle.h"
 
 static const unsigned char magic[8] = {'r', 'm', 'm', 'c', 'I', 'P', 'C', 0};
 

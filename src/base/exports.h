@@ -21,7 +21,7 @@
 #ifndef RMMC_EXPORTS_H
 #define RMMC_EXPORTS_H
 
-#include "internal.h"
+#include "base/internal.h"
 
 /* Live exports in this process (atomic; read relaxed on every free). */
 extern int rmmc__exports_count;

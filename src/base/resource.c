@@ -14,8 +14,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "ipc/exports.h"
-#include "internal.h"
+#include "base/exports.h"
+#include "base/internal.h"
 
 RMMC_API void rmmc_resource_init(rmmc_resource_t *r, const rmmc_resource_ops_t *ops,
                                  rmmc_memory_kind_t kind, int device) {

@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
-#include "internal.h"
+#include "base/config.h"
+#include "base/internal.h"
 #include "rmmc/registry.h"
 
 _Static_assert(RMMC_REGISTRY_MAX_DEVICES == RMMC_MAX_DEVICES, "one device limit");

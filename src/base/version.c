@@ -3,7 +3,7 @@
  * The library's version at run time (version.h): the values the headers
  * had when this librmmc was compiled.
  */
-#include "internal.h"
+#include "base/internal.h"
 #include "rmmc/version.h"
 
 RMMC_API int rmmc_version(void) { return RMMC_VERSION; }

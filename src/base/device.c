@@ -11,8 +11,8 @@
  */
 #include <stdarg.h>
 
-#include "core/driver.h"
-#include "internal.h"
+#include "base/driver.h"
+#include "base/internal.h"
 #include "rmmc/registry.h"
 
 static pthread_once_t count_once = PTHREAD_ONCE_INIT;

@@ -3,7 +3,7 @@
  * Every resource and adaptor the stack-spec parser knows, in the order
  * rmmc_stack_help() lists them. Each entry lives beside its resource's code.
  */
-#include "spec/spec.h"
+#include "base/spec.h"
 
 extern const rmmc__spec_entry_t rmmc__host_spec, rmmc__cuda_spec, rmmc__managed_spec,
     rmmc__pinned_spec, rmmc__cuda_async_spec;
