@@ -28,7 +28,7 @@ The rmmc process installs the plug-in with every hook (the graph pool
 hooks too) over --spec (default "pool > cuda") and reports the pool's
 figures (graph pools, device synchronizations).
 
-    python3 scripts/torch_graphs.py --lib build/librmmc.so [--json out.json]
+    python3 bench/workloads/torch_graphs.py --lib build/librmmc.so [--json out.json]
 
 Exit status: 0 when both ran and every comparison held, 1 otherwise, 2 for
 bad arguments.
@@ -43,7 +43,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
+sys.path.insert(0, os.path.join(ROOT, "examples"))
 TAG = "TORCH_GRAPHS_RESULT "
 
 
@@ -238,7 +239,7 @@ def run(mode, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib", default=os.path.join(os.path.dirname(HERE), "build", "librmmc.so"))
+    ap.add_argument("--lib", default=os.path.join(ROOT, "build", "librmmc.so"))
     ap.add_argument("--spec", default="pool > cuda")
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--timeout", type=int, default=240)

@@ -12,8 +12,8 @@ memory in use (cudaMemGetInfo, sampled every step, comparable across both),
 and writes the whole comparison as JSON to $OUT/torch_demo.json when OUT is
 set (or to --json).
 
-    python3 scripts/torch_demo.py --lib build/librmmc.so
-    python3 scripts/torch_demo.py --spec "statistics > pool(initial=8GiB) > cuda" --steps 30
+    python3 bench/workloads/torch_demo.py --lib build/librmmc.so
+    python3 bench/workloads/torch_demo.py --spec "statistics > pool(initial=8GiB) > cuda" --steps 30
 
 Peak figures: native = torch.cuda.max_memory_reserved() (and
 max_memory_allocated()); rmmc = the plug-ins' peak of bytes handed to
@@ -35,7 +35,8 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
+sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 DEFAULT_SPEC = "statistics > pool > cuda"
 RESULT_TAG = "TORCH_DEMO_RESULT "

@@ -37,8 +37,8 @@ change a result; deterministic cuDNN, no cuDNN benchmark, a fixed cuBLAS
 workspace); --rtol compares the float sums instead, within that fraction of
 the sum of magnitudes.
 
-    python3 scripts/torch_server.py --lib build/librmmc.so
-    python3 scripts/torch_server.py --spec "pool > cuda" --spec "arena > cuda" --threads 16
+    python3 bench/workloads/torch_server.py --lib build/librmmc.so
+    python3 bench/workloads/torch_server.py --spec "pool > cuda" --spec "arena > cuda" --threads 16
 
 Prints a table and writes the whole comparison as JSON to
 $OUT/torch_server.json when OUT is set (or to --json).
@@ -62,7 +62,8 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
+sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 DEFAULT_SPEC = "statistics > pool > cuda"
 RESULT_TAG = "TORCH_SERVER_RESULT "
