@@ -42,22 +42,22 @@ import subprocess
 import sys
 import time
 
+import workload_rmmc
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
-sys.path.insert(0, os.path.join(ROOT, "examples"))
 TAG = "TORCH_GRAPHS_RESULT "
 
 
 def worker(args):
     rm = None
     if args.worker == "rmmc":
-        from rmmc_ctypes import Rmmc
         os.environ["RMMC_ALLOC_CONF"] = args.spec
-        rm = Rmmc(args.lib)
+        rm = workload_rmmc.load(args.lib)
     import torch
     import torchvision
     if rm is not None:
-        rm.torch_allocator()
+        workload_rmmc.use_torch()
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
@@ -213,8 +213,8 @@ def worker(args):
 
     out["max_memory_reserved"] = torch.cuda.max_memory_reserved() if rm is None else None
     if rm is not None:
-        out["rmmc_layers"] = rm.stack_figures() if hasattr(rm, "stack_figures") else None
-        out["plugin_last_error"] = rm.last_error() if hasattr(rm, "last_error") else None
+        out["rmmc_layers"] = rm.stack_figures()
+        out["plugin_last_error"] = rm.torch.last_error()
     del g2, g1
     torch.cuda.synchronize()
     print(TAG + json.dumps(out), flush=True)

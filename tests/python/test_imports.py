@@ -7,9 +7,11 @@ The import graph of the modules below the package's facade (rmmc/__init__.py,
 which Python runs before any of them and which re-exports them at its end)
 is read from the source with ast, counting imports inside functions too,
 and must have no cycle: a module that imports another never gets imported
-back by it, directly or through others."""
+back by it, directly or through others. And the C signatures of rmmc's
+libraries are declared once, in rmmc/_lib.py's table."""
 import ast
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -141,3 +143,46 @@ def test_each_module_imports_alone_in_a_fresh_interpreter():
         failed = [(n, err.strip().splitlines()[-1:]) for n, rc, err in pool.map(_import_alone, names)
                   if rc != 0]
     assert not failed, failed
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A ctypes signature of one of rmmc's functions: fn.argtypes = / fn.restype =,
+# or a row of a signature table: the name in quotes, then a colon and a
+# tuple, or in a tuple with the result type and a list of argument types.
+SIGNATURE = re.compile(r"rmmc_\w+\.(argtypes|restype)\b|[\"']rmmc_\w+[\"']\s*:\s*\("
+                       r"|\(\s*[\"']rmmc_\w+[\"']\s*,\s*[\w.]+\s*,\s*\[")
+
+
+def test_one_signature_table():
+    """Only rmmc/_lib.py declares C signatures of rmmc's libraries, and each
+    row names a function the C side declares."""
+    from rmmc import _lib
+    found = []
+    for top in ("python", "examples", "bench", "tools", "scripts", "tests"):
+        for dirpath, _dirs, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                path = os.path.join(dirpath, f)
+                if not f.endswith(".py") or path == os.path.join(ROOT, "python", "rmmc", "_lib.py"):
+                    continue
+                with open(path, errors="replace") as fh:
+                    for n, line in enumerate(fh, 1):
+                        if SIGNATURE.search(line):
+                            found.append("%s:%d: %s" % (os.path.relpath(path, ROOT), n,
+                                                        line.strip()))
+    assert not found, "ctypes signatures outside rmmc/_lib.py's table:\n" + "\n".join(found)
+    sources = {
+        "librmmc": [os.path.join(ROOT, "include", "rmmc", h)
+                    for h in os.listdir(os.path.join(ROOT, "include", "rmmc"))],
+        "torch_native": [os.path.join(ROOT, "python", "rmmc", "_torch_native.cpp")],
+        "rmm_bridge": [os.path.join(ROOT, "python", "rmmc", "_rmm_bridge.cpp")],
+    }
+    assert set(sources) == set(_lib.SIGNATURES)
+    missing = []
+    for library, paths in sources.items():
+        text = ""
+        for p in paths:
+            with open(p, errors="replace") as fh:
+                text += fh.read()
+        missing += ["%s: %s" % (library, name) for name in _lib.SIGNATURES[library]
+                    if not re.search(r"\b%s\s*\(" % name, text)]
+    assert not missing, "rows naming no C declaration: %s" % missing
