@@ -2,14 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """CuPy array math with every device allocation going through rmmc.
 
-CuPy is pointed at rmmc's plug-in entry points with
-cupy.cuda.memory.CFunctionAllocator (wrapped so a failure raises with
-rmmc's message); the stack comes from RMMC_ALLOC_CONF (set here from
---spec; the default is a pool with statistics on top). The script checks a
-few results against NumPy, then shows that rmmc counted CuPy's allocations
-and got every block back once the arrays were gone.
+rmmc.cupy.use() makes rmmc CuPy's allocator (a failure raises with rmmc's
+message); the stack comes from RMMC_ALLOC_CONF (set here from --spec; the
+default is a pool with statistics on top). The script checks a few results
+against NumPy, then shows that rmmc counted CuPy's allocations and got
+every block back once the arrays were gone.
 
-    python3 examples/cupy_math.py --lib build/librmmc.so
+    python3 examples/cupy_math.py            # the installed package (pip install .)
+    RMMC_LIB=build/librmmc.so PYTHONPATH=python python3 examples/cupy_math.py
     python3 examples/cupy_math.py --spec "cuda_async"
 
 Exit status: 0 when the results and the counts are right, 1 when not, 2
@@ -21,24 +21,24 @@ import gc
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmmc_ctypes import open_checked, format_figures  # noqa: E402
+import rmmc
+import rmmc.cupy
 
 DEFAULT_SPEC = "statistics > pool > cuda"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lib", help="path to librmmc.so (default: $RMMC_LIB or ./build)")
     ap.add_argument("--spec", help="stack spec (default: $RMMC_ALLOC_CONF or %r)" % DEFAULT_SPEC)
     ap.add_argument("--n", type=int, default=2048, help="matrix size")
     args = ap.parse_args()
 
     spec = args.spec or os.environ.get("RMMC_ALLOC_CONF") or DEFAULT_SPEC
     os.environ["RMMC_ALLOC_CONF"] = spec
-    rm, problem = open_checked(args.lib, spec)
-    if problem:
-        print("error: RMMC_ALLOC_CONF: %s" % problem, file=sys.stderr)
+    try:
+        rmmc.validate(spec)
+    except rmmc.ParseError as e:
+        print("error: RMMC_ALLOC_CONF: %s" % e.message, file=sys.stderr)
         return 2
     try:
         import cupy as cp
@@ -54,9 +54,7 @@ def main():
         print("error: no CUDA device", file=sys.stderr)
         return 4
 
-    # param 0: allocate and free on the legacy default stream, which orders
-    # itself with CuPy's default (blocking) streams.
-    cp.cuda.set_allocator(rm.cupy_allocator(stream=0))
+    rmmc.cupy.use()  # each block ordered on CuPy's current stream
     device = cp.cuda.Device().id
     # Warm up once, so what libraries keep for good (handles, workspaces) is
     # out before the baseline is taken.
@@ -64,8 +62,7 @@ def main():
     float((w @ w).sum())
     del w
     gc.collect()
-    rm.lib.rmmc_plugin_reset_stats()
-    base = rm.plugin_stats(device)
+    base = rmmc.cupy.stats(device)
     ok = True
 
     rng = np.random.default_rng(0)
@@ -85,27 +82,28 @@ def main():
     print("sum 0..999999 = %d" % s)
     ok &= s == 999999 * 1000000 // 2
 
-    during = rm.plugin_stats(device)
+    during = rmmc.cupy.stats(device)
     print("\nwhile the arrays live: %d allocations, %d blocks out, %.1f MiB in use, peak %.1f MiB"
-          % (during["allocations"], during["live_blocks"], during["bytes_in_use"] / 2**20,
-             during["peak_bytes"] / 2**20))
-    print("stack figures, outermost first:")
-    print(format_figures(rm.stack_figures(device)))
+          % (during["allocations"] - base["allocations"], during["live_blocks"],
+             during["bytes_in_use"] / 2**20, during["peak_bytes"] / 2**20))
+    print(rmmc.memory_summary(device))
     del a, b, c, x
     gc.collect()
     cp.cuda.Device().synchronize()
-    after = rm.plugin_stats(device)
+    after = rmmc.cupy.stats(device)
+    unknown = after["unknown_frees"] - base["unknown_frees"]
+    failures = after["allocation_failures"] - base["allocation_failures"]
     print("after del: %d deallocations, %d blocks out, %.1f MiB in use, %d unknown frees"
-          % (after["deallocations"], after["live_blocks"], after["bytes_in_use"] / 2**20,
-             after["unknown_frees"]))
-    rm.lib.rmmc_plugin_release_cached()
+          % (after["deallocations"] - base["deallocations"], after["live_blocks"],
+             after["bytes_in_use"] / 2**20, unknown))
+    rmmc.release_cached(device)
 
-    if during["allocations"] < 4:
+    if during["allocations"] - base["allocations"] < 4:
         print("FAIL: CuPy allocated (almost) nothing through rmmc"); ok = False
     if after["live_blocks"] != base["live_blocks"]:
         print("FAIL: %d blocks out, %d before the arrays" % (after["live_blocks"], base["live_blocks"]))
         ok = False
-    if after["unknown_frees"] or after["allocation_failures"]:
+    if unknown or failures:
         print("FAIL: unknown frees or failed allocations: %s" % after); ok = False
     print("OK" if ok else "FAILED")
     return 0 if ok else 1

@@ -3,13 +3,14 @@
 """PyTorch trains a small model with every CUDA allocation going through rmmc.
 
 The stack comes from RMMC_ALLOC_CONF (set here from --spec before the first
-CUDA use; the default is a pool with statistics on top), and PyTorch is
-pointed at rmmc's plug-in entry points with CUDAPluggableAllocator, with
-rmmc's init, empty_cache, memory-fraction and record_stream hooks. The
-script prints the loss of each step and, at the end, the plug-ins' figures
-and every layer's figures of the device's stack.
+CUDA use; the default is a pool with statistics on top), and rmmc.torch.use()
+makes rmmc PyTorch's CUDA allocator (the native backend where it builds,
+else the plug-in; RMMC_TORCH_BACKEND=plugin asks for the plug-in). The
+script prints the loss of each step and, at the end, what rmmc handed
+PyTorch and every layer's figures of the device's stack.
 
-    python3 examples/torch_train.py --lib build/librmmc.so
+    python3 examples/torch_train.py            # the installed package (pip install .)
+    RMMC_LIB=build/librmmc.so PYTHONPATH=python python3 examples/torch_train.py
     RMMC_ALLOC_CONF="cuda_async" python3 examples/torch_train.py
     python3 examples/torch_train.py --spec "statistics > pool > cuda" --fraction 0.5
 
@@ -22,27 +23,27 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmmc_ctypes import open_checked, format_figures  # noqa: E402
+import rmmc
+import rmmc.torch
 
 DEFAULT_SPEC = "statistics > pool > cuda"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lib", help="path to librmmc.so (default: $RMMC_LIB or ./build)")
     ap.add_argument("--spec", help="stack spec (default: $RMMC_ALLOC_CONF or %r)" % DEFAULT_SPEC)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--fraction", type=float,
-                    help="torch.cuda.set_per_process_memory_fraction through rmmc's hook")
+                    help="torch.cuda.set_per_process_memory_fraction (rmmc caps what it hands out)")
     args = ap.parse_args()
 
     spec = args.spec or os.environ.get("RMMC_ALLOC_CONF") or DEFAULT_SPEC
     os.environ["RMMC_ALLOC_CONF"] = spec  # read by rmmc at the first default it builds
-    rm, problem = open_checked(args.lib, spec)
-    if problem:
-        print("error: RMMC_ALLOC_CONF: %s" % problem, file=sys.stderr)
+    try:
+        rmmc.validate(spec)
+    except rmmc.ParseError as e:
+        print("error: RMMC_ALLOC_CONF: %s" % e.message, file=sys.stderr)
         return 2
     try:
         import torch
@@ -53,9 +54,7 @@ def main():
     if not torch.cuda.is_available():  # counts devices; starts no allocator
         print("error: no CUDA device", file=sys.stderr)
         return 4
-    rm.torch_allocator()  # before the first tensor on the GPU
-    if args.fraction is not None:
-        torch.cuda.set_per_process_memory_fraction(args.fraction)
+    rmmc.torch.use(fraction=args.fraction)  # before the first tensor on the GPU
     dev = torch.device("cuda")
     torch.manual_seed(0)
 
@@ -79,20 +78,20 @@ def main():
         print("step %3d  loss %.5f" % (step, losses[-1]))
     torch.cuda.synchronize()
 
-    status, chosen, message = rm.config_status()
-    stats = rm.plugin_stats(torch.cuda.current_device())
+    device = torch.cuda.current_device()
+    status, chosen, message = rmmc.config_status()
+    stats = rmmc.torch.stats(device)
     print("\nRMMC_ALLOC_CONF=%r -> %s (%s)%s" % (spec, chosen, status,
                                                  ": " + message if message else ""))
-    print("plug-in figures (device %d):" % torch.cuda.current_device())
+    print("what rmmc handed PyTorch (device %d, %s backend):" % (device, rmmc.torch.backend()))
     for k, v in stats.items():
         print("  %-22s %s" % (k, "%.1f MiB" % (v / 2**20) if "bytes" in k or k == "limit" else v))
-    print("stack figures, outermost first:")
-    print(format_figures(rm.stack_figures(torch.cuda.current_device())))
+    print(rmmc.memory_summary(device))
 
     del model, opt, x, y, loss
-    torch.cuda.empty_cache()  # rmmc_torch_empty_cache: the stack releases what it caches
+    torch.cuda.empty_cache()  # the stack gives back what it caches
     print("after empty_cache:")
-    print(format_figures(rm.stack_figures(torch.cuda.current_device())))
+    print(rmmc.memory_summary(device))
 
     ok = True
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""scripts/torch_dist.py without a GPU: --compare's checks (identical
+"""bench/workloads/torch_dist.py without a GPU: --compare's checks (identical
 losses, median step time, peak reserved per rank) over made-up runs that
 pass and runs that fail each check, its exit status and its report, and
 the argument checks. The training itself needs torchrun and GPUs

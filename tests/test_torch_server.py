@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""scripts/torch_server.py without a GPU: its arguments, workload plan,
+"""bench/workloads/torch_server.py without a GPU: its arguments, workload plan,
 checksum comparison, report, JSON and exit codes.
 
 The worker processes are replaced by small Python programs that print a

@@ -365,7 +365,7 @@ def stack_help(resource: Optional[str] = None) -> str:
     for one `resource` ("pool"), each option with the unit of its value,
     what it does and its default. ParseError for an unknown name."""
     if resource is not None:
-        from ._capi import stack_help_resource
+        from ._lib import stack_help_resource
         return stack_help_resource(resource)
     n = lib().rmmc_stack_help(None, 0)
     buf = ctypes.create_string_buffer(n + 1)
@@ -696,6 +696,11 @@ def statistics(device: Optional[int] = None) -> Iterator["StatisticsScope"]:
         if changed:
             raise RmmcError(-10, "the registry's resource for device %d was changed inside "
                             "the statistics block" % dev, "statistics")
+
+
+# The block by a name no submodule has (rmmc.statistics becomes RMM's module
+# below): rmmc.stats takes it from here.
+_statistics_block = statistics
 
 
 # The RMM-style layer (issue 30): rmmc.mr, rmmc.stats, DeviceBuffer and

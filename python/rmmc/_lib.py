@@ -1,8 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Loading librmmc with ctypes, its C signatures, and status -> exception.
+"""Loading librmmc with ctypes, the C signatures, and status -> exception.
 
 The package ships librmmc.so beside this file (pip install . builds it);
 $RMMC_LIB names another one (a development build) instead.
+
+SIGNATURES is the one table of C signatures the package calls through
+ctypes: librmmc's, and those of the two libraries the package compiles at
+the user's site (the native PyTorch backend, rmmc/_torch_native.cpp, and
+the RMM bridge, rmmc/_rmm_bridge.cpp); declare() sets them on a loaded
+library. Every struct here is held against its C header by
+tests/python/test_struct_layout.py.
 """
 import ctypes
 import os
@@ -142,6 +149,54 @@ class IpcStats(ctypes.Structure):
         "exports", "imports", "open_bases", "opens", "unverified")]
 
 
+_vp, _sz, _i, _st = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int
+
+
+class Buffer(ctypes.Structure):
+    """rmmc_buffer_t (include/rmmc/buffer.h)."""
+    _fields_ = [("data", _vp), ("size", _sz), ("capacity", _sz), ("stream", _vp),
+                ("resource", _vp), ("device", _i)]
+
+
+class TrackedAllocation(ctypes.Structure):
+    """rmmc_tracked_allocation_t (include/rmmc/tracking_adaptor.h)."""
+    _fields_ = [("size", _sz), ("ptr", _vp), ("bytes", _sz), ("alignment", _sz),
+                ("stream", _vp), ("thread", ctypes.c_uint64), ("serial", ctypes.c_uint64),
+                ("frames", ctypes.POINTER(_vp)), ("nframes", _i)]
+
+
+TRACKED_CB = ctypes.CFUNCTYPE(None, _vp, ctypes.POINTER(TrackedAllocation))
+
+# Writing a resource in Python (include/rmmc/resource_ops.h): the slots
+# rmmc.mr.CallbackMemoryResource fills (version 1); the later slots stay NULL.
+ALLOCATE_SLOT = ctypes.CFUNCTYPE(_st, _vp, _sz, _sz, _vp, ctypes.POINTER(_vp))
+DEALLOCATE_SLOT = ctypes.CFUNCTYPE(_st, _vp, _vp, _sz, _sz, _vp)
+DESTROY_SLOT = ctypes.CFUNCTYPE(None, _vp)
+
+
+class ResourceOps(ctypes.Structure):
+    """rmmc_resource_ops_t (version 4's layout; a table of version 1 sets
+    only the first slots)."""
+    _fields_ = [("version", _i), ("name", ctypes.c_char_p), ("allocate", ALLOCATE_SLOT),
+                ("deallocate", DEALLOCATE_SLOT), ("is_equal", _vp), ("release_cached", _vp),
+                ("describe", _vp), ("destroy", DESTROY_SLOT), ("upstream", _vp),
+                ("vm_page_size", _vp), ("vm_reserve", _vp), ("vm_unreserve", _vp),
+                ("vm_map", _vp), ("vm_unmap", _vp), ("get_allocation", _vp),
+                ("set_memory_hooks", _vp), ("enable_peer_access", _vp), ("vm_set_access", _vp)]
+
+
+class ResourceBase(ctypes.Structure):
+    """struct rmmc_resource, the base a resource embeds first."""
+    _fields_ = [("ops", ctypes.POINTER(ResourceOps)), ("refcount", ctypes.c_long),
+                ("kind", _i), ("device", _i)]
+
+
+FAILURE_CB = ctypes.CFUNCTYPE(ctypes.c_bool, _sz, _vp)
+
+# The RMM bridge's callback when the rmmc resource over an RMM object dies.
+ON_DESTROY = ctypes.CFUNCTYPE(None, _vp)
+
+
 def library_path():
     """The librmmc.so this package uses: $RMMC_LIB, else the one shipped in it."""
     env = os.environ.get("RMMC_LIB")
@@ -157,8 +212,8 @@ def library_path():
     return path
 
 
-_vp, _sz, _i, _st = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int
-_SIGNATURES = {
+_BP = ctypes.POINTER(Buffer)
+_LIBRMMC = {
     "rmmc_version": (_i, []),
     "rmmc_version_string": (ctypes.c_char_p, []),
     "rmmc_status_name": (ctypes.c_char_p, [_st]),
@@ -231,7 +286,89 @@ _SIGNATURES = {
                             ctypes.POINTER(_sz)]),
     "rmmc_ipc_get_stats": (_st, [ctypes.POINTER(IpcStats)]),
     "rmmc_default_config_device_spec": (_st, [ctypes.c_char_p, _i, ctypes.c_char_p, _sz]),
+    # the RMM-style layer (rmmc.mr, rmmc.stats, rmmc.DeviceBuffer, streams)
+    "rmmc_stack_create_over": (_st, [ctypes.c_char_p, _vp, ctypes.POINTER(_vp)]),
+    "rmmc_stack_help_resource": (_st, [ctypes.c_char_p, ctypes.c_char_p, _sz,
+                                       ctypes.POINTER(_sz)]),
+    "rmmc_device_memory_info": (_st, [_i, ctypes.POINTER(_sz), ctypes.POINTER(_sz)]),
+    "rmmc_format_bytes": (ctypes.c_char_p, [ctypes.c_uint64, ctypes.c_char_p, _sz]),
+    "rmmc_stream_create": (_st, [ctypes.c_uint, ctypes.POINTER(_vp)]),
+    "rmmc_stream_destroy": (_st, [_vp]),
+    "rmmc_stream_synchronize": (_st, [_vp]),
+    "rmmc_resource_init": (None, [ctypes.POINTER(ResourceBase), ctypes.POINTER(ResourceOps),
+                                  _i, _i]),
+    "rmmc_set_error": (_st, [_st, ctypes.c_char_p]),
+    "rmmc_cuda_async_resource_create_view": (_st, [_i, _vp, ctypes.POINTER(_vp)]),
+    "rmmc_cuda_async_resource_pool": (_vp, [_vp]),
+    "rmmc_binning_resource_bin_count": (_sz, [_vp]),
+    "rmmc_binning_resource_bin_size": (_sz, [_vp, _sz]),
+    "rmmc_binning_resource_bin": (_vp, [_vp, _sz]),
+    "rmmc_limiting_adaptor_get_limit": (_sz, [_vp]),
+    "rmmc_limiting_adaptor_get_used": (_sz, [_vp]),
+    "rmmc_tracking_adaptor_get_outstanding_count": (_sz, [_vp]),
+    "rmmc_tracking_adaptor_get_outstanding_bytes": (_sz, [_vp]),
+    "rmmc_tracking_adaptor_for_each": (_st, [_vp, TRACKED_CB, _vp]),
+    "rmmc_logging_adaptor_flush": (_st, [_vp]),
+    "rmmc_failure_callback_adaptor_create": (_st, [_vp, FAILURE_CB, _vp, ctypes.POINTER(_vp)]),
+    "rmmc_resource_refcount": (ctypes.c_long, [_vp]),
+    "rmmc_buffer_create": (_st, [_BP, _sz, _vp, _vp]),
+    "rmmc_buffer_create_from": (_st, [_BP, _vp, _sz, _vp, _vp]),
+    "rmmc_buffer_create_copy": (_st, [_BP, _BP, _vp, _vp]),
+    "rmmc_buffer_destroy": (_st, [_BP]),
+    "rmmc_buffer_move": (_st, [_BP, _BP]),
+    "rmmc_buffer_resize": (_st, [_BP, _sz]),
+    "rmmc_buffer_reserve": (_st, [_BP, _sz]),
+    "rmmc_buffer_copy_to_host": (_st, [_BP, _sz, _vp, _sz]),
+    "rmmc_buffer_copy_from_host": (_st, [_BP, _sz, _vp, _sz]),
+    "rmmc_buffer_copy_from_host_async": (_st, [_BP, _sz, _vp, _sz]),
+    "rmmc_buffer_set_stream": (_st, [_BP, _vp]),
 }
+
+_LL = ctypes.c_longlong
+SIGNATURES = {
+    # librmmc.so (include/rmmc/*.h)
+    "librmmc": _LIBRMMC,
+    # the native PyTorch backend's extern "C" entry points (_torch_native.cpp)
+    "torch_native": {
+        "rmmc_torch_native_install": (_i, [ctypes.c_char_p, _sz]),
+        "rmmc_torch_native_torch_version": (ctypes.c_char_p, []),
+        "rmmc_torch_native_pool_resource": (_vp, [_i, ctypes.c_uint64, ctypes.c_uint64]),
+        "rmmc_torch_native_block_resource": (_vp, [_vp]),
+        "rmmc_torch_native_set_pool_spec": (None, [ctypes.c_char_p]),
+        "rmmc_torch_native_pool_count": (ctypes.c_long, [_i]),
+        "rmmc_torch_native_pools_describe": (ctypes.c_long, [_i, ctypes.c_char_p, _sz]),
+        "rmmc_torch_native_bytes_out": (_LL, [_i]),
+        "rmmc_torch_native_stats": (_i, [_i, ctypes.POINTER(_LL), _i]),
+        "rmmc_torch_native_last_error": (_sz, [ctypes.c_char_p, _sz]),
+        "rmmc_torch_native_set_memory_hooks": (_i, [_i, ctypes.POINTER(MemoryHooks)]),
+        "rmmc_torch_native_shareable_config": (_sz, [ctypes.c_char_p, ctypes.c_char_p, _sz]),
+        "rmmc_torch_native_set_configs": (None, [ctypes.c_char_p, ctypes.c_char_p]),
+    },
+    # the RMM bridge's extern "C" entry points (_rmm_bridge.cpp)
+    "rmm_bridge": {
+        "rmmc_rmm_bridge_error": (ctypes.c_char_p, []),
+        "rmmc_rmm_bridge_rmm_version": (ctypes.c_char_p, []),
+        "rmmc_rmm_field_layout": (None, [ctypes.POINTER(_sz), ctypes.POINTER(_sz)]),
+        "rmmc_rmm_resource_new": (_vp, [_vp]),
+        "rmmc_rmm_resource_delete": (None, [_vp]),
+        "rmmc_rmm_bind": (_i, [_vp, _vp]),
+        "rmmc_rmm_unbind": (None, [_vp]),
+        "rmmc_rmm_field_has_value": (_i, [_vp]),
+        "rmmc_rmm_field_is": (_i, [_vp, _vp]),
+        "rmmc_rmm_upstream_create": (_i, [_vp, _i, _i, ON_DESTROY, _vp, ctypes.POINTER(_vp)]),
+        "rmmc_rmm_bench_pairs": (ctypes.c_double, [_vp, _vp, _sz, ctypes.c_long, _vp]),
+    },
+}
+
+
+def declare(handle, library):
+    """Sets SIGNATURES[library]'s restype and argtypes on a loaded library
+    (a ctypes.CDLL); returns it."""
+    for name, (res, args) in SIGNATURES[library].items():
+        fn = getattr(handle, name)
+        fn.restype = res
+        fn.argtypes = args
+    return handle
 
 _lock = threading.Lock()
 _loaded = None
@@ -243,11 +380,7 @@ def lib():
     with _lock:
         if _loaded is None:
             path = library_path()
-            handle = _load(path)
-            for name, (res, args) in _SIGNATURES.items():
-                fn = getattr(handle, name)
-                fn.restype = res
-                fn.argtypes = args
+            handle = declare(_load(path), "librmmc")
             handle.path = path
             _loaded = handle
         return _loaded
@@ -277,3 +410,14 @@ def read_text(fn, *args):
     buf = ctypes.create_string_buffer(needed.value + 1)
     check(fn(*args, buf, needed.value + 1, ctypes.byref(needed)))
     return buf.value.decode(errors="replace")
+
+
+def stack_help_resource(name):
+    """rmmc_stack_help_resource as text; ParseError for an unknown name."""
+    needed = ctypes.c_size_t()
+    check(lib().rmmc_stack_help_resource(name.encode(), None, 0, ctypes.byref(needed)),
+          "stack_help(%r)" % name)
+    buf = ctypes.create_string_buffer(needed.value + 1)
+    check(lib().rmmc_stack_help_resource(name.encode(), buf, len(buf), None),
+          "stack_help(%r)" % name)
+    return buf.value.decode()

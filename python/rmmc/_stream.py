@@ -17,6 +17,8 @@ import ctypes
 from enum import IntEnum
 from typing import Any, Optional, Tuple
 
+from ._lib import check, lib
+
 __all__ = ["Stream", "CudaStreamFlags", "DEFAULT_STREAM", "LEGACY_DEFAULT_STREAM",
            "PER_THREAD_DEFAULT_STREAM"]
 
@@ -38,10 +40,8 @@ class Stream:
         self._owned = False
         self._owner = None
         if obj is None:
-            from ._capi import clib
-            from ._lib import check
             h = ctypes.c_void_p()
-            check(clib().rmmc_stream_create(int(CudaStreamFlags.SYNC_DEFAULT if flags is None
+            check(lib().rmmc_stream_create(int(CudaStreamFlags.SYNC_DEFAULT if flags is None
                                                 else flags), ctypes.byref(h)), "Stream()")
             self._handle = h.value or 0
             self._owned = True
@@ -69,9 +69,7 @@ class Stream:
 
     def synchronize(self) -> None:
         """Waits for the stream's work."""
-        from ._capi import clib
-        from ._lib import check
-        check(clib().rmmc_stream_synchronize(self._handle or None), "Stream.synchronize")
+        check(lib().rmmc_stream_synchronize(self._handle or None), "Stream.synchronize")
 
     def is_default(self) -> bool:
         """True for the legacy or per-thread default stream."""
@@ -108,8 +106,7 @@ class Stream:
     def __del__(self) -> None:
         if getattr(self, "_owned", False) and self._handle:
             try:
-                from ._capi import clib
-                clib().rmmc_stream_destroy(self._handle)
+                lib().rmmc_stream_destroy(self._handle)
             except Exception:  # interpreter shutdown
                 pass
             self._owned = False

@@ -20,9 +20,9 @@ _PEAK_IS_LIVE = ("statistics", "fixed_size")
 def _fmt(n: Optional[int]) -> str:
     if n is None:
         return "-"
-    from ._capi import clib
+    from ._lib import lib
     buf = ctypes.create_string_buffer(32)
-    return clib().rmmc_format_bytes(int(n), buf, len(buf)).decode()
+    return lib().rmmc_format_bytes(int(n), buf, len(buf)).decode()
 
 
 def _row(name: str, f: Dict) -> Tuple[str, Optional[int], Optional[int], Optional[int],

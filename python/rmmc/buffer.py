@@ -33,8 +33,7 @@ import threading
 from typing import Any, Optional
 
 from . import InvalidArgumentError, _args
-from ._capi import Buffer, clib
-from ._lib import check
+from ._lib import Buffer, check, lib
 from ._stream import DEFAULT_STREAM, Stream
 
 __all__ = ["DeviceBuffer", "to_device"]
@@ -125,7 +124,7 @@ class _Using:
     def __exit__(self, *exc):
         if self._resource is not None:
             return self._resource._use().__exit__(*exc)
-        clib().rmmc_resource_release(self._h)
+        lib().rmmc_resource_release(self._h)
         return False
 
 
@@ -141,7 +140,7 @@ class _MemLocation(ctypes.Structure):
 def _prefetch(ptr, nbytes, device, stream):
     """cudaMemPrefetchAsync of the CUDA runtime librmmc loaded (13's form
     takes a cudaMemLocation, 12's a device number)."""
-    from ._lib import lib, RmmcError
+    from ._lib import RmmcError
     lib()
     maps = open("/proc/self/maps").read()
     cudart = sorted({l.split()[-1] for l in maps.splitlines() if "libcudart.so" in l})
@@ -199,10 +198,10 @@ class DeviceBuffer:
             size = _args.size(size, "size")
         with _Using(resource, "DeviceBuffer") as h:
             if src is None:
-                check(clib().rmmc_buffer_create(ctypes.byref(self._b), size, stream, h),
+                check(lib().rmmc_buffer_create(ctypes.byref(self._b), size, stream, h),
                       "DeviceBuffer(size=%d)" % size)
             else:
-                check(clib().rmmc_buffer_create_from(ctypes.byref(self._b), src, size, stream, h),
+                check(lib().rmmc_buffer_create_from(ctypes.byref(self._b), src, size, stream, h),
                       "DeviceBuffer(ptr=..., size=%d)" % size)
 
     # --- what RMM's DeviceBuffer offers -------------------------------------------------
@@ -249,7 +248,7 @@ class DeviceBuffer:
             s = _args.stream(stream)
             with self._lock:
                 if (s or None) != (self._b.stream or None) and self._b.resource:
-                    check(clib().rmmc_buffer_set_stream(ctypes.byref(self._b), s), "stream")
+                    check(lib().rmmc_buffer_set_stream(ctypes.byref(self._b), s), "stream")
 
     @property
     def memory_kind(self):
@@ -257,8 +256,8 @@ class DeviceBuffer:
         with self._lock:
             if not self._b.resource:
                 return "host"
-            return clib().rmmc_memory_kind_name(
-                clib().rmmc_resource_memory_kind(self._b.resource)).decode()
+            return lib().rmmc_memory_kind_name(
+                lib().rmmc_resource_memory_kind(self._b.resource)).decode()
 
     @property
     def device(self):
@@ -286,11 +285,11 @@ class DeviceBuffer:
         with self._lock:
             if self._before_move(what, n > self._b.capacity and self._b.resource):
                 new = _new_struct()
-                check(clib().rmmc_buffer_create_copy(ctypes.byref(new), ctypes.byref(self._b),
+                check(lib().rmmc_buffer_create_copy(ctypes.byref(new), ctypes.byref(self._b),
                                                      self._b.stream, self._b.resource), what)
                 st = fn(ctypes.byref(new), n)
                 if st != 0:
-                    clib().rmmc_buffer_destroy(ctypes.byref(new))
+                    lib().rmmc_buffer_destroy(ctypes.byref(new))
                     check(st, what)
                 self._retired.append(self._b)
                 self._b, self._shared = new, False
@@ -303,14 +302,14 @@ class DeviceBuffer:
         memory a DLPack tensor still uses."""
         n = _args.size(new_size, "new_size")
         self._on(stream)
-        self._grow(clib().rmmc_buffer_resize, n, "resize")
+        self._grow(lib().rmmc_buffer_resize, n, "resize")
 
     def reserve(self, new_capacity: int, stream: Any = DEFAULT_STREAM) -> None:
         """Makes the capacity at least new_capacity, keeping the contents.
         BufferError when that would move memory a DLPack tensor still uses."""
         n = _args.size(new_capacity, "new_capacity")
         self._on(stream)
-        self._grow(clib().rmmc_buffer_reserve, n, "reserve")
+        self._grow(lib().rmmc_buffer_reserve, n, "reserve")
 
     def copy(self) -> "DeviceBuffer":
         """A new buffer with a copy of the contents, from the same resource,
@@ -324,7 +323,7 @@ class DeviceBuffer:
         with self._lock:
             if not self._b.resource:
                 raise InvalidArgumentError(-1, "DeviceBuffer.copy: the buffer is closed")
-            check(clib().rmmc_buffer_create_copy(ctypes.byref(other._b), ctypes.byref(self._b),
+            check(lib().rmmc_buffer_create_copy(ctypes.byref(other._b), ctypes.byref(self._b),
                                                  self._b.stream, self._b.resource), "copy")
         return other
 
@@ -358,7 +357,7 @@ class DeviceBuffer:
                                            "%d bytes" % n)
             if n:
                 dst = (ctypes.c_char * len(view)).from_buffer(view)
-                check(clib().rmmc_buffer_copy_to_host(ctypes.byref(self._b), 0,
+                check(lib().rmmc_buffer_copy_to_host(ctypes.byref(self._b), 0,
                                                       ctypes.addressof(dst), n), "copy_to_host")
             return ary
 
@@ -373,7 +372,7 @@ class DeviceBuffer:
                 raise InvalidArgumentError(-1, "copy_from_host: %d bytes do not fit a buffer of "
                                            "%d" % (len(view), self.size))
             if src is not None:
-                check(clib().rmmc_buffer_copy_from_host(ctypes.byref(self._b), 0,
+                check(lib().rmmc_buffer_copy_from_host(ctypes.byref(self._b), 0,
                                                         ctypes.addressof(src), len(view)),
                       "copy_from_host")
 
@@ -408,7 +407,7 @@ class DeviceBuffer:
             if n > self.size:
                 raise ValueError("Argument `hb` is too large. Need space for %i bytes." % n)
             if n:  # cudaMemcpyDefault: device to device, on the buffer's stream
-                check(clib().rmmc_buffer_copy_from_host_async(ctypes.byref(self._b), 0, src, n),
+                check(lib().rmmc_buffer_copy_from_host_async(ctypes.byref(self._b), 0, src, n),
                       "copy_from_device")
         del keep
 
@@ -510,18 +509,18 @@ class DeviceBuffer:
                 return
             if self._before_move("close", True):
                 old = _new_struct()
-                clib().rmmc_buffer_move(ctypes.byref(old), ctypes.byref(self._b))
+                lib().rmmc_buffer_move(ctypes.byref(old), ctypes.byref(self._b))
                 self._retired.append(old)
                 self._shared = False
                 return
-            check(clib().rmmc_buffer_destroy(ctypes.byref(self._b)), "DeviceBuffer.close")
+            check(lib().rmmc_buffer_destroy(ctypes.byref(self._b)), "DeviceBuffer.close")
 
     def __del__(self):
         # Unreachable: no DLPack export (it holds the buffer) and no array
         # interface consumer (they hold it too) is left.
         try:
             for b in [self._b] + self._retired:
-                clib().rmmc_buffer_destroy(ctypes.byref(b))
+                lib().rmmc_buffer_destroy(ctypes.byref(b))
         except Exception:  # interpreter shutdown, or __init__ failed early
             pass
 

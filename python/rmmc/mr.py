@@ -32,9 +32,9 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
 from . import InvalidArgumentError, NotSupportedError, Resource, _args, _device, _device_resource
-from ._capi import (ALLOCATE_SLOT, DEALLOCATE_SLOT, DESTROY_SLOT, FAILURE_CB, TRACKED_CB,
-                    ResourceBase, ResourceOps, clib)
-from ._lib import check
+from ._counters import _pop, _push, _read
+from ._lib import (ALLOCATE_SLOT, DEALLOCATE_SLOT, DESTROY_SLOT, FAILURE_CB, TRACKED_CB,
+                   ResourceBase, ResourceOps, check, lib)
 from ._sizes import rmm_parse_bytes
 from ._stream import DEFAULT_STREAM, Stream
 
@@ -113,7 +113,7 @@ class DeviceMemoryResource:
             raise NotSupportedError(-5, "rmmc.mr.%s(%s) is RMM's resource, which rmmc reaches "
                                     "through RMM: install rmm-cu13 (rmmc.rmm)" % (rmm_class, what),
                                     rmm_class) from None
-        from .rmm import over
+        from ._bridge import over
         obj = getattr(rmm.mr if "." not in rmm_class else rmm.mr.experimental,
                       rmm_class.split(".")[-1])(*args, **kwargs)
         self.resource = over(obj, None, "managed" if "Managed" in rmm_class else "device")
@@ -126,11 +126,11 @@ class DeviceMemoryResource:
         h = ctypes.c_void_p()
         text = _args.text(layer, "the layer's spec")
         with upstream.resource._use() as up:
-            check(clib().rmmc_stack_create_over(text, up, ctypes.byref(h)),
+            check(lib().rmmc_stack_create_over(text, up, ctypes.byref(h)),
                   "%s(%s)" % (type(self).__name__, layer))
         spec = "%s > %s" % (layer, upstream.spec)
         self.resource = Resource._adopt(h.value, spec)
-        clib().rmmc_resource_release(h.value)  # _adopt took its own reference
+        lib().rmmc_resource_release(h.value)  # _adopt took its own reference
         self.spec = spec
         self.upstream_mr = upstream
 
@@ -204,12 +204,18 @@ def _upstream(upstream):
     if isinstance(upstream, DeviceMemoryResource):
         return upstream
     if _is_rmm_object(upstream):
-        from .rmm import from_rmm
-        return from_rmm(upstream)
+        return _from_rmm(upstream)
     if upstream is None:
         raise TypeError("Argument `upstream_mr` must not be None")
     raise TypeError("upstream_mr must be a memory resource object (rmmc.mr or rmm.mr), not %s"
                     % type(upstream).__name__)
+
+
+def _from_rmm(rmm_mr, kind=None, device=None):
+    """An RMM resource object as an rmmc.mr object (layer "rmm"), through
+    the RMM bridge (rmmc.rmm.from_rmm)."""
+    from ._bridge import over
+    return DeviceMemoryResource._wrap(over(rmm_mr, None, kind, device))
 
 
 class UpstreamResourceAdaptor(DeviceMemoryResource):
@@ -268,7 +274,7 @@ class CudaAsyncMemoryResource(DeviceMemoryResource):
 
     def pool_handle(self):
         """The cudaMemPool_t behind it, as an int."""
-        return self._call(clib().rmmc_cuda_async_resource_pool) or 0
+        return self._call(lib().rmmc_cuda_async_resource_pool) or 0
 
 
 class HostMemoryResource(DeviceMemoryResource):
@@ -349,12 +355,12 @@ class BinningMemoryResource(UpstreamResourceAdaptor):
         with self.resource._use() as h:
             # The registry, another layer or a copy of this object holds it
             # when it has more than this object's one reference.
-            if figures.get("reserved", 0) or clib().rmmc_resource_refcount(h) > 1:
+            if figures.get("reserved", 0) or lib().rmmc_resource_refcount(h) > 1:
                 raise RmmcError(-10, "add_bin: the binning layer is in use (it holds memory, or "
                                 "another layer or the registry holds it): add bins before using "
                                 "it", "add_bin")
-            n = clib().rmmc_binning_resource_bin_count(h)
-            current = [clib().rmmc_binning_resource_bin_size(h, i) for i in range(n)]
+            n = lib().rmmc_binning_resource_bin_count(h)
+            current = [lib().rmmc_binning_resource_bin_size(h, i) for i in range(n)]
         self._bins = sorted(set(current + [(size + 255) // 256 * 256]))
         old = self.resource
         self._build(self.upstream_mr)
@@ -366,10 +372,10 @@ class BinningMemoryResource(UpstreamResourceAdaptor):
         """Each bin as a FixedSizeMemoryResource object, smallest first."""
         out = []
         with self.resource._use() as h:
-            for i in range(clib().rmmc_binning_resource_bin_count(h)):
-                b = clib().rmmc_binning_resource_bin(h, i)
+            for i in range(lib().rmmc_binning_resource_bin_count(h)):
+                b = lib().rmmc_binning_resource_bin(h, i)
                 out.append(FixedSizeMemoryResource._wrap(Resource._adopt(b, "<bin %d of %s>" % (
-                    clib().rmmc_binning_resource_bin_size(h, i), self.spec))))
+                    lib().rmmc_binning_resource_bin_size(h, i), self.spec))))
         return out
 
 
@@ -414,10 +420,10 @@ class LimitingResourceAdaptor(UpstreamResourceAdaptor):
                         upstream_mr)
 
     def get_allocation_limit(self) -> int:
-        return self._call(clib().rmmc_limiting_adaptor_get_limit)
+        return self._call(lib().rmmc_limiting_adaptor_get_limit)
 
     def get_allocated_bytes(self) -> int:
-        return self._call(clib().rmmc_limiting_adaptor_get_used)
+        return self._call(lib().rmmc_limiting_adaptor_get_used)
 
 
 class StatisticsResourceAdaptor(UpstreamResourceAdaptor):
@@ -430,18 +436,15 @@ class StatisticsResourceAdaptor(UpstreamResourceAdaptor):
     @property
     def allocation_counts(self):
         """The counters of the innermost scope (rmmc.stats.Statistics)."""
-        from .stats import _read
         return self._call(_read)
 
     def push_counters(self):
         """Opens a new scope of counters; returns the counters before it."""
-        from .stats import _push
         return self._call(_push)
 
     def pop_counters(self):
         """Closes the innermost scope (folding it into the one below);
         returns its counters."""
-        from .stats import _pop
         return self._call(_pop)
 
 
@@ -454,7 +457,7 @@ class TrackingResourceAdaptor(UpstreamResourceAdaptor):
                         upstream_mr)
 
     def get_allocated_bytes(self):
-        return self._call(clib().rmmc_tracking_adaptor_get_outstanding_bytes)
+        return self._call(lib().rmmc_tracking_adaptor_get_outstanding_bytes)
 
     def get_outstanding_allocations(self):
         """[(ptr, bytes, stream)] of the outstanding allocations, oldest first."""
@@ -462,7 +465,7 @@ class TrackingResourceAdaptor(UpstreamResourceAdaptor):
 
         def each(_ctx, a):
             out.append((a.contents.ptr or 0, a.contents.bytes, a.contents.stream or 0))
-        check(self._call(clib().rmmc_tracking_adaptor_for_each, TRACKED_CB(each), None),
+        check(self._call(lib().rmmc_tracking_adaptor_for_each, TRACKED_CB(each), None),
               "get_outstanding_allocations")
         return out
 
@@ -512,7 +515,7 @@ class LoggingResourceAdaptor(UpstreamResourceAdaptor):
         return self._file_name
 
     def flush(self) -> None:
-        check(self._call(clib().rmmc_logging_adaptor_flush), "flush")
+        check(self._call(lib().rmmc_logging_adaptor_flush), "flush")
 
 
 class FailureCallbackResourceAdaptor(UpstreamResourceAdaptor):
@@ -527,12 +530,12 @@ class FailureCallbackResourceAdaptor(UpstreamResourceAdaptor):
         self._callback = FAILURE_CB(lambda nbytes, _u: bool(callback(nbytes)))
         h = ctypes.c_void_p()
         with upstream.resource._use() as up:
-            check(clib().rmmc_failure_callback_adaptor_create(up, self._callback, None,
+            check(lib().rmmc_failure_callback_adaptor_create(up, self._callback, None,
                                                               ctypes.byref(h)),
                   "FailureCallbackResourceAdaptor")
         spec = "<python failure callback> > %s" % upstream.spec
         self.resource = Resource._adopt(h.value, spec)
-        clib().rmmc_resource_release(h.value)
+        lib().rmmc_resource_release(h.value)
         self.spec = spec
         self.upstream_mr = upstream
 
@@ -569,15 +572,15 @@ class CudaAsyncViewMemoryResource(DeviceMemoryResource):
             raise ValueError("pool_handle must be a cudaMemPool_t or CUmemoryPool") from None
         h = ctypes.c_void_p()
         dev = -1 if device is None else _device(device)
-        check(clib().rmmc_cuda_async_resource_create_view(dev, pool or None, ctypes.byref(h)),
+        check(lib().rmmc_cuda_async_resource_create_view(dev, pool or None, ctypes.byref(h)),
               "CudaAsyncViewMemoryResource")
         self.resource = Resource._adopt(h.value, "cuda_async(view)")
-        clib().rmmc_resource_release(h.value)
+        lib().rmmc_resource_release(h.value)
         self.spec = self.resource.spec
         self.upstream_mr = None
 
     def pool_handle(self):
-        return self._call(clib().rmmc_cuda_async_resource_pool) or 0
+        return self._call(lib().rmmc_cuda_async_resource_pool) or 0
 
 
 class SamHeadroomMemoryResource(DeviceMemoryResource):
@@ -633,7 +636,7 @@ class CallbackMemoryResource(DeviceMemoryResource):
 
         def fail(e, what):
             status = -2 if isinstance(e, MemoryError) else -11
-            clib().rmmc_set_error(status, ("%s: %s: %s" % (what, type(e).__name__, e))
+            lib().rmmc_set_error(status, ("%s: %s: %s" % (what, type(e).__name__, e))
                                   .replace("%", "%%").encode(errors="replace"))
             return status
 
@@ -659,11 +662,11 @@ class CallbackMemoryResource(DeviceMemoryResource):
         ops = ResourceOps(version=1, name=b"callback", allocate=ALLOCATE_SLOT(allocate),
                           deallocate=DEALLOCATE_SLOT(deallocate), destroy=DESTROY_SLOT(destroy))
         base = ResourceBase()
-        clib().rmmc_resource_init(ctypes.byref(base), ctypes.byref(ops), 1, _device(None))
+        lib().rmmc_resource_init(ctypes.byref(base), ctypes.byref(ops), 1, _device(None))
         addr = ctypes.addressof(base)
         _CALLBACK_RESOURCES[addr] = (base, ops)
         self.resource = Resource._adopt(addr, "callback")
-        clib().rmmc_resource_release(addr)  # _adopt took its own reference
+        lib().rmmc_resource_release(addr)  # _adopt took its own reference
         self.spec = "callback"
         self.upstream_mr = None
 
@@ -684,10 +687,10 @@ def get_per_device_resource(device: Optional[int]) -> DeviceMemoryResource:
         mr = _SET.get(device)
         if mr is not None and mr.resource._handle == h:
             return mr
-        spec = "<device %d: %s>" % (device, clib().rmmc_resource_name(h).decode())
+        spec = "<device %d: %s>" % (device, lib().rmmc_resource_name(h).decode())
         return DeviceMemoryResource._wrap(Resource._adopt(h, spec))
     finally:
-        clib().rmmc_resource_release(h)
+        lib().rmmc_resource_release(h)
 
 
 def set_per_device_resource(device: Optional[int], mr: DeviceMemoryResource) -> None:
@@ -698,7 +701,7 @@ def set_per_device_resource(device: Optional[int], mr: DeviceMemoryResource) -> 
                         % type(mr).__name__)
     device = _device(device)
     with mr.resource._use() as h:
-        check(clib().rmmc_set_device_resource(device, h, None), "set_per_device_resource")
+        check(lib().rmmc_set_device_resource(device, h, None), "set_per_device_resource")
     _SET[device] = mr
 
 
@@ -711,18 +714,18 @@ def _set_per_device_resources(pairs):
         for device, mr in pairs:
             old = ctypes.c_void_p()
             with mr.resource._use() as h:
-                check(clib().rmmc_set_device_resource(device, h, ctypes.byref(old)),
+                check(lib().rmmc_set_device_resource(device, h, ctypes.byref(old)),
                       "set_per_device_resource(%d)" % device)
             done.append((device, old.value))
     except BaseException:
         for device, old in reversed(done):
             mine = ctypes.c_void_p()
-            clib().rmmc_set_device_resource(device, old, ctypes.byref(mine))
-            clib().rmmc_resource_release(mine.value)
-            clib().rmmc_resource_release(old)
+            lib().rmmc_set_device_resource(device, old, ctypes.byref(mine))
+            lib().rmmc_resource_release(mine.value)
+            lib().rmmc_resource_release(old)
         raise
     for device, old in done:
-        clib().rmmc_resource_release(old)
+        lib().rmmc_resource_release(old)
     for device, mr in pairs:
         _SET[device] = mr
 
@@ -751,7 +754,7 @@ def is_initialized(device: Optional[int] = None) -> bool:
 def available_device_memory(device: Optional[int] = None) -> Tuple[int, int]:
     """(free, total) bytes of the device. NoDeviceError without a GPU."""
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
-    check(clib().rmmc_device_memory_info(-1 if device is None else _device(device),
+    check(lib().rmmc_device_memory_info(-1 if device is None else _device(device),
                                          ctypes.byref(free), ctypes.byref(total)),
           "available_device_memory")
     return free.value, total.value

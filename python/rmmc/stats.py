@@ -19,61 +19,15 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
-from . import _STATS_LOCK, statistics as _scope_statistics
+from . import _STATS_LOCK, _statistics_block
+from ._counters import Statistics, _from_struct, _pop, _push, _read, _struct
+from ._lib import check, lib
 from .mr import (StatisticsResourceAdaptor, get_current_device_resource,
                  set_current_device_resource)
-from ._capi import clib
-from ._lib import Statistics as _Struct, check
 
 __all__ = ["Statistics", "enable_statistics", "get_statistics", "push_statistics",
            "pop_statistics", "statistics", "ProfilerRecords", "ProfilerContext", "profiler",
            "default_profiler_records"]
-
-FIGURES = ("current_bytes", "current_count", "peak_bytes", "peak_count", "total_bytes",
-           "total_count")
-
-
-@dataclass
-class Statistics:
-    """One scope's counters (RMM's rmm.statistics.Statistics)."""
-    current_bytes: int
-    current_count: int
-    peak_bytes: int
-    peak_count: int
-    total_bytes: int
-    total_count: int
-
-    def as_dict(self):
-        return {k: getattr(self, k) for k in FIGURES}
-
-
-def _from_struct(s):
-    return Statistics(*(int(getattr(s, k)) for k in FIGURES))
-
-
-def _struct():
-    s = _Struct()
-    s.size = ctypes.sizeof(s)
-    return s
-
-
-def _read(handle):
-    s = _struct()
-    check(clib().rmmc_statistics_adaptor_get(handle, ctypes.byref(s)), "get_statistics")
-    return _from_struct(s)
-
-
-def _push(handle):
-    before = _read(handle)
-    check(clib().rmmc_statistics_adaptor_push(handle), "push_statistics")
-    return before
-
-
-def _pop(handle):
-    s = _struct()
-    check(clib().rmmc_statistics_adaptor_pop(handle, ctypes.byref(s)), "pop_statistics")
-    return _from_struct(s)
-
 
 def _current_statistics():
     """The current device's resource object if its outermost layer is
@@ -115,7 +69,7 @@ def pop_statistics():
     return None if mr is None else mr._call(_pop)
 
 
-statistics = _scope_statistics  # rmm.statistics.statistics(): a counting block
+statistics = _statistics_block  # rmm.statistics.statistics(): a counting block
 
 
 @dataclass
@@ -203,7 +157,7 @@ class ProfilerContext:
         opened = None
         if mr is not None:
             sid = ctypes.c_uint64()
-            check(mr._call(clib().rmmc_statistics_adaptor_push_scope, ctypes.byref(sid)),
+            check(mr._call(lib().rmmc_statistics_adaptor_push_scope, ctypes.byref(sid)),
                   "profiler")
             opened = (mr, sid.value)
         stack = getattr(self._open, "stack", None)
@@ -217,7 +171,7 @@ class ProfilerContext:
         if opened is not None:
             mr, sid = opened
             s = _struct()
-            check(mr._call(clib().rmmc_statistics_adaptor_pop_scope, sid, ctypes.byref(s)),
+            check(mr._call(lib().rmmc_statistics_adaptor_pop_scope, sid, ctypes.byref(s)),
                   "profiler")
             self.records.add(self.name, _from_struct(s))
         return False

@@ -60,7 +60,7 @@ import sys
 import threading
 import warnings
 
-from ._lib import address, lib, library_path
+from ._lib import address, declare, lib, library_path
 from ._plugin import prepare
 from . import plugin_last_error, plugin_stats
 
@@ -306,38 +306,8 @@ def _compile(torch, src, libpath, verbose):
 
 
 def _bind(dll):
-    """The backend's entry points, typed."""
-    dll.rmmc_torch_native_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    dll.rmmc_torch_native_install.restype = ctypes.c_int
-    dll.rmmc_torch_native_torch_version.restype = ctypes.c_char_p
-    dll.rmmc_torch_native_pool_resource.argtypes = [ctypes.c_int, ctypes.c_uint64,
-                                                    ctypes.c_uint64]
-    dll.rmmc_torch_native_pool_resource.restype = ctypes.c_void_p
-    dll.rmmc_torch_native_block_resource.argtypes = [ctypes.c_void_p]
-    dll.rmmc_torch_native_block_resource.restype = ctypes.c_void_p
-    dll.rmmc_torch_native_set_pool_spec.argtypes = [ctypes.c_char_p]
-    dll.rmmc_torch_native_set_pool_spec.restype = None
-    dll.rmmc_torch_native_pool_count.argtypes = [ctypes.c_int]
-    dll.rmmc_torch_native_pool_count.restype = ctypes.c_long
-    dll.rmmc_torch_native_pools_describe.argtypes = [ctypes.c_int, ctypes.c_char_p,
-                                                     ctypes.c_size_t]
-    dll.rmmc_torch_native_pools_describe.restype = ctypes.c_long
-    dll.rmmc_torch_native_bytes_out.argtypes = [ctypes.c_int]
-    dll.rmmc_torch_native_bytes_out.restype = ctypes.c_longlong
-    dll.rmmc_torch_native_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_longlong),
-                                            ctypes.c_int]
-    dll.rmmc_torch_native_stats.restype = ctypes.c_int
-    dll.rmmc_torch_native_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    dll.rmmc_torch_native_last_error.restype = ctypes.c_size_t
-    from ._lib import MemoryHooks  # rmmc.set_memory_hooks(device=) rides on the backend's hooks
-    dll.rmmc_torch_native_set_memory_hooks.argtypes = [ctypes.c_int, ctypes.POINTER(MemoryHooks)]
-    dll.rmmc_torch_native_set_memory_hooks.restype = ctypes.c_int
-    dll.rmmc_torch_native_shareable_config.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
-                                                       ctypes.c_size_t]
-    dll.rmmc_torch_native_shareable_config.restype = ctypes.c_size_t
-    dll.rmmc_torch_native_set_configs.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-    dll.rmmc_torch_native_set_configs.restype = None
-    return dll
+    """The backend's entry points, typed (_lib.SIGNATURES["torch_native"])."""
+    return declare(dll, "torch_native")
 
 
 def _install_native(native):

@@ -4,7 +4,7 @@
 damaged handles, per-device specs. On a GPU (skipped without one, required
 by scripts/gpu-python): two interpreters sharing chunks and pages through
 a UNIX socket, data both ways, and stale handles; PyTorch tensors shared
-through scripts/torch_ipc.py when PyTorch is there."""
+through bench/workloads/torch_ipc.py when PyTorch is there."""
 import os
 import re
 import subprocess
@@ -88,7 +88,7 @@ def _gpu():
 
 @pytest.mark.skipif(not _gpu() and os.environ.get("RMMC_REQUIRE_GPU") != "1", reason="no GPU")
 def test_two_interpreters_share_chunks_and_pages():
-    code = os.path.join(ROOT, "scripts", "ipc_demo.py")
+    code = os.path.join(ROOT, "examples", "ipc_demo.py")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     r = subprocess.run([sys.executable, code, "--check"], capture_output=True, text=True,
@@ -105,7 +105,7 @@ def test_torch_tensors_shared():
         skip_unless(False, "PyTorch is not installed")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "torch_ipc.py")],
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "workloads", "torch_ipc.py")],
                        capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     # One line per case (torch_ipc.py): rmmc.ipc passes on both backends and

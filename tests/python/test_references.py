@@ -19,7 +19,6 @@ import pytest
 import rmmc
 import rmmc.mr as mr
 import rmmc.stats as stats
-from rmmc._capi import clib
 from rmmc._lib import lib
 
 
@@ -27,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("clean_registry")  # conftest.py
 
 
 def refcount(handle):
-    return clib().rmmc_resource_refcount(handle)
+    return lib().rmmc_resource_refcount(handle)
 
 
 def layer_names(obj):
@@ -173,9 +172,9 @@ def test_a_set_on_another_thread_cannot_free_what_a_get_returns(monkeypatch, whe
         assert lib().rmmc_set_device_resource(0, other.handle, None) == 0
         seen.append(list(released))
 
-    module = __import__(where, fromlist=["clib"])
+    module = __import__(where, fromlist=["lib"])
     name = "rmmc_resource_name" if where == "rmmc.mr" else "rmmc_buffer_create"
-    monkeypatch.setattr(module, "clib", lambda: Interposed(clib(), name, set_elsewhere))
+    monkeypatch.setattr(module, "lib", lambda: Interposed(lib(), name, set_elsewhere))
     obj = call()
     assert seen == [[]]  # the pool outlived the set: the get held it
     assert not released
@@ -430,7 +429,7 @@ def test_profiler_blocks_of_many_threads():
     for i in range(8):
         r = records.records["t%d" % i]
         assert r.num_calls == 1 and r.memory_total >= 4096 * (i + 1)
-    assert clib().rmmc_statistics_adaptor_get_depth(mr.get_current_device_resource().handle) == 0
+    assert lib().rmmc_statistics_adaptor_get_depth(mr.get_current_device_resource().handle) == 0
 
 
 def test_enable_statistics_from_threads_wraps_once():
@@ -468,7 +467,7 @@ def test_a_failed_reinitialize_installs_nothing():
 def test_a_reinitialize_whose_second_set_fails_puts_the_first_back(monkeypatch):
     before = mr.StatisticsResourceAdaptor(mr.HostMemoryResource())
     mr.set_per_device_resource(0, before)
-    real = clib()
+    real = lib()
 
     class FailSecondDevice:
         def __getattr__(self, name):
@@ -481,7 +480,7 @@ def test_a_reinitialize_whose_second_set_fails_puts_the_first_back(monkeypatch):
                     return -11  # RMMC_ERROR_INTERNAL
                 return fn(device, r, out)
             return set_
-    monkeypatch.setattr(mr, "clib", lambda: FailSecondDevice())
+    monkeypatch.setattr(mr, "lib", lambda: FailSecondDevice())
     with pytest.raises(rmmc.RmmcError, match="set_per_device_resource\\(1\\)"):
         rmmc.reinitialize(base="host", pool_allocator=True, devices=[0, 1])
     monkeypatch.undo()

@@ -46,8 +46,8 @@ def test_pool_over_an_upstream_object_builds_the_spec_stack():
 
 def test_layers_keep_their_upstream_alive():
     import gc
-    from rmmc._capi import clib
-    refcount = clib().rmmc_resource_refcount
+    from rmmc._lib import lib
+    refcount = lib().rmmc_resource_refcount
     pool = host_pool(initial_pool_size=1 << 20)
     stats_mr = mr.StatisticsResourceAdaptor(pool)
     before = refcount(pool.handle)

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Sleep mode through Python (Resource.pause/resume/sleep_state) on host
 stacks: no GPU needed. The PyTorch side (rmmc.torch.pause) runs on the GPU
-machine: scripts/torch_sleep.py."""
+machine: bench/workloads/torch_sleep.py."""
 import ctypes
 
 import pytest

@@ -38,7 +38,6 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invari
 import rmmc  # noqa: E402
 import rmmc.mr as mr  # noqa: E402
 from rmmc import buffer as bufmod  # noqa: E402
-from rmmc._capi import clib  # noqa: E402
 from rmmc._lib import lib  # noqa: E402
 
 SIZE_MAX = PTR_MAX = (1 << 64) - 1
@@ -871,7 +870,7 @@ class PythonLayer(RuleBasedStateMachine):
         gc.collect()
         for s in reversed(self.stacks):
             h = s.witness.handle
-            assert clib().rmmc_resource_refcount(h) == 1, "%s holds a reference too many" % s.spec
+            assert lib().rmmc_resource_refcount(h) == 1, "%s holds a reference too many" % s.spec
             s.witness.close()
         self.stacks.clear()
 

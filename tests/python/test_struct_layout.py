@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Every ctypes struct the package declares (rmmc._lib, rmmc._capi) against
+"""Every ctypes struct the package declares (rmmc._lib) against
 its C header: a small C program compiled here prints sizeof and, for each
 field, offsetof and size, and they must equal ctypes'. The constants copied
 from the headers are checked the same way. A struct added in Python
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from rmmc import _capi, _lib
+from rmmc import _lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,10 +29,10 @@ STRUCTS = {
     _lib.IpcInfo: "rmmc_ipc_info_t",
     _lib.IpcStats: "rmmc_ipc_stats_t",
     _lib.SleepState: "rmmc_pool_sleep_state_t",
-    _capi.Buffer: "rmmc_buffer_t",
-    _capi.TrackedAllocation: "rmmc_tracked_allocation_t",
-    _capi.ResourceOps: "rmmc_resource_ops_t",
-    _capi.ResourceBase: "rmmc_resource_t",
+    _lib.Buffer: "rmmc_buffer_t",
+    _lib.TrackedAllocation: "rmmc_tracked_allocation_t",
+    _lib.ResourceOps: "rmmc_resource_ops_t",
+    _lib.ResourceBase: "rmmc_resource_t",
 }
 # Python value -> C expression.
 CONSTANTS = {
@@ -85,7 +85,7 @@ def program():
 
 
 def test_every_struct_is_listed():
-    declared = {obj for mod in (_lib, _capi) for obj in vars(mod).values()
+    declared = {obj for mod in (_lib,) for obj in vars(mod).values()
                 if isinstance(obj, type) and issubclass(obj, ctypes.Structure)
                 and obj.__module__ == mod.__name__}
     assert declared == set(STRUCTS), "add the new struct to STRUCTS: %s" % (

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""scripts/torch_ipc.py's machinery without a GPU or PyTorch.
+"""bench/workloads/torch_ipc.py's machinery without a GPU or PyTorch.
 
 The first GPU run with the native backend hung: the torch.multiprocessing
 case's spawned child ran PyTorch's own allocator, which cannot read an rmmc
@@ -22,8 +22,8 @@ import time
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
-                      "torch_ipc.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                      "workloads", "torch_ipc.py")
 
 
 def _load():

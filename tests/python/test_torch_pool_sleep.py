@@ -6,7 +6,7 @@ wrapper's own work runs for real over rmmc's C pause: the pool found by
 its MemPool id, each pool pausing and resuming on its own, the backup's
 contents back, a chunk pool refused with the hint, an unknown pool, bad
 arguments and the wrong backend refused before anything changes. The GPU
-side is scripts/torch_sleep.py (scripts/gpu-check --sleep)."""
+side is bench/workloads/torch_sleep.py (scripts/gpu-check --sleep)."""
 import ctypes
 import threading
 

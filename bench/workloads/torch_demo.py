@@ -12,8 +12,8 @@ memory in use (cudaMemGetInfo, sampled every step, comparable across both),
 and writes the whole comparison as JSON to $OUT/torch_demo.json when OUT is
 set (or to --json).
 
-    python3 scripts/torch_demo.py --lib build/librmmc.so
-    python3 scripts/torch_demo.py --spec "statistics > pool(initial=8GiB) > cuda" --steps 30
+    python3 bench/workloads/torch_demo.py --lib build/librmmc.so
+    python3 bench/workloads/torch_demo.py --spec "statistics > pool(initial=8GiB) > cuda" --steps 30
 
 Peak figures: native = torch.cuda.max_memory_reserved() (and
 max_memory_allocated()); rmmc = the plug-ins' peak of bytes handed to
@@ -34,8 +34,7 @@ import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+import workload_rmmc
 
 DEFAULT_SPEC = "statistics > pool > cuda"
 RESULT_TAG = "TORCH_DEMO_RESULT "
@@ -45,9 +44,8 @@ def worker(args):
     """One training run; prints a RESULT_TAG line with the JSON summary."""
     rm = None
     if args.worker == "rmmc":
-        from rmmc_ctypes import Rmmc
         os.environ["RMMC_ALLOC_CONF"] = args.spec
-        rm = Rmmc(args.lib)
+        rm = workload_rmmc.load(args.lib)
     try:
         import torch
         import torchvision
@@ -58,7 +56,7 @@ def worker(args):
         print("error: no CUDA device visible to PyTorch", file=sys.stderr)
         return 4
     if rm is not None:
-        rm.torch_allocator()  # before the first CUDA allocation
+        workload_rmmc.use_torch()  # before the first CUDA allocation
     torch.manual_seed(args.seed)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
@@ -105,7 +103,7 @@ def worker(args):
         result["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
     else:
         status, chosen, message = rm.config_status()
-        stats = rm.plugin_stats(torch.cuda.current_device())
+        stats = rm.torch.stats(torch.cuda.current_device())
         layers = rm.stack_figures(torch.cuda.current_device())
         reserved = [v for _, figs in layers for k, v in figs.items()
                     if k in ("reserved", "peak_reserved", "reserved_peak") and not isinstance(v, str)]
@@ -205,12 +203,11 @@ def main():
         return worker(args)
 
     if args.only != "native":  # check the library and the spec before spending GPU time
-        from rmmc_ctypes import open_checked
-        rm, problem = open_checked(args.lib, args.spec)
+        rm, problem = workload_rmmc.open_checked(args.lib, args.spec)
         if problem:
             print("error: %s" % problem, file=sys.stderr)
             return 2
-        args.lib = rm.path
+        args.lib = rm.library_path()
 
     runs, errors = {}, []
     for mode in ("native", "rmmc"):

@@ -37,8 +37,8 @@ change a result; deterministic cuDNN, no cuDNN benchmark, a fixed cuBLAS
 workspace); --rtol compares the float sums instead, within that fraction of
 the sum of magnitudes.
 
-    python3 scripts/torch_server.py --lib build/librmmc.so
-    python3 scripts/torch_server.py --spec "pool > cuda" --spec "arena > cuda" --threads 16
+    python3 bench/workloads/torch_server.py --lib build/librmmc.so
+    python3 bench/workloads/torch_server.py --spec "pool > cuda" --spec "arena > cuda" --threads 16
 
 Prints a table and writes the whole comparison as JSON to
 $OUT/torch_server.json when OUT is set (or to --json).
@@ -61,8 +61,8 @@ import threading
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # when loaded from a test
+import workload_rmmc  # noqa: E402
 
 DEFAULT_SPEC = "statistics > pool > cuda"
 RESULT_TAG = "TORCH_SERVER_RESULT "
@@ -147,9 +147,8 @@ def worker(args):
     tag = "[%s]" % args.label
     rm = None
     if args.worker == "rmmc":
-        from rmmc_ctypes import Rmmc
         os.environ["RMMC_ALLOC_CONF"] = args.spec[0]
-        rm = Rmmc(args.lib)
+        rm = workload_rmmc.load(args.lib)
     try:
         import torch
         import torchvision
@@ -161,7 +160,7 @@ def worker(args):
         print("error: no CUDA device visible to PyTorch", file=sys.stderr)
         return 4
     if rm is not None:
-        rm.torch_allocator()  # before the first CUDA allocation
+        workload_rmmc.use_torch()  # before the first CUDA allocation
     # The same kernels for the same shapes in every process.
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
@@ -275,7 +274,7 @@ def worker(args):
             used_peak[0] = max(used_peak[0], mem_total - free)
             f["device_used_bytes"] = mem_total - free
         if rm is not None:
-            f["plugin_stats"] = rm.plugin_stats(device_index)
+            f["plugin_stats"] = rm.torch.stats(device_index)
             f["stack"] = [{"layer": n, "figures": {k: (v if isinstance(v, str) else int(v))
                                                     for k, v in figs.items()}}
                           for n, figs in rm.stack_figures(device_index)]
@@ -678,7 +677,7 @@ def parse_args(argv=None):
         problems.append("--spec is for rmmc runs, and --modes has none")
     if args.spec and any(not s.strip() for s in args.spec):
         problems.append("--spec must not be empty")
-    if args.lib and not os.path.exists(args.lib):  # rmmc_ctypes would look elsewhere
+    if args.lib and not os.path.exists(args.lib):  # RMMC_LIB must name a library
         problems.append("--lib %s: no such file or directory" % args.lib)
     if args.device == "cpu" and "rmmc" in args.modes and not args.worker:
         problems.append("--device cpu cannot run rmmc's plug-in (leave rmmc out of --modes)")
@@ -701,13 +700,12 @@ def main(argv=None):
         return worker(args)
 
     if "rmmc" in args.modes:  # check the library and the specs before spending GPU time
-        from rmmc_ctypes import open_checked
         for spec in args.spec:
-            rm, problem = open_checked(args.lib, spec)
+            rm, problem = workload_rmmc.open_checked(args.lib, spec)
             if problem:
                 print("error: %s" % problem, file=sys.stderr)
                 return 2
-            args.lib = rm.path
+            args.lib = rm.library_path()
 
     plan = plan_runs(args)
     runs, errors = {}, []

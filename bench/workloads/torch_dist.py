@@ -19,9 +19,9 @@ max_memory_allocated; rmmc: the stack's largest reserved_peak and the bytes
 the plug-in handed PyTorch at most); rank 0 gathers them with rmmc.dist
 (one table for all ranks) and writes JSON (--json).
 
-    torchrun --nproc-per-node 2 scripts/torch_dist.py --model ddp --allocator rmmc \\
+    torchrun --nproc-per-node 2 bench/workloads/torch_dist.py --model ddp --allocator rmmc \\
         --spec "pool > cuda" --json ddp-rmmc.json
-    python3 scripts/torch_dist.py --compare ddp-*.json fsdp-*.json   # the targets, pass/fail
+    python3 bench/workloads/torch_dist.py --compare ddp-*.json fsdp-*.json   # the targets, pass/fail
 
 Failure: --cap-rank R --cap 64MiB puts `limiting(limit=64MiB)` on top of
 rank R's stack: its allocation fails with rmmc's out-of-memory message, the
@@ -48,6 +48,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
 RESULT_TAG = "TORCH_DIST_RESULT "
 DEFAULT_SPEC = "pool > cuda"
 
@@ -135,7 +136,7 @@ def rank_main(args):
     try:
         import rmmc.dist
     except ImportError:  # a checkout without the package installed: RMMC_LIB names the library
-        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+        sys.path.insert(0, os.path.join(ROOT, "python"))
         import rmmc.dist
     spec = None
     if args.allocator == "rmmc":

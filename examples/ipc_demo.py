@@ -9,7 +9,7 @@ freed block's handle is sent and must be refused as stale. Runs for chunks
 (pool(expandable=false) > cuda) and pages (pool(expandable=true) >
 cuda(ipc=true)).
 
-    python3 scripts/ipc_demo.py [--check]     # needs a GPU; exit 0 when all is well
+    PYTHONPATH=python python3 examples/ipc_demo.py [--check]     # needs a GPU; exit 0 when all is well
 
 (--check: quiet but for one line per case.) Device memory is read and
 written with cudaMemcpy from the CUDA runtime librmmc loaded.

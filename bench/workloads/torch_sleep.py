@@ -31,7 +31,7 @@ resource (the plug-in): the same with the weights in an rmmc.Resource("pool
 Every check runs even when an earlier one failed; each prints ok/FAIL, each
 case PASS/FAIL, and --json gets every figure.
 
-  RMMC_LIB=build/librmmc.so PYTHONPATH=python python3 scripts/torch_sleep.py \\
+  RMMC_LIB=build/librmmc.so PYTHONPATH=python python3 bench/workloads/torch_sleep.py \\
       [--cases mempool,resource] [--weights 0.3] [--cache 0.35] [--json FILE]
 
 --weights and --cache are fractions of the device's total memory. Exit 0
@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 GiB = 1 << 30
 HIDDEN = 8192

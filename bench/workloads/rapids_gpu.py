@@ -24,7 +24,7 @@ PASS/FAIL lines; the figures of every part go into one JSON file.
    an rmm.DeviceBuffer made on the worker shows in its rmmc figures.
 7. rmmc's layers over RMM's own resource (rmmc.rmm.over(CudaAsyncMemoryResource)).
 
-    python3 scripts/rapids_gpu.py [--json out.json] [--only N,...] [--host]
+    python3 bench/workloads/rapids_gpu.py [--json out.json] [--only N,...] [--host]
 Exit status 0 when every part passed.
 """
 import argparse

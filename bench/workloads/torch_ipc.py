@@ -33,7 +33,7 @@ stacks on stderr, then exit) before the driver's deadline; at the deadline
 the driver prints each thread's kernel wait channel (/proc) of the case's
 processes and kills their process group.
 
-    python3 scripts/torch_ipc.py [--json FILE] [--backends native,plugin] [--timeout S]
+    python3 bench/workloads/torch_ipc.py [--json FILE] [--backends native,plugin] [--timeout S]
 
 Prints one PASS/FAIL/SKIP/INFO line per case and a summary; the JSON has
 the same with the PyTorch version. Exit 0 when every case that must work

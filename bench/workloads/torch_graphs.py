@@ -28,7 +28,7 @@ The rmmc process installs the plug-in with every hook (the graph pool
 hooks too) over --spec (default "pool > cuda") and reports the pool's
 figures (graph pools, device synchronizations).
 
-    python3 scripts/torch_graphs.py --lib build/librmmc.so [--json out.json]
+    python3 bench/workloads/torch_graphs.py --lib build/librmmc.so [--json out.json]
 
 Exit status: 0 when both ran and every comparison held, 1 otherwise, 2 for
 bad arguments.
@@ -42,21 +42,22 @@ import subprocess
 import sys
 import time
 
+import workload_rmmc
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
 TAG = "TORCH_GRAPHS_RESULT "
 
 
 def worker(args):
     rm = None
     if args.worker == "rmmc":
-        from rmmc_ctypes import Rmmc
         os.environ["RMMC_ALLOC_CONF"] = args.spec
-        rm = Rmmc(args.lib)
+        rm = workload_rmmc.load(args.lib)
     import torch
     import torchvision
     if rm is not None:
-        rm.torch_allocator()
+        workload_rmmc.use_torch()
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
@@ -212,8 +213,8 @@ def worker(args):
 
     out["max_memory_reserved"] = torch.cuda.max_memory_reserved() if rm is None else None
     if rm is not None:
-        out["rmmc_layers"] = rm.stack_figures() if hasattr(rm, "stack_figures") else None
-        out["plugin_last_error"] = rm.last_error() if hasattr(rm, "last_error") else None
+        out["rmmc_layers"] = rm.stack_figures()
+        out["plugin_last_error"] = rm.torch.last_error()
     del g2, g1
     torch.cuda.synchronize()
     print(TAG + json.dumps(out), flush=True)
@@ -238,7 +239,7 @@ def run(mode, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib", default=os.path.join(os.path.dirname(HERE), "build", "librmmc.so"))
+    ap.add_argument("--lib", default=os.path.join(ROOT, "build", "librmmc.so"))
     ap.add_argument("--spec", default="pool > cuda")
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--timeout", type=int, default=240)

@@ -20,8 +20,8 @@ stack by rmmc.dask's plugin with CuPy and PyTorch routed through it.
 
 Prints a PASS/FAIL line per check and writes JSON (--json). Exit status 0
 when every check passed.
-    python3 scripts/dask_gpu.py [--workers N] [--spec SPEC] [--json out.json]
-    python3 scripts/dask_gpu.py --host 2     # the same checks on host stacks, no GPU
+    python3 bench/workloads/dask_gpu.py [--workers N] [--spec SPEC] [--json out.json]
+    python3 bench/workloads/dask_gpu.py --host 2     # the same checks on host stacks, no GPU
 """
 import argparse
 import json
@@ -30,6 +30,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
 
 
 def gpu_identity():
@@ -101,7 +102,7 @@ def main():
     try:
         import rmmc.dask
     except ImportError:
-        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+        sys.path.insert(0, os.path.join(ROOT, "python"))
         import rmmc.dask
     import numpy as np
     import dask.array as da

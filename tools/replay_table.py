@@ -5,7 +5,7 @@ one replay.json there (removing them, so that few files come back from the
 GPU machine) and prints one row per log and stack: peak reserved / peak
 live, mean ns per call, and calls into the base during the timed epoch.
 
-    scripts/replay_table.py DIR
+    tools/replay_table.py DIR
 """
 import glob
 import json
