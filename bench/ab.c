@@ -6,7 +6,7 @@
  * Why. Timing two builds in alternating processes (scripts/gpu-compare)
  * does not resolve a few percent on the GPU machines: over 18 rounds on
  * one H100 the per-round ratio of glibc's malloc, code neither build
- * touches, ran from 0.41 to 3.9 (docs/design.md, issue 28). The machine's
+ * touches, ran from 0.41 to 3.9 (docs/design.md, "Tools"). The machine's
  * speed moves between processes and within seconds. Here both libraries
  * are loaded into one process (dlopen, RTLD_LOCAL: each keeps its own
  * globals, thread caches and symbols; librmmc binds its own calls with

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What sleep mode costs against its physical limits, measured in one run
- * (issue 29; docs/design.md, "Issue 29"):
+ * (docs/design.md, "Sleep mode"):
  *
  *   backup   pause + resume of a pool whose live blocks total S bytes
  *            (S = 1, 8, 32 GiB by default), against the pinned host copy

@@ -14,7 +14,7 @@
  * Default: `pool > sim`, 40,000 streams, windows of 200, 5 runs, 1 KiB.
  * Over host-memory stacks (sim, host) the streams are handles no CUDA call
  * sees; over device memory each request creates a CUDA stream before the
- * timed calls and destroys it after them. docs/design.md ("Streams that come and go") has the figures.
+ * timed calls and destroys it after them. docs/design.md ("Stream heaps") has the design.
  * Built by tools/meson.build; not installed.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -654,7 +654,7 @@ START_TEST(test_gpu_pool_expandable) {
     /* The host run of this sequence (tests/test_pool_expandable.c) stays
      * within 1.035x; on the GPU, frees whose kernels are still running
      * cannot be unmapped and the growth places around them: 1.27x at
-     * worst on an H100 (session 3, a known gap: docs/design.md, "Pool"). */
+     * worst on an H100 (session 3, a known gap: docs/design.md, "Open gaps"). */
     ck_assert_uint_le(field(pool, "reserved"), peak * 130 / 100 + 8 * MiB);
   }
   ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Options described once, as data (docs/design.md, "Issue 28: the pool as a
- * folder, options as data"): each layer's X-macro table of options, held
- * against the public header's options struct and its positional _INIT
+ * Options described once, as data (docs/design.md, "Stack specs"): each layer's
+ * X-macro table of options, held against the public header's options struct and its positional _INIT
  * macro (every field covered by one row, each row's default equal to the
  * macro's), against the help the parser prints, and through the generic
  * builder (rmmc__spec_fill) on real stacks. Host suite.

@@ -574,7 +574,7 @@ START_TEST(test_pool_vm_phases_repeat_without_mappings) {
    * scattered through the address space back in one piece: a few pages
    * (at most 4 here) go and come back per round, and reserved stays within
    * the steady-state band. Large and small blocks share one address space
-   * on purpose (docs/design.md, "Hysteresis"): this is its cost. */
+   * on purpose (docs/design.md, "Growth and giving back (hysteresis)"): this is its cost. */
   phase_cycle(f.pool, 0);
   vmspy_counts_t c0 = vmspy_counts(f.vm);
   uint64_t peak = field(f.pool, "peak");

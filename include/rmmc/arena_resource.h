@@ -2,7 +2,7 @@
 /*
  * The arena resource: the pool (pool_resource.h) set up for many threads
  * churning blocks of up to a few MiB at once, under RMM's name for that
- * job. Since issue 12 it is a mode of the pool, not an allocator of its
+ * job. It is a mode of the pool, not an allocator of its
  * own: rmmc_arena_resource_create makes a pool whose stream heaps serve
  * every request up to a quarter superblock, carved from spans of one
  * superblock, each heap keeping keep_superblocks wholly free spans. The

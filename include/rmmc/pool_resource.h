@@ -179,7 +179,7 @@ typedef struct rmmc_pool_options {
    * beside it and keeps all of it from other streams until the record
    * (event_interval=8: 4.1x the live bytes on a 4-stream transformer log,
    * 2.6x on an 8-stream server log, against 1.05x and 1.25x; docs/
-   * design.md, "Session 9"). */
+   * design.md, "Stream order: epochs, not an event per free"). */
   unsigned event_interval;
   /* event_bytes=: ... or when that many freed bytes wait (default 256 MiB;
    * the same cost as event_interval). */
@@ -225,7 +225,7 @@ typedef struct rmmc_pool_options {
    * checkpoint at a time (checkpoint_every below), so those frees can merge
    * and go back and the pool may not need the new high-water mark (default
    * true; false: the pool grows instead, keeping more memory reserved while
-   * the GPU runs behind: FSDP2's ranks, docs/design.md, issue 27). Counted
+   * the GPU runs behind; docs/design.md, "Growth and giving back"). Counted
    * as the figure event_syncs. Since 0.3. */
   bool sync_before_peak;
   /* checkpoint_every=: with sync_before_peak, every this-many-th event
@@ -244,9 +244,9 @@ typedef struct rmmc_pool_options {
    * give back, up to this (default 4: from 1.06x to 1.08x the peak at the
    * default slack), so a workload whose every round gives back and takes
    * memory again settles instead (FSDP2 on 4 GPUs: from 2 page moves per
-   * step to none; docs/design.md, "Session 17"). 3: the fixed band of
-   * earlier versions; 0: give back whenever past the budget. From 0 to
-   * 1000. Since 0.3. */
+   * step to none; docs/design.md, "Growth and giving back"). 3: the
+   * fixed band of earlier versions; 0: give back whenever past the budget.
+   * From 0 to 1000. Since 0.3. */
   double release_band;
 } rmmc_pool_options_t;
 
@@ -338,7 +338,7 @@ RMMC_EXPORT rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
  * `stack` may be the pool or any stack with a pool layer below (the first
  * is used); layers that cache above the pool (binning, fixed_size) pass
  * the routed calls through to it, so a graph's blocks never enter their
- * caches (issue 25). RMMC_ERROR_INVALID_ARGUMENT: no pool layer, a pool already
+ * caches. RMMC_ERROR_INVALID_ARGUMENT: no pool layer, a pool already
  * being routed to (begin), not routed (end), unknown (release);
  * RMMC_ERROR_NOT_SUPPORTED: routing by capture over host memory. Thread-
  * safe. */
@@ -374,7 +374,7 @@ RMMC_EXPORT rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64
  * reads them: after resume their contents are undefined (zeros or stale).
  * Free memory is never copied. The backup buffer is kept after resume for
  * the next pause (pinning a large buffer costs more than its copies;
- * docs/design.md, "Issue 29") until rmmc_resource_release_cached() or the
+ * docs/design.md, "Sleep mode") until rmmc_resource_release_cached() or the
  * pool's destruction. Backup needs memory behind the addresses: over sim
  * it is RMMC_ERROR_NOT_SUPPORTED (discard works).
  *

@@ -18,8 +18,8 @@
 #if defined(__GNUC__) || defined(__clang__)
 #define RMMC_COLD __attribute__((cold, noinline))
 /* The allocate/free paths: GCC groups hot functions in .text.hot, so their
- * placement no longer moves with every unrelated change (issue 28:
- * design.md). */
+ * placement no longer moves with every unrelated change (two builds
+ * compared in one process: docs/performance.md, "Comparing two builds"). */
 #define RMMC_HOT __attribute__((hot))
 #define RMMC_LIKELY(x) __builtin_expect(!!(x), 1)
 #define RMMC_UNLIKELY(x) __builtin_expect(!!(x), 0)

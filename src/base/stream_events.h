@@ -39,7 +39,7 @@
  * a record finish only N records later on its stream, or at a device
  * synchronization, so that a replay over sim meets the stale knowledge a
  * GPU run does (FSDP2's logs: lag 0 reserves 4,396 MiB, lag 4 4,494 MiB,
- * which is what the H100s measured: docs/design.md, issue 27). A tool for
+ * which is what the H100s measured: docs/design.md, "Growth and giving back"). A tool for
  * studying the pool's policy on the host; it changes nothing else.
  *
  * Graph capture. Nothing here is ever issued on a stream that is being

@@ -251,7 +251,7 @@ static rmmc_status_t grow_within_peak(pool_t *p, pool_owner_t *o, cudaStream_t s
 /* Step 4's growth. On a busy GPU most frees wait behind work the host has
  * run ahead of, so they can neither go to another stream nor go back, and
  * the pool would grow to a new high-water mark while holding them (FSDP2's
- * ranks: design.md, issue 27). So it first grows only as far as its peak
+ * ranks: docs/design.md, "Growth and giving back"). So it first grows only as far as its peak
  * reserved; when that is not enough, the host waits, one mark at a time
  * (stream_events.h: the oldest point of each pending stream not yet known
  * finished, the nearest, so the shortest wait; the caller's own frees

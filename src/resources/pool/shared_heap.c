@@ -255,7 +255,7 @@ pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, s
    * the same means the rounds need more than the band: it widens by half a
    * slack for the next, up to band_max, as glibc raises its trim threshold
    * after a free shows the last one too low (FSDP2 on 4 GPUs gave back and
-   * took again 2 pages a step at 3 x; docs/design.md, session 17). The
+   * took again 2 pages a step at 3 x; docs/design.md, "Growth and giving back"). The
    * maximum and gc_threshold have no band: past them it gives back. */
   if (goal == b && p->committed + need <= p->committed_peak) {
     if ((double)after <= (1.0 + p->band * p->slack) * (double)p->committed_peak) goal = SIZE_MAX;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Sleep mode: rmmc_pool_pause and rmmc_pool_resume (pool_resource.h has
- * the contract; docs/design.md, "Issue 29", the reasons).
+ * the contract; docs/design.md, "Sleep mode", the reasons).
  *
  * A pause leaves the pool's books exactly as they are (blocks, spans,
  * stream heaps, graph pools, mappings) and takes the memory away from

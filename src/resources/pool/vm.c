@@ -177,8 +177,7 @@ static bool holds(const pool_block_t *b, size_t need, size_t align) {
  * alone is a place that maps nothing (beside): the caller's search missed
  * it because it became usable since (its stream's work became known
  * finished through another thread's record or synchronization, which run
- * without the shared lock: docs/design.md, "A growth's place and the trim
- * that keeps it"), or because that search rounds alignment up. */
+ * without the shared lock), or because that search rounds alignment up. */
 static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, size_t align,
                      place_t *out) {
   pool_block_t *left = usable_free(p, u->prev, o) ? u->prev : NULL;
