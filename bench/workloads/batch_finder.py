@@ -147,6 +147,21 @@ def worker(args):
         return 4
     torch.manual_seed(args.seed)
     rec = {"finder": args.worker_finder, "mode": args.worker_mode, "attempts": []}
+    # Where a failed round's time goes: the finders' cleanup calls these two
+    # through their modules, so timing wrappers see every call.
+    import gc
+    spent = {"empty_cache": 0.0, "gc": 0.0}
+
+    def timed(name, fn):
+        def call(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[name] += time.perf_counter() - t
+        return call
+    torch.cuda.empty_cache = timed("empty_cache", torch.cuda.empty_cache)
+    gc.collect = timed("gc", gc.collect)
     if args.worker_finder.startswith("hf-"):
         _run_trainer(args, torch, rec)
     else:
@@ -164,6 +179,9 @@ def worker(args):
         "failed_round_s": statistics.mean(fail_s) if fail_s else 0.0,
         "step_ms": 1e3 * statistics.median(gaps) if gaps else None,
         "ms_per_sample": 1e3 * statistics.median(gaps) / rec["batch"] if gaps else None,
+        "empty_cache_s": spent["empty_cache"], "gc_s": spent["gc"],
+        "ooms": torch.cuda.memory_stats().get("num_ooms"),
+        "alloc_retries": torch.cuda.memory_stats().get("num_alloc_retries"),
         "max_reserved_mib": torch.cuda.max_memory_reserved() / 2 ** 20,
         "max_allocated_mib": torch.cuda.max_memory_allocated() / 2 ** 20,
         "torch": torch.__version__,
@@ -235,8 +253,9 @@ def main(argv=None):
                 r["round"] = rnd
                 runs.append(r)
                 print("round %d %-11s %-10s %s" % (rnd, finder, mode, r.get("error") or
-                      "batch %d, %d OOM rounds, finder %.1f s" % (r["batch"], r["oom_rounds"],
-                                                                  r["finder_s"])), flush=True)
+                      "batch %d, %d OOM rounds, finder %.1f s (empty_cache %.1f s, gc %.1f s)"
+                      % (r["batch"], r["oom_rounds"], r["finder_s"], r["empty_cache_s"],
+                         r["gc_s"])), flush=True)
                 for line in r.get("tail", []):
                     print("   | " + line)
     med = lambda xs: statistics.median(xs) if xs else None
@@ -246,19 +265,20 @@ def main(argv=None):
             rs = [r for r in runs if r["finder"] == finder and r["mode"] == mode and "error" not in r]
             table.setdefault(finder, {})[mode] = {k: med([r[k] for r in rs if r.get(k) is not None])
                                                   for k in ("batch", "oom_rounds", "finder_s",
-                                                            "failed_round_s", "ms_per_sample",
+                                                            "failed_round_s", "empty_cache_s", "ms_per_sample",
                                                             "max_reserved_mib")} if rs else None
     print("\nmedians of %d round(s); ratios against native in the same run" % args.rounds)
-    print("%-11s %-10s %6s %4s %9s %9s %10s %11s %8s" % ("finder", "mode", "batch", "ooms",
-          "finder_s", "fail_s", "ms/sample", "reserved", "batch/n"))
+    print("%-11s %-10s %6s %4s %9s %9s %8s %10s %11s %8s" % ("finder", "mode", "batch", "ooms",
+          "finder_s", "fail_s", "empty_s", "ms/sample", "reserved", "batch/n"))
     for finder, row in table.items():
         nat = row.get("native")
         for mode, t in row.items():
             if t is None:
                 print("%-11s %-10s failed" % (finder, mode))
                 continue
-            print("%-11s %-10s %6d %4d %9.1f %9.2f %10.3f %9.0f Mi %8s" % (
+            print("%-11s %-10s %6d %4d %9.1f %9.2f %8.2f %10.3f %9.0f Mi %8s" % (
                 finder, mode, t["batch"], t["oom_rounds"], t["finder_s"], t["failed_round_s"],
+                t["empty_cache_s"],
                 t["ms_per_sample"] or 0, t["max_reserved_mib"],
                 "%.3f" % (t["batch"] / nat["batch"]) if nat else "-"))
     path = args.json or (os.path.join(os.environ["OUT"], "batch_finder.json")
