@@ -89,6 +89,18 @@ def _model(name, torch):
     return tf.GPT2LMHeadModel(cfg), 512, cfg.vocab_size
 
 
+_COUNTERS = ("num_alloc_retries", "num_device_alloc", "num_device_free")
+
+
+def _step_done(torch, rec):
+    """A step's end: its time and the allocator's counters then, so the
+    steady state's retries and device calls show."""
+    a = rec["attempts"][-1]
+    a["steps"].append(time.perf_counter())
+    stats = torch.cuda.memory_stats()
+    a.setdefault("counters", []).append([stats.get(k, 0) for k in _COUNTERS])
+
+
 def _run_trainer(args, torch, rec):
     import transformers as tf
     model, seq, vocab = _model(args.worker_finder, torch)
@@ -100,7 +112,7 @@ def _run_trainer(args, torch, rec):
 
         def on_step_end(self, a, state, control, **kw):
             torch.cuda.synchronize()
-            rec["attempts"][-1]["steps"].append(time.perf_counter())
+            _step_done(torch, rec)
 
     targs = tf.TrainingArguments(
         output_dir=os.path.join(args.tmp, "trainer"), per_device_train_batch_size=args.start,
@@ -132,7 +144,7 @@ def _run_accelerate(args, torch, rec):
             opt.step()
             opt.zero_grad(set_to_none=True)
             torch.cuda.synchronize()
-            rec["attempts"][-1]["steps"].append(time.perf_counter())
+            _step_done(torch, rec)
         return batch_size
 
     rec["t0"] = time.perf_counter()
@@ -172,6 +184,10 @@ def worker(args):
     # A failed round ends where the next begins (the finder's cleanup included).
     fail_s = [b["start"] - a["start"] for a, b in zip(rec["attempts"], rec["attempts"][1:])]
     gaps = [b - a for a, b in zip(steps, steps[1:])][args.warmup:]
+    # Counter changes over the timed steps (from the end of the last untimed one).
+    cnt = done.get("counters") or []
+    steady = ({k: cnt[-1][i] - cnt[args.warmup][i] for i, k in enumerate(_COUNTERS)}
+              if len(cnt) > args.warmup + 1 else {})
     out = {
         "finder": rec["finder"], "mode": rec["mode"], "batch": rec["batch"],
         "oom_rounds": len(failed),
@@ -182,6 +198,9 @@ def worker(args):
         "empty_cache_s": spent["empty_cache"], "gc_s": spent["gc"],
         "ooms": torch.cuda.memory_stats().get("num_ooms"),
         "alloc_retries": torch.cuda.memory_stats().get("num_alloc_retries"),
+        "steady_retries": steady.get("num_alloc_retries"),
+        "steady_device_allocs": steady.get("num_device_alloc"),
+        "steady_device_frees": steady.get("num_device_free"),
         "max_reserved_mib": torch.cuda.max_memory_reserved() / 2 ** 20,
         "max_allocated_mib": torch.cuda.max_memory_allocated() / 2 ** 20,
         "torch": torch.__version__,
@@ -266,21 +285,23 @@ def main(argv=None):
             table.setdefault(finder, {})[mode] = {k: med([r[k] for r in rs if r.get(k) is not None])
                                                   for k in ("batch", "oom_rounds", "finder_s",
                                                             "failed_round_s", "empty_cache_s", "ms_per_sample",
-                                                            "max_reserved_mib")} if rs else None
+                                                            "max_reserved_mib", "steady_retries",
+                                                            "steady_device_allocs")} if rs else None
     print("\nmedians of %d round(s); ratios against native in the same run" % args.rounds)
-    print("%-11s %-10s %6s %4s %9s %9s %8s %10s %11s %8s" % ("finder", "mode", "batch", "ooms",
-          "finder_s", "fail_s", "empty_s", "ms/sample", "reserved", "batch/n"))
+    print("%-11s %-10s %6s %4s %9s %9s %8s %10s %11s %8s %13s" % ("finder", "mode", "batch", "ooms",
+          "finder_s", "fail_s", "empty_s", "ms/sample", "reserved", "batch/n", "steady rt/dev"))
     for finder, row in table.items():
         nat = row.get("native")
         for mode, t in row.items():
             if t is None:
                 print("%-11s %-10s failed" % (finder, mode))
                 continue
-            print("%-11s %-10s %6d %4d %9.1f %9.2f %8.2f %10.3f %9.0f Mi %8s" % (
+            print("%-11s %-10s %6d %4d %9.1f %9.2f %8.2f %10.3f %9.0f Mi %8s %6s/%-6s" % (
                 finder, mode, t["batch"], t["oom_rounds"], t["finder_s"], t["failed_round_s"],
                 t["empty_cache_s"],
                 t["ms_per_sample"] or 0, t["max_reserved_mib"],
-                "%.3f" % (t["batch"] / nat["batch"]) if nat else "-"))
+                "%.3f" % (t["batch"] / nat["batch"]) if nat else "-",
+                t.get("steady_retries"), t.get("steady_device_allocs")))
     path = args.json or (os.path.join(os.environ["OUT"], "batch_finder.json")
                          if os.environ.get("OUT") else None)
     if path:
