@@ -275,6 +275,8 @@ START_TEST(test_pool_vm_random_run_with_maximum_keeps_invariants) {
   run.maximum = 20 * MiB;
   r = pool_random_run(f.pool, &run);
   ck_assert_int_gt(r.ooms, 0);
+  /* Refused growths gave back what they lacked (vm.c) amid the rest. */
+  ck_assert_uint_gt(field(f.pool, "refusal_trims"), 0);
   spy_set_capacity(spy_of(f.spy), SIZE_MAX);
   fix_close(&f);
 
@@ -678,6 +680,47 @@ START_TEST(test_pool_vm_exited_thread_gives_back_its_spans) {
   ck_assert(pool_filled(big, 8 * MiB, 1) && pool_filled(small, 512 * KiB, 2));
   free_ok(f.pool, big, 8 * MiB, cudaStreamPerThread);
   free_ok(f.pool, small, 512 * KiB, NULL);
+  spy_set_capacity(spy_of(f.spy), SIZE_MAX);
+  fix_close(&f);
+}
+END_TEST
+
+START_TEST(test_pool_vm_refused_growth_gives_back_what_it_lacks) {
+  /* The upstream is full and three finished 1 MiB frees lie between live
+   * blocks: a 2 MiB request needs a growth the upstream refuses, so the
+   * pool gives back as many pages of those frees as the growth maps (2 MiB,
+   * not all 3) and maps again. No budget (release_before_grow=false): the
+   * refusal alone gives back. The live blocks keep their data. */
+  fix_t f;
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.small_max = 0;
+  o.release_before_grow = false;
+  fix_open(&f, &o);
+  enum { N = 6 };
+  void *b[N];
+  for (int i = 0; i < N; i++) b[i] = alloc_ok(f.pool, 1 * MiB, NULL);
+  spy_set_capacity(spy_of(f.spy), spy_counts(spy_of(f.spy)).outstanding_bytes);
+  uint64_t reserved = field(f.pool, "reserved");
+  for (int i = 1; i < N; i += 2) pool_fill(b[i], 1 * MiB, (unsigned)i);
+  for (int i = 0; i < N; i += 2) free_ok(f.pool, b[i], 1 * MiB, NULL);
+  uint64_t unmaps = field(f.pool, "page_unmaps"), refusals = field(f.pool, "refusal_trims");
+  void *big = alloc_ok(f.pool, 2 * MiB, NULL);
+  pool_fill(big, 2 * MiB, 9);
+  CHECK_POOL(f.pool);
+  ck_assert_uint_eq(field(f.pool, "refusal_trims") - refusals, 1);
+  ck_assert_uint_eq(field(f.pool, "page_unmaps") - unmaps, 2 * MiB / PAGE);
+  ck_assert_uint_eq(field(f.pool, "reserved"), reserved);
+  ck_assert_uint_eq(field(f.pool, "free"), 1 * MiB); /* one free block stays mapped */
+  for (int i = 1; i < N; i += 2) ck_assert(pool_filled(b[i], 1 * MiB, (unsigned)i));
+  ck_assert(pool_filled(big, 2 * MiB, 9));
+  /* Nothing left to give back for another 2 MiB: refused, nothing lost. */
+  void *no = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(f.pool, 2 * MiB, 256, NULL, &no), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(no);
+  CHECK_POOL(f.pool);
+  ck_assert(pool_filled(big, 2 * MiB, 9));
+  free_ok(f.pool, big, 2 * MiB, NULL);
+  for (int i = 1; i < N; i += 2) free_ok(f.pool, b[i], 1 * MiB, NULL);
   spy_set_capacity(spy_of(f.spy), SIZE_MAX);
   fix_close(&f);
 }
@@ -1318,6 +1361,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_vm_phases_repeat_without_mappings);
   tcase_add_test(tc, test_pool_vm_pressure_under_limiting_gives_back);
   tcase_add_test(tc, test_pool_vm_exited_thread_gives_back_its_spans);
+  tcase_add_test(tc, test_pool_vm_refused_growth_gives_back_what_it_lacks);
   tcase_add_test(tc, test_pool_vm_returned_span_serves_the_next_span);
   tcase_add_test(tc, test_pool_vm_neighbour_finished_during_the_growth_serves_it);
   tcase_add_test(tc, test_pool_vm_maximum_holds_when_trimming_moves_the_placement);

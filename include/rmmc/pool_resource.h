@@ -59,6 +59,12 @@
  * stream.
  * The pool never synchronizes the device on a normal path:
  * only as the last resort before out of memory and in release_cached.
+ * When the upstream refuses a growth (the device is full), the virtual-
+ * memory backend first gives back as much finished free memory as the
+ * growth maps, from pages that lie inside free blocks elsewhere, and maps
+ * again; the last resort does the same after its synchronization before
+ * it gives every free page back, so a step at the device's limit keeps
+ * the rest of its layout.
  * Events outlive their streams, and the pool calls CUDA only on the stream
  * of the current call, so a stream destroyed after a free is safe (a
  * destroyed stream's handle reused by a new stream counts as the same
@@ -120,7 +126,12 @@
  * release_band; see "Growth and giving back"), and one text field "stream" per stream
  * that holds a heap or free blocks in the shared heap:
  * "NAME in_use=BYTES cached=BYTES pending=BYTES heaps=N" (pending: free
- * bytes in the shared heap waiting for that stream's work).
+ * bytes in the shared heap waiting for that stream's work). The
+ * virtual-memory backend adds "backend", "page", "address_space",
+ * "mappings", "page_maps", "page_unmaps", "budget_trims" (gives-back the
+ * budget asked for before a growth) and "refusal_trims" (growths the
+ * upstream refused, mapped after giving back as much finished free memory
+ * as they lacked: below).
  *
  * Thread-safe; see "Two levels" for what is shared.
  */

@@ -182,6 +182,10 @@ typedef struct pool_backend {
    * initial growth: the block must be clean). */
   rmmc_status_t (*grow)(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                         size_t align, bool within, pool_block_t **out);
+  /* grow (not `within`) answers an upstream refusal by giving back as much
+   * finished free memory elsewhere as the growth maps, and mapping again:
+   * the last resort then tries it before giving everything back. */
+  bool gives_back_for_growth;
   /* Under the shared lock: gives back free memory no stream has pending
    * work on (asking CUDA at most once per stream) until reserved <= goal. */
   rmmc_status_t (*trim)(pool_t *p, size_t goal);
@@ -263,6 +267,8 @@ struct pool {
   /* figures (shared lock) */
   size_t reserved, reserved_peak, committed, committed_peak, span_bytes, free_bytes;
   uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
+  uint64_t budget_trims;  /* gives-back the growth budget asked for before a growth */
+  uint64_t refusal_trims; /* growths the upstream refused, mapped after giving back (vm.c) */
   uint64_t adoptions; /* streams whose covered frees another stream joined (adopt_covered) */
   rmmc_memory_hooks_t hooks; /* rmmc_resource_set_memory_hooks (shared lock; query.c) */
   uint64_t peers; /* devices given access (bit d; shared lock; query.c): every mapping's */

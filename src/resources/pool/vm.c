@@ -387,6 +387,9 @@ static bool place_kept(const kept_t *k) {
          (k->next == NULL || (k->next->prev == u && k->next->state != B_UNMAPPED));
 }
 
+static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, size_t need, size_t align,
+                                           place_t pl, pool_block_t **out);
+
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                              size_t align, bool within, pool_block_t **out) {
   place_t pl = {0};
@@ -400,6 +403,7 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
   pool_admit_t a = rmmc__pool_admit(p, o, stream, pl.m1 - pl.m0, need, within, &goal);
   if (a == POOL_ADMIT_TRIM) {
     kept_t k = kept_of(pl.u);
+    p->budget_trims++;
     (void)vm_trim_keeping(p, goal, pl.u->prev != NULL ? pl.u->prev->addr : pl.u->addr,
                           pl.u->next != NULL ? pool_bend(pl.u->next) : pool_bend(pl.u));
 #if RMMC_DEBUG_CHECKS >= 1
@@ -426,6 +430,40 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
     if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
     if (rmmc__pool_admit_max(p, pl.m1 - pl.m0) != POOL_ADMIT_YES) return RMMC_ERROR_OUT_OF_MEMORY;
   }
+  /* A refusal whose take-back the upstream refused too changed the hole
+   * (map_place keeps what stays mapped): then no second try. */
+  kept_t hole = kept_of(pl.u);
+  st = map_place(p, o, pl, out);
+  if (st == RMMC_ERROR_OUT_OF_MEMORY && !within && place_kept(&hole))
+    st = map_after_giving_back(p, o, need, align, pl, out);
+  return st;
+}
+
+/* The upstream refused to map [m0, m1) of hole u (the device is full):
+ * gives back as much finished free memory elsewhere as the growth maps,
+ * the hole and its neighbours kept, and maps again. The alternative, the
+ * last resort's synchronize-and-give-back-everything, costs a training
+ * step at the device's limit a device synchronization and unmaps every
+ * free page, to map most of them again before the step ends; this keeps
+ * the rest of the layout, so the next step finds it as this one left it.
+ * OUT_OF_MEMORY (the upstream's message) when nothing could go back or the
+ * upstream refuses again. The trim keeps the hole and its neighbours, so
+ * the hole still has a place that maps no more. */
+static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, size_t need, size_t align,
+                                           place_t pl, pool_block_t **out) {
+  size_t add = pl.m1 - pl.m0;
+  uint64_t shrinks = p->shrinks;
+  rmmc__error_state_t why;
+  rmmc__error_save(&why);
+  (void)vm_trim_keeping(p, p->reserved > add ? p->reserved - add : 0,
+                        pl.u->prev != NULL ? pl.u->prev->addr : pl.u->addr,
+                        pl.u->next != NULL ? pool_bend(pl.u->next) : pool_bend(pl.u));
+  rmmc__error_restore(&why);
+  if (p->shrinks == shrinks) return RMMC_ERROR_OUT_OF_MEMORY;
+  p->refusal_trims++;
+  if (!best_place(p, o, need, align, &pl))
+    return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no place after trimming (a bug)");
+  if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
   return map_place(p, o, pl, out);
 }
 
@@ -659,6 +697,7 @@ bool rmmc__pool_vm_check(pool_t *p, char *msg, size_t len);
 const pool_backend_t rmmc__pool_vm = {
     .name = "virtual memory",
     .grow = vm_grow,
+    .gives_back_for_growth = true,
     .trim = vm_trim,
     .fini = rmmc__pool_vm_fini,
     .describe = rmmc__pool_vm_describe,

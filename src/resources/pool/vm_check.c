@@ -25,7 +25,8 @@ void rmmc__pool_vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
   size_t segs = 0, space = 0;
   rmmc__lock(&p->lock);
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) segs += r->nsegs, space += r->size;
-  uint64_t maps = p->page_maps, unmaps = p->page_unmaps;
+  uint64_t maps = p->page_maps, unmaps = p->page_unmaps, refusals = p->refusal_trims,
+           budget = p->budget_trims;
   rmmc__unlock(&p->lock);
   rmmc__emit_text(emit, ctx, "backend", "virtual memory");
   rmmc__emit_bytes(emit, ctx, "page", p->page);
@@ -33,6 +34,8 @@ void rmmc__pool_vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "mappings", segs);
   rmmc__emit_count(emit, ctx, "page_maps", maps);
   rmmc__emit_count(emit, ctx, "page_unmaps", unmaps);
+  rmmc__emit_count(emit, ctx, "budget_trims", budget);
+  rmmc__emit_count(emit, ctx, "refusal_trims", refusals);
 }
 
 /* Does the union of r's segments cover [a0, a1) exactly (covered) or not
