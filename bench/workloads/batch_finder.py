@@ -90,6 +90,8 @@ def _model(name, torch):
 
 
 _COUNTERS = ("num_alloc_retries", "num_device_alloc", "num_device_free")
+_POOL_COUNTS = ("grows", "shrinks", "page_maps", "page_unmaps", "budget_trims", "refusal_trims",
+                "device_syncs", "stream_syncs", "event_syncs", "event_waits", "adoptions")
 
 
 def _step_done(torch, rec):
@@ -99,6 +101,11 @@ def _step_done(torch, rec):
     a["steps"].append(time.perf_counter())
     stats = torch.cuda.memory_stats()
     a.setdefault("counters", []).append([stats.get(k, 0) for k in _COUNTERS])
+    if rec["mode"] == "rmmc":  # the pool's own counts: what each step's growth cost
+        import rmmc
+        layers = rmmc.stack_figures()
+        pool = next((f for name, f in layers if name in ("pool", "arena")), {})
+        a.setdefault("pool", []).append({k: pool.get(k) for k in _POOL_COUNTS if k in pool})
 
 
 def _run_trainer(args, torch, rec):
@@ -188,6 +195,9 @@ def worker(args):
     cnt = done.get("counters") or []
     steady = ({k: cnt[-1][i] - cnt[args.warmup][i] for i, k in enumerate(_COUNTERS)}
               if len(cnt) > args.warmup + 1 else {})
+    pc = done.get("pool") or []
+    pool_steady = ({k: pc[-1][k] - pc[args.warmup].get(k, 0) for k in pc[-1]}
+                   if len(pc) > args.warmup + 1 else None)
     out = {
         "finder": rec["finder"], "mode": rec["mode"], "batch": rec["batch"],
         "oom_rounds": len(failed),
@@ -199,6 +209,7 @@ def worker(args):
         "ooms": torch.cuda.memory_stats().get("num_ooms"),
         "alloc_retries": torch.cuda.memory_stats().get("num_alloc_retries"),
         "steady_retries": steady.get("num_alloc_retries"),
+        "steady_pool": pool_steady,
         "steady_device_allocs": steady.get("num_device_alloc"),
         "steady_device_frees": steady.get("num_device_free"),
         "max_reserved_mib": torch.cuda.max_memory_reserved() / 2 ** 20,
