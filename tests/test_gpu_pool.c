@@ -802,46 +802,51 @@ START_TEST(test_gpu_sync_before_peak_waits_for_a_mark_not_the_stream) {
 }
 END_TEST
 
-/* At the upstream's limit with the frees behind a spinning kernel: the
- * growth the upstream refuses finds nothing finished to give back, so the
- * last resort synchronizes and then gives back only what the growth lacks
- * (2 of the 3 free pages, not all) and maps it; live blocks keep their data
- * and the kernel's writes land. */
-START_TEST(test_gpu_last_resort_gives_back_only_what_the_growth_lacks) {
-  rmmc_resource_t *r = stack("pool(small_max=0, release_before_grow=false, sync_before_peak=false, "
-                             "page=2MiB) > limiting(limit=12MiB) > cuda");
-  cudaStream_t s1;
+/* At the upstream's limit with finished frees between live blocks: the
+ * growth the upstream refuses gives back only what it lacks (2 of the 3
+ * free pages) and maps again, with no device synchronization (the last
+ * resort's); live blocks keep their data, the new block takes writes. */
+START_TEST(test_gpu_refused_growth_gives_back_only_what_it_lacks) {
+  /* A second stream's block makes the pool record an event per free
+   * (event_interval=1), so the synchronization below finishes them. */
+  rmmc_resource_t *r = stack("pool(small_max=0, release_before_grow=false, page=2MiB, "
+                             "event_interval=1) > limiting(limit=14MiB) > cuda");
+  cudaStream_t s1, s2;
   CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-  void *b[6], *q = NULL;
+  CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  void *b[6], *c, *q = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, s2, &c), RMMC_SUCCESS);
   for (int i = 0; i < 6; i++)
     ck_assert_int_eq(rmmc_resource_allocate(r, 2 * MiB, 256, s1, &b[i]), RMMC_SUCCESS);
-  ck_assert_uint_eq(field(r, "reserved"), 12 * MiB);
+  ck_assert_uint_eq(field(r, "reserved"), 14 * MiB);
   for (int i = 1; i < 6; i += 2) CUDA_OK(cudaMemsetAsync(b[i], B_VALUE, 2 * MiB, s1));
-  void *g = b[1];
-  CUDA_OK(gpu_slow_fill(g, 1 * MiB, A_VALUE, 2 * SLOW_NS, s1));
+  CUDA_OK(gpu_slow_fill(b[1], 1 * MiB, A_VALUE, SLOW_NS, s1));
   for (int i = 0; i < 6; i += 2)
     ck_assert_int_eq(rmmc_resource_deallocate(r, b[i], 2 * MiB, 256, s1), RMMC_SUCCESS);
+  CUDA_OK(cudaStreamSynchronize(s1)); /* the frees' work is done */
   uint64_t unmaps = field(r, "page_unmaps"), refusals = field(r, "refusal_trims"),
            syncs = field(r, "device_syncs");
   rmmc_status_t st = rmmc_resource_allocate(r, 4 * MiB, 256, s1, &q);
   ck_assert_msg(st == RMMC_SUCCESS, "%s", rmmc_last_error_message());
-  ck_assert_uint_eq(field(r, "device_syncs") - syncs, 1);
+  ck_assert_uint_eq(field(r, "device_syncs") - syncs, 0);
   ck_assert_uint_eq(field(r, "refusal_trims") - refusals, 1);
   ck_assert_uint_eq(field(r, "page_unmaps") - unmaps, 2);
-  ck_assert_uint_eq(field(r, "reserved"), 12 * MiB);
+  ck_assert_uint_eq(field(r, "reserved"), 14 * MiB);
   ck_assert_uint_eq(field(r, "free"), 2 * MiB);
   CUDA_OK(cudaMemsetAsync(q, A_VALUE, 4 * MiB, s1));
   expect_all(q, 4 * MiB, A_VALUE, "the block mapped after giving back");
-  expect_all(g, 1 * MiB, A_VALUE, "the part the kernel wrote");
-  expect_all((char *)g + 1 * MiB, 1 * MiB, B_VALUE, "the rest of that block");
+  expect_all(b[1], 1 * MiB, A_VALUE, "the part the kernel wrote");
+  expect_all((char *)b[1] + 1 * MiB, 1 * MiB, B_VALUE, "the rest of that block");
   expect_all(b[3], 2 * MiB, B_VALUE, "b[3], live throughout");
   expect_all(b[5], 2 * MiB, B_VALUE, "b[5], live throughout");
   ck_assert_int_eq(rmmc_pool_resource_check(r), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_deallocate(r, q, 4 * MiB, 256, s1), RMMC_SUCCESS);
   for (int i = 1; i < 6; i += 2)
     ck_assert_int_eq(rmmc_resource_deallocate(r, b[i], 2 * MiB, 256, s1), RMMC_SUCCESS);
-  CUDA_OK(cudaStreamSynchronize(s1));
+  ck_assert_int_eq(rmmc_resource_deallocate(r, c, 2 * MiB, 256, s2), RMMC_SUCCESS);
+  CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaStreamDestroy(s1));
+  CUDA_OK(cudaStreamDestroy(s2));
   rmmc_resource_release(r);
 }
 END_TEST
@@ -866,7 +871,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_pool_expandable);
   tcase_add_test(tc, test_gpu_sync_before_peak_gives_unfinished_frees_back);
   tcase_add_test(tc, test_gpu_sync_before_peak_waits_for_a_mark_not_the_stream);
-  tcase_add_test(tc, test_gpu_last_resort_gives_back_only_what_the_growth_lacks);
+  tcase_add_test(tc, test_gpu_refused_growth_gives_back_only_what_it_lacks);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, true);
 }

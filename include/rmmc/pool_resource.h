@@ -62,9 +62,8 @@
  * When the upstream refuses a growth (the device is full), the virtual-
  * memory backend first gives back as much finished free memory as the
  * growth maps, from pages that lie inside free blocks elsewhere, and maps
- * again; the last resort does the same after its synchronization before
- * it gives every free page back, so a step at the device's limit keeps
- * the rest of its layout.
+ * again, before the last resort synchronizes and gives every free page
+ * back.
  * Events outlive their streams, and the pool calls CUDA only on the stream
  * of the current call, so a stream destroyed after a free is safe (a
  * destroyed stream's handle reused by a new stream counts as the same

@@ -302,19 +302,6 @@ static rmmc_status_t last_resort(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
   consolidate(p, false);
   pool_block_t *b = find_usable(p, o, need, align);
   rmmc_status_t st = RMMC_SUCCESS;
-  /* Every free is finished now: a backend that can give back just what a
-   * growth lacks does that first, so a step at the device's limit keeps
-   * the rest of its layout (giving everything back unmapped about 600
-   * pages a step of GPT-2's training at the largest batch that fits, to
-   * map most of them again before the step ended). */
-  if (b == NULL && p->be->gives_back_for_growth) {
-    st = p->be->grow(p, o, stream, need, align, false, &b);
-    if (st == RMMC_SUCCESS) {
-      p->last_resort = false;
-      return slow_grown(b, p, out);
-    }
-    b = NULL;
-  }
   if (b == NULL) {
     (void)p->be->trim(p, 0);
     (void)rmmc_resource_release_cached(p->base.upstream);

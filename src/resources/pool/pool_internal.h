@@ -182,10 +182,6 @@ typedef struct pool_backend {
    * initial growth: the block must be clean). */
   rmmc_status_t (*grow)(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                         size_t align, bool within, pool_block_t **out);
-  /* grow (not `within`) answers an upstream refusal by giving back as much
-   * finished free memory elsewhere as the growth maps, and mapping again:
-   * the last resort then tries it before giving everything back. */
-  bool gives_back_for_growth;
   /* Under the shared lock: gives back free memory no stream has pending
    * work on (asking CUDA at most once per stream) until reserved <= goal. */
   rmmc_status_t (*trim)(pool_t *p, size_t goal);

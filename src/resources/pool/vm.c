@@ -387,8 +387,9 @@ static bool place_kept(const kept_t *k) {
          (k->next == NULL || (k->next->prev == u && k->next->state != B_UNMAPPED));
 }
 
-static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, size_t need, size_t align,
-                                           place_t pl, pool_block_t **out);
+static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+                                           size_t need, size_t align, place_t pl,
+                                           pool_block_t **out);
 
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                              size_t align, bool within, pool_block_t **out) {
@@ -435,23 +436,26 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
   kept_t hole = kept_of(pl.u);
   st = map_place(p, o, pl, out);
   if (st == RMMC_ERROR_OUT_OF_MEMORY && !within && place_kept(&hole))
-    st = map_after_giving_back(p, o, need, align, pl, out);
+    st = map_after_giving_back(p, o, stream, need, align, pl, out);
   return st;
 }
 
 /* The upstream refused to map [m0, m1) of hole u (the device is full):
  * gives back as much finished free memory elsewhere as the growth maps,
- * the hole and its neighbours kept, and maps again. The alternative, the
- * last resort's synchronize-and-give-back-everything, costs a training
- * step at the device's limit a device synchronization and unmaps every
- * free page, to map most of them again before the step ends; this keeps
- * the rest of the layout, so the next step finds it as this one left it.
+ * the hole and its neighbours kept, and maps again, where the request
+ * would otherwise go on to the last resort's device synchronization and
+ * give every free page back (over sim at the capacity of GPT-2's largest
+ * batch, its finder's log took 1 synchronization instead of 3).
  * OUT_OF_MEMORY (the upstream's message) when nothing could go back or the
  * upstream refuses again. The trim keeps the hole and its neighbours, so
  * the hole still has a place that maps no more. */
-static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, size_t need, size_t align,
-                                           place_t pl, pool_block_t **out) {
+static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+                                           size_t need, size_t align, place_t pl,
+                                           pool_block_t **out) {
   size_t add = pl.m1 - pl.m0;
+  /* o's own frees under an event first, so those whose work is done count
+   * as finished (as the budget's trim covers them: rmmc__pool_admit). */
+  if (o != NULL && o->uncovered > 0) rmmc__pool_cover(p, o, stream);
   uint64_t shrinks = p->shrinks;
   rmmc__error_state_t why;
   rmmc__error_save(&why);
@@ -697,7 +701,6 @@ bool rmmc__pool_vm_check(pool_t *p, char *msg, size_t len);
 const pool_backend_t rmmc__pool_vm = {
     .name = "virtual memory",
     .grow = vm_grow,
-    .gives_back_for_growth = true,
     .trim = vm_trim,
     .fini = rmmc__pool_vm_fini,
     .describe = rmmc__pool_vm_describe,
