@@ -14,10 +14,6 @@
 
 #include "rmmc/aligned_adaptor.h"
 
-#define RMMC__ALIGNED_OPTIONS(X)                                                                   \
-  X(alignment, "alignment", BYTES, SIZE, 4096, "4096", 0, 0, "",                                   \
-    "power of two given to large allocations")                                                     \
-  X(threshold, "threshold", BYTES, SIZE, (size_t)1 << 20, "1MiB", 0, 0, "",                        \
-    "allocations of at least this size are aligned")
+#define RMMC__ALIGNED_OPTIONS(X) RMMC_ALIGNED_OPTIONS(X)
 
 #endif /* RMMC_ALIGNED_OPTIONS_H */

@@ -16,10 +16,6 @@
 
 #include "rmmc/logging_adaptor.h"
 
-#define RMMC__LOGGING_OPTIONS(X)                                                                   \
-  X(flush_each, "flush", BOOL, BOOL, false, "false: at flush and destroy", 0, 0, "",               \
-    "write every line out at once")                                                                \
-  X(time, "time", STRING, NONE, RMMC_LOGGING_TIME_CLOCK, "clock", 0, 0, "",                        \
-    "clock (RMM's HH:MM:SS.us) or us (microseconds since epoch)")
+#define RMMC__LOGGING_OPTIONS(X) RMMC_LOGGING_OPTIONS(X)
 
 #endif /* RMMC_LOGGING_OPTIONS_H */

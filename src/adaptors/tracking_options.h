@@ -17,10 +17,6 @@
 /* The most frames kept per allocation (the header says 1..256). */
 #define RMMC__TRACKING_MAX_DEPTH 256
 
-#define RMMC__TRACKING_OPTIONS(X)                                                                  \
-  X(backtrace, "backtrace", BOOL, BOOL, false, "false", 0, 0, "",                                  \
-    "capture each allocation's call stack")                                                        \
-  X(backtrace_depth, "depth", INT, INT, 16, "16", 1, RMMC__TRACKING_MAX_DEPTH, "frames",           \
-    "most frames kept per allocation")
+#define RMMC__TRACKING_OPTIONS(X) RMMC_TRACKING_OPTIONS(X)
 
 #endif /* RMMC_TRACKING_OPTIONS_H */

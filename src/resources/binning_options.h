@@ -16,14 +16,6 @@
 
 #include "rmmc/binning_resource.h"
 
-#define RMMC__BINNING_OPTIONS(X)                                                                   \
-  X(min_bin, "min", BYTES, SIZE, 256, "256B", 0, 0, "",                                            \
-    "smallest power-of-two bin")                                                                   \
-  X(max_bin, "max", BYTES, SIZE, (size_t)4 << 20, "4MiB", 0, 0, "",                                \
-    "largest power-of-two bin")                                                                    \
-  X(bins, "bins", STRING, NONE, NULL, "powers of two from min to max", 0, 0, "",                   \
-    "explicit bin sizes, ascending: bins=256B:4KiB:64KiB")                                         \
-  X(chunk_size, "chunk", BYTES, SIZE, (size_t)2 << 20, "2MiB", 0, 0, "",                           \
-    "upstream bytes per bin chunk (at most 2^20 blocks of a bin)")
+#define RMMC__BINNING_OPTIONS(X) RMMC_BINNING_OPTIONS(X)
 
 #endif /* RMMC_BINNING_OPTIONS_H */

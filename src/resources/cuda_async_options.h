@@ -16,10 +16,6 @@
 
 #include "rmmc/cuda_async_resource.h"
 
-#define RMMC__CUDA_ASYNC_OPTIONS(X)                                                                \
-  X(initial_pool_size, "initial", BYTES_PCT, SIZE, 0, "0", 0, 0, "",                               \
-    "bytes reserved at creation")                                                                  \
-  X(release_threshold, "release_threshold", BYTES_PCT, SIZE, SIZE_MAX, "all", 0, 0, "",            \
-    "bytes kept cached at synchronization")
+#define RMMC__CUDA_ASYNC_OPTIONS(X) RMMC_CUDA_ASYNC_OPTIONS(X)
 
 #endif /* RMMC_CUDA_ASYNC_OPTIONS_H */

@@ -14,8 +14,6 @@
 
 #include "rmmc/cuda_resource.h"
 
-#define RMMC__CUDA_OPTIONS(X)                                                                      \
-  X(ipc, "ipc", BOOL, BOOL, false, "false", 0, 0, "",                                              \
-    "virtual-memory pages shareable with other processes (POSIX file descriptors)")
+#define RMMC__CUDA_OPTIONS(X) RMMC_CUDA_OPTIONS(X)
 
 #endif /* RMMC_CUDA_OPTIONS_H */

@@ -14,11 +14,6 @@
 
 #include "rmmc/fixed_size_resource.h"
 
-#define RMMC__FIXED_SIZE_OPTIONS(X)                                                                \
-  X(block_size, "block", BYTES, SIZE, (size_t)1 << 20, "1MiB", 0, 0, "",                           \
-    "bytes per block")                                                                             \
-  X(blocks_per_chunk, "blocks_per_chunk", INT, SIZE, 128, "128", 1,                              \
-    (long long)RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK, "blocks",                                     \
-    "blocks taken from the upstream at a time (a 32-byte host descriptor each)")
+#define RMMC__FIXED_SIZE_OPTIONS(X) RMMC_FIXED_SIZE_OPTIONS(X)
 
 #endif /* RMMC_FIXED_SIZE_OPTIONS_H */

@@ -14,8 +14,6 @@
 
 #include "rmmc/managed_resource.h"
 
-#define RMMC__MANAGED_OPTIONS(X)                                                                   \
-  X(prefetch, "prefetch", BOOL, BOOL, false, "false", 0, 0, "",                                    \
-    "prefetch each allocation to the device")
+#define RMMC__MANAGED_OPTIONS(X) RMMC_MANAGED_OPTIONS(X)
 
 #endif /* RMMC_MANAGED_OPTIONS_H */

@@ -14,10 +14,6 @@
 
 #include "rmmc/sim_resource.h"
 
-#define RMMC__SIM_OPTIONS(X)                                                                       \
-  X(capacity, "capacity", BYTES, SIZE, 0, "no limit", 0, 0, "",                                    \
-    "bytes the simulated device holds")                                                            \
-  X(alignment, "alignment", BYTES, SIZE, RMMC_DEFAULT_ALIGNMENT, "256", 0, 0, "",                  \
-    "granularity sizes are rounded to")
+#define RMMC__SIM_OPTIONS(X) RMMC_SIM_OPTIONS(X)
 
 #endif /* RMMC_SIM_OPTIONS_H */
