@@ -243,6 +243,29 @@ START_TEST(test_options_pool_builder_checks_ranges_from_the_table) {
 }
 END_TEST
 
+START_TEST(test_options_pool_create_checks_ranges_from_the_table) {
+  /* A C caller's options meet the same ranges as a spec's, in the create. */
+  rmmc_resource_t *host = NULL, *r = (rmmc_resource_t *)1;
+  ck_assert_int_eq(rmmc_stack_create("host", -1, &host), RMMC_SUCCESS);
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.stream_heaps = 2000;
+  ck_assert_int_eq(rmmc_pool_resource_create(host, &o, &r), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(r);
+  ck_assert_str_eq(rmmc_last_error_message(),
+                   "pool_resource_create: stream_heaps=2000 is out of range (0 to 1024)");
+  o = (rmmc_pool_options_t)RMMC_POOL_OPTIONS_INIT;
+  o.event_interval = 0;
+  ck_assert_int_eq(rmmc_pool_resource_create(host, &o, &r), RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_str_eq(rmmc_last_error_message(),
+                   "pool_resource_create: event_interval=0 is out of range (1 to 4294967295)");
+  o = (rmmc_pool_options_t)RMMC_POOL_OPTIONS_INIT;
+  o.stream_heaps = 1024;
+  ck_assert_int_eq(rmmc_pool_resource_create(host, &o, &r), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+  rmmc_resource_release(host);
+}
+END_TEST
+
 START_TEST(test_options_pool_builder_fills_every_kind) {
   /* Sizes, a percentage, a bool into an int, an unsigned: each lands in
    * its field (the figures that report them). */
@@ -284,6 +307,7 @@ int main(void) {
   tcase_add_test(tc, test_options_cuda_async_table_matches_the_header);
   tcase_add_test(tc, test_options_more_builders_fill_from_their_tables);
   tcase_add_test(tc, test_options_pool_builder_checks_ranges_from_the_table);
+  tcase_add_test(tc, test_options_pool_create_checks_ranges_from_the_table);
   tcase_add_test(tc, test_options_pool_builder_fills_every_kind);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
