@@ -2,7 +2,7 @@
 /*
  * The tracking adaptor's options, once, as data (internal): one row per option of
  * rmmc_tracking_options_t (its public header is the manual of each), with the columns
- * of src/resources/pool/options.h. The spec table and builder beside the
+ * of include/rmmc/options.h (the table itself is the public header's). The spec table and builder beside the
  * tracking adaptor's code, the help and tests/test_options_tables.c (against
  * RMMC_TRACKING_OPTIONS_INIT) are made from it.
  */
