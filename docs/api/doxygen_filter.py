@@ -91,6 +91,38 @@ def convert(src):
     return "\n".join(out)
 
 
+def option_members(src):
+    """Options structs are made from an X-macro table (rmmc/options.h):
+    `RMMC_<NAME>_OPTIONS(RMMC_OPTION_FIELD)` inside the struct. Each such
+    line becomes the table's members, each with the comment written above
+    its row, all on that one line so the line numbers stay the header's."""
+    tables = {}
+    for m in re.finditer(r"#define (RMMC_\w+_OPTIONS)\(X\)((?:.*\\\n)*.*)", src):
+        body = m.group(2).replace("\\\n", "\n")
+        members, doc = [], ""
+        for part in re.finditer(r"/\*(.*?)\*/|X\(([^,]+),\s*(\w+),", body, re.S):
+            if part.group(1) is not None:
+                doc = " ".join(l.strip().lstrip("*").strip() for l in part.group(1).split("\n"))
+                doc = " ".join(doc.split())
+            else:
+                text = "/** %s */ " % escape(doc) if doc else ""
+                members.append("%s%s %s;" % (text, part.group(2).strip(), part.group(3)))
+                doc = ""
+        tables[m.group(1)] = " ".join(members)
+    # The rows' comments move to the members; in the table itself they would
+    # be read as documentation that ends the #define early: blank them,
+    # keeping each line and its continuation.
+    def blank(m):
+        return re.sub(r"/\*.*?\*/", lambda c: re.sub(r"[^\n\\]", " ", c.group(0)), m.group(0),
+                      flags=re.S)
+    src = re.sub(r"#define RMMC_\w+_OPTIONS\(X\)(?:.*\\\n)*.*", blank, src)
+
+    def expand(m):
+        return m.group(1) + tables[m.group(2)] if m.group(2) in tables else m.group(0)
+
+    return re.sub(r"^(\s*)(RMMC_\w+_OPTIONS)\(RMMC_OPTION_FIELD\)\s*$", expand, src, flags=re.M)
+
+
 if __name__ == "__main__":
     with open(sys.argv[1], encoding="utf-8") as f:
-        sys.stdout.write(convert(f.read()))
+        sys.stdout.write(convert(option_members(f.read())))

@@ -27,20 +27,31 @@
 
 #include <stddef.h>
 
+#include "rmmc/options.h"
 #include "rmmc/resource.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The aligned options, once, in struct order: each row gives the field's
+ * C type, name, default (the _INIT value), range for the create (min, max;
+ * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
+#define RMMC_ALIGNED_OPTIONS(X)                                                                    \
+  /* power of two; below 256 means 256 (default 4096) */                                           \
+  X(size_t, alignment, 4096, 0, 0, "alignment", BYTES, SIZE, "4096", "",                           \
+    "power of two given to large allocations")                                                     \
+  /* allocations of at least this many bytes get it (default 1 MiB; 0: every allocation) */        \
+  X(size_t, threshold, (size_t)1 << 20, 0, 0, "threshold", BYTES, SIZE, "1MiB", "",                \
+    "allocations of at least this size are aligned")
+
 typedef struct rmmc_aligned_options {
-  size_t size;      /* sizeof(rmmc_aligned_options_t): set by the INIT macro */
-  size_t alignment; /* power of two; below 256 means 256 (default 4096) */
-  size_t threshold; /* allocations of at least this many bytes get it
-                       (default 1 MiB; 0: every allocation) */
+  size_t size; /* sizeof(rmmc_aligned_options_t): set by the INIT macro */
+  RMMC_ALIGNED_OPTIONS(RMMC_OPTION_FIELD)
 } rmmc_aligned_options_t;
 
-#define RMMC_ALIGNED_OPTIONS_INIT {sizeof(rmmc_aligned_options_t), 4096, (size_t)1 << 20}
+#define RMMC_ALIGNED_OPTIONS_INIT \
+  {sizeof(rmmc_aligned_options_t) RMMC_ALIGNED_OPTIONS(RMMC_OPTION_DEFAULT)}
 
 /* Creates an aligned adaptor over `upstream` (retained); NULL options mean
  * defaults. Stores one reference in *out. RMMC_ERROR_INVALID_ARGUMENT for a

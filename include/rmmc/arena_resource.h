@@ -39,25 +39,39 @@
 #ifndef RMMC_ARENA_RESOURCE_H
 #define RMMC_ARENA_RESOURCE_H
 
+#include "rmmc/options.h"
 #include "rmmc/resource.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The arena options, once, in struct order: each row gives the field's
+ * C type, name, default (the _INIT value), range for the create (min, max;
+ * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
+#define RMMC_ARENA_OPTIONS(X)                                                                      \
+  /* span of a stream heap, power of two, 64 KiB to 1 GiB (default 16 MiB) */                      \
+  X(size_t, superblock_size, (size_t)16 << 20, 0, 0, "superblock", BYTES, SIZE, "16MiB", "",       \
+    "span of a stream heap, a power of two; requests up to a quarter of it stay in the heaps")     \
+  /* fewest bytes one growth takes from the upstream (default 0: the pool's own) */                \
+  X(size_t, chunk_size, 0, 0, 0, "chunk", BYTES, SIZE, "the pool's", "",                           \
+    "fewest bytes one growth takes from the upstream")                                             \
+  /* most taken from the upstream (default 0: no limit) */                                         \
+  X(size_t, max_size, 0, 0, 0, "max", BYTES_PCT, SIZE, "no limit", "",                             \
+    "most taken from the upstream")                                                                \
+  /* wholly free spans a stream heap keeps (default 1) */                                          \
+  X(size_t, keep_superblocks, 1, 0, INT64_MAX, "keep", INT, SIZE, "1", "superblocks",              \
+    "wholly free superblocks a stream heap keeps")                                                 \
+  /* no longer used (see above) */                                                                 \
+  X(size_t, large_cache_size, 0, 0, 0, NULL, NOSPEC, NONE, NULL, NULL, NULL)
+
 typedef struct rmmc_arena_options {
-  size_t size;             /* sizeof(rmmc_arena_options_t) */
-  size_t superblock_size;  /* span of a stream heap, power of two, 64 KiB to
-                              1 GiB (default 16 MiB) */
-  size_t chunk_size;       /* fewest bytes one growth takes from the upstream
-                              (default 0: the pool's own) */
-  size_t max_size;         /* most taken from the upstream (default 0: no limit) */
-  size_t keep_superblocks; /* wholly free spans a stream heap keeps (default 1) */
-  size_t large_cache_size; /* no longer used (see above) */
+  size_t size; /* sizeof(rmmc_arena_options_t) */
+  RMMC_ARENA_OPTIONS(RMMC_OPTION_FIELD)
 } rmmc_arena_options_t;
 
-#define RMMC_ARENA_OPTIONS_INIT                                                \
-  {sizeof(rmmc_arena_options_t), (size_t)16 << 20, 0, 0, 1, 0}
+#define RMMC_ARENA_OPTIONS_INIT \
+  {sizeof(rmmc_arena_options_t) RMMC_ARENA_OPTIONS(RMMC_OPTION_DEFAULT)}
 
 /* Creates an arena (a pool, above) over `upstream` (retained); NULL options
  * mean defaults. Takes nothing from the upstream until the first allocate.

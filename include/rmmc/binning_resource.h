@@ -48,6 +48,7 @@
 #ifndef RMMC_BINNING_RESOURCE_H
 #define RMMC_BINNING_RESOURCE_H
 
+#include "rmmc/options.h"
 #include "rmmc/resource.h"
 
 #ifdef __cplusplus
@@ -57,17 +58,31 @@ extern "C" {
 /* The most bins one binning resource has. */
 #define RMMC_BINNING_MAX_BINS 64
 
+/* The binning options, once, in struct order: each row gives the field's
+ * C type, name, default (the _INIT value), range for the create (min, max;
+ * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
+#define RMMC_BINNING_OPTIONS(X)                                                                    \
+  /* smallest power-of-two bin (default 256) */                                                    \
+  X(size_t, min_bin, 256, 0, 0, "min", BYTES, SIZE, "256B", "", "smallest power-of-two bin")       \
+  /* largest power-of-two bin (default 4 MiB) */                                                   \
+  X(size_t, max_bin, (size_t)4 << 20, 0, 0, "max", BYTES, SIZE, "4MiB", "",                        \
+    "largest power-of-two bin")                                                                    \
+  /* explicit ascending bin sizes (borrowed), or NULL */                                           \
+  X(const size_t *, bins, NULL, 0, 0, "bins", STRING, NONE, "powers of two from min to max", "",   \
+    "explicit bin sizes, ascending: bins=256B:4KiB:64KiB")                                         \
+  /* entries in bins */                                                                            \
+  X(size_t, nbins, 0, 0, 0, NULL, NOSPEC, NONE, NULL, NULL, NULL)                                  \
+  /* upstream bytes per bin chunk (default 2 MiB) */                                               \
+  X(size_t, chunk_size, (size_t)2 << 20, 0, 0, "chunk", BYTES, SIZE, "2MiB", "",                   \
+    "upstream bytes per bin chunk (at most 2^20 blocks of a bin)")
+
 typedef struct rmmc_binning_options {
-  size_t size;         /* sizeof(rmmc_binning_options_t) */
-  size_t min_bin;      /* smallest power-of-two bin (default 256) */
-  size_t max_bin;      /* largest power-of-two bin (default 4 MiB) */
-  const size_t *bins;  /* explicit ascending bin sizes (borrowed), or NULL */
-  size_t nbins;        /* entries in bins */
-  size_t chunk_size;   /* upstream bytes per bin chunk (default 2 MiB) */
+  size_t size; /* sizeof(rmmc_binning_options_t) */
+  RMMC_BINNING_OPTIONS(RMMC_OPTION_FIELD)
 } rmmc_binning_options_t;
 
-#define RMMC_BINNING_OPTIONS_INIT                                              \
-  {sizeof(rmmc_binning_options_t), 256, (size_t)4 << 20, NULL, 0, (size_t)2 << 20}
+#define RMMC_BINNING_OPTIONS_INIT \
+  {sizeof(rmmc_binning_options_t) RMMC_BINNING_OPTIONS(RMMC_OPTION_DEFAULT)}
 
 /* Creates a binning resource over `upstream` (retained by the binning and
  * by each bin); NULL options mean defaults. Takes nothing from the

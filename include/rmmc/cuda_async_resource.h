@@ -14,19 +14,31 @@
 #ifndef RMMC_CUDA_ASYNC_RESOURCE_H
 #define RMMC_CUDA_ASYNC_RESOURCE_H
 
+#include "rmmc/options.h"
 #include "rmmc/resource.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The cuda async options, once, in struct order: each row gives the field's
+ * C type, name, default (the _INIT value), range for the create (min, max;
+ * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
+#define RMMC_CUDA_ASYNC_OPTIONS(X)                                                                 \
+  /* bytes reserved at creation (default 0) */                                                     \
+  X(size_t, initial_pool_size, 0, 0, 0, "initial", BYTES_PCT, SIZE, "0", "",                       \
+    "bytes reserved at creation")                                                                  \
+  /* bytes kept cached (default SIZE_MAX: keep all) */                                             \
+  X(size_t, release_threshold, SIZE_MAX, 0, 0, "release_threshold", BYTES_PCT, SIZE, "all", "",    \
+    "bytes kept cached at synchronization")
+
 typedef struct rmmc_cuda_async_options {
-  size_t size;              /* sizeof(rmmc_cuda_async_options_t) */
-  size_t initial_pool_size; /* bytes reserved at creation (default 0) */
-  size_t release_threshold; /* bytes kept cached (default SIZE_MAX: keep all) */
+  size_t size; /* sizeof(rmmc_cuda_async_options_t) */
+  RMMC_CUDA_ASYNC_OPTIONS(RMMC_OPTION_FIELD)
 } rmmc_cuda_async_options_t;
 
-#define RMMC_CUDA_ASYNC_OPTIONS_INIT {sizeof(rmmc_cuda_async_options_t), 0, SIZE_MAX}
+#define RMMC_CUDA_ASYNC_OPTIONS_INIT \
+  {sizeof(rmmc_cuda_async_options_t) RMMC_CUDA_ASYNC_OPTIONS(RMMC_OPTION_DEFAULT)}
 
 /* Creates a resource with its own pool on `device` (-1: current); NULL
  * options mean defaults. RMMC_ERROR_NO_DEVICE without a GPU;

@@ -31,6 +31,7 @@
 
 #include <stdbool.h>
 
+#include "rmmc/options.h"
 #include "rmmc/resource.h"
 
 #ifdef __cplusplus
@@ -42,15 +43,24 @@ extern "C" {
  * device id or NULL out. */
 RMMC_EXPORT rmmc_status_t rmmc_cuda_resource_create(int device, rmmc_resource_t **out);
 
+/* The cuda options, once, in struct order: each row gives the field's
+ * C type, name, default (the _INIT value), range for the create (min, max;
+ * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
+#define RMMC_CUDA_OPTIONS(X)                                                                       \
+  /* ipc=: make virtual-memory pages shareable with other processes (rmmc_ipc_export of an         \
+   * expandable pool's blocks); default false.                                                     \
+   */                                                                                              \
+  X(bool, ipc, false, 0, 0, "ipc", BOOL, BOOL, "false", "",                                        \
+    "virtual-memory pages shareable with other processes (POSIX file descriptors)")
+
 /* Options of the cuda resource (stack specs name them in parentheses). */
 typedef struct rmmc_cuda_options {
   size_t size; /* sizeof(rmmc_cuda_options_t) */
-  /* ipc=: make virtual-memory pages shareable with other processes
-   * (rmmc_ipc_export of an expandable pool's blocks); default false. */
-  bool ipc;
+  RMMC_CUDA_OPTIONS(RMMC_OPTION_FIELD)
 } rmmc_cuda_options_t;
 
-#define RMMC_CUDA_OPTIONS_INIT {sizeof(rmmc_cuda_options_t), false}
+#define RMMC_CUDA_OPTIONS_INIT \
+  {sizeof(rmmc_cuda_options_t) RMMC_CUDA_OPTIONS(RMMC_OPTION_DEFAULT)}
 
 /* rmmc_cuda_resource_create() with options (NULL: defaults). Also
  * RMMC_ERROR_INVALID_ARGUMENT for options not set with their _INIT macro;

@@ -73,6 +73,7 @@
 #ifndef RMMC_FIXED_SIZE_RESOURCE_H
 #define RMMC_FIXED_SIZE_RESOURCE_H
 
+#include "rmmc/options.h"
 #include "rmmc/resource.h"
 
 #ifdef __cplusplus
@@ -88,14 +89,24 @@ extern "C" {
  * MiB and a few milliseconds. */
 #define RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK ((size_t)1 << 20)
 
+/* The fixed size options, once, in struct order: each row gives the field's
+ * C type, name, default (the _INIT value), range for the create (min, max;
+ * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
+#define RMMC_FIXED_SIZE_OPTIONS(X)                                                                 \
+  /* bytes per block, rounded up to 256 (default 1 MiB) */                                         \
+  X(size_t, block_size, (size_t)1 << 20, 0, 0, "block", BYTES, SIZE, "1MiB", "", "bytes per block")\
+  /* blocks per upstream chunk (default 128; 1 to 2^20) */                                         \
+  X(size_t, blocks_per_chunk, 128, 1, RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK, "blocks_per_chunk", INT, SIZE, \
+    "128", "blocks",\
+    "blocks taken from the upstream at a time (a 32-byte host descriptor each)")
+
 typedef struct rmmc_fixed_size_options {
-  size_t size;             /* sizeof(rmmc_fixed_size_options_t) */
-  size_t block_size;       /* bytes per block, rounded up to 256 (default 1 MiB) */
-  size_t blocks_per_chunk; /* blocks per upstream chunk (default 128; 1 to 2^20) */
+  size_t size; /* sizeof(rmmc_fixed_size_options_t) */
+  RMMC_FIXED_SIZE_OPTIONS(RMMC_OPTION_FIELD)
 } rmmc_fixed_size_options_t;
 
-#define RMMC_FIXED_SIZE_OPTIONS_INIT                                           \
-  {sizeof(rmmc_fixed_size_options_t), (size_t)1 << 20, 128}
+#define RMMC_FIXED_SIZE_OPTIONS_INIT \
+  {sizeof(rmmc_fixed_size_options_t) RMMC_FIXED_SIZE_OPTIONS(RMMC_OPTION_DEFAULT)}
 
 /* Creates a fixed_size resource over `upstream` (retained; NULL options mean
  * defaults). Takes nothing from the upstream until the first allocate.

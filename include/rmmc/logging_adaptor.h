@@ -40,6 +40,7 @@
 #include <stdbool.h>
 #include <stdio.h> /* FILE, for rmmc_logging_adaptor_create_file */
 
+#include "rmmc/options.h"
 #include "rmmc/resource.h"
 
 #ifdef __cplusplus
@@ -52,13 +53,24 @@ typedef enum rmmc_logging_time {
   RMMC_LOGGING_TIME_MICROSECONDS = 1, /* 1718200987123456, microseconds since the epoch */
 } rmmc_logging_time_t;
 
+/* The logging options, once, in struct order: each row gives the field's
+ * C type, name, default (the _INIT value), range for the create (min, max;
+ * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
+#define RMMC_LOGGING_OPTIONS(X)                                                                    \
+  /* write every line out at once (default false) */                                               \
+  X(bool, flush_each, false, 0, 0, "flush", BOOL, BOOL, "false: at flush and destroy", "",         \
+    "write every line out at once")                                                                \
+  /* default RMMC_LOGGING_TIME_CLOCK */                                                            \
+  X(rmmc_logging_time_t, time, RMMC_LOGGING_TIME_CLOCK, 0, 0, "time", STRING, NONE, "clock", "",   \
+    "clock (RMM's HH:MM:SS.us) or us (microseconds since epoch)")
+
 typedef struct rmmc_logging_options {
-  size_t size;              /* sizeof(rmmc_logging_options_t) */
-  bool flush_each;          /* write every line out at once (default false) */
-  rmmc_logging_time_t time; /* default RMMC_LOGGING_TIME_CLOCK */
+  size_t size; /* sizeof(rmmc_logging_options_t) */
+  RMMC_LOGGING_OPTIONS(RMMC_OPTION_FIELD)
 } rmmc_logging_options_t;
 
-#define RMMC_LOGGING_OPTIONS_INIT {sizeof(rmmc_logging_options_t), false, RMMC_LOGGING_TIME_CLOCK}
+#define RMMC_LOGGING_OPTIONS_INIT \
+  {sizeof(rmmc_logging_options_t) RMMC_LOGGING_OPTIONS(RMMC_OPTION_DEFAULT)}
 
 /* Creates a logging adaptor over `upstream` (retained) that writes to the
  * file at `path`, created or truncated (as RMM does), and closed at

@@ -141,132 +141,157 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rmmc/options.h"
 #include "rmmc/resource.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The pool options, once, in struct order: each row gives the field's
+ * C type, name, default (the _INIT value), range for the create (min, max;
+ * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
+#define RMMC_POOL_OPTIONS(X)                                                                       \
+  /* initial=: bytes reserved (mapped) at creation (default 0). */                                 \
+  X(size_t, initial_size, 0, 0, 0, "initial", BYTES_PCT, SIZE, "0", "",                            \
+    "bytes reserved at creation")                                                                  \
+  /* max=: most bytes ever reserved from the upstream (default SIZE_MAX and 0 both mean no         \
+   * limit). Specs also take a percentage of the device's free memory (of the host's memory for    \
+   * host upstreams).                                                                              \
+   */                                                                                              \
+  X(size_t, maximum_size, SIZE_MAX, 0, 0, "max", BYTES_PCT, SIZE, "no limit", "",                  \
+    "most bytes reserved from the upstream")                                                       \
+  /* min_growth=: chunks: fewest bytes one growth takes; larger requests grow by their own size.   \
+   * Virtual memory: growth maps the shortfall, at least this many bytes.                          \
+   * RMMC_POOL_MIN_GROWTH_DEFAULT (the _INIT value): 32 MiB for chunks, nothing more than the      \
+   * shortfall for virtual memory; any other value, 32 MiB included, is taken as given.            \
+   */                                                                                              \
+  X(size_t, min_growth, RMMC_POOL_MIN_GROWTH_DEFAULT, 0, 0, "min_growth", BYTES, SIZE, "chunks 32MiB, virtual memory the shortfall", "",\
+    "fewest bytes one growth takes")                                                               \
+  /* granularity=: chunks: growth is rounded up to this power of two (default 2 MiB, at least      \
+   * 256).                                                                                         \
+   */                                                                                              \
+  X(size_t, growth_granularity, (size_t)2 << 20, 0, 0, "granularity", BYTES, SIZE, "2MiB", "",     \
+    "chunks: growth rounded up to this power of two")                                              \
+  /* small_max=: requests up to this many bytes are served by the stream heaps (default 1 MiB; 0   \
+   * sends every request to the shared heap).                                                      \
+   */                                                                                              \
+  X(size_t, small_max, (size_t)1 << 20, 0, 0, "small_max", BYTES, SIZE, "1MiB", "",                \
+    "requests up to this size go to the stream heaps (0: off)")                                    \
+  /* small_chunk=: bytes of one span (default 4 MiB; a power of two from 64 KiB to 1 GiB, at       \
+   * least small_max).                                                                             \
+   */                                                                                              \
+  X(size_t, small_chunk, (size_t)4 << 20, 0, 0, "small_chunk", BYTES, SIZE, "4MiB", "",            \
+    "bytes of one span lent to a stream heap")                                                     \
+  /* gc_threshold=: fraction (0 to 1) of maximum_size or, without one, of the device's total       \
+   * memory (the host's for host upstreams) above which a growth first gives back free memory      \
+   * (PyTorch's garbage_collection_threshold). 0 (default) turns it off.                           \
+   */                                                                                              \
+  X(double, gc_threshold, 0.0, 0, 0, "gc_threshold", DOUBLE, DOUBLE, "0: off", "fraction",         \
+    "of max/device memory above which growth gives back first")                                    \
+  /* release_before_grow=: keep reserved within the budget of release_slack by giving back free    \
+   * memory before growing (default true).                                                         \
+   */                                                                                              \
+  X(bool, release_before_grow, true, 0, 0, "release_before_grow", BOOL, BOOL, "true", "",          \
+    "keep reserved within the budget before growing")                                              \
+  /* event_interval=: while several streams use the pool, record a stream's event after this       \
+   * many frees in the shared heap that no event covers yet (default 1: another stream may want    \
+   * the memory at once; a record costs ~0.3 us on an H100; at least 1). Raising it costs memory   \
+   * when streams share: an uncovered free merges with the free memory beside it and keeps all     \
+   * of it from other streams until the record (event_interval=8: 4.1x the live bytes on a         \
+   * 4-stream transformer log, 2.6x on an 8-stream server log, against 1.05x and 1.25x; docs/      \
+   * design.md, "Stream order: epochs, not an event per free").                                    \
+   */                                                                                              \
+  X(unsigned, event_interval, 1, 1, UINT_MAX, "event_interval", INT, UNSIGNED, "1", "frees",       \
+    "frees per stream between event records, while several streams use the pool")                  \
+  /* event_bytes=: ... or when that many freed bytes wait (default 256 MiB; the same cost as       \
+   * event_interval).                                                                              \
+   */                                                                                              \
+  X(size_t, event_bytes, (size_t)256 << 20, 0, 0, "event_bytes", BYTES, SIZE, "256MiB", "",        \
+    "freed bytes per stream between event records")                                                \
+  /* release_slack=: the budget is (1 + release_slack) x the peak (default 0.02). */               \
+  X(double, release_slack, 0.02, 0, 0, "release_slack", DOUBLE, DOUBLE, "0.02", "fraction",        \
+    "the budget: reserved within (1 + this) x peak")                                               \
+  /* split_limit=: chunks: a wholly free chunk larger than split_limit x the growth a request      \
+   * would make is not split for it: the pool grows instead, and the budget gives the big chunk    \
+   * back if it is not needed (default 8; 0: off; at least 1). Never applies to a chunk the pool   \
+   * has just taken for the request, nor on the last resort.                                       \
+   */                                                                                              \
+  X(double, split_limit, 8.0, 0, 0, "split_limit", DOUBLE, DOUBLE, "8; 0: off", "times",           \
+    "chunks: grow rather than split a free chunk this many times the growth")                      \
+  /* expandable=: -1 (default): virtual memory when the upstream has it, chunks otherwise; 1:      \
+   * virtual memory (RMMC_ERROR_NOT_SUPPORTED without it); 0: chunks.                              \
+   */                                                                                              \
+  X(int, expandable, -1, 0, 0, "expandable", BOOL, INT, "virtual memory when the upstream has it", "",\
+    "virtual memory (true) or chunks (false)")                                                     \
+  /* page=: virtual memory: most bytes one mapping covers, a multiple of the upstream's page (0,   \
+   * the default: 32 MiB, or the upstream's page where that is larger). Memory goes back a whole   \
+   * mapping at a time; a mapping costs about the same whatever its size (~50 us on an H100).      \
+   */                                                                                              \
+  X(size_t, page_size, 0, 0, 0, "page", BYTES, SIZE, "32MiB, or the upstream's page if larger", "",\
+    "virtual memory: most bytes one mapping covers")                                               \
+  /* address_space=: virtual memory: bytes of one reservation (default: maximum_size if set,       \
+   * else twice the device's memory, or the host's); another is reserved when a request does not   \
+   * fit.                                                                                          \
+   */                                                                                              \
+  X(size_t, address_space, 0, 0, 0, "address_space", BYTES, SIZE, "max, else 2x memory", "",       \
+    "virtual memory: bytes of one reservation")                                                    \
+  /* cache=: wholly free span bytes a stream heap keeps (default 8 MiB: two spans; more go back    \
+   * to the shared heap at once). Below one span (small_chunk) a heap keeps none, and a thread     \
+   * that allocates and frees one block takes a span and gives it back every time (on the H100     \
+   * with small_chunk=16MiB and this default: 182 ns per pair call, 28 ns with cache=16MiB).       \
+   */                                                                                              \
+  X(size_t, cache_size, (size_t)8 << 20, 0, 0, "cache", BYTES, SIZE, "8MiB", "",                   \
+    "wholly free span bytes a stream heap keeps")                                                  \
+  /* stream_heaps=: most heaps per stream: threads sharing a stream take its heaps in turn         \
+   * (thread number modulo this), so they do not share a lock (default 0: the machine's online     \
+   * CPUs, at most 64; 1: one heap per stream; at most 1024).                                      \
+   */                                                                                              \
+  X(unsigned, stream_heaps, 0, 0, 1024, "stream_heaps", INT, UNSIGNED, "one per CPU up to 64", "heaps",\
+    "most heaps per stream, for threads sharing one")                                              \
+  /* sync_before_peak=: before a growth past the most the pool ever reserved, the host waits for   \
+   * each stream with frees not yet known finished (cudaEventSynchronize: a stall while the GPU    \
+   * catches up), one checkpoint at a time (checkpoint_every below), so those frees can merge      \
+   * and go back and the pool may not need the new high-water mark (default true; false: the       \
+   * pool grows instead, keeping more memory reserved while the GPU runs behind; docs/design.md,   \
+   * "Growth and giving back"). Counted as the figure event_syncs. Since 0.3.                      \
+   */                                                                                              \
+  X(bool, sync_before_peak, true, 0, 0, "sync_before_peak", BOOL, BOOL, "true", "",                \
+    "wait for streams' unfinished frees before reserved passes its peak")                          \
+  /* checkpoint_every=: with sync_before_peak, every this-many-th event record of a stream also    \
+   * records one of 8 checkpoint events, so the host can wait for an earlier point of a busy       \
+   * stream than its last record (default 64; a power of two from 2 to 65536; 0: no checkpoints,   \
+   * the wait is for the stream's last record). Each checkpoint is one more event record: at 16,   \
+   * about 2% of the pool's call time on one-thread replays of logs that free across 4-8           \
+   * streams, at 64 about a quarter of that (H100; docs/performance.md, "Comparing two builds").   \
+   * Since 0.3.                                                                                    \
+   */                                                                                              \
+  X(unsigned, checkpoint_every, 64, 0, 65536, "checkpoint_every", INT, UNSIGNED, "64", "records",  \
+    "sync_before_peak: a checkpoint every this-many-th event record (power of two; 0: none)")      \
+  /* release_band=: in a steady state (no new peak) a growth gives back free memory only once it   \
+   * would take reserved past the budget by more than band x release_slack. The band starts at 3   \
+   * (or at this, if lower) and widens by 0.5 each time a steady-state growth still has to give    \
+   * back, up to this (default 4: from 1.06x to 1.08x the peak at the default slack), so a         \
+   * workload whose every round gives back and takes memory again settles instead (FSDP2 on 4      \
+   * GPUs: from 2 page moves per step to none; docs/design.md, "Growth and giving back"). 3: the   \
+   * fixed band of earlier versions; 0: give back whenever past the budget. From 0 to 1000.        \
+   * Since 0.3.                                                                                    \
+   */                                                                                              \
+  X(double, release_band, 4.0, 0, 0, "release_band", DOUBLE, DOUBLE, "4", "x slack",               \
+    "steady state: the band past the budget widens from 3 to this while growths give back")
+
 /* Pool options. Stack specs name them in parentheses (`pool(initial=1GiB,
  * max=80%)`): the spec option name is given first on each line. */
 typedef struct rmmc_pool_options {
   size_t size; /* sizeof(rmmc_pool_options_t) */
-  /* initial=: bytes reserved (mapped) at creation (default 0). */
-  size_t initial_size;
-  /* max=: most bytes ever reserved from the upstream (default SIZE_MAX and
-   * 0 both mean no limit). Specs also take a percentage of the device's
-   * free memory (of the host's memory for host upstreams). */
-  size_t maximum_size;
-  /* min_growth=: chunks: fewest bytes one growth takes; larger requests
-   * grow by their own size. Virtual memory: growth maps the shortfall, at
-   * least this many bytes. RMMC_POOL_MIN_GROWTH_DEFAULT (the _INIT value):
-   * 32 MiB for chunks, nothing more than the shortfall for virtual memory;
-   * any other value, 32 MiB included, is taken as given. */
-  size_t min_growth;
-  /* granularity=: chunks: growth is rounded up to this power of two
-   * (default 2 MiB, at least 256). */
-  size_t growth_granularity;
-  /* small_max=: requests up to this many bytes are served by the stream
-   * heaps (default 1 MiB; 0 sends every request to the shared heap). */
-  size_t small_max;
-  /* small_chunk=: bytes of one span (default 4 MiB; a power of two from
-   * 64 KiB to 1 GiB, at least small_max). */
-  size_t small_chunk;
-  /* gc_threshold=: fraction (0 to 1) of maximum_size or, without one, of
-   * the device's total memory (the host's for host upstreams) above which
-   * a growth first gives back free memory (PyTorch's
-   * garbage_collection_threshold). 0 (default) turns it off. */
-  double gc_threshold;
-  /* release_before_grow=: keep reserved within the budget of
-   * release_slack by giving back free memory before growing (default
-   * true). */
-  bool release_before_grow;
-  /* event_interval=: while several streams use the pool, record a
-   * stream's event after this many frees in the shared heap that no event
-   * covers yet (default 1: another stream may want the memory at once; a
-   * record costs ~0.3 us on an H100; at least 1). Raising it costs memory
-   * when streams share: an uncovered free merges with the free memory
-   * beside it and keeps all of it from other streams until the record
-   * (event_interval=8: 4.1x the live bytes on a 4-stream transformer log,
-   * 2.6x on an 8-stream server log, against 1.05x and 1.25x; docs/
-   * design.md, "Stream order: epochs, not an event per free"). */
-  unsigned event_interval;
-  /* event_bytes=: ... or when that many freed bytes wait (default 256 MiB;
-   * the same cost as event_interval). */
-  size_t event_bytes;
-  /* release_slack=: the budget is (1 + release_slack) x the peak (default
-   * 0.02). */
-  double release_slack;
-  /* split_limit=: chunks: a wholly free chunk larger than split_limit x
-   * the growth a request would make is not split for it: the pool grows
-   * instead, and the budget gives the big chunk back if it is not needed
-   * (default 8; 0: off; at least 1). Never applies to a chunk the pool has
-   * just taken for the request, nor on the last resort. */
-  double split_limit;
-  /* expandable=: -1 (default): virtual memory when the upstream has it,
-   * chunks otherwise; 1: virtual memory (RMMC_ERROR_NOT_SUPPORTED without
-   * it); 0: chunks. */
-  int expandable;
-  /* page=: virtual memory: most bytes one mapping covers, a multiple of
-   * the upstream's page (0, the default: 32 MiB, or the upstream's page
-   * where that is larger). Memory goes back a whole mapping
-   * at a time; a mapping costs about the same whatever its size (~50 us on
-   * an H100). */
-  size_t page_size;
-  /* address_space=: virtual memory: bytes of one reservation (default:
-   * maximum_size if set, else twice the device's memory, or the host's);
-   * another is reserved when a request does not fit. */
-  size_t address_space;
-  /* cache=: wholly free span bytes a stream heap keeps (default 8 MiB: two
-   * spans; more go back to the shared heap at once). Below one span
-   * (small_chunk) a heap keeps none, and a thread that allocates and frees
-   * one block takes a span and gives it back every time (on the H100 with
-   * small_chunk=16MiB and this default: 182 ns per pair call, 28 ns with
-   * cache=16MiB). */
-  size_t cache_size;
-  /* stream_heaps=: most heaps per stream: threads sharing a stream take its
-   * heaps in turn (thread number modulo this), so they do not share a lock
-   * (default 0: the machine's online CPUs, at most 64; 1: one heap per
-   * stream; at most 1024). */
-  unsigned stream_heaps;
-  /* sync_before_peak=: before a growth past the most the pool ever
-   * reserved, the host waits for each stream with frees not yet known
-   * finished (cudaEventSynchronize: a stall while the GPU catches up), one
-   * checkpoint at a time (checkpoint_every below), so those frees can merge
-   * and go back and the pool may not need the new high-water mark (default
-   * true; false: the pool grows instead, keeping more memory reserved while
-   * the GPU runs behind; docs/design.md, "Growth and giving back"). Counted
-   * as the figure event_syncs. Since 0.3. */
-  bool sync_before_peak;
-  /* checkpoint_every=: with sync_before_peak, every this-many-th event
-   * record of a stream also records one of 8 checkpoint events, so the host
-   * can wait for an earlier point of a busy stream than its last record
-   * (default 64; a power of two from 2 to 65536; 0: no checkpoints, the
-   * wait is for the stream's last record). Each checkpoint is one more
-   * event record: at 16, about 2% of the pool's call time on one-thread
-   * replays of logs that free across 4-8 streams, at 64 about a quarter of
-   * that (H100; docs/performance.md, "Comparing two builds"). Since 0.3. */
-  unsigned checkpoint_every;
-  /* release_band=: in a steady state (no new peak) a growth gives back
-   * free memory only once it would take reserved past the budget by more
-   * than band x release_slack. The band starts at 3 (or at this, if
-   * lower) and widens by 0.5 each time a steady-state growth still has to
-   * give back, up to this (default 4: from 1.06x to 1.08x the peak at the
-   * default slack), so a workload whose every round gives back and takes
-   * memory again settles instead (FSDP2 on 4 GPUs: from 2 page moves per
-   * step to none; docs/design.md, "Growth and giving back"). 3: the
-   * fixed band of earlier versions; 0: give back whenever past the budget.
-   * From 0 to 1000. Since 0.3. */
-  double release_band;
+  RMMC_POOL_OPTIONS(RMMC_OPTION_FIELD)
 } rmmc_pool_options_t;
 
 /* min_growth's default: the backend's own (see min_growth above). */
 #define RMMC_POOL_MIN_GROWTH_DEFAULT SIZE_MAX
 
-#define RMMC_POOL_OPTIONS_INIT                                                                 \
-  {sizeof(rmmc_pool_options_t), 0, SIZE_MAX, RMMC_POOL_MIN_GROWTH_DEFAULT, (size_t)2 << 20,  \
-   (size_t)1 << 20, (size_t)4 << 20, 0.0, true, 1, (size_t)256 << 20, 0.02, 8.0, -1, 0, 0,   \
-   (size_t)8 << 20, 0, true, 64, 4.0}
+#define RMMC_POOL_OPTIONS_INIT \
+  {sizeof(rmmc_pool_options_t) RMMC_POOL_OPTIONS(RMMC_OPTION_DEFAULT)}
 
 /* Creates a pool over `upstream`, which it retains (the caller keeps its
  * own reference); NULL options mean defaults. Reserves initial_size at

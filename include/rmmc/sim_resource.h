@@ -50,19 +50,31 @@
 #ifndef RMMC_SIM_RESOURCE_H
 #define RMMC_SIM_RESOURCE_H
 
+#include "rmmc/options.h"
 #include "rmmc/resource.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The sim options, once, in struct order: each row gives the field's
+ * C type, name, default (the _INIT value), range for the create (min, max;
+ * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
+#define RMMC_SIM_OPTIONS(X)                                                                        \
+  /* rounded bytes live at once at most (0: no limit) */                                           \
+  X(size_t, capacity, 0, 0, 0, "capacity", BYTES, SIZE, "no limit", "",                            \
+    "bytes the simulated device holds")                                                            \
+  /* granularity: power of two >= 256 (0: 256) */                                                  \
+  X(size_t, alignment, RMMC_DEFAULT_ALIGNMENT, 0, 0, "alignment", BYTES, SIZE, "256", "",          \
+    "granularity sizes are rounded to")
+
 typedef struct rmmc_sim_options {
-  size_t size;      /* sizeof(rmmc_sim_options_t) */
-  size_t capacity;  /* rounded bytes live at once at most (0: no limit) */
-  size_t alignment; /* granularity: power of two >= 256 (0: 256) */
+  size_t size; /* sizeof(rmmc_sim_options_t) */
+  RMMC_SIM_OPTIONS(RMMC_OPTION_FIELD)
 } rmmc_sim_options_t;
 
-#define RMMC_SIM_OPTIONS_INIT {sizeof(rmmc_sim_options_t), 0, RMMC_DEFAULT_ALIGNMENT}
+#define RMMC_SIM_OPTIONS_INIT \
+  {sizeof(rmmc_sim_options_t) RMMC_SIM_OPTIONS(RMMC_OPTION_DEFAULT)}
 
 /* Creates a sim resource (one reference in *out); NULL options mean
  * defaults (no capacity limit, 256-byte granularity).

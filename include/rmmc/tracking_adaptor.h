@@ -30,19 +30,31 @@
 #include <stdint.h>
 #include <stdio.h> /* FILE, for the report */
 
+#include "rmmc/options.h"
 #include "rmmc/resource.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The tracking options, once, in struct order: each row gives the field's
+ * C type, name, default (the _INIT value), range for the create (min, max;
+ * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
+#define RMMC_TRACKING_OPTIONS(X)                                                                   \
+  /* capture the call stack of each allocation (default false) */                                  \
+  X(bool, backtrace, false, 0, 0, "backtrace", BOOL, BOOL, "false", "",                            \
+    "capture each allocation's call stack")                                                        \
+  /* most frames kept per allocation, 1..256 (default 16) */                                       \
+  X(int, backtrace_depth, 16, 1, 256, "depth", INT, INT, "16", "frames",      \
+    "most frames kept per allocation")
+
 typedef struct rmmc_tracking_options {
-  size_t size;         /* sizeof(rmmc_tracking_options_t) */
-  bool backtrace;      /* capture the call stack of each allocation (default false) */
-  int backtrace_depth; /* most frames kept per allocation, 1..256 (default 16) */
+  size_t size; /* sizeof(rmmc_tracking_options_t) */
+  RMMC_TRACKING_OPTIONS(RMMC_OPTION_FIELD)
 } rmmc_tracking_options_t;
 
-#define RMMC_TRACKING_OPTIONS_INIT {sizeof(rmmc_tracking_options_t), false, 16}
+#define RMMC_TRACKING_OPTIONS_INIT \
+  {sizeof(rmmc_tracking_options_t) RMMC_TRACKING_OPTIONS(RMMC_OPTION_DEFAULT)}
 
 /* One outstanding allocation, as rmmc_tracking_adaptor_for_each() shows it.
  * Valid only during the callback. */

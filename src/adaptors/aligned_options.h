@@ -2,7 +2,7 @@
 /*
  * The aligned adaptor's options, once, as data (internal): one row per option of
  * rmmc_aligned_options_t (its public header is the manual of each), with the columns
- * of src/resources/pool/options.h. The spec table and builder beside the
+ * of include/rmmc/options.h (the table itself is the public header's). The spec table and builder beside the
  * aligned adaptor's code, the help and tests/test_options_tables.c (against
  * RMMC_ALIGNED_OPTIONS_INIT) are made from it.
  */
@@ -14,10 +14,6 @@
 
 #include "rmmc/aligned_adaptor.h"
 
-#define RMMC__ALIGNED_OPTIONS(X)                                                                   \
-  X(alignment, "alignment", BYTES, SIZE, 4096, "4096", 0, 0, "",                                   \
-    "power of two given to large allocations")                                                     \
-  X(threshold, "threshold", BYTES, SIZE, (size_t)1 << 20, "1MiB", 0, 0, "",                        \
-    "allocations of at least this size are aligned")
+#define RMMC__ALIGNED_OPTIONS(X) RMMC_ALIGNED_OPTIONS(X)
 
 #endif /* RMMC_ALIGNED_OPTIONS_H */

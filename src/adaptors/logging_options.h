@@ -2,7 +2,7 @@
 /*
  * The logging adaptor's options, once, as data (internal): one row per option of
  * rmmc_logging_options_t (its public header is the manual of each), with the columns
- * of src/resources/pool/options.h. The spec table and builder beside the
+ * of include/rmmc/options.h (the table itself is the public header's). The spec table and builder beside the
  * logging adaptor's code, the help and tests/test_options_tables.c (against
  * RMMC_LOGGING_OPTIONS_INIT) are made from it.
  * path= is the create's own argument, no field: a row of its own in
@@ -16,10 +16,6 @@
 
 #include "rmmc/logging_adaptor.h"
 
-#define RMMC__LOGGING_OPTIONS(X)                                                                   \
-  X(flush_each, "flush", BOOL, BOOL, false, "false: at flush and destroy", 0, 0, "",               \
-    "write every line out at once")                                                                \
-  X(time, "time", STRING, NONE, RMMC_LOGGING_TIME_CLOCK, "clock", 0, 0, "",                        \
-    "clock (RMM's HH:MM:SS.us) or us (microseconds since epoch)")
+#define RMMC__LOGGING_OPTIONS(X) RMMC_LOGGING_OPTIONS(X)
 
 #endif /* RMMC_LOGGING_OPTIONS_H */

@@ -2,7 +2,7 @@
 /*
  * The tracking adaptor's options, once, as data (internal): one row per option of
  * rmmc_tracking_options_t (its public header is the manual of each), with the columns
- * of src/resources/pool/options.h. The spec table and builder beside the
+ * of include/rmmc/options.h (the table itself is the public header's). The spec table and builder beside the
  * tracking adaptor's code, the help and tests/test_options_tables.c (against
  * RMMC_TRACKING_OPTIONS_INIT) are made from it.
  */
@@ -17,10 +17,6 @@
 /* The most frames kept per allocation (the header says 1..256). */
 #define RMMC__TRACKING_MAX_DEPTH 256
 
-#define RMMC__TRACKING_OPTIONS(X)                                                                  \
-  X(backtrace, "backtrace", BOOL, BOOL, false, "false", 0, 0, "",                                  \
-    "capture each allocation's call stack")                                                        \
-  X(backtrace_depth, "depth", INT, INT, 16, "16", 1, RMMC__TRACKING_MAX_DEPTH, "frames",           \
-    "most frames kept per allocation")
+#define RMMC__TRACKING_OPTIONS(X) RMMC_TRACKING_OPTIONS(X)
 
 #endif /* RMMC_TRACKING_OPTIONS_H */

@@ -49,20 +49,27 @@ typedef struct rmmc__spec_option {
   const char *unit;         /* what the number counts, for the help ("" or NULL: none) */
 } rmmc__spec_option_t;
 
-/* One row of an options table: T the options struct, then the row's
- * columns (field, spec key, spec type, field type, default as C, default as
- * text, min, max, unit, help). The C default is the test's
- * (tests/test_options_tables.c: equal to T's _INIT macro). */
-#define RMMC__SPEC_OPTION(T, field_, key, stype, ftype, cdef, tdef, lo_, hi_, unit_, help_)  \
-  {.name = key,                                                                              \
-   .type = RMMC__OPT_##stype,                                                                \
-   .help = help_,                                                                            \
-   .field = RMMC__FIELD_##ftype,                                                             \
-   .offset = offsetof(T, field_),                                                            \
-   .lo = lo_,                                                                                \
-   .hi = hi_,                                                                                \
-   .def = tdef,                                                                              \
-   .unit = unit_},
+/* One row of an options table (include/rmmc/options.h, the columns) as a
+ * spec option of the layer whose options struct is T; a row whose spec is
+ * NOSPEC (a field no spec sets) makes none. */
+#define RMMC__SPEC_OPTION(T, ctype, field_, cdef, lo_, hi_, key, stype, ftype, tdef, unit_,    \
+                          help_)                                                               \
+  RMMC__SPEC_IF_##stype({.name = key,                                                          \
+                         .type = RMMC__OPT_##stype,                                            \
+                         .help = help_,                                                        \
+                         .field = RMMC__FIELD_##ftype,                                         \
+                         .offset = offsetof(T, field_),                                        \
+                         .lo = lo_,                                                            \
+                         .hi = hi_,                                                            \
+                         .def = tdef,                                                          \
+                         .unit = unit_},)
+#define RMMC__SPEC_IF_BYTES(...) __VA_ARGS__
+#define RMMC__SPEC_IF_BYTES_PCT(...) __VA_ARGS__
+#define RMMC__SPEC_IF_INT(...) __VA_ARGS__
+#define RMMC__SPEC_IF_DOUBLE(...) __VA_ARGS__
+#define RMMC__SPEC_IF_BOOL(...) __VA_ARGS__
+#define RMMC__SPEC_IF_STRING(...) __VA_ARGS__
+#define RMMC__SPEC_IF_NOSPEC(...)
 
 #define RMMC__SPEC_MAX_ARGS 24
 /* The longest spec, in characters: it bounds every value too (a logging

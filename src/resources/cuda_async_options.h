@@ -2,7 +2,7 @@
 /*
  * The cuda_async resource's options, once, as data (internal): one row per option of
  * rmmc_cuda_async_options_t (its public header is the manual of each), with the columns
- * of src/resources/pool/options.h. The spec table and builder beside the
+ * of include/rmmc/options.h (the table itself is the public header's). The spec table and builder beside the
  * cuda_async resource's code, the help and tests/test_options_tables.c (against
  * RMMC_CUDA_ASYNC_OPTIONS_INIT) are made from it.
  * default_pool= is no field (it picks another create): a row of its own in
@@ -16,10 +16,6 @@
 
 #include "rmmc/cuda_async_resource.h"
 
-#define RMMC__CUDA_ASYNC_OPTIONS(X)                                                                \
-  X(initial_pool_size, "initial", BYTES_PCT, SIZE, 0, "0", 0, 0, "",                               \
-    "bytes reserved at creation")                                                                  \
-  X(release_threshold, "release_threshold", BYTES_PCT, SIZE, SIZE_MAX, "all", 0, 0, "",            \
-    "bytes kept cached at synchronization")
+#define RMMC__CUDA_ASYNC_OPTIONS(X) RMMC_CUDA_ASYNC_OPTIONS(X)
 
 #endif /* RMMC_CUDA_ASYNC_OPTIONS_H */

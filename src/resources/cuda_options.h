@@ -2,7 +2,7 @@
 /*
  * The cuda resource's options, once, as data (internal): one row per option of
  * rmmc_cuda_options_t (its public header is the manual of each), with the columns
- * of src/resources/pool/options.h. The spec table and builder beside the
+ * of include/rmmc/options.h (the table itself is the public header's). The spec table and builder beside the
  * cuda resource's code, the help and tests/test_options_tables.c (against
  * RMMC_CUDA_OPTIONS_INIT) are made from it.
  */
@@ -14,8 +14,6 @@
 
 #include "rmmc/cuda_resource.h"
 
-#define RMMC__CUDA_OPTIONS(X)                                                                      \
-  X(ipc, "ipc", BOOL, BOOL, false, "false", 0, 0, "",                                              \
-    "virtual-memory pages shareable with other processes (POSIX file descriptors)")
+#define RMMC__CUDA_OPTIONS(X) RMMC_CUDA_OPTIONS(X)
 
 #endif /* RMMC_CUDA_OPTIONS_H */

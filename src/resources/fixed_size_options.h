@@ -2,7 +2,7 @@
 /*
  * The fixed_size resource's options, once, as data (internal): one row per option of
  * rmmc_fixed_size_options_t (its public header is the manual of each), with the columns
- * of src/resources/pool/options.h. The spec table and builder beside the
+ * of include/rmmc/options.h (the table itself is the public header's). The spec table and builder beside the
  * fixed_size resource's code, the help and tests/test_options_tables.c (against
  * RMMC_FIXED_SIZE_OPTIONS_INIT) are made from it.
  */
@@ -14,11 +14,6 @@
 
 #include "rmmc/fixed_size_resource.h"
 
-#define RMMC__FIXED_SIZE_OPTIONS(X)                                                                \
-  X(block_size, "block", BYTES, SIZE, (size_t)1 << 20, "1MiB", 0, 0, "",                           \
-    "bytes per block")                                                                             \
-  X(blocks_per_chunk, "blocks_per_chunk", INT, SIZE, 128, "128", 1,                              \
-    (long long)RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK, "blocks",                                     \
-    "blocks taken from the upstream at a time (a 32-byte host descriptor each)")
+#define RMMC__FIXED_SIZE_OPTIONS(X) RMMC_FIXED_SIZE_OPTIONS(X)
 
 #endif /* RMMC_FIXED_SIZE_OPTIONS_H */

@@ -2,7 +2,7 @@
 /*
  * The managed resource's options, once, as data (internal): one row per option of
  * rmmc_managed_options_t (its public header is the manual of each), with the columns
- * of src/resources/pool/options.h. The spec table and builder beside the
+ * of include/rmmc/options.h (the table itself is the public header's). The spec table and builder beside the
  * managed resource's code, the help and tests/test_options_tables.c (against
  * RMMC_MANAGED_OPTIONS_INIT) are made from it.
  */
@@ -14,8 +14,6 @@
 
 #include "rmmc/managed_resource.h"
 
-#define RMMC__MANAGED_OPTIONS(X)                                                                   \
-  X(prefetch, "prefetch", BOOL, BOOL, false, "false", 0, 0, "",                                    \
-    "prefetch each allocation to the device")
+#define RMMC__MANAGED_OPTIONS(X) RMMC_MANAGED_OPTIONS(X)
 
 #endif /* RMMC_MANAGED_OPTIONS_H */

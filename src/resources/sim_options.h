@@ -2,7 +2,7 @@
 /*
  * The sim resource's options, once, as data (internal): one row per option of
  * rmmc_sim_options_t (its public header is the manual of each), with the columns
- * of src/resources/pool/options.h. The spec table and builder beside the
+ * of include/rmmc/options.h (the table itself is the public header's). The spec table and builder beside the
  * sim resource's code, the help and tests/test_options_tables.c (against
  * RMMC_SIM_OPTIONS_INIT) are made from it.
  */
@@ -14,10 +14,6 @@
 
 #include "rmmc/sim_resource.h"
 
-#define RMMC__SIM_OPTIONS(X)                                                                       \
-  X(capacity, "capacity", BYTES, SIZE, 0, "no limit", 0, 0, "",                                    \
-    "bytes the simulated device holds")                                                            \
-  X(alignment, "alignment", BYTES, SIZE, RMMC_DEFAULT_ALIGNMENT, "256", 0, 0, "",                  \
-    "granularity sizes are rounded to")
+#define RMMC__SIM_OPTIONS(X) RMMC_SIM_OPTIONS(X)
 
 #endif /* RMMC_SIM_OPTIONS_H */

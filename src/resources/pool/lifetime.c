@@ -110,8 +110,12 @@ static void pool_destroy(rmmc_resource_t *r) {
   free(p);
 }
 
-/* Checks the options and resolves them into p. */
+/* Checks the options and resolves them into p: the ranges of the table
+ * (RMMC_POOL_OPTIONS), then the rules no range says. */
 static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
+  rmmc_status_t range = RMMC_SUCCESS;
+  RMMC__CHECK_OPTION_RANGES(range, "pool_resource_create", o, RMMC_POOL_OPTIONS);
+  if (range != RMMC_SUCCESS) return range;
   const char *bad = NULL;
   if (o->growth_granularity < POOL_GRANULE || o->growth_granularity > ((size_t)1 << 30) ||
       !rmmc__is_pow2(o->growth_granularity))
@@ -125,15 +129,11 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
     bad = "release_slack must be a fraction of at least 0";
   else if (!(o->split_limit == 0.0 || (o->split_limit >= 1.0 && o->split_limit <= 1e6)))
     bad = "split_limit must be 0 (off) or at least 1";
-  else if (o->event_interval < 1)
-    bad = "event_interval must be at least 1";
   else if ((o->min_growth != RMMC_POOL_MIN_GROWTH_DEFAULT && o->min_growth > POOL_MAX_REQUEST) ||
            o->initial_size > POOL_MAX_REQUEST)
     bad = "initial_size and min_growth must be at most 128 TiB";
   else if (o->expandable < -1 || o->expandable > 1)
     bad = "expandable must be -1 (when the upstream can), 0 or 1";
-  else if (o->stream_heaps > 1024)
-    bad = "stream_heaps must be 0 (one per CPU) to 1024";
   else if (o->checkpoint_every != 0 && (o->checkpoint_every < 2 || o->checkpoint_every > 65536 ||
                                          !rmmc__is_pow2(o->checkpoint_every)))
     bad = "checkpoint_every must be 0 (none) or a power of two from 2 to 65536";
