@@ -729,6 +729,37 @@ START_TEST(test_replay_svg_axis_takes_any_value) {
 }
 END_TEST
 
+/* The epoch callback: once before the timed pass of a cold replay, before
+ * each pass of a warm one, untimed pass first. */
+typedef struct epoch_seen {
+  int calls, passes[4];
+} epoch_seen_t;
+
+static void on_epoch(void *ctx, int pass) {
+  epoch_seen_t *e = ctx;
+  if (e->calls < 4) e->passes[e->calls] = pass;
+  e->calls++;
+}
+
+START_TEST(test_replay_epoch_callback) {
+  replay_log_t *log = parse_ok(small_log, false);
+  for (int warm = 0; warm <= 1; warm++) {
+    epoch_seen_t seen = {0, {-1, -1, -1, -1}};
+    replay_options_t o = REPLAY_OPTIONS_INIT;
+    o.warm = warm;
+    o.epoch = on_epoch;
+    o.epoch_ctx = &seen;
+    replay_result_t res;
+    ck_assert_int_eq(replay_run(log, "host", &o, &res), RMMC_SUCCESS);
+    ck_assert_int_eq(seen.calls, warm ? 2 : 1);
+    ck_assert_int_eq(seen.passes[0], warm ? 0 : 1);
+    if (warm) ck_assert_int_eq(seen.passes[1], 1);
+    replay_result_fini(&res);
+  }
+  replay_log_free(log);
+}
+END_TEST
+
 START_TEST(test_replay_json_and_svg_reports) {
   replay_log_t *log = parse_ok(small_log, false);
   replay_options_t o = REPLAY_OPTIONS_INIT;
@@ -812,6 +843,7 @@ int main(void) {
   tcase_add_test(tc, test_replay_reads_plain_and_gzip_files);
   tcase_add_test(tc, test_replay_hook_wraps_the_base_layer);
   tcase_add_test(tc, test_replay_meter_sits_between_base_and_stack);
+  tcase_add_test(tc, test_replay_epoch_callback);
   tcase_add_test(tc, test_replay_json_and_svg_reports);
   tcase_add_test(tc, test_replay_live_bytes_stay_representable);
   tcase_add_test(tc, test_replay_svg_axis_takes_any_value);

@@ -464,6 +464,7 @@ static rmmc_status_t replay_on(const replay_log_t *log, rmmc_resource_t *r, mete
         up_ns0 = __atomic_load_n(&meter->ns, __ATOMIC_RELAXED);
       }
     }
+    if (opts->epoch != NULL) opts->epoch(opts->epoch_ctx, pass);
     if (threaded) {
       st = run_threads(&run, run.workers, nworkers);
     } else {

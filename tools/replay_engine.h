@@ -166,9 +166,15 @@ typedef struct replay_options {
   bool threads;      /* one thread per logged thread (false: all on the caller's) */
   FILE *status;      /* the stack's status report after the last event goes here (NULL: none) */
   bool warm;         /* replay once untimed on the same stack before the timed replay */
+  /* Called on the driving thread before each pass, with no call in flight
+   * and nothing of the log live: pass 0 is a warm replay's untimed one,
+   * pass 1 the timed one (so a resource's own figures can be read or reset
+   * at an epoch's start). NULL: none. */
+  void (*epoch)(void *ctx, int pass);
+  void *epoch_ctx;
 } replay_options_t;
 
-#define REPLAY_OPTIONS_INIT {sizeof(replay_options_t), -1, 0, true, NULL, false}
+#define REPLAY_OPTIONS_INIT {sizeof(replay_options_t), -1, 0, true, NULL, false, NULL, NULL}
 
 /* The longest message rmmc keeps (its thread-local error message, whose
  * out-of-memory form lists every layer's figures): first_failure holds it
