@@ -4,15 +4,12 @@
  * core share. pool_internal.h has the layout of memory and the locks, which
  * the backends share too; this header has what only the core uses.
  *
- * One translation unit. The core is read as one-job files, each short
- * enough for one sitting, and compiled as one: pool.c (the slots, the
- * thread cache and the fast paths) includes the other parts at its end, as
- * mimalloc's alloc.c includes free.c. The parts' functions stay static, so
- * the compiler sees the allocate and free paths whole, as it did when they
- * were one 2,219-line file (the same inlining: the lead's benchmarks hold
- * the two builds within 3%), and a program that links the pool statically
- * takes one object for the core (tests/test_layers.py counts them). A part
- * compiled alone stops at the guard below.
+ * The core is read as one-job files, each short enough for one sitting, each
+ * its own translation unit. What one file calls in another is named
+ * rmmc__pool_* and declared once below, by the file that defines it; what
+ * the hot paths share across files is static inline here. A program that
+ * links the pool statically takes the core's objects together
+ * (tests/test_layers.py counts them as one).
  *
  *   pool.c          the resource's slots; the thread cache; allocate and
  *                   free, small (stream heaps) and large (shared heap)
@@ -24,7 +21,7 @@
  *   figures.c       describe, rmmc_pool_resource_figures, invariant checks
  *   lifetime.c      options resolved, the backend chosen, create,
  *                   release_cached, destroy
- * Separate objects: shared_heap.c (the shared heap's blocks, merging, the
+ * The backends' side: shared_heap.c (the shared heap's blocks, merging, the
  * growth budget), chunks.c and vm.c (the growth backends), query.c, sleep.c,
  * spec.c (the stack-spec entry).
  */
@@ -46,11 +43,11 @@
 #define POOL_NOINLINE
 #endif
 
-static const rmmc_resource_ops_t pool_ops, arena_ops;
+extern const rmmc_resource_ops_t rmmc__pool_ops, rmmc__pool_arena_ops; /* pool.c */
 
 /* The arena (arena.c) is this pool under another name: both tables. */
 static inline bool is_pool(const rmmc_resource_t *r) {
-  return r != NULL && (r->ops == &pool_ops || r->ops == &arena_ops);
+  return r != NULL && (r->ops == &rmmc__pool_ops || r->ops == &rmmc__pool_arena_ops);
 }
 
 /* Which steps of the slow path a call takes: the out-of-memory path runs
@@ -58,71 +55,65 @@ static inline bool is_pool(const rmmc_resource_t *r) {
  * (heaps_lend, no lock held), and only then the last resort. */
 typedef enum { SLOW_BEFORE_LAST, SLOW_LAST } slow_steps_t;
 
-/* ---- the parts' functions, by file ---- */
+/* ---- the parts' functions, by file (the core's own; pool_internal.h has
+ * those the backends call too: rmmc__pool_in, rmmc__pool_count_route,
+ * rmmc__pool_lock_all, rmmc__pool_unlock_all, ...) ---- */
 
 /* pool.c */
-static POOL_NOINLINE rmmc_status_t heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
-                                              pool_owner_t **o);
-static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                                  size_t n, size_t align, size_t bytes,
-                                                  slow_steps_t steps, void **out);
-static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                           cudaStream_t stream, size_t n, size_t align,
-                                           size_t bytes, void **out);
-static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_entry_t *e,
-                                       void *ptr, size_t bytes, cudaStream_t stream);
-static POOL_NOINLINE void heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
-static inline bool power_of_two_count(uint64_t *n);
-static POOL_NOINLINE void heap_emptied(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
-static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *ptr, size_t bytes,
-                                             cudaStream_t stream);
-static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t *e, void *ptr,
-                                size_t bytes, bool *cover);
+rmmc_status_t rmmc__pool_heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
+                                    pool_owner_t **o);
+rmmc_status_t rmmc__pool_large_allocate(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t n,
+                                        size_t align, size_t bytes, slow_steps_t steps,
+                                        void **out);
+rmmc_status_t rmmc__pool_small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                        cudaStream_t stream, size_t n, size_t align, size_t bytes,
+                                        void **out);
+void rmmc__pool_heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
 /* policy.c */
-static void cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream);
-static void consolidate_owner(pool_t *p, pool_owner_t *q);
-static void consolidate(pool_t *p, bool ask);
-static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
-                                               cudaStream_t stream, size_t need, size_t align,
-                                               size_t bytes, slow_steps_t steps,
-                                               pool_block_t **out);
+void rmmc__pool_cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream);
+void rmmc__pool_consolidate(pool_t *p, bool ask);
+rmmc_status_t rmmc__pool_shared_slow(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
+                                     cudaStream_t stream, size_t need, size_t align, size_t bytes,
+                                     slow_steps_t steps, pool_block_t **out);
 /* stream_heaps.c */
-static rmmc_status_t heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot,
-                              unsigned stripe, pool_sheap_t **out);
-static pool_sheap_t *heap_of_stripe(pool_owner_t *o, unsigned stripe);
-static size_t heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cudaStream_t stream,
-                                bool in_call);
-static size_t reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need);
-static rmmc_status_t span_take(pool_t *p, pool_sheap_t *h, cudaStream_t stream, size_t bytes,
-                               slow_steps_t steps);
-static size_t retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bool can_wait);
-static POOL_NOINLINE rmmc_status_t small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
-                                                 size_t n, size_t need, size_t align, size_t bytes,
-                                                 slow_steps_t steps, pool_block_t **out);
+rmmc_status_t rmmc__pool_heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot,
+                                  unsigned stripe, pool_sheap_t **out);
+pool_sheap_t *rmmc__pool_heap_of_stripe(pool_owner_t *o, unsigned stripe);
+size_t rmmc__pool_heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cudaStream_t stream,
+                                    bool in_call);
+size_t rmmc__pool_reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need);
+size_t rmmc__pool_retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bool can_wait);
+rmmc_status_t rmmc__pool_small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream, size_t n,
+                                       size_t need, size_t align, size_t bytes,
+                                       slow_steps_t steps, pool_block_t **out);
 /* lend.c */
-static pool_sheap_t *heaps_snapshot(pool_t *p);
-static POOL_NOINLINE rmmc_status_t small_again(pool_t *p, cudaStream_t stream, size_t n,
-                                               size_t align, size_t bytes, void **out);
-static POOL_NOINLINE rmmc_status_t small_short(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                               cudaStream_t stream, size_t n, size_t align,
-                                               size_t bytes, void **out);
-static POOL_NOINLINE rmmc_status_t large_short(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                               size_t n, size_t align, size_t bytes, void **out);
+pool_sheap_t *rmmc__pool_heaps_snapshot(pool_t *p);
+rmmc_status_t rmmc__pool_small_again(pool_t *p, cudaStream_t stream, size_t n, size_t align,
+                                     size_t bytes, void **out);
+rmmc_status_t rmmc__pool_small_short(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                     cudaStream_t stream, size_t n, size_t align, size_t bytes,
+                                     void **out);
+rmmc_status_t rmmc__pool_large_short(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t n,
+                                     size_t align, size_t bytes, void **out);
 /* graphs.c */
-static void graph_forget(pool_t *p, pool_owner_t *g);
-static void graph_drain(pool_t *p);
-static POOL_NOINLINE pool_owner_t *graph_route(pool_t *p, cudaStream_t stream);
-static POOL_NOINLINE rmmc_status_t graph_allocate(pool_t *p, pool_owner_t *g, cudaStream_t stream,
-                                                  size_t n, size_t align, size_t bytes, void **out);
-static void count_route(pool_t *p, int delta);
+void rmmc__pool_graph_forget(pool_t *p, pool_owner_t *g);
+void rmmc__pool_graph_drain(pool_t *p);
+pool_owner_t *rmmc__pool_graph_route(pool_t *p, cudaStream_t stream);
+rmmc_status_t rmmc__pool_graph_allocate(pool_t *p, pool_owner_t *g, cudaStream_t stream, size_t n,
+                                        size_t align, size_t bytes, void **out);
 /* figures.c */
-static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx);
-static bool check_locked(pool_t *p, char *msg, size_t len);
+void rmmc__pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx);
+bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len);
+/* Expensive checks (debug_checks=2): every invariant after every call. */
+#if RMMC_DEBUG_CHECKS >= 2
+rmmc_status_t rmmc__pool_expensive_check(pool_t *p, rmmc_status_t st, const char *where);
+#define POOL_EXPENSIVE(p, st, where) rmmc__pool_expensive_check(p, st, where)
+#else
+#define POOL_EXPENSIVE(p, st, where) (st)
+#endif
 /* lifetime.c */
-static void lock_all(pool_t *p);
-static void unlock_all(pool_t *p);
-static rmmc_status_t pool_release_cached(rmmc_resource_t *r);
-static void pool_destroy(rmmc_resource_t *r);
+rmmc_status_t rmmc__pool_release_cached(rmmc_resource_t *r);
+void rmmc__pool_destroy(rmmc_resource_t *r);
 
 /* ---- inline helpers the parts share (hot paths among them) ---- */
 

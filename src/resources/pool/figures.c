@@ -4,9 +4,7 @@
  * rmmc_pool_resource_figures, and the checks of rmmc_pool_resource_check
  * and of debug_checks=2.
  */
-#ifndef RMMC_POOL_CORE_H
-#error "a part of the pool core: pool.c includes it (core.h says why)"
-#endif
+#include "core.h"
 
 static rmmc_status_t not_a_pool(const char *what, const rmmc_resource_t *r) {
   return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: %s is not a pool", what,
@@ -35,9 +33,9 @@ static void add_totals(pool_t *p, totals_t *t) {
   t->in_use += p->committed - p->span_bytes;
 }
 
-static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
+void rmmc__pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   pool_t *p = (pool_t *)r;
-  lock_all(p);
+  rmmc__pool_lock_all(p);
   totals_t t = {0};
   add_totals(p, &t);
   size_t reserved = pool_held(p), reserved_peak = p->reserved_peak, peak = p->committed_peak;
@@ -48,7 +46,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   uint64_t grows = p->grows, shrinks = p->shrinks, peers = p->peers, adoptions = p->adoptions;
   char band[16]; /* the steady-state band now, in release_slacks (rmmc__pool_admit) */
   snprintf(band, sizeof band, "%.1f", p->band);
-  unlock_all(p);
+  rmmc__pool_unlock_all(p);
   rmmc__emit_bytes(emit, ctx, RMMC__FIG(RESERVED), reserved);
   rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), t.in_use);
   rmmc__emit_bytes(emit, ctx, RMMC__FIG(FREE), reserved > t.in_use ? reserved - t.in_use : 0);
@@ -80,7 +78,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   p->be->describe(p, emit, ctx);
   if (p->sleep != NULL) p->sleep->describe(p, emit, ctx);
   /* One line per stream. */
-  lock_all(p);
+  rmmc__pool_lock_all(p);
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
     size_t in_use = 0, cached = 0, nheaps = 0;
     for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext)
@@ -92,7 +90,7 @@ static void pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
              rmmc__format_bytes(q->idx->bytes, c, sizeof c), nheaps);
     rmmc__emit_text(emit, ctx, "stream", line);
   }
-  unlock_all(p);
+  rmmc__pool_unlock_all(p);
 }
 
 RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
@@ -103,13 +101,13 @@ RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
                           "pool_resource_figures: figures must be set with RMMC_POOL_FIGURES_INIT");
   pool_t *p = (pool_t *)pool;
   rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;
-  lock_all(p);
+  rmmc__pool_lock_all(p);
   totals_t t = {0};
   add_totals(p, &t);
   f.reserved = pool_held(p);
   f.grows = p->grows;
   f.shrinks = p->shrinks;
-  unlock_all(p);
+  rmmc__pool_unlock_all(p);
   f.in_use = t.in_use;
   f.cached = t.cached;
   f.pending = t.pending;
@@ -185,7 +183,7 @@ static bool check_heap(pool_t *p, pool_sheap_t *h, char *msg, size_t len) {
   return true;
 }
 
-static bool check_locked(pool_t *p, char *msg, size_t len) {
+bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len) {
   size_t nfree = 0, free_bytes = 0, committed = 0, spans = 0, nused = 0, heaps = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
     uintptr_t at = r->base;
@@ -289,8 +287,26 @@ RMMC_API rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool) {
   if (!is_pool(pool)) return not_a_pool("pool_resource_check", pool);
   pool_t *p = (pool_t *)pool;
   char msg[512];
-  lock_all(p);
-  bool ok = check_locked(p, msg, sizeof msg);
-  unlock_all(p);
+  rmmc__pool_lock_all(p);
+  bool ok = rmmc__pool_check_locked(p, msg, sizeof msg);
+  rmmc__pool_unlock_all(p);
   return ok ? RMMC_SUCCESS : rmmc_set_error(RMMC_ERROR_INTERNAL, "pool invariant broken: %s", msg);
 }
+
+/* Expensive checks (debug_checks=2): every invariant after every call. */
+#if RMMC_DEBUG_CHECKS >= 2
+rmmc_status_t rmmc__pool_expensive_check(pool_t *p, rmmc_status_t st, const char *where) {
+  char msg[512];
+  rmmc__error_state_t saved;
+  rmmc__error_save(&saved);
+  rmmc__pool_lock_all(p);
+  bool ok = rmmc__pool_check_locked(p, msg, sizeof msg);
+  rmmc__pool_unlock_all(p);
+  if (!ok) {
+    fprintf(stderr, "rmmc: pool invariant broken after %s: %s\n", where, msg);
+    abort();
+  }
+  rmmc__error_restore(&saved);
+  return st;
+}
+#endif

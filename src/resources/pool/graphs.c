@@ -3,9 +3,7 @@
  * The pool core's CUDA graph pools (core.h; rmmc_pool_graph_begin in
  * include/rmmc/pool_resource.h).
  */
-#ifndef RMMC_POOL_CORE_H
-#error "a part of the pool core: pool.c includes it (core.h says why)"
-#endif
+#include "core.h"
 
 /* ---- graph pools ----
  *
@@ -27,7 +25,7 @@ static pool_owner_t *graph_find(pool_t *p, uint64_t id0, uint64_t id1) {
 }
 
 /* Frees a released graph pool's struct once nothing of it is left. */
-static void graph_forget(pool_t *p, pool_owner_t *g) {
+void rmmc__pool_graph_forget(pool_t *p, pool_owner_t *g) {
   if (!g->released || g->used_bytes > 0 || g->idx->count > 0) return;
   for (pool_owner_t **l = &p->graphs; *l != NULL; l = &(*l)->next)
     if (*l == g) {
@@ -40,7 +38,7 @@ static void graph_forget(pool_t *p, pool_owner_t *g) {
 
 /* Released graph pools give their free blocks back (the device is idle:
  * the caller synchronized it). */
-static void graph_drain(pool_t *p) {
+void rmmc__pool_graph_drain(pool_t *p) {
   for (pool_owner_t *g = p->graphs, *next; g != NULL; g = next) {
     next = g->next;
     if (!g->released) continue;
@@ -50,12 +48,12 @@ static void graph_drain(pool_t *p) {
       b->owner = NULL;
       rmmc__pool_put_free(p, b);
     }
-    graph_forget(p, g);
+    rmmc__pool_graph_forget(p, g);
   }
 }
 
 /* The graph pool a call on `stream` is routed to, or NULL. */
-static POOL_NOINLINE pool_owner_t *graph_route(pool_t *p, cudaStream_t stream) {
+POOL_NOINLINE pool_owner_t *rmmc__pool_graph_route(pool_t *p, cudaStream_t stream) {
   const void *key = rmmc__stream_key_fast(stream);
   unsigned long long cid = 0;
   bool capturing = false;
@@ -83,7 +81,7 @@ static POOL_NOINLINE pool_owner_t *graph_route(pool_t *p, cudaStream_t stream) {
   return found;
 }
 
-static POOL_NOINLINE rmmc_status_t graph_allocate(pool_t *p, pool_owner_t *g, cudaStream_t stream,
+POOL_NOINLINE rmmc_status_t rmmc__pool_graph_allocate(pool_t *p, pool_owner_t *g, cudaStream_t stream,
                                                   size_t n, size_t align, size_t bytes,
                                                   void **out) {
   size_t need = n + (align - POOL_GRANULE);
@@ -97,7 +95,7 @@ static POOL_NOINLINE rmmc_status_t graph_allocate(pool_t *p, pool_owner_t *g, cu
   rmmc__tlsf_node_t *x = rmmc__tlsf_find(g->idx, need);
   if (x == NULL) x = rmmc__tlsf_find(&p->clean, need);
   if (x == NULL) { /* other streams' finished frees */
-    consolidate(p, true);
+    rmmc__pool_consolidate(p, true);
     x = rmmc__tlsf_find(&p->clean, need);
   }
   pool_block_t *b;
@@ -129,35 +127,33 @@ unlock:
 }
 
 /* The pool layer of a stack (r itself, or the first pool below it). */
-static pool_t *pool_in(rmmc_resource_t *r) {
+pool_t *rmmc__pool_in(rmmc_resource_t *r) {
   for (; r != NULL; r = rmmc_resource_upstream(r))
     if (is_pool(r)) return (pool_t *)r;
   return NULL;
 }
-pool_t *rmmc__pool_in(rmmc_resource_t *r) { return pool_in(r); }
 
 /* The router of caching layers above a pool (base/graph_route.h):
  * does a call on `stream` through `stack` reach a pool that sends it to a
  * graph pool, or that is paused (sleep.c: it refuses the call, which the
  * layer must not serve from its cache of the pool's unmapped memory)? */
 static bool graph_routes_call(rmmc_resource_t *stack, cudaStream_t stream) {
-  pool_t *p = pool_in(stack);
+  pool_t *p = rmmc__pool_in(stack);
   return p != NULL && __atomic_load_n(&p->graphs_routing, __ATOMIC_RELAXED) > 0 &&
-         (__atomic_load_n(&p->paused, __ATOMIC_RELAXED) || graph_route(p, stream) != NULL);
+         (__atomic_load_n(&p->paused, __ATOMIC_RELAXED) || rmmc__pool_graph_route(p, stream) != NULL);
 }
 
 /* Counts one graph pool more (+1) or less (-1) being routed to, or a
  * pause (rmmc__pool_count_route). */
-static void count_route(pool_t *p, int delta) {
+void rmmc__pool_count_route(pool_t *p, int delta) {
   if (delta > 0) rmmc__set_graph_router(graph_routes_call);
   __atomic_add_fetch(&p->graphs_routing, delta, __ATOMIC_RELAXED);
   __atomic_add_fetch(&rmmc__graph_routes, delta, __ATOMIC_RELAXED);
 }
-void rmmc__pool_count_route(pool_t *p, int delta) { count_route(p, delta); }
 
 RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id0, uint64_t id1,
                                              bool by_stream, cudaStream_t stream) {
-  pool_t *p = pool_in(stack);
+  pool_t *p = rmmc__pool_in(stack);
   if (p == NULL)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_begin: %s has no pool layer",
                           stack == NULL ? "NULL" : rmmc_resource_name(stack));
@@ -193,14 +189,14 @@ RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id
     p->graphs_by_capture++;
     __atomic_add_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
   }
-  count_route(p, 1);
+  rmmc__pool_count_route(p, 1);
 unlock:
   rmmc__unlock(&p->lock);
   return st;
 }
 
 RMMC_API rmmc_status_t rmmc_pool_graph_end(rmmc_resource_t *stack, uint64_t id0, uint64_t id1) {
-  pool_t *p = pool_in(stack);
+  pool_t *p = rmmc__pool_in(stack);
   if (p == NULL)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_end: %s has no pool layer",
                           stack == NULL ? "NULL" : rmmc_resource_name(stack));
@@ -220,14 +216,14 @@ RMMC_API rmmc_status_t rmmc_pool_graph_end(rmmc_resource_t *stack, uint64_t id0,
     g->route_key = NULL;
     g->capture = 0;
     g->pending_thread = 0;
-    count_route(p, -1);
+    rmmc__pool_count_route(p, -1);
   }
   rmmc__unlock(&p->lock);
   return st;
 }
 
 RMMC_API rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64_t id0, uint64_t id1) {
-  pool_t *p = pool_in(stack);
+  pool_t *p = rmmc__pool_in(stack);
   if (p == NULL)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_release: %s has no pool layer",
                           stack == NULL ? "NULL" : rmmc_resource_name(stack));
@@ -245,16 +241,16 @@ RMMC_API rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64_t 
       __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
     }
     g->begun = 0;
-    count_route(p, -1);
+    rmmc__pool_count_route(p, -1);
   }
   g->released = true;
-  graph_forget(p, g);
+  rmmc__pool_graph_forget(p, g);
   rmmc__unlock(&p->lock);
   /* Replays may still run: the free blocks go back once the device is
    * idle (an explicit call, so it may synchronize). */
   if (rmmc__stream_set_sync(&p->streams) == RMMC_SUCCESS) {
     rmmc__lock(&p->lock);
-    graph_drain(p);
+    rmmc__pool_graph_drain(p);
     rmmc__unlock(&p->lock);
   }
   return RMMC_SUCCESS;

@@ -4,9 +4,7 @@
  * heaps' free blocks, lent to a request the shared heap's steps could not
  * serve, and the out-of-memory message that says what stayed free.
  */
-#ifndef RMMC_POOL_CORE_H
-#error "a part of the pool core: pool.c includes it (core.h says why)"
-#endif
+#include "core.h"
 
 /* ---- out of memory: free blocks of other streams' heaps ----
  *
@@ -28,7 +26,7 @@ typedef struct lend_seen {
 } lend_seen_t;
 
 /* Lists the live heaps through snext (snap_lock held): returns the first. */
-static pool_sheap_t *heaps_snapshot(pool_t *p) {
+pool_sheap_t *rmmc__pool_heaps_snapshot(pool_t *p) {
   rmmc__lock(&p->lock);
   for (pool_sheap_t *x = p->heaps; x != NULL; x = x->hnext) x->snext = x->hnext;
   pool_sheap_t *first = p->heaps;
@@ -77,7 +75,7 @@ static POOL_NOINLINE bool heaps_lend(pool_t *p, pool_owner_t *o, cudaStream_t st
   rmmc__error_save(&saved);
   bool lent = false;
   pthread_mutex_lock(&p->snap_lock);
-  for (pool_sheap_t *x = heaps_snapshot(p); x != NULL && !lent; x = x->snext) {
+  for (pool_sheap_t *x = rmmc__pool_heaps_snapshot(p); x != NULL && !lent; x = x->snext) {
     rmmc__lock(&x->lock);
     if (x->owner != NULL) lent = heap_lend(p, x, o, stream, n, align, bytes, capturing, seen, out);
     rmmc__unlock(&x->lock);
@@ -105,18 +103,18 @@ static rmmc_status_t pool_out_of_memory(pool_t *p, const lend_seen_t *seen, rmmc
 }
 
 /* The heap this thread cached was retired: its heap of the stream again. */
-static POOL_NOINLINE rmmc_status_t small_again(pool_t *p, cudaStream_t stream, size_t n,
+POOL_NOINLINE rmmc_status_t rmmc__pool_small_again(pool_t *p, cudaStream_t stream, size_t n,
                                                size_t align, size_t bytes, void **out) {
   pool_sheap_t *h;
   pool_owner_t *o;
-  rmmc_status_t st = heap_stale(p, stream, &h, &o);
-  return st == RMMC_SUCCESS ? small_allocate(p, h, o, stream, n, align, bytes, out) : st;
+  rmmc_status_t st = rmmc__pool_heap_stale(p, stream, &h, &o);
+  return st == RMMC_SUCCESS ? rmmc__pool_small_allocate(p, h, o, stream, n, align, bytes, out) : st;
 }
 
 /* A small request the shared heap's steps could not serve (no lock held):
  * other heaps lend; the last resort; other heaps lend, now that every
  * stream's work is known finished. */
-static POOL_NOINLINE rmmc_status_t small_short(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+POOL_NOINLINE rmmc_status_t rmmc__pool_small_short(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
                                                cudaStream_t stream, size_t n, size_t align,
                                                size_t bytes, void **out) {
   lend_seen_t seen;
@@ -127,10 +125,10 @@ static POOL_NOINLINE rmmc_status_t small_short(pool_t *p, pool_sheap_t *h, pool_
   rmmc__lock(&h->lock);
   if (h->owner != o) { /* retired meanwhile */
     rmmc__unlock(&h->lock);
-    return small_again(p, stream, n, align, bytes, out);
+    return rmmc__pool_small_again(p, stream, n, align, bytes, out);
   }
   pool_block_t *b;
-  rmmc_status_t st = small_general(p, h, stream, n, n + (align - POOL_GRANULE), align, bytes,
+  rmmc_status_t st = rmmc__pool_small_general(p, h, stream, n, n + (align - POOL_GRANULE), align, bytes,
                                    SLOW_LAST, &b);
   if (st == RMMC_SUCCESS) {
     heap_hand_out(h, b, bytes);
@@ -146,14 +144,14 @@ static POOL_NOINLINE rmmc_status_t small_short(pool_t *p, pool_sheap_t *h, pool_
 
 /* A large request the shared heap's steps could not serve (no lock held),
  * as small_short. */
-static POOL_NOINLINE rmmc_status_t large_short(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+POOL_NOINLINE rmmc_status_t rmmc__pool_large_short(pool_t *p, pool_owner_t *o, cudaStream_t stream,
                                                size_t n, size_t align, size_t bytes, void **out) {
   lend_seen_t seen;
   if (heaps_lend(p, o, stream, n, align, bytes, &seen, out)) {
     (void)rmmc__error_restore_call_start();
     return RMMC_SUCCESS;
   }
-  rmmc_status_t st = large_allocate(p, o, stream, n, align, bytes, SLOW_LAST, out);
+  rmmc_status_t st = rmmc__pool_large_allocate(p, o, stream, n, align, bytes, SLOW_LAST, out);
   if (st == RMMC_ERROR_OUT_OF_MEMORY && heaps_lend(p, o, stream, n, align, bytes, &seen, out)) {
     (void)rmmc__error_restore_call_start();
     return RMMC_SUCCESS;

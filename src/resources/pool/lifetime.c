@@ -3,9 +3,7 @@
  * The pool core's lifetime (core.h): locking every heap, release_cached,
  * destroy, the options checked and resolved, the backend chosen, create.
  */
-#ifndef RMMC_POOL_CORE_H
-#error "a part of the pool core: pool.c includes it (core.h says why)"
-#endif
+#include "core.h"
 
 static uint64_t next_pool_id;
 
@@ -15,13 +13,13 @@ static uint64_t next_pool_id;
  * and the list is checked again under the shared lock until no heap was
  * made, retired or reused meanwhile (heaps_gen). One such pass at a time
  * (snap_lock, held until unlock_all): the list is kept in the heaps' snext. */
-static void lock_all(pool_t *p) {
+void rmmc__pool_lock_all(pool_t *p) {
   pthread_mutex_lock(&p->snap_lock);
   for (;;) {
     rmmc__lock(&p->lock);
     uint64_t gen = p->heaps_gen;
     rmmc__unlock(&p->lock);
-    pool_sheap_t *first = heaps_snapshot(p);
+    pool_sheap_t *first = rmmc__pool_heaps_snapshot(p);
     for (pool_sheap_t *x = first; x != NULL; x = x->snext) rmmc__lock(&x->lock);
     rmmc__lock(&p->lock);
     if (p->heaps_gen == gen) {
@@ -33,36 +31,34 @@ static void lock_all(pool_t *p) {
   }
 }
 
-static void unlock_all(pool_t *p) {
+void rmmc__pool_unlock_all(pool_t *p) {
   pool_sheap_t *first = p->snap_first;
   rmmc__unlock(&p->lock);
   for (pool_sheap_t *x = first; x != NULL; x = x->snext) rmmc__unlock(&x->lock);
   pthread_mutex_unlock(&p->snap_lock);
 }
-void rmmc__pool_lock_all(pool_t *p) { lock_all(p); }
-void rmmc__pool_unlock_all(pool_t *p) { unlock_all(p); }
 
-static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
+rmmc_status_t rmmc__pool_release_cached(rmmc_resource_t *r) {
   pool_t *p = (pool_t *)r;
   /* An explicit call: the device may be synchronized (unless a known
    * capture is underway), after which every free is finished. */
   rmmc_status_t st = rmmc__stream_set_sync(&p->streams);
   if (st != RMMC_SUCCESS && st != RMMC_ERROR_NOT_SUPPORTED) return st;
   pthread_mutex_lock(&p->snap_lock);
-  for (pool_sheap_t *x = heaps_snapshot(p); x != NULL; x = x->snext) {
+  for (pool_sheap_t *x = rmmc__pool_heaps_snapshot(p); x != NULL; x = x->snext) {
     rmmc__lock(&x->lock);
     if (x->owner != NULL) { /* not retired meanwhile */
-      (void)retire_foreign(p, x, NULL, false);
+      (void)rmmc__pool_retire_foreign(p, x, NULL, false);
       rmmc__lock(&p->lock);
-      (void)heap_release_idle(p, x, 0, NULL, false);
+      (void)rmmc__pool_heap_release_idle(p, x, 0, NULL, false);
       rmmc__unlock(&p->lock);
     }
     rmmc__unlock(&x->lock);
   }
   pthread_mutex_unlock(&p->snap_lock);
   rmmc__lock(&p->lock);
-  if (st == RMMC_SUCCESS) graph_drain(p);
-  consolidate(p, true);
+  if (st == RMMC_SUCCESS) rmmc__pool_graph_drain(p);
+  rmmc__pool_consolidate(p, true);
   st = p->be->trim(p, 0);
   rmmc__unlock(&p->lock);
   if (p->sleep != NULL) p->sleep->drop(p, false);
@@ -72,12 +68,12 @@ static rmmc_status_t pool_release_cached(rmmc_resource_t *r) {
 
 /* ---- lifetime ---- */
 
-static void pool_destroy(rmmc_resource_t *r) {
+void rmmc__pool_destroy(rmmc_resource_t *r) {
   pool_t *p = (pool_t *)r;
   if (p->cuda && p->regions != NULL) (void)rmmc__stream_set_sync(&p->streams);
   if (p->be != NULL) p->be->fini(p);
   if (p->sleep != NULL) p->sleep->drop(p, true);
-  if (p->paused) count_route(p, -1); /* destroyed while paused: the process count stays true */
+  if (p->paused) rmmc__pool_count_route(p, -1); /* destroyed while paused: the process count stays true */
   if (p->below != NULL) __atomic_sub_fetch(&p->below->pools_above, 1, __ATOMIC_RELAXED);
   for (int spare = 0; spare < 2; spare++)
     for (pool_sheap_t *x = spare ? p->spare_heaps : p->heaps, *xnext; x != NULL; x = xnext) {
@@ -94,7 +90,7 @@ static void pool_destroy(rmmc_resource_t *r) {
     next = g->next;
     if (g->begun > 0) { /* destroyed while routed: the process counts stay true */
       if (g->route_key == NULL) __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
-      count_route(p, -1);
+      rmmc__pool_count_route(p, -1);
     }
     free(g->idx);
     free(g);
@@ -258,7 +254,7 @@ rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_optio
   if (st != RMMC_SUCCESS) return st;
   pool_t *p = calloc(1, sizeof *p);
   if (p == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool_resource_create: no host memory");
-  rmmc__adaptor_init(&p->base, arena ? &arena_ops : &pool_ops, upstream);
+  rmmc__adaptor_init(&p->base, arena ? &rmmc__pool_arena_ops : &rmmc__pool_ops, upstream);
   p->id = __atomic_add_fetch(&next_pool_id, 1, __ATOMIC_RELAXED);
   p->cuda = upstream->kind != RMMC_MEMORY_HOST;
   rmmc__ptrmap_init(&p->used);
@@ -267,7 +263,7 @@ rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_optio
   rmmc__stream_set_init(&p->streams, upstream, sizeof(pool_owner_t));
   st = apply_options(p, &o);
   if (st == RMMC_SUCCESS) st = choose_backend(p, &o);
-  if (st == RMMC_SUCCESS && (p->below = pool_in(upstream)) != NULL) /* it may not pause now */
+  if (st == RMMC_SUCCESS && (p->below = rmmc__pool_in(upstream)) != NULL) /* it may not pause now */
     __atomic_add_fetch(&p->below->pools_above, 1, __ATOMIC_RELAXED);
   if (st == RMMC_SUCCESS && !pool_meta_room(&p->meta)) st = rmmc__pool_no_host_memory();
   if (st == RMMC_SUCCESS && o.initial_size > 0) {
@@ -286,8 +282,8 @@ rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_optio
   *out = &p->base.base;
   return RMMC_SUCCESS;
 destroy:
-  pool_destroy(&p->base.base);
+  rmmc__pool_destroy(&p->base.base);
   return st;
 }
 
-bool rmmc__pool_is_arena(const rmmc_resource_t *r) { return r != NULL && r->ops == &arena_ops; }
+bool rmmc__pool_is_arena(const rmmc_resource_t *r) { return r != NULL && r->ops == &rmmc__pool_arena_ops; }

@@ -5,15 +5,13 @@
  * search over frees another stream may take behind a GPU-side wait, and
  * the shared heap's slow path as a list of named steps.
  */
-#ifndef RMMC_POOL_CORE_H
-#error "a part of the pool core: pool.c includes it (core.h says why)"
-#endif
+#include "core.h"
 
 /* ---- streams' epochs ---- */
 
 /* Covers o's frees now, from outside the shared lock: its counts start
  * again under the lock, the record (on `stream`, o's) follows outside. */
-static void cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream) {
+void rmmc__pool_cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream) {
   rmmc__lock(&p->lock);
   o->uncovered = 0;
   o->uncovered_bytes = 0;
@@ -48,7 +46,7 @@ static void consolidate_owner(pool_t *p, pool_owner_t *q) {
  * recorded, unfinished frees when `ask`): before the pool grows. A stream
  * left with neither a heap nor free blocks leaves the list of owners here
  * (only here and in heap_retire: no other pass over the list unlinks). */
-static void consolidate(pool_t *p, bool ask) {
+void rmmc__pool_consolidate(pool_t *p, bool ask) {
   for (pool_owner_t *q = p->pending, *next; q != NULL; q = next) {
     next = q->pnext;
     if (q->qhead == NULL) {
@@ -174,13 +172,13 @@ static pool_block_t *reuse_without_wait(pool_t *p, pool_owner_t *o, pool_sheap_t
   pool_block_t *b;
   bool settled;
   /* Other streams' frees known finished, then those that fit, asked. */
-  consolidate(p, false);
+  rmmc__pool_consolidate(p, false);
   if ((b = find_usable(p, o, need, align)) != NULL) return b;
   *covered = find_covered(p, o, fit, from, &settled);
   if (settled && (b = find_usable(p, o, need, align)) != NULL) return b;
   /* Idle spans of other stream heaps come back before the pool grows. */
-  if (reclaim_spans(p, self, align <= p->span ? need : SIZE_MAX) == 0) return NULL;
-  consolidate(p, false);
+  if (rmmc__pool_reclaim_spans(p, self, align <= p->span ? need : SIZE_MAX) == 0) return NULL;
+  rmmc__pool_consolidate(p, false);
   if ((b = find_usable(p, o, need, align)) != NULL) return b;
   *covered = find_covered(p, o, fit, from, &settled);
   if (settled && (b = find_usable(p, o, need, align)) != NULL) return b;
@@ -197,7 +195,7 @@ static pool_block_t *reuse_after_wait(pool_t *p, pool_owner_t *o, cudaStream_t s
   if (!capturing && covered != NULL &&
       rmmc__stream_slot_wait(&p->streams, from->slot, stream) == RMMC_SUCCESS)
     return covered;
-  consolidate(p, true);
+  rmmc__pool_consolidate(p, true);
   if ((b = find_usable(p, o, need, align)) != NULL) return b;
   /* Other streams' covered frees, joined behind GPU-side waits. */
   return capturing ? NULL : adopt_covered(p, o, stream, need, align);
@@ -276,7 +274,7 @@ static rmmc_status_t grow_past_budget(pool_t *p, pool_owner_t *o, cudaStream_t s
       for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext)
         if (q->slot != NULL && rmmc__stream_slot_finish_mark(&p->streams, q->slot)) settled = true;
       if (!settled) break;
-      consolidate(p, false);
+      rmmc__pool_consolidate(p, false);
       if ((b = find_usable(p, o, need, align)) != NULL) return slow_take(b, p, out);
       st = grow_within_peak(p, o, stream, need, align, out);
       if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
@@ -295,11 +293,11 @@ static rmmc_status_t last_resort(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
   /* Every stream's memory, everything cached below. */
   p->last_resort = true;
   if (!capturing && rmmc__stream_set_sync(&p->streams) == RMMC_SUCCESS) {
-    consolidate(p, false);
-    graph_drain(p);
+    rmmc__pool_consolidate(p, false);
+    rmmc__pool_graph_drain(p);
   }
-  (void)reclaim_spans(p, self, SIZE_MAX);
-  consolidate(p, false);
+  (void)rmmc__pool_reclaim_spans(p, self, SIZE_MAX);
+  rmmc__pool_consolidate(p, false);
   pool_block_t *b = find_usable(p, o, need, align);
   rmmc_status_t st = RMMC_SUCCESS;
   if (b == NULL) {
@@ -355,7 +353,7 @@ static rmmc_status_t shared_slow_steps(pool_t *p, pool_owner_t *o, pool_sheap_t 
 /* The slow path's steps may fail on the way (over the budget, a growth the
  * upstream refused) before one succeeds: a success leaves the thread's
  * error state as it was before the call. */
-static POOL_NOINLINE rmmc_status_t shared_slow(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
+POOL_NOINLINE rmmc_status_t rmmc__pool_shared_slow(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
                                                cudaStream_t stream, size_t need, size_t align,
                                                size_t bytes, slow_steps_t steps,
                                                pool_block_t **out) {

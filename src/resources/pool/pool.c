@@ -29,6 +29,18 @@
 
 #define TL_WAYS 8u
 
+static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                           cudaStream_t stream, size_t n, size_t align,
+                                           size_t bytes, void **out);
+static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_entry_t *e,
+                                       void *ptr, size_t bytes, cudaStream_t stream);
+static inline bool power_of_two_count(uint64_t *n);
+static POOL_NOINLINE void heap_emptied(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
+static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *ptr, size_t bytes,
+                                             cudaStream_t stream);
+static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t *e, void *ptr,
+                                size_t bytes, bool *cover);
+
 /* ---- the thread cache: (pool id, stream key) -> stream heap ---- */
 
 typedef struct tl_entry {
@@ -112,8 +124,8 @@ static POOL_NOINLINE rmmc_status_t heap_find(pool_t *p, cudaStream_t stream, con
   pool_owner_t *o = rmmc__stream_slot_user(slot);
   unsigned stripe = thread_stripe(p);
   rmmc__lock(&p->lock);
-  pool_sheap_t *h = heap_of_stripe(o, stripe);
-  if (h == NULL) st = heap_new(p, o, slot, stripe, &h);
+  pool_sheap_t *h = rmmc__pool_heap_of_stripe(o, stripe);
+  if (h == NULL) st = rmmc__pool_heap_new(p, o, slot, stripe, &h);
   rmmc__unlock(&p->lock);
   if (st != RMMC_SUCCESS) return st;
   if (tl_cache == NULL) {
@@ -154,38 +166,17 @@ static inline rmmc_status_t heap_of(pool_t *p, cudaStream_t stream, pool_sheap_t
  * heap, and heaps are retired only as another is made (heap_new). */
 static POOL_NOINLINE rmmc_status_t owner_rejoin(pool_t *p, pool_owner_t *o) {
   pool_sheap_t *h;
-  return heap_new(p, o, o->slot, thread_stripe(p), &h);
+  return rmmc__pool_heap_new(p, o, o->slot, thread_stripe(p), &h);
 }
 
 /* h was retired (and maybe reused) since this thread cached it: the
  * thread's heap of the stream again (h is not locked). */
-static POOL_NOINLINE rmmc_status_t heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
+POOL_NOINLINE rmmc_status_t rmmc__pool_heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
                                               pool_owner_t **o) {
   return heap_find(p, stream, rmmc__stream_key_fast(stream), h, o);
 }
 
 /* ---- the resource's slots ---- */
-
-/* Expensive checks (debug_checks=2): every invariant after every call. */
-#if RMMC_DEBUG_CHECKS >= 2
-static rmmc_status_t expensive_check(pool_t *p, rmmc_status_t st, const char *where) {
-  char msg[512];
-  rmmc__error_state_t saved;
-  rmmc__error_save(&saved);
-  lock_all(p);
-  bool ok = check_locked(p, msg, sizeof msg);
-  unlock_all(p);
-  if (!ok) {
-    fprintf(stderr, "rmmc: pool invariant broken after %s: %s\n", where, msg);
-    abort();
-  }
-  rmmc__error_restore(&saved);
-  return st;
-}
-#define POOL_EXPENSIVE(p, st, where) expensive_check(p, st, where)
-#else
-#define POOL_EXPENSIVE(p, st, where) (st)
-#endif
 
 static rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
                                       cudaStream_t stream, void **out);
@@ -228,14 +219,14 @@ static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t ali
   size_t n = rmmc__align_up(bytes, POOL_GRANULE);
   if (RMMC_UNLIKELY(__atomic_load_n(&p->graphs_routing, __ATOMIC_RELAXED) > 0)) {
     if (__atomic_load_n(&p->paused, __ATOMIC_RELAXED)) return paused_error(p, bytes);
-    pool_owner_t *g = graph_route(p, stream);
-    if (g != NULL) return graph_allocate(p, g, stream, n, alignment, bytes, out);
+    pool_owner_t *g = rmmc__pool_graph_route(p, stream);
+    if (g != NULL) return rmmc__pool_graph_allocate(p, g, stream, n, alignment, bytes, out);
   }
   if (RMMC_LIKELY(n <= p->small_max && n + (alignment - POOL_GRANULE) <= p->span))
     return small_allocate(p, h, o, stream, n, alignment, bytes, out);
-  st = large_allocate(p, o, stream, n, alignment, bytes, SLOW_BEFORE_LAST, out);
+  st = rmmc__pool_large_allocate(p, o, stream, n, alignment, bytes, SLOW_BEFORE_LAST, out);
   if (RMMC_UNLIKELY(st == RMMC_ERROR_OUT_OF_MEMORY))
-    st = large_short(p, o, stream, n, alignment, bytes, out);
+    st = rmmc__pool_large_short(p, o, stream, n, alignment, bytes, out);
   return st;
 }
 
@@ -247,7 +238,7 @@ static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owne
   rmmc__lock(&h->lock);
   if (RMMC_UNLIKELY(h->owner != o)) {
     rmmc__unlock(&h->lock);
-    return small_again(p, stream, n, align, bytes, out);
+    return rmmc__pool_small_again(p, stream, n, align, bytes, out);
   }
   pool_block_t *b = h->hot;
   if (RMMC_LIKELY(b != NULL && pool_bsize(b) == need && align == POOL_GRANULE)) {
@@ -257,10 +248,10 @@ static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owne
     }
     h->hot = NULL;
     b->where = W_OUT;
-  } else if ((st = small_general(p, h, stream, n, need, align, bytes, SLOW_BEFORE_LAST, &b)) !=
+  } else if ((st = rmmc__pool_small_general(p, h, stream, n, need, align, bytes, SLOW_BEFORE_LAST, &b)) !=
              RMMC_SUCCESS) {
     rmmc__unlock(&h->lock);
-    if (st == RMMC_ERROR_OUT_OF_MEMORY) st = small_short(p, h, o, stream, n, align, bytes, out);
+    if (st == RMMC_ERROR_OUT_OF_MEMORY) st = rmmc__pool_small_short(p, h, o, stream, n, align, bytes, out);
     return st;
   }
   heap_hand_out(h, b, bytes);
@@ -273,7 +264,7 @@ unlock:
 /* ---- large blocks: the shared heap ---- */
 
 RMMC_HOT
-static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o,
+POOL_NOINLINE rmmc_status_t rmmc__pool_large_allocate(pool_t *p, pool_owner_t *o,
                                                   cudaStream_t stream, size_t n, size_t align,
                                                   size_t bytes, slow_steps_t steps, void **out) {
   size_t need = n + (align - POOL_GRANULE);
@@ -286,7 +277,7 @@ static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o,
   if (RMMC_UNLIKELY(o->heap == NULL) && (st = owner_rejoin(p, o)) != RMMC_SUCCESS) goto unlock;
   pool_block_t *b = need <= POOL_MAX_REQUEST ? find_usable(p, o, n, align) : NULL;
   if (RMMC_LIKELY(b != NULL)) rmmc__pool_unlink_free(p, b);
-  else if ((st = shared_slow(p, o, NULL, stream, n, align, bytes, steps, &b)) != RMMC_SUCCESS)
+  else if ((st = rmmc__pool_shared_slow(p, o, NULL, stream, n, align, bytes, steps, &b)) != RMMC_SUCCESS)
     goto unlock;
   b = rmmc__pool_carve(p, b, n, align);
   if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&p->used, (void *)b->addr, b, bytes))) {
@@ -349,7 +340,7 @@ static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_
   h->hot = b;
   b->where = W_HOT;
   if (--sp->nused == 0) {
-    if (++h->nidle * p->span > p->cache_bytes) heap_trim(p, h, stream);
+    if (++h->nidle * p->span > p->cache_bytes) rmmc__pool_heap_trim(p, h, stream);
     else if (p->cuda && h->in_use == 0 && power_of_two_count(&h->empties))
       heap_emptied(p, h, stream);
   }
@@ -357,10 +348,10 @@ static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_
 }
 
 /* Keeps h's wholly free spans within cache_size (h's lock held). */
-static POOL_NOINLINE void heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream) {
+POOL_NOINLINE void rmmc__pool_heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream) {
   size_t keep = p->cache_bytes / p->span;
   rmmc__lock(&p->lock);
-  (void)heap_release_idle(p, h, keep, stream, true);
+  (void)rmmc__pool_heap_release_idle(p, h, keep, stream, true);
   rmmc__unlock(&p->lock);
 }
 
@@ -437,7 +428,7 @@ static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *p
     }
   }
   rmmc__unlock(&a->lock);
-  if (foreign && !rmmc__stream_slot_covered(o->slot, tag)) cover_now(p, o, stream);
+  if (foreign && !rmmc__stream_slot_covered(o->slot, tag)) rmmc__pool_cover_now(p, o, stream);
   return st;
 }
 
@@ -463,7 +454,7 @@ static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t
       rmmc__pool_put_free(p, b);
       return RMMC_SUCCESS;
     }
-    graph_forget(p, g); /* released: the block is the freeing stream's, as any */
+    rmmc__pool_graph_forget(p, g); /* released: the block is the freeing stream's, as any */
   }
   b->owner = o;
   b->tag = rmmc__stream_slot_tag(o->slot);
@@ -476,18 +467,18 @@ static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t
 #define POOL_OPS(NAME)                                                                         \
   {                                                                                            \
     .version = RMMC_RESOURCE_OPS_VERSION, .name = NAME, .allocate = pool_allocate,             \
-    .deallocate = pool_deallocate, .release_cached = pool_release_cached,                      \
-    .describe = pool_describe, .destroy = pool_destroy, .upstream = rmmc__adaptor_upstream,    \
+    .deallocate = pool_deallocate, .release_cached = rmmc__pool_release_cached,                      \
+    .describe = rmmc__pool_describe, .destroy = rmmc__pool_destroy, .upstream = rmmc__adaptor_upstream,    \
     .get_allocation = rmmc__pool_get_allocation,                                               \
     .set_memory_hooks = rmmc__pool_set_memory_hooks,                                           \
     .enable_peer_access = rmmc__pool_enable_peer_access,                                       \
   }
-static const rmmc_resource_ops_t pool_ops = POOL_OPS("pool"), arena_ops = POOL_OPS("arena");
+const rmmc_resource_ops_t rmmc__pool_ops = POOL_OPS("pool"), rmmc__pool_arena_ops = POOL_OPS("arena");
 
-/* The core's other parts: one translation unit (core.h says why). */
-#include "stream_heaps.c"
-#include "lend.c"
-#include "policy.c"
-#include "graphs.c"
-#include "figures.c"
-#include "lifetime.c"
+/* The small path for the other files (lend.c): the same body, which
+ * pool.c's own callers inline. */
+rmmc_status_t rmmc__pool_small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                        cudaStream_t stream, size_t n, size_t align, size_t bytes,
+                                        void **out) {
+  return small_allocate(p, h, o, stream, n, align, bytes, out);
+}

@@ -7,9 +7,7 @@
  * frees from other streams (foreign), and a small request past the hot
  * block.
  */
-#ifndef RMMC_POOL_CORE_H
-#error "a part of the pool core: pool.c includes it (core.h says why)"
-#endif
+#include "core.h"
 
 /* ---- the pool's list of live heaps (shared lock) ----
  *
@@ -42,7 +40,7 @@ static inline void heaps_touch(pool_t *p, pool_sheap_t *h) {
 }
 
 /* Stripe `stripe`'s heap of o (shared lock held). */
-static pool_sheap_t *heap_of_stripe(pool_owner_t *o, unsigned stripe) {
+pool_sheap_t *rmmc__pool_heap_of_stripe(pool_owner_t *o, unsigned stripe) {
   pool_sheap_t *h = o->heap;
   while (h != NULL && h->stripe != stripe) h = h->onext;
   return h;
@@ -53,7 +51,7 @@ static pool_sheap_t *heap_of_stripe(pool_owner_t *o, unsigned stripe) {
  * spare list for reuse. Its stream leaves the list of owners once it has
  * neither a heap nor free blocks in the shared heap. */
 static void heap_retire(pool_t *p, pool_sheap_t *x) {
-  (void)heap_release_idle(p, x, 0, NULL, false);
+  (void)rmmc__pool_heap_release_idle(p, x, 0, NULL, false);
   pool_owner_t *o = x->owner;
   pool_sheap_t **l = &o->heap;
   while (*l != x) l = &(*l)->onext;
@@ -83,7 +81,7 @@ static void heaps_retire_idle(pool_t *p) {
       heaps_touch(p, x);
       continue;
     }
-    if (x->nforeign > 0) (void)retire_foreign(p, x, NULL, false); /* finished ones */
+    if (x->nforeign > 0) (void)rmmc__pool_retire_foreign(p, x, NULL, false); /* finished ones */
     if (x->used.count == 0 && x->nforeign == 0) {
       heap_retire(p, x);
       retired++;
@@ -97,7 +95,7 @@ static void heaps_retire_idle(pool_t *p) {
 /* Stripe `stripe`'s heap of o's stream, made (shared lock held): a spare
  * heap reused (one whose lock a stale caller holds is left for later) or a
  * new one. */
-static rmmc_status_t heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot,
+rmmc_status_t rmmc__pool_heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot,
                               unsigned stripe, pool_sheap_t **out) {
   /* Retiring first: it may retire o's own last heap (another stripe's),
    * and o then leaves the list and gives up its index; o is made ready and
@@ -189,7 +187,7 @@ static void span_give_back(pool_t *p, pool_sheap_t *x, pool_region_t *sp, cudaSt
 }
 
 /* Takes back x's wholly free spans, keeping `keep` of them. */
-static size_t heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cudaStream_t stream,
+size_t rmmc__pool_heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cudaStream_t stream,
                                 bool in_call) {
   size_t n = 0;
   for (pool_region_t *sp = x->spans, *next; sp != NULL && x->nidle > keep; sp = next) {
@@ -207,14 +205,14 @@ static size_t heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cudaStr
  * the first heap (latest span taker first) that gives back a span is
  * enough, since a whole span, aligned to its size, fits any such request;
  * above, every heap gives back, so that spans side by side can merge. */
-static size_t reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need) {
+size_t rmmc__pool_reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need) {
   size_t n = 0;
   for (pool_sheap_t *x = p->heaps; x != NULL; x = x->hnext) {
     /* nidle and nforeign change under x's lock only: read them there (a
      * peek without it is a data race, which the TSan pass reported). */
     if (x == skip || !rmmc__lock_try(&x->lock)) continue;
-    if (x->nforeign > 0) (void)retire_foreign(p, x, NULL, false); /* finished ones */
-    n += heap_release_idle(p, x, 0, NULL, false);
+    if (x->nforeign > 0) (void)rmmc__pool_retire_foreign(p, x, NULL, false); /* finished ones */
+    n += rmmc__pool_heap_release_idle(p, x, 0, NULL, false);
     rmmc__unlock(&x->lock);
     if (n > 0 && need <= p->span) break;
   }
@@ -241,7 +239,7 @@ static rmmc_status_t span_take(pool_t *p, pool_sheap_t *h, cudaStream_t stream, 
   }
   pool_block_t *b = find_usable(p, o, p->span, p->span);
   if (b != NULL) rmmc__pool_unlink_free(p, b);
-  else if ((st = shared_slow(p, o, h, stream, p->span, p->span, bytes, steps, &b)) != RMMC_SUCCESS)
+  else if ((st = rmmc__pool_shared_slow(p, o, h, stream, p->span, p->span, bytes, steps, &b)) != RMMC_SUCCESS)
     goto fail;
   b = rmmc__pool_carve(p, b, p->span, p->span);
   *sp = (pool_region_t){.base = b->addr, .size = p->span, .parent = b, .heap = h};
@@ -278,7 +276,7 @@ fail:
 /* Blocks of h's spans freed on other streams: those whose work has
  * finished, or that an event covers (h's stream then waits on it, unless
  * it is being captured), become free. Returns how many. */
-static size_t retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bool can_wait) {
+size_t rmmc__pool_retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bool can_wait) {
   size_t n = 0;
   pool_owner_t *waited = NULL;
   for (pool_block_t **link = &h->foreign, *b; (b = *link) != NULL;) {
@@ -313,17 +311,17 @@ static size_t retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bo
 /* A small allocation past the hot block (h's lock held): the index, then
  * foreign frees, then a new span. */
 RMMC_HOT
-static POOL_NOINLINE rmmc_status_t small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
+POOL_NOINLINE rmmc_status_t rmmc__pool_small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
                                                  size_t n, size_t need, size_t align,
                                                  size_t bytes, slow_steps_t steps,
                                                  pool_block_t **out) {
   if (!pool_meta_room(&h->meta)) return rmmc__pool_no_host_memory();
   if (RMMC_UNLIKELY(__atomic_load_n(&h->owner->slot->want, __ATOMIC_RELAXED)))
-    cover_now(p, h->owner, stream);
+    rmmc__pool_cover_now(p, h->owner, stream);
   pool_block_t *b = heap_search(h, need);
   if (b == NULL && h->nforeign > 0 &&
-      retire_foreign(p, h, stream, !p->cuda || !rmmc__stream_is_capturing(stream)) > 0) {
-    if (h->nidle * p->span > p->cache_bytes) heap_trim(p, h, stream);
+      rmmc__pool_retire_foreign(p, h, stream, !p->cuda || !rmmc__stream_is_capturing(stream)) > 0) {
+    if (h->nidle * p->span > p->cache_bytes) rmmc__pool_heap_trim(p, h, stream);
     b = heap_search(h, need);
   }
   if (b == NULL) {
