@@ -41,6 +41,11 @@ RESOURCE_LAYERS = (1, 2)
 # node, src/resources/pool/core.
 POOL_CORE = {f"src/resources/pool/{f}.c" for f in (
     "pool", "tcache", "stream_heaps", "lend", "policy", "graphs", "figures", "lifetime")}
+# The virtual-memory backend's placing and growing (vm.c) and its mappings
+# (vm_map.c, split out of vm.c to keep files short) call each other as one
+# file did: one node, src/resources/pool/vm.c.
+POOL_UNITS = {f: "src/resources/pool/core" for f in POOL_CORE}
+POOL_UNITS["src/resources/pool/vm_map.c"] = "src/resources/pool/vm.c"
 assert [LAYERS[i][0] for i in RESOURCE_LAYERS] == ["resources", "adaptors"]
 
 failures = []
@@ -61,7 +66,7 @@ def source_of(member):
                    "src_base_", "src_stack_", "src_front_", "src_"):
         if name.startswith(folder):
             path = folder[:-1].replace("_", "/") + "/" + name[len(folder):]
-            return "src/resources/pool/core" if path in POOL_CORE else path
+            return POOL_UNITS.get(path, path)
     return name
 
 

@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The pool's virtual-memory backend (vm.c), its mappings: the sorted
+ * segments of a reservation, the upstream's map, unmap and access calls
+ * with the memory hooks, granting peers every mapping, and sleep mode's
+ * unmapping and mapping again at the same addresses (sleep.c has the
+ * rest of sleep mode). vm.c places, grows and trims; vm.h lists what the
+ * two files share.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool_internal.h"
+#include "vm.h"
+
+/* ---- segments: the mapped ranges of a reservation, sorted ---- */
+
+bool rmmc__pool_seg_insert(pool_region_t *r, uintptr_t addr, size_t size) {
+  if (r->nsegs == r->capsegs) {
+    size_t cap = r->capsegs ? 2 * r->capsegs : 16;
+    pool_seg_t *s = realloc(r->segs, cap * sizeof *s);
+    if (s == NULL) return false;
+    r->segs = s;
+    r->capsegs = cap;
+  }
+  size_t i = pool_seg_lower_bound(r, addr);
+  memmove(r->segs + i + 1, r->segs + i, (r->nsegs - i) * sizeof *r->segs);
+  r->segs[i] = (pool_seg_t){addr, size, SEG_ON, 0};
+  r->nsegs++;
+  return true;
+}
+
+void rmmc__pool_seg_remove(pool_region_t *r, size_t i) {
+  memmove(r->segs + i, r->segs + i + 1, (r->nsegs - i - 1) * sizeof *r->segs);
+  r->nsegs--;
+}
+
+rmmc_status_t rmmc__pool_vm_map(pool_t *p, uintptr_t a, size_t n) {
+  int mode = p->cuda ? rmmc__capture_relax() : -1;
+  rmmc_status_t st = rmmc_resource_vm_map(p->base.upstream, (void *)a, n);
+  rmmc__capture_restore(mode);
+  p->upstream_calls++;
+  return st;
+}
+
+rmmc_status_t rmmc__pool_vm_unmap(pool_t *p, uintptr_t a, size_t n) {
+  int mode = p->cuda ? rmmc__capture_relax() : -1;
+  rmmc_status_t st = rmmc_resource_vm_unmap(p->base.upstream, (void *)a, n);
+  rmmc__capture_restore(mode);
+  p->upstream_calls++;
+  return st;
+}
+
+/* Unmaps [a, a + n), which the hooks were told of: they hear it go, and
+ * hear it held again if the upstream refuses to unmap it. */
+rmmc_status_t rmmc__pool_vm_unmap_announced(pool_t *p, uintptr_t a, size_t n) {
+  pool_hook_release(p, a, n);
+  rmmc_status_t st = rmmc__pool_vm_unmap(p, a, n);
+  if (st != RMMC_SUCCESS) pool_hook_acquire(p, a, n); /* still held */
+  return st;
+}
+
+/* Grants device d access to [a, a + n), whole mappings (on), or takes it
+ * back (!on). */
+rmmc_status_t rmmc__pool_vm_access(pool_t *p, uintptr_t a, size_t n, int d, bool on) {
+  int mode = p->cuda ? rmmc__capture_relax() : -1;
+  rmmc_status_t st = rmmc_resource_vm_set_access(p->base.upstream, (void *)a, n, d, on);
+  rmmc__capture_restore(mode);
+  p->upstream_calls++;
+  return st;
+}
+
+/* Maps [a, a + n) as segment of r and grants it to every peer; on failure
+ * nothing of it stays (a refused grant takes the mapping back, and the
+ * grants made go with it). */
+rmmc_status_t rmmc__pool_vm_map_segment(pool_t *p, pool_region_t *r, uintptr_t a, size_t n) {
+  rmmc_status_t st = rmmc__pool_vm_map(p, a, n);
+  if (st != RMMC_SUCCESS) return st;
+  if (!rmmc__pool_seg_insert(r, a, n))
+    st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  for (uint64_t m = p->peers; m != 0 && st == RMMC_SUCCESS; m &= m - 1)
+    st = rmmc__pool_vm_access(p, a, n, __builtin_ctzll(m), true);
+  if (st != RMMC_SUCCESS) {
+    rmmc__error_state_t why;
+    rmmc__error_save(&why);
+    size_t i = pool_seg_lower_bound(r, a);
+    if (i < r->nsegs && r->segs[i].addr == a) rmmc__pool_seg_remove(r, i);
+    bool stays = rmmc__pool_vm_unmap(p, a, n) != RMMC_SUCCESS;
+    rmmc__error_restore(&why);
+    if (stays)
+      rmmc__append_error(" (unmapping it failed too: %p + %zu bytes stay mapped, outside the "
+                         "pool's books)",
+                         (void *)a, n);
+  }
+  return st;
+}
+
+
+/* ---- peers ---- */
+
+/* Grants device d every segment held, in order; on a refusal takes back
+ * what it granted, so the pool is as it was. A take-back the upstream
+ * refuses too leaves that segment reachable from d, and the message says
+ * so. Shared lock held. */
+rmmc_status_t rmmc__pool_vm_grant(pool_t *p, int d) {
+  pool_region_t *r;
+  size_t i = 0;
+  rmmc_status_t st = RMMC_SUCCESS;
+  for (r = p->regions; r != NULL; r = r->next)
+    for (i = 0; i < r->nsegs; i++)
+      if (r->segs[i].off == SEG_ON && /* one that is off is granted when it is mapped again */
+          (st = rmmc__pool_vm_access(p, r->segs[i].addr, r->segs[i].size, d, true)) != RMMC_SUCCESS)
+        goto take_back;
+  return RMMC_SUCCESS;
+take_back: {
+  rmmc__error_state_t why;
+  rmmc__error_save(&why);
+  size_t kept = 0;
+  for (pool_region_t *q = p->regions;; q = q->next) {
+    size_t end = q == r ? i : q->nsegs;
+    for (size_t k = 0; k < end; k++)
+      if (q->segs[k].off == SEG_ON)
+        kept += rmmc__pool_vm_access(p, q->segs[k].addr, q->segs[k].size, d, false) != RMMC_SUCCESS;
+    if (q == r) break;
+  }
+  rmmc__error_restore(&why);
+  if (kept != 0)
+    rmmc__append_error(" (device %d keeps access to %zu of the pool's mappings: taking it back "
+                       "failed too)",
+                       d, kept);
+  return st;
+}
+}
+
+/* ---- sleep mode (sleep.c has the whole of it) ---- */
+
+/* Unmaps every mapping of `which` that is on, lowest first, each announced
+ * before it goes; one the upstream refuses stays on (announced held again)
+ * and the rest still go, except that POOL_SLEEP_LIVE stops at a refusal
+ * met before any of its mappings went (the pause can then still go back
+ * with every live block intact). Returns the first refusal's status and
+ * message; *gone grows by the bytes unmapped. */
+rmmc_status_t rmmc__pool_vm_sleep(pool_t *p, int which, size_t *gone) {
+  rmmc_status_t first = RMMC_SUCCESS;
+  rmmc__error_state_t why;
+  size_t refused = 0;
+  for (pool_region_t *r = p->regions; r != NULL; r = r->next)
+    for (size_t i = 0; i < r->nsegs; i++) {
+      pool_seg_t *s = &r->segs[i];
+      if (s->off != SEG_ON || (which != POOL_SLEEP_ALL && s->live != (which == POOL_SLEEP_LIVE)))
+        continue;
+      rmmc_status_t st = rmmc__pool_vm_unmap_announced(p, s->addr, s->size);
+      if (st != RMMC_SUCCESS) {
+        if (refused++ == 0) first = st, rmmc__error_save(&why);
+        if (which == POOL_SLEEP_LIVE && *gone == 0) goto done;
+        continue;
+      }
+      s->off = SEG_OFF;
+      p->off_bytes += s->size;
+      p->page_unmaps++;
+      *gone += s->size;
+    }
+done:
+  if (first != RMMC_SUCCESS) {
+    rmmc__error_restore(&why);
+    rmmc__append_error(" (the upstream refused to unmap %zu of the pool's mappings)", refused);
+  }
+  return first;
+}
+
+/* Maps [a, a + n), a mapping that is off, again and grants it to every
+ * peer. On failure it is unmapped again, unless the upstream refuses that
+ * too: *stays then (mapped, but not granted to every peer). */
+static rmmc_status_t remap(pool_t *p, uintptr_t a, size_t n, bool *stays) {
+  *stays = false;
+  rmmc_status_t st = rmmc__pool_vm_map(p, a, n);
+  if (st != RMMC_SUCCESS) return st;
+  for (uint64_t m = p->peers; m != 0 && st == RMMC_SUCCESS; m &= m - 1)
+    st = rmmc__pool_vm_access(p, a, n, __builtin_ctzll(m), true);
+  if (st != RMMC_SUCCESS) {
+    rmmc__error_state_t why;
+    rmmc__error_save(&why);
+    *stays = rmmc__pool_vm_unmap(p, a, n) != RMMC_SUCCESS;
+    rmmc__error_restore(&why);
+  }
+  return st;
+}
+
+/* Maps every mapping that is off, lowest first, each announced once it is
+ * mapped; all or nothing: on a refusal the ones this call mapped go again
+ * (announced), so the pool is as paused as before. */
+rmmc_status_t rmmc__pool_vm_wake(pool_t *p) {
+  rmmc_status_t st = RMMC_SUCCESS;
+  for (pool_region_t *r = p->regions; r != NULL && st == RMMC_SUCCESS; r = r->next)
+    for (size_t i = 0; i < r->nsegs && st == RMMC_SUCCESS; i++) {
+      pool_seg_t *s = &r->segs[i];
+      if (s->off != SEG_OFF) continue;
+      bool stays;
+      st = remap(p, s->addr, s->size, &stays);
+      if (st != RMMC_SUCCESS && !stays) break;
+      s->off = st == RMMC_SUCCESS ? SEG_WOKEN : SEG_ON; /* one that stays is held: on */
+      p->off_bytes -= s->size;
+      p->page_maps++;
+      pool_hook_acquire(p, s->addr, s->size);
+    }
+  rmmc__error_state_t why;
+  if (st != RMMC_SUCCESS) rmmc__error_save(&why);
+  size_t kept = 0;
+  for (pool_region_t *r = p->regions; r != NULL; r = r->next)
+    for (size_t i = 0; i < r->nsegs; i++) {
+      pool_seg_t *s = &r->segs[i];
+      if (s->off != SEG_WOKEN) continue;
+      if (st == RMMC_SUCCESS) {
+        s->off = SEG_ON;
+      } else if (rmmc__pool_vm_unmap_announced(p, s->addr, s->size) == RMMC_SUCCESS) {
+        s->off = SEG_OFF;
+        p->off_bytes += s->size;
+        p->page_unmaps++;
+      } else {
+        s->off = SEG_ON;
+        kept++;
+      }
+    }
+  if (st != RMMC_SUCCESS) {
+    rmmc__error_restore(&why);
+    if (kept != 0)
+      rmmc__append_error(" (%zu mappings made again stay mapped: unmapping them failed too)", kept);
+  }
+  return st;
+}
