@@ -19,7 +19,7 @@
  * O_NOCTTY), checks that the file it opened is the one it stat'ed, and maps
  * it only if it is a memfd sealed against shrinking (the exporter seals its
  * table so): anything else is a stale handle. The path is looked at
- * without the registry's lock held (issue 25, F12).
+ * without the registry's lock held.
  *
  * The private side keeps, per slot, the block and the layer that handed it
  * out; a pointer map finds a slot from a freed pointer. A forked child

@@ -173,7 +173,7 @@ static void *plugin_alloc(size_t size, int device, cudaStream_t stream, const ch
   rmmc_resource_t *r = NULL;
   void *p = NULL;
   if (!device_ok(device, who)) goto failed;
-  /* Atomic with a set on another thread (issue 25, F8): a borrowed
+  /* Atomic with a set on another thread: a borrowed
    * pointer retained afterwards may already be freed. */
   if (rmmc_retain_device_resource(device, &r) != RMMC_SUCCESS) goto failed;
   uint64_t limit = __atomic_load_n(&f->limit, __ATOMIC_RELAXED);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The arena resource (see include/rmmc/arena_resource.h): a mode of the pool
- * since issue 12. The pool's stream heaps are what RMM's per-thread arenas
+ * The arena resource (see include/rmmc/arena_resource.h): a mode of the
+ * pool. The pool's stream heaps are what RMM's per-thread arenas
  * were for (no shared lock on the common path), and its one address space
  * keeps free memory of every stream mergeable, which the arena's own
  * superblocks and per-arena caches did not: 1.5-14x the live bytes on the

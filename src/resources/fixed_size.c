@@ -305,7 +305,7 @@ static rmmc_status_t grow(fixed_size_t *fs, rmmc__stream_slot_t *slot, cudaStrea
  * free and never come back, their blocks never covered for others), would
  * a new chunk take the reserved blocks past twice those in use, with the
  * free half on other streams' lists? Then a synchronization serves better
- * than growth (issue 11; the pool's release_slack budget does the same).
+ * than growth (the pool's release_slack budget does the same).
  * Workloads with fewer streams keep growing without a synchronization, as
  * before; small sets never pay (SYNC_MIN_CHUNKS). */
 #define MANY_STREAMS 64

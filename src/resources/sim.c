@@ -12,7 +12,7 @@
  * that size takes back. Every key of a table is distinct, so probe runs
  * stay short: an earlier multimap keyed by size put every freed range of
  * one size in one probe cluster, which made free and reuse linear in the
- * number of spare ranges (issue 11, F4). A freed range at the top of the
+ * number of spare ranges. A freed range at the top of the
  * bump region lowers the bump pointer instead. Every call is O(1) expected
  * under one mutex ("probes" counts the table slots visited, the work); the
  * memory itself is never touched.

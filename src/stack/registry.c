@@ -8,8 +8,8 @@
  *
  * Get-and-retain (rmmc_retain_device_resource, what the plug-ins and
  * rmmc_allocate use) must never retain a resource that a set on another
- * thread has replaced and its caller released meanwhile (issue 25, F8: the
- * plug-ins loaded the borrowed pointer, then retained it). A reader counts
+ * thread has replaced and its caller released meanwhile (loading the
+ * borrowed pointer and then retaining it let that happen). A reader counts
  * itself in while it loads the slot and retains what it found; set, after
  * the swap, waits until every reader counted in before it has counted
  * itself out, and only then hands the previous resource back. The counters

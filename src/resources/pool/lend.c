@@ -11,8 +11,8 @@
  * A stream heap's free blocks sit in spans that hold live blocks too, so
  * no other stream can take them by giving back idle spans: stream A fills
  * the pool with 512 KiB blocks and frees every other one, and stream B's
- * 512 KiB finds half the pool free and none of it in the shared heap
- * (issue 25, F10). When the shared heap's steps have failed, a request
+ * 512 KiB finds half the pool free and none of it in the shared heap.
+ * When the shared heap's steps have failed, a request
  * that fits in a span is served from another heap's free block (the block
  * stays that heap's; B's free of it is a foreign free), as RMM's
  * get_block takes another stream's blocks: at once if that stream's work

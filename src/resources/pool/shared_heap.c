@@ -64,7 +64,7 @@ static inline rmmc__tlsf_t *index_of(pool_t *p, const pool_owner_t *o) {
 /* A stream joins the pool's list of owners (p->owners) when it gets a heap
  * or a free block in the shared heap; the slow path's passes over streams
  * go through that list, so streams that left nothing behind cost them
- * nothing (issue 25, F9). It leaves in heap retirement and consolidate. */
+ * nothing. It leaves in heap retirement and consolidate. */
 bool rmmc__pool_owner_ready(pool_t *p, pool_owner_t *o) {
   (void)p;
   if (RMMC_LIKELY(o->idx != NULL)) return true;

@@ -99,8 +99,8 @@ rmmc_status_t rmmc__pool_heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_
                               unsigned stripe, pool_sheap_t **out) {
   /* Retiring first: it may retire o's own last heap (another stripe's),
    * and o then leaves the list and gives up its index; o is made ready and
-   * listed only after, so it is never listed without an index (issue 41,
-   * F13: listed after its index was freed, its next search crashed). */
+   * listed only after, so it is never listed without an index (listed
+   * after its index was freed, its next search would crash). */
   if (p->nheaps >= POOL_HEAPS_KEPT) heaps_retire_idle(p);
   if (!rmmc__pool_owner_ready(p, o)) return rmmc__pool_no_host_memory();
   pool_sheap_t *h = NULL;
