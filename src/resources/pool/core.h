@@ -252,4 +252,25 @@ static inline void new_peak(pool_t *p) {
   p->committed_peak = p->committed;
 }
 
+/* Carves n bytes at `align` out of free block b (unindexed) and hands them
+ * out as a large block, of graph pool g or (NULL) of the shared heap, in
+ * *out; shared lock held. The shared heap's and the graph pools'
+ * allocations end here. */
+static inline rmmc_status_t large_hand_out(pool_t *p, pool_block_t *b, size_t n, size_t align,
+                                           size_t bytes, pool_owner_t *g, void **out) {
+  b = rmmc__pool_carve(p, b, n, align);
+  if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&p->used, (void *)b->addr, b, bytes))) {
+    rmmc__pool_put_free(p, b);
+    return rmmc__pool_no_host_memory();
+  }
+  b->state = B_USED;
+  b->owner = g;
+  b->requested = bytes;
+  if (g != NULL) g->used_bytes += pool_bsize(b);
+  p->committed += pool_bsize(b);
+  if (p->committed > p->committed_peak) new_peak(p);
+  *out = (void *)b->addr;
+  return RMMC_SUCCESS;
+}
+
 #endif /* RMMC_POOL_CORE_H */

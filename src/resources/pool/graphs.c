@@ -108,19 +108,7 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_graph_allocate(pool_t *p, pool_owner_t *g
   } else {
     p->grows++;
   }
-  b = rmmc__pool_carve(p, b, n, align);
-  if (!rmmc__ptrmap_insert(&p->used, (void *)b->addr, b, bytes)) {
-    rmmc__pool_put_free(p, b);
-    st = rmmc__pool_no_host_memory();
-    goto unlock;
-  }
-  b->state = B_USED;
-  b->owner = g;
-  b->requested = bytes;
-  g->used_bytes += pool_bsize(b);
-  p->committed += pool_bsize(b);
-  if (p->committed > p->committed_peak) new_peak(p);
-  *out = (void *)b->addr;
+  st = large_hand_out(p, b, n, align, bytes, g, out);
 unlock:
   rmmc__unlock(&p->lock);
   return st;

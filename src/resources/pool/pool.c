@@ -279,18 +279,7 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_large_allocate(pool_t *p, pool_owner_t *o
   if (RMMC_LIKELY(b != NULL)) rmmc__pool_unlink_free(p, b);
   else if ((st = rmmc__pool_shared_slow(p, o, NULL, stream, n, align, bytes, steps, &b)) != RMMC_SUCCESS)
     goto unlock;
-  b = rmmc__pool_carve(p, b, n, align);
-  if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&p->used, (void *)b->addr, b, bytes))) {
-    rmmc__pool_put_free(p, b);
-    st = rmmc__pool_no_host_memory();
-    goto unlock;
-  }
-  b->state = B_USED;
-  b->owner = NULL;
-  b->requested = bytes;
-  p->committed += pool_bsize(b);
-  if (p->committed > p->committed_peak) new_peak(p);
-  *out = (void *)b->addr;
+  st = large_hand_out(p, b, n, align, bytes, NULL, out);
 unlock:
   rmmc__unlock(&p->lock);
   return st;
