@@ -314,6 +314,13 @@ static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStrea
                                            size_t need, size_t align, place_t pl,
                                            pool_block_t **out);
 
+/* Trims to `goal`, leaving hole u and the blocks beside it as they are
+ * (unmapping what a growth there would map back is churn). */
+static rmmc_status_t trim_keeping_hole(pool_t *p, size_t goal, const pool_block_t *u) {
+  return vm_trim_keeping(p, goal, u->prev != NULL ? u->prev->addr : u->addr,
+                         u->next != NULL ? pool_bend(u->next) : pool_bend(u));
+}
+
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                              size_t align, bool within, pool_block_t **out) {
   place_t pl = {0};
@@ -328,8 +335,7 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
   if (a == POOL_ADMIT_TRIM) {
     kept_t k = kept_of(pl.u);
     p->budget_trims++;
-    (void)vm_trim_keeping(p, goal, pl.u->prev != NULL ? pl.u->prev->addr : pl.u->addr,
-                          pl.u->next != NULL ? pool_bend(pl.u->next) : pool_bend(pl.u));
+    (void)trim_keeping_hole(p, goal, pl.u);
 #if RMMC_DEBUG_CHECKS >= 1
     if (!place_kept(&k))
       return rmmc_set_error(RMMC_ERROR_INTERNAL,
@@ -382,9 +388,7 @@ static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStrea
   uint64_t shrinks = p->shrinks;
   rmmc__error_state_t why;
   rmmc__error_save(&why);
-  (void)vm_trim_keeping(p, p->reserved > add ? p->reserved - add : 0,
-                        pl.u->prev != NULL ? pl.u->prev->addr : pl.u->addr,
-                        pl.u->next != NULL ? pool_bend(pl.u->next) : pool_bend(pl.u));
+  (void)trim_keeping_hole(p, p->reserved > add ? p->reserved - add : 0, pl.u);
   rmmc__error_restore(&why);
   if (p->shrinks == shrinks) return RMMC_ERROR_OUT_OF_MEMORY;
   p->refusal_trims++;
