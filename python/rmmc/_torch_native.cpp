@@ -256,7 +256,7 @@ struct Counters {
   int64_t lifetime_allocations = 0;
   int64_t lifetime_frees = 0;
   int64_t lifetime_ooms = 0;
-  int64_t lifetime_peak_requested = 0;
+  int64_t lifetime_peak_allocated = 0; // of allocated_bytes (rounded: what rmmc handed out)
 };
 
 // What the stacks under the device report (summed over the default stack and
@@ -383,8 +383,8 @@ inline void count_block(Counters& c, size_t requested, bool in) {
   for (size_t t : {size_t(0), type}) {
     if (in && t == 0) {
       c.lifetime_allocations++;
-      c.lifetime_peak_requested = std::max(
-          c.lifetime_peak_requested, c.requested_bytes[0].current + static_cast<int64_t>(requested));
+      c.lifetime_peak_allocated = std::max(
+          c.lifetime_peak_allocated, c.allocated_bytes[0].current + static_cast<int64_t>(rounded));
     } else if (t == 0) {
       c.lifetime_frees++;
     }
@@ -653,10 +653,11 @@ int main() {
   count_active(c, (3u << 20) + 1, true);
   EXPECT_EQ(c.active[0].current, 2);
   EXPECT_EQ(c.active_bytes[0].current, 512 + (3 << 20) + 512);
-  // rmmc.torch.stats()'s lifetime figures: 2 out, 1 back, peak as requested.
+  // rmmc.torch.stats()'s lifetime figures: 2 out, 1 back, peak as rmmc
+  // handed them out (rounded), what a statistics layer below counts.
   EXPECT_EQ(c.lifetime_allocations, 2);
   EXPECT_EQ(c.lifetime_frees, 1);
-  EXPECT_EQ(c.lifetime_peak_requested, 100 + (3 << 20) + 1);
+  EXPECT_EQ(c.lifetime_peak_allocated, 512 + (3 << 20) + 512);
   for (Stat& st : c.allocation)
     st.reset_accumulated(); // resetAccumulatedStats leaves them
   EXPECT_EQ(c.lifetime_allocations, 2);
@@ -2203,9 +2204,9 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
   }
   // rmmc.torch.stats() as the plug-in has it (rmmc_plugin_stats_t's order):
   // allocations, allocation_failures, deallocations, deallocation_failures,
-  // unknown_frees, recorded_streams, live_blocks, bytes_in_use (as
-  // requested, what a statistics layer on the stack counts), peak_bytes,
-  // limit. Not reset by resetPeakStats/resetAccumulatedStats, like the
+  // unknown_frees, recorded_streams, live_blocks, bytes_in_use (rounded
+  // as rmmc was asked for them, so what a statistics layer on the stack
+  // counts), peak_bytes (of the same), limit. Not reset by resetPeakStats/resetAccumulatedStats, like the
   // plug-in's: they count since the backend started.
   static constexpr int kPluginStats = 10;
   void plugin_stats(DeviceIndex device, long long out[kPluginStats]) {
@@ -2214,8 +2215,8 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     const Counters& c = d.counters;
     const long long v[kPluginStats] = {
         c.lifetime_allocations, c.lifetime_ooms, c.lifetime_frees, 0, 0,
-        c.recorded_streams, c.allocation[0].current, c.requested_bytes[0].current,
-        c.lifetime_peak_requested, static_cast<long long>(d.limit)};
+        c.recorded_streams, c.allocation[0].current, c.allocated_bytes[0].current,
+        c.lifetime_peak_allocated, static_cast<long long>(d.limit)};
     std::copy(v, v + kPluginStats, out);
   }
   // rmmc's message for the last allocation the backend refused ("" if none).

@@ -947,7 +947,12 @@ static void op_alloc(worker_t *w, int route) {
     logf_("t%d %s alloc %zu key %u with the registry on %s: %p", w->id, route_names[route], n, key,
           registry == REG_NONE ? "nothing" : "the other resource", p);
     if (registry == REG_NONE) {
-      if (p != NULL) FAIL("the %s plug-in allocated %p with no resource set", route_names[route], p);
+      /* Nothing set: the device's process default serves it where there
+       * is a device (a GPU machine), and nothing can without one. */
+      if (p != NULL && rmmc_device_count() == 0)
+        FAIL("the %s plug-in allocated %p with no resource set", route_names[route], p);
+      if (p != NULL && route == R_TORCH) rmmc_torch_free(p, n, 0, stream_of(key));
+      else if (p != NULL) rmmc_cupy_free((void *)stream_of(key), p, 0);
       return;
     }
     if (p == NULL) FAIL("the %s plug-in refused %zu bytes from a spy: %s", route_names[route], n,

@@ -493,6 +493,9 @@ class PythonLayer(RuleBasedStateMachine):
     @rule()
     def get_current(self):
         if self.current is None:
+            if rmmc.device_count() > 0:  # the device's process default
+                assert mr.get_current_device_resource().handle
+                return
             with pytest.raises(rmmc.NoDeviceError):
                 mr.get_current_device_resource()
             return
