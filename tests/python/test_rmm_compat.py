@@ -488,5 +488,6 @@ def test_device_buffer_into_torch_and_cupy_on_a_gpu():
         a = cupy.asarray(b)
         assert a.data.ptr == b.ptr and int(a.sum()) == sum((i + 1) % 256 for i in range(256))
         del a
+        gc.collect()  # CuPy's view of the buffer keeps it until collected
     b.close()
     assert s.allocation_counts.current_bytes == 0
