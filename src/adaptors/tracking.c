@@ -390,16 +390,11 @@ RMMC_API rmmc_status_t rmmc_tracking_adaptor_create(rmmc_resource_t *upstream,
                                                     const rmmc_tracking_options_t *options,
                                                     rmmc_resource_t **out) {
   rmmc_tracking_options_t opts = RMMC_TRACKING_OPTIONS_INIT;
-  rmmc_status_t st = rmmc__copy_options("tracking_adaptor_create", &opts, sizeof opts, options);
+  rmmc_status_t st;
+  RMMC__TAKE_OPTIONS(st, "tracking_adaptor_create", &opts, options, RMMC_TRACKING_OPTIONS);
   if (st != RMMC_SUCCESS) {
     if (out != NULL) *out = NULL;
     return st;
-  }
-  if (opts.backtrace && (opts.backtrace_depth < 1 || opts.backtrace_depth > MAX_DEPTH)) {
-    if (out != NULL) *out = NULL;
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                          "tracking_adaptor_create: backtrace depth %d is outside 1..%d",
-                          opts.backtrace_depth, MAX_DEPTH);
   }
   st = rmmc__adaptor_new("tracking_adaptor_create", &tracking_ops, upstream, sizeof(tracking_t),
                          out);
