@@ -28,6 +28,14 @@
 #define SKIP_FRAMES 2 /* tracking_allocate and rmmc_resource_allocate */
 #define EXTRA_FRAMES 2 /* room for frames a sanitizer's backtrace() wrapper adds */
 
+/* The create holds backtrace_depth to its table row's max; the frame
+ * buffer below is sized by MAX_DEPTH, so the two must agree. */
+#define TRACKING_MAX_ROW(ctype, field, cdef, lo, hi, ...) tracking_max_##field = (hi),
+enum { RMMC_TRACKING_OPTIONS(TRACKING_MAX_ROW) };
+#undef TRACKING_MAX_ROW
+_Static_assert(tracking_max_backtrace_depth == MAX_DEPTH,
+               "the table's depth range and the frame buffer disagree");
+
 typedef struct record {
   void *ptr; /* NULL: empty slot */
   size_t bytes;
