@@ -490,15 +490,21 @@ START_TEST(test_arena_create_checks_arguments) {
   ck_assert_int_eq(rmmc_arena_resource_create(NULL, NULL, &r), RMMC_ERROR_INVALID_ARGUMENT);
   ck_assert_ptr_null(r);
   ck_assert_int_eq(rmmc_arena_resource_create(spy, NULL, NULL), RMMC_ERROR_INVALID_ARGUMENT);
-  size_t bad_sb[] = {0, 3 * MiB, 32 * KiB, (size_t)2 << 30};
-  for (size_t i = 0; i < 4; i++) {
-    o.superblock_size = bad_sb[i];
+  /* Outside the table's range (64 KiB to 1 GiB), or not a power of two. */
+  struct { size_t sb; const char *needle; } bad_sb[] = {
+      {0, "superblock_size=0 is out of range (65536 to 1073741824)"},
+      {32 * KiB, "superblock_size=32768 is out of range (65536 to 1073741824)"},
+      {(size_t)2 << 30, "superblock_size=2147483648 is out of range (65536 to 1073741824)"},
+      {3 * MiB, "superblock size 3145728 is not a power of two"}};
+  for (size_t i = 0; i < sizeof bad_sb / sizeof bad_sb[0]; i++) {
+    o.superblock_size = bad_sb[i].sb;
     ck_assert_int_eq(rmmc_arena_resource_create(spy, &o, &r), RMMC_ERROR_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(rmmc_last_error_message(), "power of two from 64 KiB to 1 GiB"), "%s",
+    ck_assert_msg(strstr(rmmc_last_error_message(), bad_sb[i].needle), "%s",
                   rmmc_last_error_message());
   }
+  o = (rmmc_arena_options_t)RMMC_ARENA_OPTIONS_INIT;
   struct { size_t chunk, max, keep; const char *needle; } bad[] = {
-      {SIZE_MAX, 0, 1, "chunk size"},
+      {SIZE_MAX, 0, 1, "chunk_size=18446744073709551615 is out of range (0 to 140737488355328)"},
       {0, MiB, 1, "below one superblock"},
       {0, 0, SIZE_MAX / 4, "keep_superblocks"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -727,6 +727,10 @@ START_TEST(test_create_options_out_of_range) {
   fo = (rmmc_fixed_size_options_t)RMMC_FIXED_SIZE_OPTIONS_INIT;
   fo.blocks_per_chunk = SIZE_MAX / 2;
   EXPECT(rmmc_fixed_size_resource_create(spy, &fo, &r), INVAL);
+  EXPECT_MESSAGE("blocks_per_chunk=9223372036854775807 is out of range (1 to 1048576)");
+  fo.block_size = SIZE_MAX / 1024;
+  fo.blocks_per_chunk = 1024;
+  EXPECT(rmmc_fixed_size_resource_create(spy, &fo, &r), INVAL);
   EXPECT_MESSAGE("overflow");
 
   rmmc_binning_options_t bo = RMMC_BINNING_OPTIONS_INIT;

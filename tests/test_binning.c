@@ -273,7 +273,8 @@ START_TEST(test_binning_spec) {
   expect_spec_error("binning(bins=1KiB, min=256) > host", RMMC_ERROR_PARSE, "not both");
   expect_spec_error("binning(min=300) > host", RMMC_ERROR_INVALID_ARGUMENT, "min_bin (300)");
   expect_spec_error("binning(min=4KiB, max=1KiB) > host", RMMC_ERROR_INVALID_ARGUMENT, "below min_bin");
-  expect_spec_error("binning(chunk=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "chunk_size is 0");
+  expect_spec_error("binning(chunk=0) > host", RMMC_ERROR_INVALID_ARGUMENT,
+                    "binning: chunk=0 is out of range (1 to 18446744073709551615)");
   expect_spec_error("binning(max=1XB) > host", RMMC_ERROR_PARSE, "column 13");
   expect_spec_error("binning(mx=1MiB) > host", RMMC_ERROR_PARSE, "it takes: min, max, bins, chunk");
 }

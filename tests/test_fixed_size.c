@@ -421,7 +421,8 @@ START_TEST(test_fixed_size_create_checks_arguments) {
   o.blocks_per_chunk = 0;
   ck_assert_int_eq(rmmc_fixed_size_resource_create(spy, &o, &r), RMMC_ERROR_INVALID_ARGUMENT);
   o = (rmmc_fixed_size_options_t)RMMC_FIXED_SIZE_OPTIONS_INIT;
-  o.blocks_per_chunk = SIZE_MAX / 1024;
+  o.block_size = SIZE_MAX / 1024;
+  o.blocks_per_chunk = 1024;
   ck_assert_int_eq(rmmc_fixed_size_resource_create(spy, &o, &r), RMMC_ERROR_INVALID_ARGUMENT);
   ck_assert_msg(strstr(rmmc_last_error_message(), "overflow") != NULL, "%s", rmmc_last_error_message());
   /* At most 2^20 blocks a chunk: each has a host descriptor, made when the
@@ -430,8 +431,9 @@ START_TEST(test_fixed_size_create_checks_arguments) {
   o.block_size = 256;
   o.blocks_per_chunk = RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK + 1;
   ck_assert_int_eq(rmmc_fixed_size_resource_create(spy, &o, &r), RMMC_ERROR_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(rmmc_last_error_message(), "blocks_per_chunk 1048577 is above 1048576") != NULL,
-                "%s", rmmc_last_error_message());
+  ck_assert_str_eq(rmmc_last_error_message(),
+                   "fixed_size_resource_create: blocks_per_chunk=1048577 is out of range (1 to "
+                   "1048576)");
   o.blocks_per_chunk = RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK;
   ck_assert_int_eq(rmmc_fixed_size_resource_create(spy, &o, &r), RMMC_SUCCESS);
   rmmc_resource_release(r);
@@ -487,7 +489,8 @@ START_TEST(test_fixed_size_spec) {
   expect_spec_error("fixed_size(block=12XB) > host", RMMC_ERROR_PARSE, "column 18");
   expect_spec_error("fixed_size(blocks_per_chunk=many) > host", RMMC_ERROR_PARSE, "'many' is not an integer");
   expect_spec_error("fixed_size(blocks=4) > host", RMMC_ERROR_PARSE, "it takes: block, blocks_per_chunk");
-  expect_spec_error("fixed_size(block=0) > host", RMMC_ERROR_INVALID_ARGUMENT, "block size (0)");
+  expect_spec_error("fixed_size(block=0) > host", RMMC_ERROR_INVALID_ARGUMENT,
+                    "fixed_size: block=0 is out of range (1 to 18446744073709551615)");
   expect_spec_error("fixed_size(blocks_per_chunk=0) > host", RMMC_ERROR_INVALID_ARGUMENT,
                     "blocks_per_chunk=0 is out of range (1 to 1048576)");
   expect_spec_error("fixed_size(blocks_per_chunk=-3) > host", RMMC_ERROR_INVALID_ARGUMENT,

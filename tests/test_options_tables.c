@@ -6,6 +6,7 @@
  * macro's), against the help the parser prints, and through the generic
  * builder (rmmc__spec_fill) on real stacks. Host suite.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +21,24 @@ typedef struct row {
   size_t offset, size;
   bool default_equal; /* the row's default == the _INIT macro's value */
   const char *def;
-  long long lo, hi;
+  bool ranged;           /* min and max not both 0 */
+  long long lo;          /* integer fields: the range */
+  unsigned long long hi;
+  double dlo, dhi;       /* every field: the range as doubles */
 } row_t;
 
 #define ROW_OF(T, init, ctype, field_, cdef_, lo_, hi_, key_, stype_, ftype_, tdef_, unit_, help_) \
   {#field_, key_, #stype_, #ftype_, offsetof(T, field_), sizeof(((T *)0)->field_),              \
-   (init).field_ == (cdef_), tdef_, lo_, hi_},
+   (init).field_ == (cdef_), tdef_, (lo_) != 0 || (hi_) != 0, (long long)(lo_),                 \
+   (unsigned long long)(hi_), (double)(lo_), (double)(hi_)},
+
+/* A double as its shortest text that reads back the same (the help's). */
+static void shortest(char *buf, size_t len, double v) {
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(buf, len, "%.*g", digits, v);
+    if (strtod(buf, NULL) == v) return;
+  }
+}
 
 /* Does the row's spec type fit its field type, and the field type the
  * field's size? */
@@ -85,9 +98,21 @@ static void check_table(const char *layer, const row_t *rows, size_t n, size_t s
       ck_assert_msg(rows[j].key == NULL || strcmp(rows[j].key, r->key) != 0, "%s: key %s twice",
                     layer, r->key);
     /* The help the parser prints comes from the row: key, default, range. */
-    char want[256];
-    if (r->lo != 0 || r->hi != 0)
-      snprintf(want, sizeof want, "(default %s; %lld to %lld)", r->def, r->lo, r->hi);
+    ck_assert_msg(!r->ranged || r->dlo <= r->dhi, "%s: %s's min is above its max", layer,
+                  r->field);
+    /* The help shows the range of a value a spec writes as a number: a
+     * bool or a word (BOOL, STRING) has none to show. */
+    char want[256], lo[32], hi[32];
+    bool shown = r->ranged && strcmp(r->stype, "BOOL") != 0 && strcmp(r->stype, "STRING") != 0;
+    if (shown && strcmp(r->ftype, "DOUBLE") == 0) {
+      shortest(lo, sizeof lo, r->dlo);
+      shortest(hi, sizeof hi, r->dhi);
+    } else {
+      snprintf(lo, sizeof lo, "%lld", r->lo);
+      snprintf(hi, sizeof hi, "%llu", r->hi);
+    }
+    if (shown)
+      snprintf(want, sizeof want, "(default %s; %s to %s)", r->def, lo, hi);
     else
       snprintf(want, sizeof want, "(default %s)", r->def);
     char line[64];
@@ -231,11 +256,12 @@ START_TEST(test_options_pool_builder_checks_ranges_from_the_table) {
              "checkpoint_every must be 0 (none) or a power of two from 2 to 65536");
   spec_fails("pool(checkpoint_every=1) > host", RMMC_ERROR_INVALID_ARGUMENT,
              "checkpoint_every must be 0 (none) or a power of two from 2 to 65536");
+  /* Numbers and sizes meet their rows' ranges in the builder too, in the
+   * same words, the value quoted as written. */
   spec_fails("pool(release_band=-1) > host", RMMC_ERROR_INVALID_ARGUMENT,
-             "release_band must be from 0 to 1000");
-  /* A fraction reaches the struct (the create checks it). */
+             "pool: release_band=-1 is out of range (0 to 1000)");
   spec_fails("pool(gc_threshold=2) > host", RMMC_ERROR_INVALID_ARGUMENT,
-             "gc_threshold must be a fraction from 0 to 1");
+             "pool: gc_threshold=2 is out of range (0 to 1)");
   /* expandable=true: a bool into an int field, 1 (host has virtual memory:
    * the pool takes it; fixed_size does not, and says so). */
   spec_fails("pool(expandable=true) > fixed_size > host", RMMC_ERROR_NOT_SUPPORTED,
@@ -290,6 +316,246 @@ START_TEST(test_options_pool_builder_fills_every_kind) {
 }
 END_TEST
 
+/* Creates with options `o` over `up`: the status, and for a refusal the
+ * whole message; what a success made is released. */
+#define CREATE_IS(create, up, o, status, message)                                              \
+  do {                                                                                         \
+    rmmc_resource_t *made_ = (rmmc_resource_t *)1;                                             \
+    rmmc_status_t st_ = create(up, &(o), &made_);                                              \
+    ck_assert_msg(st_ == (status), "%s:%d: %s (%s)", __FILE__, __LINE__, rmmc_status_name(st_), \
+                  rmmc_last_error_message());                                                  \
+    if (st_ == RMMC_SUCCESS) {                                                                 \
+      rmmc_resource_release(made_);                                                            \
+    } else {                                                                                   \
+      ck_assert_ptr_null(made_);                                                               \
+      if ((message) != NULL) ck_assert_str_eq(rmmc_last_error_message(), (message));          \
+    }                                                                                          \
+  } while (0)
+
+/* One pool option set to `value` over a fresh INIT: the create's answer. */
+#define POOL_WITH(up, field_, value, status, message)                                          \
+  do {                                                                                         \
+    rmmc_pool_options_t o_ = RMMC_POOL_OPTIONS_INIT;                                           \
+    o_.field_ = (value);                                                                       \
+    CREATE_IS(rmmc_pool_resource_create, up, o_, status, message);                             \
+  } while (0)
+
+#define OK RMMC_SUCCESS
+#define BAD RMMC_ERROR_INVALID_ARGUMENT
+#define BELOW(x) nextafter((x), -INFINITY)
+#define ABOVE(x) nextafter((x), INFINITY)
+
+START_TEST(test_options_pool_double_ranges_come_from_the_table) {
+  /* Each double's range holds at its bounds and refuses the next double
+   * outside them, with the table's message; the value is printed in full. */
+  rmmc_resource_t *host = NULL;
+  ck_assert_int_eq(rmmc_stack_create("host", -1, &host), RMMC_SUCCESS);
+  POOL_WITH(host, gc_threshold, 0.0, OK, NULL);
+  POOL_WITH(host, gc_threshold, 1.0, OK, NULL);
+  POOL_WITH(host, gc_threshold, BELOW(0.0), BAD,
+            "pool_resource_create: gc_threshold=-4.94065645841247e-324 is out of range (0 to 1)");
+  POOL_WITH(host, gc_threshold, ABOVE(1.0), BAD,
+            "pool_resource_create: gc_threshold=1.0000000000000002 is out of range (0 to 1)");
+  POOL_WITH(host, gc_threshold, 1.5, BAD,
+            "pool_resource_create: gc_threshold=1.5 is out of range (0 to 1)");
+  POOL_WITH(host, gc_threshold, NAN, BAD,
+            "pool_resource_create: gc_threshold=nan is out of range (0 to 1)");
+  POOL_WITH(host, release_slack, 0.0, OK, NULL);
+  POOL_WITH(host, release_slack, 1e6, OK, NULL);
+  POOL_WITH(host, release_slack, -0.01, BAD,
+            "pool_resource_create: release_slack=-0.01 is out of range (0 to 1000000)");
+  POOL_WITH(host, release_slack, ABOVE(1e6), BAD,
+            "pool_resource_create: release_slack=1000000.0000000001 is out of range (0 to 1000000)");
+  POOL_WITH(host, split_limit, 0.0, OK, NULL);
+  POOL_WITH(host, split_limit, 1.0, OK, NULL);
+  POOL_WITH(host, split_limit, 1e6, OK, NULL);
+  POOL_WITH(host, split_limit, BELOW(0.0), BAD,
+            "pool_resource_create: split_limit=-4.94065645841247e-324 is out of range (0 to 1000000)");
+  POOL_WITH(host, split_limit, ABOVE(1e6), BAD,
+            "pool_resource_create: split_limit=1000000.0000000001 is out of range (0 to 1000000)");
+  /* Inside the range, refused by the rule beside it: 0 is off, else >= 1. */
+  POOL_WITH(host, split_limit, BELOW(1.0), BAD,
+            "pool_resource_create: split_limit must be 0 (off) or at least 1");
+  POOL_WITH(host, release_band, 0.0, OK, NULL);
+  POOL_WITH(host, release_band, 1000.0, OK, NULL);
+  POOL_WITH(host, release_band, BELOW(0.0), BAD,
+            "pool_resource_create: release_band=-4.94065645841247e-324 is out of range (0 to 1000)");
+  POOL_WITH(host, release_band, ABOVE(1000.0), BAD,
+            "pool_resource_create: release_band=1000.0000000000001 is out of range (0 to 1000)");
+  rmmc_resource_release(host);
+}
+END_TEST
+
+START_TEST(test_options_pool_integer_ranges_come_from_the_table) {
+  rmmc_resource_t *host = NULL;
+  ck_assert_int_eq(rmmc_stack_create("host", -1, &host), RMMC_SUCCESS);
+  POOL_WITH(host, growth_granularity, 256, OK, NULL);
+  POOL_WITH(host, growth_granularity, (size_t)1 << 30, OK, NULL);
+  POOL_WITH(host, growth_granularity, 255, BAD,
+            "pool_resource_create: growth_granularity=255 is out of range (256 to 1073741824)");
+  POOL_WITH(host, growth_granularity, ((size_t)1 << 30) + 1, BAD,
+            "pool_resource_create: growth_granularity=1073741825 is out of range (256 to "
+            "1073741824)");
+  POOL_WITH(host, growth_granularity, 3000, BAD,
+            "pool_resource_create: growth_granularity must be a power of two");
+  POOL_WITH(host, small_chunk, (size_t)1 << 30, OK, NULL);
+  POOL_WITH(host, small_chunk, ((size_t)64 << 10) - 1, BAD,
+            "pool_resource_create: small_chunk=65535 is out of range (65536 to 1073741824)");
+  POOL_WITH(host, small_chunk, ((size_t)1 << 30) + 1, BAD,
+            "pool_resource_create: small_chunk=1073741825 is out of range (65536 to 1073741824)");
+  /* 64 KiB is in range, but below the default small_max (1 MiB). */
+  POOL_WITH(host, small_chunk, (size_t)64 << 10, BAD,
+            "pool_resource_create: small_chunk must be a power of two and at least small_max");
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.small_chunk = o.small_max = (size_t)64 << 10;
+  CREATE_IS(rmmc_pool_resource_create, host, o, OK, NULL);
+  POOL_WITH(host, expandable, -1, OK, NULL);
+  POOL_WITH(host, expandable, 1, OK, NULL);
+  POOL_WITH(host, expandable, -2, BAD,
+            "pool_resource_create: expandable=-2 is out of range (-1 to 1)");
+  POOL_WITH(host, expandable, 2, BAD, "pool_resource_create: expandable=2 is out of range (-1 to 1)");
+  POOL_WITH(host, initial_size, ((size_t)1 << 47) + 1, BAD,
+            "pool_resource_create: initial_size=140737488355329 is out of range (0 to "
+            "140737488355328)");
+  rmmc_resource_release(host);
+  /* 128 TiB passes the range and is asked of the upstream (which has not
+   * that much: out of memory, not a refused option). */
+  rmmc_resource_t *spy = new_spy();
+  spy_set_capacity(spy_of(spy), (size_t)1 << 20);
+  o = (rmmc_pool_options_t)RMMC_POOL_OPTIONS_INIT;
+  o.initial_size = (size_t)1 << 47;
+  CREATE_IS(rmmc_pool_resource_create, spy, o, RMMC_ERROR_OUT_OF_MEMORY, NULL);
+  ck_assert_uint_eq(spy_counts(spy_of(spy)).allocate_calls, 1);
+  rmmc_resource_release(spy);
+}
+END_TEST
+
+START_TEST(test_options_other_creates_check_ranges_from_their_tables) {
+  rmmc_resource_t *host = NULL;
+  ck_assert_int_eq(rmmc_stack_create("host", -1, &host), RMMC_SUCCESS);
+  rmmc_arena_options_t a = RMMC_ARENA_OPTIONS_INIT;
+  a.superblock_size = (size_t)64 << 10;
+  CREATE_IS(rmmc_arena_resource_create, host, a, OK, NULL);
+  a.superblock_size = (size_t)1 << 30;
+  CREATE_IS(rmmc_arena_resource_create, host, a, OK, NULL);
+  a.superblock_size = ((size_t)64 << 10) - 1;
+  CREATE_IS(rmmc_arena_resource_create, host, a, BAD,
+            "arena_resource_create: superblock_size=65535 is out of range (65536 to 1073741824)");
+  a.superblock_size = ((size_t)1 << 30) + 1;
+  CREATE_IS(rmmc_arena_resource_create, host, a, BAD,
+            "arena_resource_create: superblock_size=1073741825 is out of range (65536 to "
+            "1073741824)");
+  a = (rmmc_arena_options_t)RMMC_ARENA_OPTIONS_INIT;
+  a.chunk_size = (size_t)1 << 47;
+  CREATE_IS(rmmc_arena_resource_create, host, a, OK, NULL);
+  a.chunk_size = ((size_t)1 << 47) + 1;
+  CREATE_IS(rmmc_arena_resource_create, host, a, BAD,
+            "arena_resource_create: chunk_size=140737488355329 is out of range (0 to "
+            "140737488355328)");
+
+  rmmc_binning_options_t b = RMMC_BINNING_OPTIONS_INIT;
+  b.chunk_size = 1;
+  CREATE_IS(rmmc_binning_resource_create, host, b, OK, NULL);
+  b.chunk_size = SIZE_MAX;
+  CREATE_IS(rmmc_binning_resource_create, host, b, OK, NULL);
+  b.chunk_size = 0;
+  CREATE_IS(rmmc_binning_resource_create, host, b, BAD,
+            "binning_resource_create: chunk_size=0 is out of range (1 to 18446744073709551615)");
+
+  rmmc_fixed_size_options_t f = RMMC_FIXED_SIZE_OPTIONS_INIT;
+  f.block_size = 1;
+  CREATE_IS(rmmc_fixed_size_resource_create, host, f, OK, NULL);
+  f.block_size = 0;
+  CREATE_IS(rmmc_fixed_size_resource_create, host, f, BAD,
+            "fixed_size_resource_create: block_size=0 is out of range (1 to "
+            "18446744073709551615)");
+  /* SIZE_MAX is in range; a chunk of such blocks is what cannot be. */
+  f.block_size = SIZE_MAX;
+  CREATE_IS(rmmc_fixed_size_resource_create, host, f, BAD,
+            "fixed_size_resource_create: 128 blocks of 18446744073709551615 bytes overflow a "
+            "chunk");
+  f = (rmmc_fixed_size_options_t)RMMC_FIXED_SIZE_OPTIONS_INIT;
+  f.block_size = 256;
+  f.blocks_per_chunk = 1;
+  CREATE_IS(rmmc_fixed_size_resource_create, host, f, OK, NULL);
+  f.blocks_per_chunk = 0;
+  CREATE_IS(rmmc_fixed_size_resource_create, host, f, BAD,
+            "fixed_size_resource_create: blocks_per_chunk=0 is out of range (1 to 1048576)");
+
+  /* The depth's range holds whether or not backtraces are on (the table's
+   * and the spec's rule; the create once checked it only with them on). */
+  for (int on = 0; on < 2; on++) {
+    rmmc_tracking_options_t t = RMMC_TRACKING_OPTIONS_INIT;
+    t.backtrace = on;
+    t.backtrace_depth = 1;
+    CREATE_IS(rmmc_tracking_adaptor_create, host, t, OK, NULL);
+    t.backtrace_depth = 256;
+    CREATE_IS(rmmc_tracking_adaptor_create, host, t, OK, NULL);
+    t.backtrace_depth = 0;
+    CREATE_IS(rmmc_tracking_adaptor_create, host, t, BAD,
+              "tracking_adaptor_create: backtrace_depth=0 is out of range (1 to 256)");
+    t.backtrace_depth = 257;
+    CREATE_IS(rmmc_tracking_adaptor_create, host, t, BAD,
+              "tracking_adaptor_create: backtrace_depth=257 is out of range (1 to 256)");
+  }
+  ck_assert_int_eq(rmmc_resource_refcount(host), 1);
+  rmmc_resource_release(host);
+}
+END_TEST
+
+/* Builds `spec` and releases it. */
+static void spec_builds(const char *spec) {
+  rmmc_resource_t *r = NULL;
+  ck_assert_msg(rmmc_stack_create(spec, -1, &r) == RMMC_SUCCESS, "%s: %s", spec,
+                rmmc_last_error_message());
+  rmmc_resource_release(r);
+}
+
+START_TEST(test_options_builders_check_moved_ranges) {
+  /* The spec builder holds sizes and numbers to the same rows, quoting the
+   * value as written; the bounds themselves build. */
+  spec_builds("pool(gc_threshold=1, release_slack=0, split_limit=1000000, release_band=1000, "
+              "granularity=256, small_chunk=64KiB, small_max=64KiB) > host");
+  spec_builds("pool(gc_threshold=0, release_slack=1e6, split_limit=0, release_band=0, "
+              "granularity=1GiB, small_chunk=1GiB, initial=0) > host");
+  spec_fails("pool(gc_threshold=1.0000001) > host", BAD,
+             "pool: gc_threshold=1.0000001 is out of range (0 to 1)");
+  spec_fails("pool(release_slack=-0.01) > host", BAD,
+             "pool: release_slack=-0.01 is out of range (0 to 1000000)");
+  spec_fails("pool(split_limit=1000001) > host", BAD,
+             "pool: split_limit=1000001 is out of range (0 to 1000000)");
+  spec_fails("pool(release_band=1000.5) > host", BAD,
+             "pool: release_band=1000.5 is out of range (0 to 1000)");
+  spec_fails("pool(granularity=255) > host", BAD,
+             "pool: granularity=255 is out of range (256 to 1073741824)");
+  spec_fails("pool(small_chunk=2GiB) > host", BAD,
+             "pool: small_chunk=2GiB is out of range (65536 to 1073741824)");
+  spec_fails("pool(initial=129TiB) > host", BAD,
+             "pool: initial=129TiB is out of range (0 to 140737488355328)");
+  spec_fails("arena(superblock=32KiB) > host", BAD,
+             "arena: superblock=32KiB is out of range (65536 to 1073741824)");
+  spec_fails("arena(chunk=129TiB) > host", BAD,
+             "arena: chunk=129TiB is out of range (0 to 140737488355328)");
+  spec_fails("binning(chunk=0) > host", BAD,
+             "binning: chunk=0 is out of range (1 to 18446744073709551615)");
+  spec_fails("fixed_size(block=0) > host", BAD,
+             "fixed_size: block=0 is out of range (1 to 18446744073709551615)");
+  spec_builds("arena(superblock=64KiB, chunk=128TiB) > host");
+  spec_builds("binning(chunk=1) > host");
+  spec_builds("fixed_size(block=1) > host");
+  /* The help shows the same bounds (a double's as its shortest text; a
+   * bool's, expandable's -1 to 1, not, as a spec writes no number). */
+  char help[8192];
+  ck_assert_int_eq(rmmc_stack_help_resource("pool", help, sizeof help, NULL), RMMC_SUCCESS);
+  ck_assert_ptr_nonnull(strstr(help, "(default 0.02; 0 to 1000000)"));
+  ck_assert_ptr_nonnull(strstr(help, "(default 4; 0 to 1000)"));
+  ck_assert_ptr_nonnull(strstr(help, "(default 2MiB; 256 to 1073741824)"));
+  ck_assert_ptr_null(strstr(help, "-1 to 1"));
+  ck_assert_int_eq(rmmc_stack_help_resource("binning", help, sizeof help, NULL), RMMC_SUCCESS);
+  ck_assert_ptr_nonnull(strstr(help, "(default 2MiB; 1 to 18446744073709551615)"));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("options_tables");
   TCase *tc = tcase_create("host");
@@ -309,6 +575,10 @@ int main(void) {
   tcase_add_test(tc, test_options_pool_builder_checks_ranges_from_the_table);
   tcase_add_test(tc, test_options_pool_create_checks_ranges_from_the_table);
   tcase_add_test(tc, test_options_pool_builder_fills_every_kind);
+  tcase_add_test(tc, test_options_pool_double_ranges_come_from_the_table);
+  tcase_add_test(tc, test_options_pool_integer_ranges_come_from_the_table);
+  tcase_add_test(tc, test_options_other_creates_check_ranges_from_their_tables);
+  tcase_add_test(tc, test_options_builders_check_moved_ranges);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

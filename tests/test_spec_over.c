@@ -123,7 +123,7 @@ START_TEST(test_spec_over_help_of_one_resource) {
   expect_in(text, "(wraps an upstream)\n");
   expect_in(text, "  initial ");
   expect_in(text, "size (bytes; KiB..TiB) or % of free memory");
-  expect_in(text, "bytes reserved at creation (default 0)\n");
+  expect_in(text, "bytes reserved at creation (default 0; 0 to 140737488355328)\n");
   expect_in(text, "  release_before_grow ");
   expect_in(text, "true/false");
   /* A short buffer holds a terminated prefix; the length is still whole. */

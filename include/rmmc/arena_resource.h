@@ -51,10 +51,11 @@ extern "C" {
  * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
 #define RMMC_ARENA_OPTIONS(X)                                                                      \
   /* span of a stream heap, power of two, 64 KiB to 1 GiB (default 16 MiB) */                      \
-  X(size_t, superblock_size, (size_t)16 << 20, 0, 0, "superblock", BYTES, SIZE, "16MiB", "",       \
+  X(size_t, superblock_size, (size_t)16 << 20, (size_t)64 << 10, (size_t)1 << 30,                  \
+    "superblock", BYTES, SIZE, "16MiB", "",                                                        \
     "span of a stream heap, a power of two; requests up to a quarter of it stay in the heaps")     \
   /* fewest bytes one growth takes from the upstream (default 0: the pool's own) */                \
-  X(size_t, chunk_size, 0, 0, 0, "chunk", BYTES, SIZE, "the pool's", "",                           \
+  X(size_t, chunk_size, 0, 0, (size_t)1 << 47, "chunk", BYTES, SIZE, "the pool's", "",             \
     "fewest bytes one growth takes from the upstream")                                             \
   /* most taken from the upstream (default 0: no limit) */                                         \
   X(size_t, max_size, 0, 0, 0, "max", BYTES_PCT, SIZE, "no limit", "",                             \

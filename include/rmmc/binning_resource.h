@@ -72,8 +72,8 @@ extern "C" {
     "explicit bin sizes, ascending: bins=256B:4KiB:64KiB")                                         \
   /* entries in bins */                                                                            \
   X(size_t, nbins, 0, 0, 0, NULL, NOSPEC, NONE, NULL, NULL, NULL)                                  \
-  /* upstream bytes per bin chunk (default 2 MiB) */                                               \
-  X(size_t, chunk_size, (size_t)2 << 20, 0, 0, "chunk", BYTES, SIZE, "2MiB", "",                   \
+  /* upstream bytes per bin chunk (default 2 MiB; at least 1) */                                  \
+  X(size_t, chunk_size, (size_t)2 << 20, 1, SIZE_MAX, "chunk", BYTES, SIZE, "2MiB", "",            \
     "upstream bytes per bin chunk (at most 2^20 blocks of a bin)")
 
 typedef struct rmmc_binning_options {

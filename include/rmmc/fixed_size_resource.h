@@ -93,8 +93,9 @@ extern "C" {
  * C type, name, default (the _INIT value), range for the create (min, max;
  * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
 #define RMMC_FIXED_SIZE_OPTIONS(X)                                                                 \
-  /* bytes per block, rounded up to 256 (default 1 MiB) */                                         \
-  X(size_t, block_size, (size_t)1 << 20, 0, 0, "block", BYTES, SIZE, "1MiB", "", "bytes per block")\
+  /* bytes per block, rounded up to 256 (default 1 MiB; at least 1) */                            \
+  X(size_t, block_size, (size_t)1 << 20, 1, SIZE_MAX,                                              \
+    "block", BYTES, SIZE, "1MiB", "", "bytes per block")                                           \
   /* blocks per upstream chunk (default 128; 1 to 2^20) */                                         \
   X(size_t, blocks_per_chunk, 128, 1, RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK, "blocks_per_chunk", INT, SIZE, \
     "128", "blocks",\

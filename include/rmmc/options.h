@@ -10,8 +10,10 @@
  *   X(type, field, default, min, max, key, spec, store, help_default, unit, help)
  *
  * type and field declare the member; default is its value in the _INIT
- * macro; min and max bound what the create accepts (0, 0: no range is
- * checked); key is the word stack specs use (`pool(initial=1GiB)`; NULL:
+ * macro; min and max bound what the create accepts, in the field's own
+ * kind of number (integers exact to the type's ends, SIZE_MAX included;
+ * doubles as doubles: 0.0, 1.0), and the spec parser and the help take the
+ * same bounds (0, 0: no range is checked); key is the word stack specs use (`pool(initial=1GiB)`; NULL:
  * the field is no spec option), spec how a spec writes the value (BYTES,
  * BYTES_PCT, INT, DOUBLE, BOOL, STRING; NOSPEC for no option), store how the
  * library stores it in the field (SIZE, DOUBLE, BOOL, INT, UNSIGNED; NONE:

@@ -152,8 +152,8 @@ extern "C" {
  * C type, name, default (the _INIT value), range for the create (min, max;
  * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
 #define RMMC_POOL_OPTIONS(X)                                                                       \
-  /* initial=: bytes reserved (mapped) at creation (default 0). */                                 \
-  X(size_t, initial_size, 0, 0, 0, "initial", BYTES_PCT, SIZE, "0", "",                            \
+  /* initial=: bytes reserved (mapped) at creation (default 0; at most 128 TiB). */                \
+  X(size_t, initial_size, 0, 0, (size_t)1 << 47, "initial", BYTES_PCT, SIZE, "0", "",              \
     "bytes reserved at creation")                                                                  \
   /* max=: most bytes ever reserved from the upstream (default SIZE_MAX and 0 both mean no         \
    * limit). Specs also take a percentage of the device's free memory (of the host's memory for    \
@@ -168,10 +168,11 @@ extern "C" {
    */                                                                                              \
   X(size_t, min_growth, RMMC_POOL_MIN_GROWTH_DEFAULT, 0, 0, "min_growth", BYTES, SIZE, "chunks 32MiB, virtual memory the shortfall", "",\
     "fewest bytes one growth takes")                                                               \
-  /* granularity=: chunks: growth is rounded up to this power of two (default 2 MiB, at least      \
-   * 256).                                                                                         \
+  /* granularity=: chunks: growth is rounded up to this power of two (default 2 MiB; 256 B to      \
+   * 1 GiB).                                                                                       \
    */                                                                                              \
-  X(size_t, growth_granularity, (size_t)2 << 20, 0, 0, "granularity", BYTES, SIZE, "2MiB", "",     \
+  X(size_t, growth_granularity, (size_t)2 << 20, 256, (size_t)1 << 30,                             \
+    "granularity", BYTES, SIZE, "2MiB", "",                                                        \
     "chunks: growth rounded up to this power of two")                                              \
   /* small_max=: requests up to this many bytes are served by the stream heaps (default 1 MiB; 0   \
    * sends every request to the shared heap).                                                      \
@@ -181,13 +182,14 @@ extern "C" {
   /* small_chunk=: bytes of one span (default 4 MiB; a power of two from 64 KiB to 1 GiB, at       \
    * least small_max).                                                                             \
    */                                                                                              \
-  X(size_t, small_chunk, (size_t)4 << 20, 0, 0, "small_chunk", BYTES, SIZE, "4MiB", "",            \
+  X(size_t, small_chunk, (size_t)4 << 20, (size_t)64 << 10, (size_t)1 << 30,                       \
+    "small_chunk", BYTES, SIZE, "4MiB", "",                                                        \
     "bytes of one span lent to a stream heap")                                                     \
   /* gc_threshold=: fraction (0 to 1) of maximum_size or, without one, of the device's total       \
    * memory (the host's for host upstreams) above which a growth first gives back free memory      \
    * (PyTorch's garbage_collection_threshold). 0 (default) turns it off.                           \
    */                                                                                              \
-  X(double, gc_threshold, 0.0, 0, 0, "gc_threshold", DOUBLE, DOUBLE, "0: off", "fraction",         \
+  X(double, gc_threshold, 0.0, 0.0, 1.0, "gc_threshold", DOUBLE, DOUBLE, "0: off", "fraction",     \
     "of max/device memory above which growth gives back first")                                    \
   /* release_before_grow=: keep reserved within the budget of release_slack by giving back free    \
    * memory before growing (default true).                                                         \
@@ -209,20 +211,21 @@ extern "C" {
    */                                                                                              \
   X(size_t, event_bytes, (size_t)256 << 20, 0, 0, "event_bytes", BYTES, SIZE, "256MiB", "",        \
     "freed bytes per stream between event records")                                                \
-  /* release_slack=: the budget is (1 + release_slack) x the peak (default 0.02). */               \
-  X(double, release_slack, 0.02, 0, 0, "release_slack", DOUBLE, DOUBLE, "0.02", "fraction",        \
+  /* release_slack=: the budget is (1 + release_slack) x the peak (default 0.02; 0 to 1e6). */     \
+  X(double, release_slack, 0.02, 0.0, 1e6, "release_slack", DOUBLE, DOUBLE, "0.02", "fraction",    \
     "the budget: reserved within (1 + this) x peak")                                               \
   /* split_limit=: chunks: a wholly free chunk larger than split_limit x the growth a request      \
    * would make is not split for it: the pool grows instead, and the budget gives the big chunk    \
-   * back if it is not needed (default 8; 0: off; at least 1). Never applies to a chunk the pool   \
-   * has just taken for the request, nor on the last resort.                                       \
+   * back if it is not needed (default 8; 0: off; else 1 to 1e6). Never applies to a chunk the     \
+   * pool has just taken for the request, nor on the last resort.                                  \
    */                                                                                              \
-  X(double, split_limit, 8.0, 0, 0, "split_limit", DOUBLE, DOUBLE, "8; 0: off", "times",           \
+  X(double, split_limit, 8.0, 0.0, 1e6, "split_limit", DOUBLE, DOUBLE, "8; 0: off", "times",       \
     "chunks: grow rather than split a free chunk this many times the growth")                      \
   /* expandable=: -1 (default): virtual memory when the upstream has it, chunks otherwise; 1:      \
    * virtual memory (RMMC_ERROR_NOT_SUPPORTED without it); 0: chunks.                              \
    */                                                                                              \
-  X(int, expandable, -1, 0, 0, "expandable", BOOL, INT, "virtual memory when the upstream has it", "",\
+  X(int, expandable, -1, -1, 1,                                                                    \
+    "expandable", BOOL, INT, "virtual memory when the upstream has it", "",                        \
     "virtual memory (true) or chunks (false)")                                                     \
   /* page=: virtual memory: most bytes one mapping covers, a multiple of the upstream's page (0,   \
    * the default: 32 MiB, or the upstream's page where that is larger). Memory goes back a whole   \
@@ -277,7 +280,7 @@ extern "C" {
    * fixed band of earlier versions; 0: give back whenever past the budget. From 0 to 1000.        \
    * Since 0.3.                                                                                    \
    */                                                                                              \
-  X(double, release_band, 4.0, 0, 0, "release_band", DOUBLE, DOUBLE, "4", "x slack",               \
+  X(double, release_band, 4.0, 0.0, 1000.0, "release_band", DOUBLE, DOUBLE, "4", "x slack",        \
     "steady state: the band past the budget widens from 3 to this while growths give back")
 
 /* Pool options. Stack specs name them in parentheses (`pool(initial=1GiB,

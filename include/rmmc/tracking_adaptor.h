@@ -74,7 +74,7 @@ typedef void (*rmmc_tracked_allocation_cb)(void *ctx, const rmmc_tracked_allocat
 
 /* Creates a tracking adaptor over `upstream` (retained); NULL options mean
  * defaults. One reference in *out. RMMC_ERROR_INVALID_ARGUMENT for a NULL
- * upstream or out, or a depth outside 1..256 with backtrace on;
+ * upstream or out, or a depth outside 1..256 (with backtrace on or off);
  * RMMC_ERROR_OUT_OF_MEMORY if host memory runs out. */
 RMMC_EXPORT rmmc_status_t rmmc_tracking_adaptor_create(rmmc_resource_t *upstream,
                                                        const rmmc_tracking_options_t *options,

@@ -150,7 +150,7 @@ RMMC_API rmmc_status_t rmmc_aligned_adaptor_create(rmmc_resource_t *upstream,
   rmmc_status_t st = rmmc__check_create(what, upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_aligned_options_t opts = RMMC_ALIGNED_OPTIONS_INIT;
-  st = rmmc__copy_options(what, &opts, sizeof opts, options);
+  RMMC__TAKE_OPTIONS(st, what, &opts, options, RMMC_ALIGNED_OPTIONS);
   if (st != RMMC_SUCCESS) return st;
   if (!rmmc__is_pow2(opts.alignment))
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,

@@ -270,7 +270,8 @@ static rmmc_status_t create(const char *what, rmmc_resource_t *upstream, int fd,
                             const char *name, const rmmc_logging_options_t *options,
                             rmmc_resource_t **out) {
   rmmc_logging_options_t opts = RMMC_LOGGING_OPTIONS_INIT;
-  rmmc_status_t st = rmmc__copy_options(what, &opts, sizeof opts, options);
+  rmmc_status_t st;
+  RMMC__TAKE_OPTIONS(st, what, &opts, options, RMMC_LOGGING_OPTIONS);
   if (st != RMMC_SUCCESS) goto close_fd;
   if (opts.time != RMMC_LOGGING_TIME_CLOCK && opts.time != RMMC_LOGGING_TIME_MICROSECONDS) {
     st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: unknown time format %d", what,

@@ -28,6 +28,14 @@
 #define SKIP_FRAMES 2 /* tracking_allocate and rmmc_resource_allocate */
 #define EXTRA_FRAMES 2 /* room for frames a sanitizer's backtrace() wrapper adds */
 
+/* The create holds backtrace_depth to its table row's max; the frame
+ * buffer below is sized by MAX_DEPTH, so the two must agree. */
+#define TRACKING_MAX_ROW(ctype, field, cdef, lo, hi, ...) tracking_max_##field = (hi),
+enum { RMMC_TRACKING_OPTIONS(TRACKING_MAX_ROW) };
+#undef TRACKING_MAX_ROW
+_Static_assert(tracking_max_backtrace_depth == MAX_DEPTH,
+               "the table's depth range and the frame buffer disagree");
+
 typedef struct record {
   void *ptr; /* NULL: empty slot */
   size_t bytes;
@@ -390,16 +398,11 @@ RMMC_API rmmc_status_t rmmc_tracking_adaptor_create(rmmc_resource_t *upstream,
                                                     const rmmc_tracking_options_t *options,
                                                     rmmc_resource_t **out) {
   rmmc_tracking_options_t opts = RMMC_TRACKING_OPTIONS_INIT;
-  rmmc_status_t st = rmmc__copy_options("tracking_adaptor_create", &opts, sizeof opts, options);
+  rmmc_status_t st;
+  RMMC__TAKE_OPTIONS(st, "tracking_adaptor_create", &opts, options, RMMC_TRACKING_OPTIONS);
   if (st != RMMC_SUCCESS) {
     if (out != NULL) *out = NULL;
     return st;
-  }
-  if (opts.backtrace && (opts.backtrace_depth < 1 || opts.backtrace_depth > MAX_DEPTH)) {
-    if (out != NULL) *out = NULL;
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                          "tracking_adaptor_create: backtrace depth %d is outside 1..%d",
-                          opts.backtrace_depth, MAX_DEPTH);
   }
   st = rmmc__adaptor_new("tracking_adaptor_create", &tracking_ops, upstream, sizeof(tracking_t),
                          out);

@@ -17,10 +17,12 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rmmc/registry.h"
+#include "base/options.h" /* rmmc__format_double */
 #include "base/spec.h"
 
 /* Binary units only: KB, MB, GB, TB mean 1000^n to some and 1024^n to
@@ -137,39 +139,79 @@ rmmc_status_t rmmc__spec_bytes(const rmmc__spec_args_t *args, const char *name,
   return RMMC_SUCCESS;
 }
 
+void rmmc__spec_range_text(const rmmc__spec_option_t *o, char *buf, size_t len) {
+  if (len > 0) buf[0] = '\0';
+  if (!o->ranged || o->type == RMMC__OPT_BOOL || o->type == RMMC__OPT_STRING) return;
+  if (o->field == RMMC__FIELD_DOUBLE) {
+    char lo[32], hi[32];
+    rmmc__format_double(lo, sizeof lo, o->dlo);
+    rmmc__format_double(hi, sizeof hi, o->dhi);
+    snprintf(buf, len, "%s to %s", lo, hi);
+  } else {
+    snprintf(buf, len, "%lld to %llu", o->lo, o->hi);
+  }
+}
+
+/* The range check of a size or a number the builder stored (integers have
+ * theirs in rmmc__spec_int_in). */
+static rmmc_status_t stored_in_range(const rmmc__spec_args_t *args, const rmmc__spec_option_t *o,
+                                     const void *at) {
+  bool in;
+  if (o->field == RMMC__FIELD_DOUBLE) {
+    double v = *(const double *)at;
+    in = v >= o->dlo && v <= o->dhi;
+  } else {
+    size_t v = *(const size_t *)at;
+    in = (o->lo <= 0 || v >= (unsigned long long)o->lo) && v <= o->hi;
+  }
+  if (in) return RMMC_SUCCESS;
+  char range[96];
+  rmmc__spec_range_text(o, range, sizeof range);
+  return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: %s=%s is out of range (%s)", args->layer,
+                        o->name, rmmc__spec_find(args, o->name)->text, range);
+}
+
+/* An integer option's range, in long long (what the parser reads). */
+static long long int_max(const rmmc__spec_option_t *o, long long otherwise) {
+  if (!o->ranged) return otherwise;
+  return o->hi > (unsigned long long)LLONG_MAX ? LLONG_MAX : (long long)o->hi;
+}
+
 rmmc_status_t rmmc__spec_fill(const rmmc__spec_args_t *args, const rmmc__spec_option_t *table,
                               const rmmc_resource_t *upstream, void *options) {
   for (const rmmc__spec_option_t *o = table; o->name != NULL; o++) {
     if (o->field == RMMC__FIELD_NONE || rmmc__spec_find(args, o->name) == NULL) continue;
     char *at = (char *)options + o->offset;
-    bool ranged = o->lo != 0 || o->hi != 0, b = false;
-    long long v = 0;
+    long long lo = o->ranged ? o->lo : 0, v = 0;
+    bool b = false;
     rmmc_status_t st = RMMC_SUCCESS;
     switch (o->field) {
     case RMMC__FIELD_NONE: break;
     case RMMC__FIELD_SIZE: /* a size, or a count (INT) */
       if (o->type != RMMC__OPT_INT) {
         st = rmmc__spec_bytes(args, o->name, upstream, (size_t *)(void *)at);
+        if (st == RMMC_SUCCESS && o->ranged) st = stored_in_range(args, o, at);
       } else {
-        st = rmmc__spec_int_in(args, o->name, ranged ? o->lo : 0, ranged ? o->hi : LLONG_MAX, &v);
+        st = rmmc__spec_int_in(args, o->name, lo, int_max(o, LLONG_MAX), &v);
         if (st == RMMC_SUCCESS) *(size_t *)(void *)at = (size_t)v;
       }
       break;
-    case RMMC__FIELD_DOUBLE: (void)rmmc__spec_double(args, o->name, (double *)(void *)at); break;
+    case RMMC__FIELD_DOUBLE:
+      (void)rmmc__spec_double(args, o->name, (double *)(void *)at);
+      if (o->ranged) st = stored_in_range(args, o, at);
+      break;
     case RMMC__FIELD_BOOL: (void)rmmc__spec_bool(args, o->name, (bool *)(void *)at); break;
     case RMMC__FIELD_INT: /* an integer, or a bool as 1 or 0 */
       if (o->type == RMMC__OPT_BOOL) {
         (void)rmmc__spec_bool(args, o->name, &b);
         *(int *)(void *)at = b ? 1 : 0;
       } else {
-        st = rmmc__spec_int_in(args, o->name, ranged ? o->lo : INT_MIN, ranged ? o->hi : INT_MAX,
-                               &v);
+        st = rmmc__spec_int_in(args, o->name, o->ranged ? o->lo : INT_MIN, int_max(o, INT_MAX), &v);
         if (st == RMMC_SUCCESS) *(int *)(void *)at = (int)v;
       }
       break;
     case RMMC__FIELD_UNSIGNED:
-      st = rmmc__spec_int_in(args, o->name, ranged ? o->lo : 0, ranged ? o->hi : (long long)UINT_MAX,
-                             &v);
+      st = rmmc__spec_int_in(args, o->name, lo, int_max(o, (long long)UINT_MAX), &v);
       if (st == RMMC_SUCCESS) *(unsigned *)(void *)at = (unsigned)v;
       break;
     }

@@ -44,7 +44,10 @@ typedef struct rmmc__spec_option {
   const char *help;
   rmmc__field_type_t field; /* NONE: not described as data */
   size_t offset;            /* of the field in the options struct */
-  long long lo, hi;         /* INT and UNSIGNED: the range (lo = hi = 0: the field's type) */
+  bool ranged;              /* the row has a range (its min and max are not both 0) */
+  long long lo;             /* integer fields: the range, exact (size_t's top included) */
+  unsigned long long hi;
+  double dlo, dhi;          /* DOUBLE fields: the range */
   const char *def;          /* the default, as the help prints it (NULL: none said) */
   const char *unit;         /* what the number counts, for the help ("" or NULL: none) */
 } rmmc__spec_option_t;
@@ -59,10 +62,17 @@ typedef struct rmmc__spec_option {
                          .help = help_,                                                        \
                          .field = RMMC__FIELD_##ftype,                                         \
                          .offset = offsetof(T, field_),                                        \
-                         .lo = lo_,                                                            \
-                         .hi = hi_,                                                            \
+                         .ranged = (lo_) != 0 || (hi_) != 0,                                   \
+                         RMMC__SPEC_RANGE_##ftype(lo_, hi_),                                   \
                          .def = tdef,                                                          \
                          .unit = unit_},)
+/* The range columns into the members of the field's kind of number. */
+#define RMMC__SPEC_RANGE_DOUBLE(lo_, hi_) .dlo = (lo_), .dhi = (hi_)
+#define RMMC__SPEC_RANGE_SIZE(lo_, hi_) .lo = (lo_), .hi = (hi_)
+#define RMMC__SPEC_RANGE_INT(lo_, hi_) .lo = (lo_), .hi = (hi_)
+#define RMMC__SPEC_RANGE_UNSIGNED(lo_, hi_) .lo = (lo_), .hi = (hi_)
+#define RMMC__SPEC_RANGE_BOOL(lo_, hi_) .lo = (lo_), .hi = (hi_)
+#define RMMC__SPEC_RANGE_NONE(lo_, hi_) .lo = (lo_), .hi = (hi_)
 #define RMMC__SPEC_IF_BYTES(...) __VA_ARGS__
 #define RMMC__SPEC_IF_BYTES_PCT(...) __VA_ARGS__
 #define RMMC__SPEC_IF_INT(...) __VA_ARGS__
@@ -118,10 +128,17 @@ bool rmmc__spec_double(const rmmc__spec_args_t *args, const char *name, double *
 bool rmmc__spec_bool(const rmmc__spec_args_t *args, const char *name, bool *out);
 const char *rmmc__spec_string(const rmmc__spec_args_t *args, const char *name);
 
+/* The range of a row described as data, as the help and the messages
+ * write it ("256 to 1073741824", "0 to 1"), into buf; "" for a row without
+ * one, or whose values a spec does not write as numbers (BOOL, STRING). */
+void rmmc__spec_range_text(const rmmc__spec_option_t *o, char *buf, size_t len);
+
 /* The generic builder: stores every option of `table` that args hold into
  * the options struct at `options` (the field of each row; rows without one
- * are the caller's), with the range checks of rmmc__spec_int_in and the
- * percentages of rmmc__spec_bytes. Fields of options not given keep their
+ * are the caller's), with the row's range checked (integers through
+ * rmmc__spec_int_in; sizes, after a percentage is resolved, and numbers in
+ * the same words: "<layer>: <name>=<value as written> is out of range
+ * (<min> to <max>)") and the percentages of rmmc__spec_bytes. Fields of options not given keep their
  * values. RMMC_SUCCESS, or the first error (message set). */
 rmmc_status_t rmmc__spec_fill(const rmmc__spec_args_t *args, const rmmc__spec_option_t *table,
                               const rmmc_resource_t *upstream, void *options);

@@ -16,9 +16,6 @@
 #include "pool/pool_internal.h"
 #include "rmmc/arena_resource.h"
 
-#define MIN_SUPERBLOCK ((size_t)64 << 10)
-#define MAX_SUPERBLOCK ((size_t)1 << 30)
-
 RMMC_API rmmc_status_t rmmc_arena_resource_create(rmmc_resource_t *upstream,
                                                   const rmmc_arena_options_t *options,
                                                   rmmc_resource_t **out) {
@@ -26,16 +23,12 @@ RMMC_API rmmc_status_t rmmc_arena_resource_create(rmmc_resource_t *upstream,
   rmmc_status_t st = rmmc__check_create(what, upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_arena_options_t a = RMMC_ARENA_OPTIONS_INIT;
-  st = rmmc__copy_options(what, &a, sizeof a, options);
+  RMMC__TAKE_OPTIONS(st, what, &a, options, RMMC_ARENA_OPTIONS);
   if (st != RMMC_SUCCESS) return st;
   size_t sb = a.superblock_size;
-  if (!rmmc__is_pow2(sb) || sb < MIN_SUPERBLOCK || sb > MAX_SUPERBLOCK)
+  if (!rmmc__is_pow2(sb))
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                          "%s: superblock size %zu is not a power of two from 64 KiB to 1 GiB",
-                          what, sb);
-  if (a.chunk_size > POOL_MAX_REQUEST)
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: chunk size %zu is above 128 TiB",
-                          what, a.chunk_size);
+                          "%s: superblock size %zu is not a power of two", what, sb);
   if (a.max_size != 0 && a.max_size < sb)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "%s: max size %zu is below one superblock (%zu)", what, a.max_size, sb);

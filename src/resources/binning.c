@@ -225,10 +225,8 @@ RMMC_API rmmc_status_t rmmc_binning_resource_create(rmmc_resource_t *upstream,
   rmmc_status_t st = rmmc__check_create("binning_resource_create", upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_binning_options_t o = RMMC_BINNING_OPTIONS_INIT;
-  st = rmmc__copy_options("binning_resource_create", &o, sizeof o, options);
+  RMMC__TAKE_OPTIONS(st, "binning_resource_create", &o, options, RMMC_BINNING_OPTIONS);
   if (st != RMMC_SUCCESS) return st;
-  if (o.chunk_size == 0)
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "binning_resource_create: chunk_size is 0");
   size_t sizes[RMMC_BINNING_MAX_BINS], n = 0;
   st = bin_sizes(&o, sizes, &n);
   if (st != RMMC_SUCCESS) return st;

@@ -416,7 +416,8 @@ RMMC_API rmmc_status_t rmmc_cuda_resource_create_with_options(int device,
                                                               const rmmc_cuda_options_t *options,
                                                               rmmc_resource_t **out) {
   rmmc_cuda_options_t o = RMMC_CUDA_OPTIONS_INIT;
-  rmmc_status_t st = rmmc__copy_options("cuda_resource_create", &o, sizeof o, options);
+  rmmc_status_t st;
+  RMMC__TAKE_OPTIONS(st, "cuda_resource_create", &o, options, RMMC_CUDA_OPTIONS);
   if (st != RMMC_SUCCESS) {
     if (out != NULL) *out = NULL;
     return st;

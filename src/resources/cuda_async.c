@@ -160,7 +160,8 @@ RMMC_API rmmc_status_t rmmc_cuda_async_resource_create(int device,
   if (out == NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "cuda_async_resource_create: out is NULL");
   *out = NULL;
   rmmc_resource_t *r;
-  rmmc_status_t st = rmmc__copy_options("cuda_async_resource_create", &opts, sizeof opts, options);
+  rmmc_status_t st;
+  RMMC__TAKE_OPTIONS(st, "cuda_async_resource_create", &opts, options, RMMC_CUDA_ASYNC_OPTIONS);
   if (st != RMMC_SUCCESS) return st;
   st = rmmc__device_resource_new("cuda_async_resource_create", device, &async_ops,
                                                RMMC_MEMORY_DEVICE, sizeof(async_resource_t), &r);

@@ -569,24 +569,14 @@ RMMC_API rmmc_status_t rmmc_fixed_size_resource_create(rmmc_resource_t *upstream
   rmmc_status_t st = rmmc__check_create("fixed_size_resource_create", upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_fixed_size_options_t o = RMMC_FIXED_SIZE_OPTIONS_INIT;
-  st = rmmc__copy_options("fixed_size_resource_create", &o, sizeof o, options);
+  RMMC__TAKE_OPTIONS(st, "fixed_size_resource_create", &o, options, RMMC_FIXED_SIZE_OPTIONS);
   if (st != RMMC_SUCCESS) return st;
   size_t block;
-  if (o.block_size == 0 || o.blocks_per_chunk == 0)
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                          "fixed_size_resource_create: block size (%zu) and blocks per chunk "
-                          "(%zu) must both be at least 1",
-                          o.block_size, o.blocks_per_chunk);
   if (!rmmc__align_up_checked(o.block_size, RMMC_DEFAULT_ALIGNMENT, &block) ||
       o.blocks_per_chunk > (SIZE_MAX - RMMC_FIXED_SIZE_MAX_BLOCK_ALIGNMENT) / block)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "fixed_size_resource_create: %zu blocks of %zu bytes overflow a chunk",
                           o.blocks_per_chunk, o.block_size);
-  if (o.blocks_per_chunk > RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK)
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
-                          "fixed_size_resource_create: blocks_per_chunk %zu is above %zu (each "
-                          "block's descriptor is made on the host when its chunk is taken)",
-                          o.blocks_per_chunk, RMMC_FIXED_SIZE_MAX_BLOCKS_PER_CHUNK);
   fixed_size_t *fs = calloc(1, sizeof *fs);
   if (fs == NULL)
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "fixed_size_resource_create: no host memory");

@@ -74,7 +74,8 @@ RMMC_API rmmc_status_t rmmc_managed_resource_create(int device, const rmmc_manag
                                                     rmmc_resource_t **out) {
   rmmc_managed_options_t opts = RMMC_MANAGED_OPTIONS_INIT;
   if (out != NULL) *out = NULL;
-  rmmc_status_t st = rmmc__copy_options("managed_resource_create", &opts, sizeof opts, options);
+  rmmc_status_t st;
+  RMMC__TAKE_OPTIONS(st, "managed_resource_create", &opts, options, RMMC_MANAGED_OPTIONS);
   if (st != RMMC_SUCCESS) return st;
   st = rmmc__device_resource_new("managed_resource_create", device, &managed_ops,
                                  RMMC_MEMORY_MANAGED, sizeof(managed_resource_t), out);

@@ -404,7 +404,8 @@ RMMC_API rmmc_status_t rmmc_sim_resource_create(const rmmc_sim_options_t *option
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "sim_resource_create: out is NULL");
   *out = NULL;
   rmmc_sim_options_t opts = RMMC_SIM_OPTIONS_INIT;
-  rmmc_status_t st = rmmc__copy_options("sim_resource_create", &opts, sizeof opts, options);
+  rmmc_status_t st;
+  RMMC__TAKE_OPTIONS(st, "sim_resource_create", &opts, options, RMMC_SIM_OPTIONS);
   if (st != RMMC_SUCCESS) return st;
   if (opts.alignment == 0) opts.alignment = RMMC_DEFAULT_ALIGNMENT;
   if (!rmmc__is_pow2(opts.alignment) || opts.alignment < RMMC_DEFAULT_ALIGNMENT)

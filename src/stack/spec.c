@@ -466,10 +466,11 @@ RMMC_API rmmc_status_t rmmc_stack_help_resource(const char *name, char *buf, siz
   for (; o != NULL && o->name != NULL; o++) {
     /* A row described as data (spec.h, RMMC__SPEC_OPTION) also says its
      * unit, default and range. */
-    char type[64], range[64] = "";
+    char type[64], range[96] = "", bounds[80];
     snprintf(type, sizeof type, o->unit != NULL && o->unit[0] != '\0' ? "%s (%s)" : "%s",
              type_unit(o->type), o->unit);
-    if (o->lo != 0 || o->hi != 0) snprintf(range, sizeof range, "; %lld to %lld", o->lo, o->hi);
+    rmmc__spec_range_text(o, bounds, sizeof bounds);
+    if (bounds[0] != '\0') snprintf(range, sizeof range, "; %s", bounds);
     if (o->def != NULL)
       w = snprintf(line, sizeof line, "  %-20s %-44s %s (default %s%s)\n", o->name, type, o->help,
                    o->def, range);

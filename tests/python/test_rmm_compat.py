@@ -445,7 +445,8 @@ def test_stack_help_of_one_resource_gives_units_and_defaults():
     text = rmmc.stack_help("pool")
     assert text.startswith("pool: ")
     line = [ln for ln in text.splitlines() if ln.split()[:1] == ["initial"]][0]
-    assert "size (bytes; KiB..TiB) or % of free memory" in line and "(default 0)" in line
+    assert "size (bytes; KiB..TiB) or % of free memory" in line
+    assert "(default 0; 0 to 140737488355328)" in line  # the table row's range
     assert "fixed_size" in rmmc.stack_help() and "block" in rmmc.stack_help("fixed_size")
     with pytest.raises(rmmc.ParseError, match="did you mean 'pool'"):
         rmmc.stack_help("pol")

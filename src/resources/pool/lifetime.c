@@ -106,35 +106,24 @@ void rmmc__pool_destroy(rmmc_resource_t *r) {
   free(p);
 }
 
-/* Checks the options and resolves them into p: the ranges of the table
- * (RMMC_POOL_OPTIONS), then the rules no range says. */
+/* Checks the options and resolves them into p. Their ranges are the
+ * table's (RMMC_POOL_OPTIONS, checked as the create takes them); these are
+ * the rules no range says: powers of two, one option against another, and
+ * the values that mean "off" or "default" outside a range. */
 static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
-  rmmc_status_t range = RMMC_SUCCESS;
-  RMMC__CHECK_OPTION_RANGES(range, "pool_resource_create", o, RMMC_POOL_OPTIONS);
-  if (range != RMMC_SUCCESS) return range;
   const char *bad = NULL;
-  if (o->growth_granularity < POOL_GRANULE || o->growth_granularity > ((size_t)1 << 30) ||
-      !rmmc__is_pow2(o->growth_granularity))
-    bad = "growth_granularity must be a power of two from 256 B to 1 GiB";
-  else if (!rmmc__is_pow2(o->small_chunk) || o->small_chunk < ((size_t)64 << 10) ||
-           o->small_chunk > ((size_t)1 << 30) || rmmc__align_up(o->small_max, POOL_GRANULE) > o->small_chunk)
-    bad = "small_chunk must be a power of two from 64 KiB to 1 GiB and at least small_max";
-  else if (!(o->gc_threshold >= 0.0 && o->gc_threshold <= 1.0))
-    bad = "gc_threshold must be a fraction from 0 to 1";
-  else if (!(o->release_slack >= 0.0 && o->release_slack <= 1e6))
-    bad = "release_slack must be a fraction of at least 0";
-  else if (!(o->split_limit == 0.0 || (o->split_limit >= 1.0 && o->split_limit <= 1e6)))
+  if (!rmmc__is_pow2(o->growth_granularity))
+    bad = "growth_granularity must be a power of two";
+  else if (!rmmc__is_pow2(o->small_chunk) ||
+           rmmc__align_up(o->small_max, POOL_GRANULE) > o->small_chunk)
+    bad = "small_chunk must be a power of two and at least small_max";
+  else if (o->split_limit > 0.0 && o->split_limit < 1.0)
     bad = "split_limit must be 0 (off) or at least 1";
-  else if ((o->min_growth != RMMC_POOL_MIN_GROWTH_DEFAULT && o->min_growth > POOL_MAX_REQUEST) ||
-           o->initial_size > POOL_MAX_REQUEST)
-    bad = "initial_size and min_growth must be at most 128 TiB";
-  else if (o->expandable < -1 || o->expandable > 1)
-    bad = "expandable must be -1 (when the upstream can), 0 or 1";
-  else if (o->checkpoint_every != 0 && (o->checkpoint_every < 2 || o->checkpoint_every > 65536 ||
-                                         !rmmc__is_pow2(o->checkpoint_every)))
+  else if (o->min_growth != RMMC_POOL_MIN_GROWTH_DEFAULT && o->min_growth > POOL_MAX_REQUEST)
+    bad = "min_growth must be at most 128 TiB (or RMMC_POOL_MIN_GROWTH_DEFAULT)";
+  else if (o->checkpoint_every != 0 &&
+           (o->checkpoint_every < 2 || !rmmc__is_pow2(o->checkpoint_every)))
     bad = "checkpoint_every must be 0 (none) or a power of two from 2 to 65536";
-  else if (!(o->release_band >= 0.0 && o->release_band <= 1000.0))
-    bad = "release_band must be from 0 to 1000";
   if (bad != NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resource_create: %s", bad);
   p->max_size = o->maximum_size == 0 || o->maximum_size == SIZE_MAX
                     ? SIZE_MAX
@@ -250,7 +239,7 @@ rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_optio
   rmmc_status_t st = rmmc__check_create("pool_resource_create", upstream, out);
   if (st != RMMC_SUCCESS) return st;
   rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
-  st = rmmc__copy_options("pool_resource_create", &o, sizeof o, options);
+  RMMC__TAKE_OPTIONS(st, "pool_resource_create", &o, options, RMMC_POOL_OPTIONS);
   if (st != RMMC_SUCCESS) return st;
   pool_t *p = calloc(1, sizeof *p);
   if (p == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool_resource_create: no host memory");
