@@ -124,6 +124,20 @@ START_TEST(test_figures_pool_rows_are_well_formed) {
     ck_assert_msg(found, "standard figure %d is not reported from the table", (int)standard[k]);
   }
   ck_assert_int_eq(rmmc__figure_of(RMMC__FIG(CACHED)), RMMC__FIG_CACHED);
+  /* The keys as released, in order: Python and the tools read them by
+   * name, and reports print them in this order. */
+  static const char *const released[] = {
+      "reserved", "in_use", "free", "peak", "reserved_peak", "largest_free", "limit",
+      "small_max", "span_size", "heap_cache", "cached", "pending", "regions", "graph_pools",
+      "graph_bytes", "spans", "heaps", "heaps_retired", "grows", "shrinks", "adoptions",
+      "release_band", "peers", "device_syncs", "event_records", "event_waits", "event_queries",
+      "event_syncs"};
+  ck_assert_uint_eq(NROWS, sizeof released / sizeof *released);
+  for (size_t i = 0; i < NROWS; i++) ck_assert_str_eq(pool_rows[i].name, released[i]);
+  static const char *const released_streams[] = {"event_records", "event_waits", "device_syncs",
+                                                 "stream_syncs", "event_queries", "event_syncs"};
+  ck_assert_uint_eq(NSTREAM_KEYS, sizeof released_streams / sizeof *released_streams);
+  for (size_t k = 0; k < NSTREAM_KEYS; k++) ck_assert_str_eq(stream_keys[k], released_streams[k]);
 }
 END_TEST
 
