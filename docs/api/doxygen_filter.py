@@ -123,6 +123,37 @@ def option_members(src):
     return re.sub(r"^(\s*)(RMMC_\w+_OPTIONS)\(RMMC_OPTION_FIELD\)\s*$", expand, src, flags=re.M)
 
 
+FIGURE_TYPES = {"BYTES": "size_t", "COUNT": "uint64_t"}
+
+
+def figure_members(src):
+    """Figures structs are made from an X-macro table (rmmc/figures.h):
+    `RMMC_<NAME>_FIGURES(RMMC_FIGURE_FIELD)` inside the struct. Each such
+    line becomes the members of the table's BOTH and STRUCT rows, each with
+    its row's doc, all on that one line so the line numbers stay the
+    header's."""
+    tables = {}
+    for m in re.finditer(r"#define (RMMC_\w+_FIGURES)\(X\)((?:.*\\\n)*.*)", src):
+        body = m.group(2).replace("\\\n", "\n")
+        members = []
+        for row in re.finditer(r'X\((\w+),\s*(\w+),\s*(\w+),\s*"((?:[^"\\]|\\.)*)"\)', body):
+            kind, name, where, doc = row.groups()
+            if where in ("BOTH", "STRUCT"):
+                members.append("/** %s */ %s %s;" % (escape(doc.replace('\\"', '"')),
+                                                     FIGURE_TYPES[kind], name))
+        tables[m.group(1)] = " ".join(members)
+
+    def blank(m):
+        return re.sub(r"/\*.*?\*/", lambda c: re.sub(r"[^\n\\]", " ", c.group(0)), m.group(0),
+                      flags=re.S)
+    src = re.sub(r"#define RMMC_\w+_FIGURES\(X\)(?:.*\\\n)*.*", blank, src)
+
+    def expand(m):
+        return m.group(1) + tables[m.group(2)] if m.group(2) in tables else m.group(0)
+
+    return re.sub(r"^(\s*)(RMMC_\w+_FIGURES)\(RMMC_FIGURE_FIELD\)\s*$", expand, src, flags=re.M)
+
+
 if __name__ == "__main__":
     with open(sys.argv[1], encoding="utf-8") as f:
-        sys.stdout.write(convert(option_members(f.read())))
+        sys.stdout.write(convert(figure_members(option_members(f.read()))))

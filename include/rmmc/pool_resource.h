@@ -141,6 +141,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rmmc/figures.h"
 #include "rmmc/options.h"
 #include "rmmc/resource.h"
 
@@ -321,19 +322,56 @@ RMMC_EXPORT rmmc_status_t rmmc_pool_resource_create(rmmc_resource_t *upstream,
  * RMMC_ERROR_INTERNAL with the first violation in the message. */
 RMMC_EXPORT rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool);
 
+/* The pool's figures, once, in the order describe reports them: each row
+ * gives the figure's kind, its key (the member's name), whether
+ * rmmc_pool_figures_t has it, and what it means (rmmc/figures.h: the
+ * columns). After these, describe reports the streams' figures (streams,
+ * event_records, event_waits, device_syncs, stream_syncs, event_queries,
+ * event_syncs), then its backend's (backend, and page, address_space,
+ * mappings, page_maps, page_unmaps, budget_trims, refusal_trims for virtual
+ * memory), sleep mode's once it has been used (sleep, paused_bytes,
+ * backed_up, backup_host, pauses, resumes), and a "stream" line per stream. */
+#define RMMC_POOL_FIGURES(X)                                                                       \
+  X(BYTES, reserved, BOTH, "bytes held from the upstream")                                         \
+  X(BYTES, in_use, BOTH, "bytes handed out")                                                       \
+  X(BYTES, free, DESCRIBE, "reserved less in_use")                                                 \
+  X(BYTES, peak, DESCRIBE, "the most bytes handed out or lent to stream heaps at once")            \
+  X(BYTES, reserved_peak, DESCRIBE, "the most bytes ever held from the upstream")                  \
+  X(BYTES, largest_free, DESCRIBE, "the largest free block")                                       \
+  X(BYTES, limit, DESCRIBE_IF_SET, "maximum_size, while the pool has one")                         \
+  X(BYTES, small_max, DESCRIBE, "the option small_max: stream heaps serve requests up to this")    \
+  X(BYTES, span_size, DESCRIBE, "the option small_chunk: bytes of one span")                       \
+  X(BYTES, heap_cache, DESCRIBE, "the option cache: wholly free span bytes a stream heap keeps")   \
+  X(BYTES, cached, BOTH, "free bytes held in stream heaps")                                        \
+  X(BYTES, pending, BOTH, "free bytes waiting for some stream's work")                             \
+  X(COUNT, regions, DESCRIBE, "regions taken from the upstream (chunks, or reservations)")         \
+  X(COUNT, graph_pools, DESCRIBE, "private pools of CUDA graphs")                                  \
+  X(BYTES, graph_bytes, DESCRIBE, "bytes the graph pools hold, in use or free")                    \
+  X(COUNT, spans, DESCRIBE, "spans lent to stream heaps")                                          \
+  X(COUNT, heaps, DESCRIBE, "live stream heaps")                                                   \
+  X(COUNT, heaps_retired, DESCRIBE, "stream heaps retired")                                        \
+  X(COUNT, grows, BOTH, "growths: memory taken from the upstream")                                 \
+  X(COUNT, shrinks, BOTH, "times memory went back to the upstream")                                \
+  X(COUNT, adoptions, DESCRIBE, "streams whose covered frees another stream joined")               \
+  X(TEXT, release_band, DESCRIBE, "the steady-state band now, in release_slacks (\"4.0\")")        \
+  X(TEXT, peers, DESCRIBE_IF_SET, "the devices given access to the pool's memory, once one is")    \
+  X(COUNT, device_syncs, STRUCT, "device synchronizations")                                        \
+  X(COUNT, event_records, STRUCT, "event records")                                                 \
+  X(COUNT, event_waits, STRUCT, "GPU-side waits on another stream's event")                        \
+  X(COUNT, event_queries, STRUCT, "event queries")                                                 \
+  /* Since 0.3. */                                                                                 \
+  X(COUNT, event_syncs, STRUCT, "host waits on a stream's event before a new peak")
+
 /* The pool's cached memory as figures a caller can act on (thread-safe,
- * without taking the shared lock for long). */
+ * without taking the shared lock for long): the rows of RMMC_POOL_FIGURES
+ * that are members, in order. */
 typedef struct rmmc_pool_figures {
-  size_t size;       /* sizeof(rmmc_pool_figures_t) */
-  size_t reserved;   /* bytes held from the upstream */
-  size_t in_use;     /* bytes handed out */
-  size_t cached;     /* free bytes held in stream heaps */
-  size_t pending;    /* free bytes waiting for some stream's work */
-  uint64_t grows, shrinks, device_syncs, event_records, event_waits, event_queries;
-  uint64_t event_syncs; /* since 0.3: host waits on a stream's event before a new peak */
+  size_t size; /* sizeof(rmmc_pool_figures_t) */
+  RMMC_POOL_FIGURES(RMMC_FIGURE_FIELD)
 } rmmc_pool_figures_t;
 
-#define RMMC_POOL_FIGURES_INIT {sizeof(rmmc_pool_figures_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define RMMC_POOL_FIGURES_INIT \
+  {sizeof(rmmc_pool_figures_t) RMMC_POOL_FIGURES(RMMC_FIGURE_ZERO)}
 
 /* Fills *figures (whose size member is set with RMMC_POOL_FIGURES_INIT).
  * RMMC_ERROR_INVALID_ARGUMENT if `pool` is not a pool or figures is NULL

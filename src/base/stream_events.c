@@ -418,10 +418,7 @@ rmmc_status_t rmmc__stream_set_sync_stream(rmmc__stream_set_t *s, cudaStream_t s
 
 void rmmc__stream_set_describe(rmmc__stream_set_t *s, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "streams", rmmc__stream_set_count(s));
-  rmmc__emit_count(emit, ctx, "event_records", rmmc__atomic_load_u64(&s->records));
-  rmmc__emit_count(emit, ctx, "event_waits", rmmc__atomic_load_u64(&s->waits));
-  rmmc__emit_count(emit, ctx, "device_syncs", rmmc__atomic_load_u64(&s->syncs));
-  rmmc__emit_count(emit, ctx, "stream_syncs", rmmc__atomic_load_u64(&s->stream_syncs));
-  rmmc__emit_count(emit, ctx, "event_queries", rmmc__atomic_load_u64(&s->queries));
-  rmmc__emit_count(emit, ctx, "event_syncs", rmmc__atomic_load_u64(&s->finishes));
+#define EMIT_COUNTER(key, counter) rmmc__emit_count(emit, ctx, #key, rmmc__stream_set_##key(s));
+  RMMC__STREAM_SET_FIGURES(EMIT_COUNTER)
+#undef EMIT_COUNTER
 }

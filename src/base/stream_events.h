@@ -222,8 +222,26 @@ bool rmmc__stream_is_capturing(cudaStream_t stream);
 int rmmc__capture_relax(void);
 void rmmc__capture_restore(int mode);
 
-/* Emits streams, event_records, event_waits, device_syncs, stream_syncs,
- * event_queries, event_syncs. */
+/* The set's counters as figures, once, in the order describe reports them
+ * (after "streams", the number of streams): X(key, counter), the counter a
+ * member of rmmc__stream_set_t. A figures struct with rows of the same keys
+ * (the pool's STRUCT rows) reads each through rmmc__stream_set_<key>. */
+#define RMMC__STREAM_SET_FIGURES(X) \
+  X(event_records, records)         \
+  X(event_waits, waits)             \
+  X(device_syncs, syncs)            \
+  X(stream_syncs, stream_syncs)     \
+  X(event_queries, queries)         \
+  X(event_syncs, finishes)
+
+#define RMMC__STREAM_SET_READER(key, counter)                                  \
+  static inline uint64_t rmmc__stream_set_##key(const rmmc__stream_set_t *s) { \
+    return rmmc__atomic_load_u64(&s->counter);                                 \
+  }
+RMMC__STREAM_SET_FIGURES(RMMC__STREAM_SET_READER)
+#undef RMMC__STREAM_SET_READER
+
+/* Emits streams, then the figures of RMMC__STREAM_SET_FIGURES. */
 void rmmc__stream_set_describe(rmmc__stream_set_t *s, rmmc_field_cb emit, void *ctx);
 
 #endif /* RMMC_STREAM_EVENTS_H */

@@ -13,67 +13,92 @@ static rmmc_status_t not_a_pool(const char *what, const rmmc_resource_t *r) {
 
 /* ---- figures ---- */
 
-typedef struct totals {
-  size_t in_use, cached, pending, spans, largest;
-} totals_t;
+/* Every figure of RMMC_POOL_FIGURES as a value (TEXT: a string), read
+ * together under every lock by gather: describe reports the rows, and
+ * rmmc_pool_resource_figures copies the members out. */
+#define VALUE_TYPE_BYTES size_t
+#define VALUE_TYPE_COUNT uint64_t
+#define VALUE_TYPE_TEXT const char *
+#define VALUE_MEMBER(kind, name, where, doc) VALUE_TYPE_##kind name;
+typedef struct values {
+  RMMC_POOL_FIGURES(VALUE_MEMBER)
+  char band[16], peers_text[200]; /* what the TEXT members point to */
+} values_t;
+#undef VALUE_MEMBER
 
-static void add_totals(pool_t *p, totals_t *t) {
+static void add_totals(pool_t *p, values_t *v) {
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
     for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext) {
-      t->in_use += x->in_use;
-      t->cached += heap_cached_bytes(x);
-      t->spans += x->nspans;
+      v->in_use += x->in_use;
+      v->cached += heap_cached_bytes(x);
+      v->spans += x->nspans;
     }
-    t->pending += q->idx->bytes;
+    v->pending += q->idx->bytes;
     size_t l = rmmc__tlsf_largest(q->idx);
-    if (l > t->largest) t->largest = l;
+    if (l > v->largest_free) v->largest_free = l;
   }
   size_t l = rmmc__tlsf_largest(&p->clean);
-  if (l > t->largest) t->largest = l;
-  t->in_use += p->committed - p->span_bytes;
+  if (l > v->largest_free) v->largest_free = l;
+  v->in_use += p->committed - p->span_bytes;
 }
+
+/* Reads every figure; the caller holds every lock (rmmc__pool_lock_all). */
+static void gather(pool_t *p, values_t *v) {
+  *v = (values_t){0};
+  add_totals(p, v);
+  v->reserved = pool_held(p);
+  v->free = v->reserved > v->in_use ? v->reserved - v->in_use : 0;
+  v->peak = p->committed_peak;
+  v->reserved_peak = p->reserved_peak;
+  v->limit = p->max_size != SIZE_MAX ? p->max_size : 0; /* 0: none, not reported */
+  v->small_max = p->small_max; /* the settings of the stream heaps */
+  v->span_size = p->span;
+  v->heap_cache = p->cache_bytes;
+  v->regions = p->nregions;
+  for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
+    v->graph_pools++, v->graph_bytes += g->used_bytes + g->idx->bytes;
+  v->heaps = p->nheaps;
+  v->heaps_retired = p->heaps_retired;
+  v->grows = p->grows;
+  v->shrinks = p->shrinks;
+  v->adoptions = p->adoptions;
+  snprintf(v->band, sizeof v->band, "%.1f", p->band); /* rmmc__pool_admit's band */
+  v->release_band = v->band;
+  if (p->peers != 0) rmmc__pool_peers_text(p->peers, v->peers_text, sizeof v->peers_text);
+  v->peers = v->peers_text;
+#define READ_STREAMS_BOTH(name)
+#define READ_STREAMS_DESCRIBE(name)
+#define READ_STREAMS_DESCRIBE_IF_SET(name)
+#define READ_STREAMS_STRUCT(name) v->name = rmmc__stream_set_##name(&p->streams);
+#define READ_STREAMS(kind, name, where, doc) READ_STREAMS_##where(name)
+  RMMC_POOL_FIGURES(READ_STREAMS)
+#undef READ_STREAMS
+}
+
+/* describe's rows: each row's key is its name; STRUCT rows come with the
+ * streams' figures (rmmc__stream_set_describe). */
+#define EMIT_BYTES(name) rmmc__emit_bytes(emit, ctx, #name, v.name);
+#define EMIT_COUNT(name) rmmc__emit_count(emit, ctx, #name, v.name);
+#define EMIT_TEXT(name) rmmc__emit_text(emit, ctx, #name, v.name);
+#define IS_SET_BYTES(x) ((x) != 0)
+#define IS_SET_COUNT(x) ((x) != 0)
+#define IS_SET_TEXT(x) ((x) != NULL && (x)[0] != '\0')
+#define EMIT_WHERE_BOTH(kind, name) EMIT_##kind(name)
+#define EMIT_WHERE_DESCRIBE(kind, name) EMIT_##kind(name)
+#define EMIT_WHERE_DESCRIBE_IF_SET(kind, name) \
+  if (IS_SET_##kind(v.name)) {                 \
+    EMIT_##kind(name)                          \
+  }
+#define EMIT_WHERE_STRUCT(kind, name)
+#define EMIT_ROW(kind, name, where, doc) EMIT_WHERE_##where(kind, name)
 
 void rmmc__pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   pool_t *p = (pool_t *)r;
+  values_t v;
   rmmc__pool_lock_all(p);
-  totals_t t = {0};
-  add_totals(p, &t);
-  size_t reserved = pool_held(p), reserved_peak = p->reserved_peak, peak = p->committed_peak;
-  size_t regions = p->nregions, heaps = p->nheaps, graphs = 0, graph_bytes = 0;
-  uint64_t retired = p->heaps_retired;
-  for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
-    graphs++, graph_bytes += g->used_bytes + g->idx->bytes;
-  uint64_t grows = p->grows, shrinks = p->shrinks, peers = p->peers, adoptions = p->adoptions;
-  char band[16]; /* the steady-state band now, in release_slacks (rmmc__pool_admit) */
-  snprintf(band, sizeof band, "%.1f", p->band);
+  gather(p, &v);
   rmmc__pool_unlock_all(p);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(RESERVED), reserved);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), t.in_use);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(FREE), reserved > t.in_use ? reserved - t.in_use : 0);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(PEAK), peak);
-  rmmc__emit_bytes(emit, ctx, "reserved_peak", reserved_peak);
-  rmmc__emit_bytes(emit, ctx, "largest_free", t.largest);
-  if (p->max_size != SIZE_MAX) rmmc__emit_bytes(emit, ctx, "limit", p->max_size);
-  rmmc__emit_bytes(emit, ctx, "small_max", p->small_max); /* the settings of the stream heaps */
-  rmmc__emit_bytes(emit, ctx, "span_size", p->span);
-  rmmc__emit_bytes(emit, ctx, "heap_cache", p->cache_bytes);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(CACHED), t.cached);
-  rmmc__emit_bytes(emit, ctx, "pending", t.pending);
-  rmmc__emit_count(emit, ctx, "regions", regions);
-  rmmc__emit_count(emit, ctx, "graph_pools", graphs);
-  rmmc__emit_bytes(emit, ctx, "graph_bytes", graph_bytes);
-  rmmc__emit_count(emit, ctx, "spans", t.spans);
-  rmmc__emit_count(emit, ctx, "heaps", heaps);
-  rmmc__emit_count(emit, ctx, "heaps_retired", retired);
-  rmmc__emit_count(emit, ctx, "grows", grows);
-  rmmc__emit_count(emit, ctx, "shrinks", shrinks);
-  rmmc__emit_count(emit, ctx, "adoptions", adoptions);
-  rmmc__emit_text(emit, ctx, "release_band", band);
-  if (peers != 0) {
-    char text[200];
-    rmmc__pool_peers_text(peers, text, sizeof text);
-    rmmc__emit_text(emit, ctx, "peers", text);
-  }
+  RMMC_POOL_FIGURES(EMIT_ROW)
   rmmc__stream_set_describe(&p->streams, emit, ctx);
   p->be->describe(p, emit, ctx);
   if (p->sleep != NULL) p->sleep->describe(p, emit, ctx);
@@ -93,6 +118,13 @@ void rmmc__pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__pool_unlock_all(p);
 }
 
+/* The members of rmmc_pool_figures_t, from the rows that have one. */
+#define COPY_WHERE_BOTH(name) f.name = v.name;
+#define COPY_WHERE_STRUCT(name) f.name = v.name;
+#define COPY_WHERE_DESCRIBE(name)
+#define COPY_WHERE_DESCRIBE_IF_SET(name)
+#define COPY_ROW(kind, name, where, doc) COPY_WHERE_##where(name)
+
 RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
                                                   rmmc_pool_figures_t *figures) {
   if (!is_pool(pool)) return not_a_pool("pool_resource_figures", pool);
@@ -100,22 +132,12 @@ RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "pool_resource_figures: figures must be set with RMMC_POOL_FIGURES_INIT");
   pool_t *p = (pool_t *)pool;
-  rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;
+  values_t v;
   rmmc__pool_lock_all(p);
-  totals_t t = {0};
-  add_totals(p, &t);
-  f.reserved = pool_held(p);
-  f.grows = p->grows;
-  f.shrinks = p->shrinks;
+  gather(p, &v);
   rmmc__pool_unlock_all(p);
-  f.in_use = t.in_use;
-  f.cached = t.cached;
-  f.pending = t.pending;
-  f.device_syncs = rmmc__atomic_load_u64(&p->streams.syncs);
-  f.event_records = rmmc__atomic_load_u64(&p->streams.records);
-  f.event_waits = rmmc__atomic_load_u64(&p->streams.waits);
-  f.event_queries = rmmc__atomic_load_u64(&p->streams.queries);
-  f.event_syncs = rmmc__atomic_load_u64(&p->streams.finishes);
+  rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;
+  RMMC_POOL_FIGURES(COPY_ROW)
   size_t n = figures->size < sizeof f ? figures->size : sizeof f;
   memcpy(figures, &f, n);
   figures->size = n;

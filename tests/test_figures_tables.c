@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Figures described once, as data (rmmc/figures.h): the pool's table,
+ * RMMC_POOL_FIGURES, held against the public figures struct it makes (its
+ * members in row order, their types from the rows' kinds, the released
+ * layout and the _INIT bytes), against what describe reports on real pools
+ * (exactly the table's keys and kinds, in its order, then the streams'
+ * figures) and against rmmc_pool_resource_figures (a member and its key
+ * report the same value). Host suite.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/figures.h"
+#include "base/stream_events.h"
+#include "rmmc/rmmc.h"
+#include "test_main.h"
+
+/* One row of the pool's table, as the test sees it. */
+typedef struct frow {
+  const char *name, *where, *doc;
+  rmmc_field_kind_t kind;
+  bool member;
+  size_t offset, size;
+} frow_t;
+
+#define MEMBER_BOTH(name) \
+  true, offsetof(rmmc_pool_figures_t, name), sizeof(((rmmc_pool_figures_t *)0)->name)
+#define MEMBER_STRUCT(name) MEMBER_BOTH(name)
+#define MEMBER_DESCRIBE(name) false, 0, 0
+#define MEMBER_DESCRIBE_IF_SET(name) false, 0, 0
+#define FROW(kind, name, where, doc) {#name, #where, doc, RMMC_FIELD_##kind, MEMBER_##where(name)},
+
+static const frow_t pool_rows[] = {RMMC_POOL_FIGURES(FROW)};
+#define NROWS (sizeof pool_rows / sizeof *pool_rows)
+
+/* The keys the stream set reports after "streams", in order. */
+#define STREAM_KEY(key, counter) #key,
+static const char *const stream_keys[] = {RMMC__STREAM_SET_FIGURES(STREAM_KEY)};
+#define NSTREAM_KEYS (sizeof stream_keys / sizeof *stream_keys)
+
+/* What describe reported, in order. */
+typedef struct seen {
+  size_t n;
+  char key[128][32];
+  rmmc_field_kind_t kind[128];
+  uint64_t value[128];
+} seen_t;
+
+static void record(void *ctx, const rmmc_field_t *f) {
+  seen_t *s = ctx;
+  ck_assert_uint_lt(s->n, 128);
+  ck_assert_uint_lt(strlen(f->key), sizeof s->key[0]);
+  strcpy(s->key[s->n], f->key);
+  s->kind[s->n] = f->kind;
+  s->value[s->n] = f->value;
+  s->n++;
+}
+
+static const uint64_t *seen_value(const seen_t *s, const char *key) {
+  for (size_t i = 0; i < s->n; i++)
+    if (strcmp(s->key[i], key) == 0) return &s->value[i];
+  return NULL;
+}
+
+START_TEST(test_figures_pool_table_makes_the_struct) {
+  /* The members are the BOTH and STRUCT rows, in row order, packed after
+   * `size`, each of its kind's type. */
+  size_t at = sizeof(size_t), members = 0;
+  for (size_t i = 0; i < NROWS; i++) {
+    const frow_t *r = &pool_rows[i];
+    if (!r->member) continue;
+    ck_assert_msg(r->offset == at, "%s at offset %zu, expected %zu", r->name, r->offset, at);
+    ck_assert(r->kind == RMMC_FIELD_BYTES || r->kind == RMMC_FIELD_COUNT);
+    ck_assert_uint_eq(r->size, r->kind == RMMC_FIELD_BYTES ? sizeof(size_t) : sizeof(uint64_t));
+    at += r->size;
+    members++;
+  }
+  ck_assert_uint_eq(sizeof(rmmc_pool_figures_t), at);
+  ck_assert_uint_eq(members, 11);
+  /* The released layout (LP64): a member never moves. */
+  if (sizeof(size_t) == 8) {
+    ck_assert_uint_eq(sizeof(rmmc_pool_figures_t), 96);
+    ck_assert_uint_eq(offsetof(rmmc_pool_figures_t, reserved), 8);
+    ck_assert_uint_eq(offsetof(rmmc_pool_figures_t, pending), 32);
+    ck_assert_uint_eq(offsetof(rmmc_pool_figures_t, grows), 40);
+    ck_assert_uint_eq(offsetof(rmmc_pool_figures_t, device_syncs), 56);
+    ck_assert_uint_eq(offsetof(rmmc_pool_figures_t, event_queries), 80);
+    ck_assert_uint_eq(offsetof(rmmc_pool_figures_t, event_syncs), 88);
+  }
+  /* _INIT: the size, then zeros. */
+  rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;
+  ck_assert_uint_eq(f.size, sizeof f);
+  const unsigned char *b = (const unsigned char *)&f;
+  for (size_t i = sizeof(size_t); i < sizeof f; i++) ck_assert_uint_eq(b[i], 0);
+}
+END_TEST
+
+START_TEST(test_figures_pool_rows_are_well_formed) {
+  for (size_t i = 0; i < NROWS; i++) {
+    const frow_t *r = &pool_rows[i];
+    ck_assert_msg(r->doc[0] != '\0', "%s has no doc", r->name);
+    for (size_t j = 0; j < i; j++) ck_assert_str_ne(pool_rows[j].name, r->name);
+    /* A TEXT figure has no member to hold it. */
+    if (r->kind == RMMC_FIELD_TEXT) ck_assert(!r->member);
+    /* A STRUCT row is reported with the streams' figures. */
+    if (strcmp(r->where, "STRUCT") == 0) {
+      bool found = false;
+      for (size_t k = 0; k < NSTREAM_KEYS; k++) found |= strcmp(stream_keys[k], r->name) == 0;
+      ck_assert_msg(found, "%s is no figure of the streams", r->name);
+      ck_assert(r->kind == RMMC_FIELD_COUNT);
+    }
+  }
+  /* The standard figures the core reads back (the out-of-memory rule, the
+   * release check) are rows. */
+  const rmmc__figure_t standard[] = {RMMC__FIG_RESERVED, RMMC__FIG_IN_USE, RMMC__FIG_CACHED,
+                                     RMMC__FIG_FREE, RMMC__FIG_PEAK};
+  for (size_t k = 0; k < sizeof standard / sizeof *standard; k++) {
+    bool found = false;
+    for (size_t i = 0; i < NROWS; i++)
+      found |= rmmc__figure_of(pool_rows[i].name) == standard[k] &&
+               strcmp(pool_rows[i].where, "STRUCT") != 0;
+    ck_assert_msg(found, "standard figure %d is not reported from the table", (int)standard[k]);
+  }
+  ck_assert_int_eq(rmmc__figure_of(RMMC__FIG(CACHED)), RMMC__FIG_CACHED);
+  /* The keys as released, in order: Python and the tools read them by
+   * name, and reports print them in this order. */
+  static const char *const released[] = {
+      "reserved", "in_use", "free", "peak", "reserved_peak", "largest_free", "limit",
+      "small_max", "span_size", "heap_cache", "cached", "pending", "regions", "graph_pools",
+      "graph_bytes", "spans", "heaps", "heaps_retired", "grows", "shrinks", "adoptions",
+      "release_band", "peers", "device_syncs", "event_records", "event_waits", "event_queries",
+      "event_syncs"};
+  ck_assert_uint_eq(NROWS, sizeof released / sizeof *released);
+  for (size_t i = 0; i < NROWS; i++) ck_assert_str_eq(pool_rows[i].name, released[i]);
+  static const char *const released_streams[] = {"event_records", "event_waits", "device_syncs",
+                                                 "stream_syncs", "event_queries", "event_syncs"};
+  ck_assert_uint_eq(NSTREAM_KEYS, sizeof released_streams / sizeof *released_streams);
+  for (size_t k = 0; k < NSTREAM_KEYS; k++) ck_assert_str_eq(stream_keys[k], released_streams[k]);
+}
+END_TEST
+
+/* Two streams' handles (the host resources never use them). */
+#define STREAM(n) ((cudaStream_t)(uintptr_t)(0x100 + 8 * (n)))
+
+/* Holds describe of the pool `spec` (with some memory in use on two
+ * streams) against the table; `limited`: whether the pool has a maximum. */
+static void check_describe(const char *spec, bool limited) {
+  rmmc_resource_t *r = NULL;
+  ck_assert_int_eq(rmmc_stack_create(spec, -1, &r), RMMC_SUCCESS);
+  void *p[4] = {NULL};
+  size_t sizes[4] = {1000, 3 << 20, 256, 200 << 10};
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(rmmc_resource_allocate(r, sizes[i], 256, STREAM(i % 2), &p[i]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p[0], sizes[0], 256, STREAM(0)), RMMC_SUCCESS);
+  seen_t s = {0};
+  rmmc_resource_describe(r, record, &s);
+  /* The table's rows, in order, with their kinds; a row reported only when
+   * set is there exactly when it is. */
+  size_t at = 0;
+  for (size_t i = 0; i < NROWS; i++) {
+    const frow_t *row = &pool_rows[i];
+    if (strcmp(row->where, "STRUCT") == 0) continue;
+    if (strcmp(row->where, "DESCRIBE_IF_SET") == 0) {
+      bool set = strcmp(row->name, "limit") == 0 && limited; /* peers: never on the host */
+      if (!set) {
+        ck_assert_msg(at >= s.n || strcmp(s.key[at], row->name) != 0, "%s: %s reported unset",
+                      spec, row->name);
+        continue;
+      }
+    }
+    ck_assert_uint_lt(at, s.n);
+    ck_assert_msg(strcmp(s.key[at], row->name) == 0, "%s: key %zu is %s, the table says %s", spec,
+                  at, s.key[at], row->name);
+    ck_assert_int_eq(s.kind[at], row->kind);
+    at++;
+  }
+  /* Then the streams' figures. */
+  ck_assert_uint_lt(at + NSTREAM_KEYS, s.n);
+  ck_assert_str_eq(s.key[at], "streams");
+  ck_assert_uint_eq(s.value[at], 2);
+  for (size_t k = 0; k < NSTREAM_KEYS; k++) {
+    ck_assert_str_eq(s.key[at + 1 + k], stream_keys[k]);
+    ck_assert_int_eq(s.kind[at + 1 + k], RMMC_FIELD_COUNT);
+  }
+  ck_assert_str_eq(s.key[at + 1 + NSTREAM_KEYS], "backend");
+  if (limited) ck_assert_uint_eq(*seen_value(&s, "limit"), 64 << 20);
+  /* Each member holds what describe reports under its key (nothing moved
+   * in between). */
+  rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;
+  ck_assert_int_eq(rmmc_pool_resource_figures(r, &f), RMMC_SUCCESS);
+  const unsigned char *base = (const unsigned char *)&f;
+  size_t members = 0;
+  for (size_t i = 0; i < NROWS; i++) {
+    const frow_t *row = &pool_rows[i];
+    if (!row->member) continue;
+    uint64_t v;
+    if (row->size == sizeof(uint64_t)) {
+      memcpy(&v, base + row->offset, sizeof v);
+    } else {
+      size_t z;
+      memcpy(&z, base + row->offset, sizeof z);
+      v = z;
+    }
+    const uint64_t *d = seen_value(&s, row->name);
+    ck_assert_msg(d != NULL, "%s: member %s is not reported", spec, row->name);
+    ck_assert_msg(*d == v, "%s: %s is %llu in the struct, %llu in describe", spec, row->name,
+                  (unsigned long long)v, (unsigned long long)*d);
+    members++;
+  }
+  ck_assert_uint_eq(members, 11);
+  ck_assert_uint_gt(f.reserved, 0);
+  ck_assert_uint_ge(f.in_use, sizes[1] + sizes[2] + sizes[3]);
+  for (int i = 1; i < 4; i++)
+    ck_assert_int_eq(rmmc_resource_deallocate(r, p[i], sizes[i], 256, STREAM(i % 2)), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+
+START_TEST(test_figures_pool_describe_reports_the_table) {
+  check_describe("pool > host", false);
+  check_describe("pool(max=64MiB) > host", true);
+  check_describe("pool(expandable=true, max=64MiB) > sim", true);
+  check_describe("pool(small_max=0) > sim", false);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("figures_tables");
+  TCase *tc = tcase_create("host");
+  tcase_add_test(tc, test_figures_pool_table_makes_the_struct);
+  tcase_add_test(tc, test_figures_pool_rows_are_well_formed);
+  tcase_add_test(tc, test_figures_pool_describe_reports_the_table);
+  suite_add_tcase(s, tc);
+  return rmmc_test_run(s, false);
+}
