@@ -23,16 +23,11 @@ typedef struct cuda_resource {
 static rmmc_status_t cuda_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                    cudaStream_t stream, void **out) {
   int saved;
-  rmmc_status_t st = rmmc__check_base_alignment(r, alignment);
-  if (st == RMMC_SUCCESS) st = rmmc__device_push(r->device, &saved);
+  rmmc_status_t st = rmmc__base_allocate_begin(r, alignment, &saved);
   if (st != RMMC_SUCCESS) return st;
   cudaError_t err = cudaMalloc(out, bytes);
   rmmc__device_pop(saved);
-  if (err == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    return rmmc_set_oom_error(r, bytes, stream, "cudaMalloc failed");
-  }
-  return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cudaMalloc");
+  return rmmc__base_allocate_status(r, err, bytes, stream, "cudaMalloc");
 }
 
 rmmc_status_t rmmc__cudafree_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
@@ -148,13 +143,20 @@ static rmmc_status_t cuda_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t al
   return RMMC_SUCCESS;
 }
 
-static rmmc_status_t cuda_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+/* Unreserve and unmap: the driver call in the slot *call (read once the
+ * driver is loaded) on one range, on r's device. */
+static rmmc_status_t cuda_vm_range_call(rmmc_resource_t *r, const PFN_cuMemUnmap_v10020 *call,
+                                        void *ptr, size_t bytes, const char *what) {
   int saved;
   rmmc_status_t st = cuda_vm_begin(r, &saved);
   if (st != RMMC_SUCCESS) return st;
-  CUresult res = vm.address_free((CUdeviceptr)(uintptr_t)ptr, bytes);
+  CUresult res = (*call)((CUdeviceptr)(uintptr_t)ptr, bytes);
   rmmc__device_pop(saved);
-  return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, "cuMemAddressFree");
+  return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, what);
+}
+
+static rmmc_status_t cuda_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  return cuda_vm_range_call(r, &vm.address_free, ptr, bytes, "cuMemAddressFree");
 }
 
 static rmmc_status_t cuda_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
@@ -183,12 +185,7 @@ static rmmc_status_t cuda_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
 }
 
 static rmmc_status_t cuda_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
-  int saved;
-  rmmc_status_t st = cuda_vm_begin(r, &saved);
-  if (st != RMMC_SUCCESS) return st;
-  CUresult res = vm.unmap((CUdeviceptr)(uintptr_t)ptr, bytes);
-  rmmc__device_pop(saved);
-  return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, "cuMemUnmap");
+  return cuda_vm_range_call(r, &vm.unmap, ptr, bytes, "cuMemUnmap");
 }
 
 /* Grants (or takes back) `device`'s access to pages mapped by cuda_vm_map:
