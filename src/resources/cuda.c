@@ -124,16 +124,24 @@ static size_t cuda_vm_page_size(const rmmc_resource_t *r) {
   return c->vm_page;
 }
 
-static rmmc_status_t cuda_vm_begin(rmmc_resource_t *r, int *saved) {
+/* The start of every virtual memory call: the driver's entry points
+ * loaded, then `device` made current (rmmc__device_pop(*saved) undoes it). */
+static rmmc_status_t vm_begin(int device, int *saved) {
   pthread_once(&vm_once, vm_load);
   if (!vm.ok) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "cuda: virtual memory: %s", vm.why);
-  return rmmc__device_push(r->device, saved);
+  return rmmc__device_push(device, saved);
+}
+
+static size_t sum_sizes(const size_t *sizes, size_t n) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += sizes[i];
+  return total;
 }
 
 static rmmc_status_t cuda_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                      void **out) {
   int saved;
-  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  rmmc_status_t st = vm_begin(r->device, &saved);
   if (st != RMMC_SUCCESS) return st;
   CUdeviceptr p = 0;
   CUresult res = vm.reserve(&p, bytes, alignment, 0, 0);
@@ -148,7 +156,7 @@ static rmmc_status_t cuda_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t al
 static rmmc_status_t cuda_vm_range_call(rmmc_resource_t *r, const PFN_cuMemUnmap_v10020 *call,
                                         void *ptr, size_t bytes, const char *what) {
   int saved;
-  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  rmmc_status_t st = vm_begin(r->device, &saved);
   if (st != RMMC_SUCCESS) return st;
   CUresult res = (*call)((CUdeviceptr)(uintptr_t)ptr, bytes);
   rmmc__device_pop(saved);
@@ -161,7 +169,7 @@ static rmmc_status_t cuda_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t byt
 
 static rmmc_status_t cuda_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
   int saved;
-  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  rmmc_status_t st = vm_begin(r->device, &saved);
   if (st != RMMC_SUCCESS) return st;
   CUdeviceptr d = (CUdeviceptr)(uintptr_t)ptr;
   CUmemAllocationProp prop;
@@ -195,7 +203,7 @@ static rmmc_status_t cuda_vm_set_access(rmmc_resource_t *r, void *ptr, size_t by
   int saved;
   rmmc_status_t st = readwrite ? rmmc__check_peer("cuda: vm_set_access", r->device, device)
                                : RMMC_SUCCESS;
-  if (st == RMMC_SUCCESS) st = cuda_vm_begin(r, &saved);
+  if (st == RMMC_SUCCESS) st = vm_begin(r->device, &saved);
   if (st != RMMC_SUCCESS) return st;
   CUmemAccessDesc access = {
       .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
@@ -287,7 +295,7 @@ bool rmmc__cuda_is_shareable(const rmmc_resource_t *r) {
 rmmc_status_t rmmc__cuda_export_mapping(rmmc_resource_t *r, void *addr, int *fd) {
   int saved;
   *fd = -1;
-  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  rmmc_status_t st = vm_begin(r->device, &saved);
   if (st != RMMC_SUCCESS) return st;
   CUmemGenericAllocationHandle h;
   CUresult res = vm.retain(&h, addr);
@@ -327,12 +335,9 @@ static CUresult import_undo(CUdeviceptr base, const size_t *sizes, size_t n, siz
 
 rmmc_status_t rmmc__cuda_import_mappings(int device, const int *fds, const size_t *sizes, size_t n,
                                          void **out) {
-  pthread_once(&vm_once, vm_load);
-  if (!vm.ok) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "cuda: virtual memory: %s", vm.why);
-  size_t total = 0;
-  for (size_t i = 0; i < n; i++) total += sizes[i];
+  size_t total = sum_sizes(sizes, n);
   int saved;
-  rmmc_status_t st = rmmc__device_push(device, &saved);
+  rmmc_status_t st = vm_begin(device, &saved);
   if (st == RMMC_SUCCESS && (st = start_context()) != RMMC_SUCCESS) rmmc__device_pop(saved);
   if (st != RMMC_SUCCESS) return st;
   CUdeviceptr base = 0;
@@ -365,12 +370,9 @@ rmmc_status_t rmmc__cuda_import_mappings(int device, const int *fds, const size_
 }
 
 rmmc_status_t rmmc__cuda_unmap_import(int device, void *base, const size_t *sizes, size_t n) {
-  pthread_once(&vm_once, vm_load);
-  if (!vm.ok) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "cuda: virtual memory: %s", vm.why);
-  size_t total = 0;
-  for (size_t i = 0; i < n; i++) total += sizes[i];
+  size_t total = sum_sizes(sizes, n);
   int saved;
-  rmmc_status_t st = rmmc__device_push(device, &saved);
+  rmmc_status_t st = vm_begin(device, &saved);
   if (st != RMMC_SUCCESS) return st;
   CUresult res = import_undo((CUdeviceptr)(uintptr_t)base, sizes, n, total);
   rmmc__device_pop(saved);
