@@ -18,7 +18,6 @@ for a spec that does not parse, 3 when cupy is missing, 4 without a GPU.
 
 import argparse
 import gc
-import os
 import sys
 
 import rmmc
@@ -33,10 +32,8 @@ def main():
     ap.add_argument("--n", type=int, default=2048, help="matrix size")
     args = ap.parse_args()
 
-    spec = args.spec or os.environ.get("RMMC_ALLOC_CONF") or DEFAULT_SPEC
-    os.environ["RMMC_ALLOC_CONF"] = spec
     try:
-        rmmc.validate(spec)
+        spec = rmmc.set_alloc_conf(args.spec, DEFAULT_SPEC)
     except rmmc.ParseError as e:
         print("error: RMMC_ALLOC_CONF: %s" % e.message, file=sys.stderr)
         return 2

@@ -20,7 +20,6 @@ a GPU.
 """
 
 import argparse
-import os
 import sys
 
 import rmmc
@@ -38,10 +37,8 @@ def main():
                     help="torch.cuda.set_per_process_memory_fraction (rmmc caps what it hands out)")
     args = ap.parse_args()
 
-    spec = args.spec or os.environ.get("RMMC_ALLOC_CONF") or DEFAULT_SPEC
-    os.environ["RMMC_ALLOC_CONF"] = spec  # read by rmmc at the first default it builds
-    try:
-        rmmc.validate(spec)
+    try:  # RMMC_ALLOC_CONF, read by rmmc at the first default it builds
+        spec = rmmc.set_alloc_conf(args.spec, DEFAULT_SPEC)
     except rmmc.ParseError as e:
         print("error: RMMC_ALLOC_CONF: %s" % e.message, file=sys.stderr)
         return 2

@@ -79,18 +79,25 @@ static size_t host_memory(void) {
   return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
 }
 
+/* Says (unless quiet) that the log's peak exceeds `what`, `memory` bytes,
+ * so the default stacks replay over the simulated upstream. */
+static void say_sim(const replay_log_t *log, const char *prefix, const char *what, size_t memory,
+                    bool quiet) {
+  char a[32], b[32];
+  if (!quiet)
+    printf("%sthe log's peak (%s) exceeds %s (%s): replaying over a simulated upstream (sim: "
+           "address ranges, no memory)\n",
+           prefix, replay_format_bytes(log->peak_live, a, sizeof a), what,
+           replay_format_bytes(memory, b, sizeof b));
+}
+
 /* Picks the base for the default stacks and says why. */
 static const char *pick_base(const replay_log_t *log, int device, bool quiet) {
-  char a[32], b[32];
   if (rmmc_device_count() > 0) {
     size_t free_b = 0, total_b = 0;
     if (rmmc_device_memory_info(device, &free_b, &total_b) == RMMC_SUCCESS &&
         log->peak_live > free_b) {
-      if (!quiet)
-        printf("the log's peak (%s) exceeds the GPU's free memory (%s): replaying over a "
-               "simulated upstream (sim: address ranges, no memory)\n",
-               replay_format_bytes(log->peak_live, a, sizeof a),
-               replay_format_bytes(free_b, b, sizeof b));
+      say_sim(log, "", "the GPU's free memory", free_b, quiet);
       return "sim";
     }
     if (!quiet) printf("GPU present: replaying over cuda memory\n");
@@ -98,11 +105,7 @@ static const char *pick_base(const replay_log_t *log, int device, bool quiet) {
   }
   size_t host = host_memory();
   if (host > 0 && log->peak_live > host / 2) {
-    if (!quiet)
-      printf("no GPU; the log's peak (%s) exceeds half the host's memory (%s): replaying "
-             "over a simulated upstream (sim: address ranges, no memory)\n",
-             replay_format_bytes(log->peak_live, a, sizeof a),
-             replay_format_bytes(host, b, sizeof b));
+    say_sim(log, "no GPU; ", "half the host's memory", host, quiet);
     return "sim";
   }
   if (!quiet) printf("no GPU: replaying over host memory\n");

@@ -29,11 +29,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import threading
 import time
 
+import workload_driver
 import workload_rmmc
 
 DEFAULT_SPEC = "statistics > pool > cuda"
@@ -42,19 +41,10 @@ RESULT_TAG = "TORCH_DEMO_RESULT "
 
 def worker(args):
     """One training run; prints a RESULT_TAG line with the JSON summary."""
-    rm = None
-    if args.worker == "rmmc":
-        os.environ["RMMC_ALLOC_CONF"] = args.spec
-        rm = workload_rmmc.load(args.lib)
-    try:
-        import torch
-        import torchvision
-    except ImportError as e:
-        print("error: torch and torchvision are needed (%s)" % e, file=sys.stderr)
-        return 3
-    if not torch.cuda.is_available():
-        print("error: no CUDA device visible to PyTorch", file=sys.stderr)
-        return 4
+    rm = workload_rmmc.worker_load(args.worker, args.lib, args.spec)
+    torch, torchvision, failed = workload_driver.start_torch()
+    if failed:
+        return failed
     if rm is not None:
         workload_rmmc.use_torch()  # before the first CUDA allocation
     torch.manual_seed(args.seed)
@@ -102,29 +92,15 @@ def worker(args):
         result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
         result["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
     else:
-        status, chosen, message = rm.config_status()
         stats = rm.torch.stats(torch.cuda.current_device())
         layers = rm.stack_figures(torch.cuda.current_device())
-        reserved = [v for _, figs in layers for k, v in figs.items()
-                    if k in ("reserved", "peak_reserved", "reserved_peak") and not isinstance(v, str)]
-        result.update({
-            "spec": args.spec,
-            "config_status": status,
-            "config_spec": chosen,
-            "config_message": message,
-            "plugin_stats": stats,
-            "peak_allocated_bytes": stats["peak_bytes"],
-            "peak_reserved_bytes": max(reserved) if reserved else None,
-            "stack_figures": [{"layer": n, "figures": {k: (v if isinstance(v, str) else int(v))
-                                                       for k, v in f.items()}}
-                              for n, f in layers],
-        })
-        if status != "SUCCESS":
-            print("error: RMMC_ALLOC_CONF was not used: %s" % message, file=sys.stderr)
-            print(RESULT_TAG + json.dumps(result), flush=True)
-            return 5
-        if stats["allocations"] == 0:
-            print("error: PyTorch allocated nothing through rmmc", file=sys.stderr)
+        figures, problem = workload_rmmc.plugin_summary(rm, args.spec, stats,
+                                                        [f for _, f in layers])
+        result.update(figures)
+        result.update({"plugin_stats": stats,
+                       "stack_figures": workload_rmmc.layers_json(layers)})
+        if problem:
+            print("error: %s" % problem, file=sys.stderr)
             print(RESULT_TAG + json.dumps(result), flush=True)
             return 5
     print(RESULT_TAG + json.dumps(result), flush=True)
@@ -141,41 +117,7 @@ def run_worker(mode, args):
     env = dict(os.environ)
     env.pop("RMMC_ALLOC_CONF", None)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # the native run uses PyTorch's defaults
-    print("=== %s: %s" % (mode, " ".join(cmd)), flush=True)
-    t0 = time.time()
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                text=True, bufsize=1)
-    except OSError as e:
-        return None, "could not start the %s run: %s" % (mode, e)
-    # A watchdog kills a run that hangs, silent or not.
-    timed_out = threading.Event()
-
-    def kill():
-        timed_out.set()
-        proc.kill()
-    watchdog = threading.Timer(args.timeout, kill)
-    watchdog.start()
-    result, tail = None, []
-    try:
-        for line in proc.stdout:
-            if line.startswith(RESULT_TAG):
-                result = json.loads(line[len(RESULT_TAG):])
-                continue
-            sys.stdout.write(line)
-            tail = (tail + [line])[-40:]
-        proc.wait()
-    finally:
-        watchdog.cancel()
-    print("=== %s run took %.0f s" % (mode, time.time() - t0), flush=True)
-    if timed_out.is_set():
-        return result, "the %s run timed out after %d s" % (mode, args.timeout)
-    if proc.returncode != 0:
-        return result, "the %s run failed (exit %d); last output:\n%s" % (
-            mode, proc.returncode, "".join(tail))
-    if result is None:
-        return None, "the %s run printed no summary" % mode
-    return result, None
+    return workload_driver.run_worker(cmd, env, mode, args.timeout, RESULT_TAG)
 
 
 def mib(b):
@@ -241,8 +183,7 @@ def main():
 
     summary = {"spec": args.spec, "batch": args.batch, "steps": args.steps, "seed": args.seed,
                "warmup": args.warmup, "runs": runs, "errors": errors}
-    path = args.json or (os.path.join(os.environ["OUT"], "torch_demo.json")
-                         if os.environ.get("OUT") else None)
+    path = workload_driver.summary_path(args.json, "torch_demo.json")
     if path:
         with open(path, "w") as f:
             json.dump(summary, f, indent=2)

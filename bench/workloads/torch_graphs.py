@@ -42,6 +42,7 @@ import subprocess
 import sys
 import time
 
+import workload_driver
 import workload_rmmc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,10 +51,7 @@ TAG = "TORCH_GRAPHS_RESULT "
 
 
 def worker(args):
-    rm = None
-    if args.worker == "rmmc":
-        os.environ["RMMC_ALLOC_CONF"] = args.spec
-        rm = workload_rmmc.load(args.lib)
+    rm = workload_rmmc.worker_load(args.worker, args.lib, args.spec)
     import torch
     import torchvision
     if rm is not None:
@@ -277,7 +275,7 @@ def main():
     if all("error" not in r for r in results):
         ratio = results[1]["graphed_loop_median_ms"] / results[0]["graphed_loop_median_ms"]
         print("graphed loop, rmmc / native: %.3f" % ratio)
-    path = args.json or (os.path.join(os.environ["OUT"], "torch_graphs.json") if os.environ.get("OUT") else None)
+    path = workload_driver.summary_path(args.json, "torch_graphs.json")
     if path:
         with open(path, "w") as f:
             json.dump(results, f, indent=1)

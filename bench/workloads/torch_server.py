@@ -55,13 +55,13 @@ import json
 import math
 import os
 import random
-import subprocess
 import sys
 import threading
 import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # when loaded from a test
+import workload_driver  # noqa: E402
 import workload_rmmc  # noqa: E402
 
 DEFAULT_SPEC = "statistics > pool > cuda"
@@ -70,10 +70,9 @@ MODES = ("native", "expandable", "rmmc")
 EXPANDABLE_CONF = "expandable_segments:True"
 CUBLAS_WORKSPACE = ":4096:8"  # the same fixed cuBLAS workspace in every process
 
-# rmmc figures: the largest of these over the stack is its peak reservation;
+# rmmc figures (the peak reservation: workload_rmmc.RESERVED_KEYS):
 # device_syncs are the pool's whole-device synchronizations; the upstream
 # keys count calls to the layer below (chunks, pages).
-RESERVED_KEYS = ("reserved", "peak_reserved", "reserved_peak")
 SYNC_KEY = "device_syncs"
 UPSTREAM_KEYS = ("grows", "shrinks")
 # PyTorch's figures for the same (torch.cuda.memory_stats()).
@@ -145,20 +144,11 @@ def deltas(before, after):
 def worker(args):
     """One server run; prints a RESULT_TAG line with the JSON summary."""
     tag = "[%s]" % args.label
-    rm = None
-    if args.worker == "rmmc":
-        os.environ["RMMC_ALLOC_CONF"] = args.spec[0]
-        rm = workload_rmmc.load(args.lib)
-    try:
-        import torch
-        import torchvision
-    except ImportError as e:
-        print("error: torch and torchvision are needed (%s)" % e, file=sys.stderr)
-        return 3
+    rm = workload_rmmc.worker_load(args.worker, args.lib, args.spec[0])
     cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        print("error: no CUDA device visible to PyTorch", file=sys.stderr)
-        return 4
+    torch, torchvision, failed = workload_driver.start_torch(cuda)
+    if failed:
+        return failed
     if rm is not None:
         workload_rmmc.use_torch()  # before the first CUDA allocation
     # The same kernels for the same shapes in every process.
@@ -275,9 +265,7 @@ def worker(args):
             f["device_used_bytes"] = mem_total - free
         if rm is not None:
             f["plugin_stats"] = rm.torch.stats(device_index)
-            f["stack"] = [{"layer": n, "figures": {k: (v if isinstance(v, str) else int(v))
-                                                    for k, v in figs.items()}}
-                          for n, figs in rm.stack_figures(device_index)]
+            f["stack"] = workload_rmmc.layers_json(rm.stack_figures(device_index))
         elif cuda:
             f["torch_memory_stats"] = numeric(torch.cuda.memory_stats())
         return f
@@ -358,24 +346,11 @@ def worker(args):
         result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
         result["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
     elif rm is not None:
-        status, chosen, message = rm.config_status()
-        stats = end["plugin_stats"]
-        reserved = [v for layer in end["stack"] for k, v in layer["figures"].items()
-                    if k in RESERVED_KEYS and not isinstance(v, str)]
-        result.update({
-            "spec": args.spec[0],
-            "config_status": status,
-            "config_spec": chosen,
-            "config_message": message,
-            "peak_allocated_bytes": stats["peak_bytes"],
-            "peak_reserved_bytes": max(reserved) if reserved else None,
-        })
-        if status != "SUCCESS":
-            print("error: RMMC_ALLOC_CONF was not used: %s" % message, file=sys.stderr)
-            print(RESULT_TAG + json.dumps(result), flush=True)
-            return 5
-        if stats["allocations"] == 0:
-            print("error: PyTorch allocated nothing through rmmc", file=sys.stderr)
+        figures, problem = workload_rmmc.plugin_summary(
+            rm, args.spec[0], end["plugin_stats"], [layer["figures"] for layer in end["stack"]])
+        result.update(figures)
+        if problem:
+            print("error: %s" % problem, file=sys.stderr)
             print(RESULT_TAG + json.dumps(result), flush=True)
             return 5
     print("%s timed: %d requests in %.1f s: %.1f requests/s, p50 %.1f ms, p99 %.1f ms"
@@ -457,48 +432,6 @@ def worker_env(mode):
         env["PYTORCH_CUDA_ALLOC_CONF"] = EXPANDABLE_CONF
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     return env
-
-
-def run_worker(cmd, env, label, timeout):
-    """Runs one worker process; returns (summary dict or None, error text)."""
-    print("=== %s: %s" % (label, " ".join(cmd)), flush=True)
-    t0 = time.time()
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                text=True, bufsize=1)
-    except OSError as e:
-        return None, "could not start the %s run: %s" % (label, e)
-    timed_out = threading.Event()
-
-    def kill():  # a watchdog kills a run that hangs, silent or not
-        timed_out.set()
-        proc.kill()
-    watchdog = threading.Timer(timeout, kill)
-    watchdog.start()
-    result, tail = None, []
-    try:
-        for line in proc.stdout:
-            if line.startswith(RESULT_TAG):
-                try:
-                    result = json.loads(line[len(RESULT_TAG):])
-                except ValueError as e:
-                    tail = (tail + ["(unreadable summary: %s)\n" % e])[-40:]
-                continue
-            sys.stdout.write(line)
-            tail = (tail + [line])[-40:]
-        proc.wait()
-    finally:
-        watchdog.cancel()
-    print("=== %s run took %.0f s" % (label, time.time() - t0), flush=True)
-    if timed_out.is_set():
-        return result, "the %s run timed out after %d s; last output:\n%s" % (
-            label, timeout, "".join(tail))
-    if proc.returncode != 0:
-        return result, "the %s run failed (exit %d); last output:\n%s" % (
-            label, proc.returncode, "".join(tail))
-    if result is None:
-        return None, "the %s run printed no summary; last output:\n%s" % (label, "".join(tail))
-    return result, None
 
 
 def relative_difference(a, b):
@@ -710,8 +643,9 @@ def main(argv=None):
     plan = plan_runs(args)
     runs, errors = {}, []
     for label, mode, spec in plan:
-        result, err = run_worker(worker_command(label, mode, spec, args), worker_env(mode),
-                                 label, args.timeout)
+        result, err = workload_driver.run_worker(worker_command(label, mode, spec, args),
+                                                 worker_env(mode), label, args.timeout,
+                                                 RESULT_TAG)
         if result is not None:  # also a summary from a run that then failed: kept in the JSON
             runs[label] = result
         if err:
@@ -740,8 +674,7 @@ def main(argv=None):
                "seed": args.seed, "dtype": args.dtype, "device": args.device, "rtol": args.rtol,
                "workload": w, "specs": dict(specs), "reference": ref_label,
                "runs": runs, "comparison": comparison, "errors": errors}
-    path = args.json or (os.path.join(os.environ["OUT"], "torch_server.json")
-                         if os.environ.get("OUT") else None)
+    path = workload_driver.summary_path(args.json, "torch_server.json")
     if path:
         with open(path, "w") as f:
             json.dump(summary, f, indent=1)

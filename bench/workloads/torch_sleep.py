@@ -149,6 +149,43 @@ def capture(model, static_x, cache, pool=None, warmup_pool=None):
     return graph, y
 
 
+def reference(params, cache, static_x, y):
+    """Before the first pause: a case's tensors (the weights, the cache, the
+    graph's static input and output), their data_ptrs, the weights' hashes
+    and, on the host, the graph's output and the part of the cache it
+    wrote: what check_resumed compares after a resume."""
+    ref = {"params": params, "cache": cache, "static_x": static_x, "y": y}
+    ref["host_y"], ref["host_cache"] = y.cpu(), cache[:y.numel()].cpu()
+    ref["hashes"] = hashes(params)
+    ref["tensors"] = params + [cache, static_x, y]
+    ref["ptrs"] = [t.data_ptr() for t in ref["tensors"]]
+    return ref
+
+
+def same_ptrs(ref):
+    return [t.data_ptr() for t in ref["tensors"]] == ref["ptrs"]
+
+
+def check_resumed(ref, graph, x_host, expect):
+    """After a resume: every tensor at its data_ptr, the weights
+    bit-identical, and, once the static input is written again from x_host
+    (it lived in the discarded cache), the graph's replay gives the same
+    output and cache."""
+    import torch
+    y, cache = ref["y"], ref["cache"]
+    expect(same_ptrs(ref), "every tensor keeps its data_ptr")
+    expect(same_hashes(ref["hashes"], hashes(ref["params"])), "the weights are bit-identical")
+    ref["static_x"].copy_(x_host)  # it lived in the discarded cache pool
+    graph.replay()
+    torch.cuda.synchronize()
+    y_now = y.cpu()
+    expect(torch.equal(y_now, ref["host_y"]),
+           "the graph's replay gives the same output (max diff %g)"
+           % float((y_now - ref["host_y"]).abs().max()))
+    expect(torch.equal(cache[:y.numel()].cpu(), ref["host_cache"]),
+           "the graph's replay writes the same cache")
+
+
 def case_mempool(a, expect, out):
     import torch
     import rmmc.torch as rt
@@ -175,10 +212,7 @@ def case_mempool(a, expect, out):
         static_x = x_host.to(dev)
     # The warm-up's activations are cached in the cache pool for the capture.
     graph, y = capture(model, static_x, cache, pool=cache_pool.id, warmup_pool=cache_pool)
-    ref_y, ref_cache = y.cpu(), cache[:y.numel()].cpu()
-    h0 = hashes(params)
-    tensors = params + [cache, static_x, y]
-    ptrs = [t.data_ptr() for t in tensors]
+    ref = reference(params, cache, static_x, y)
     wres, cres = rt.pool_resource(weights_pool), rt.pool_resource(cache_pool)
     native = rt.build_native()
 
@@ -258,16 +292,7 @@ def case_mempool(a, expect, out):
     t6 = time.perf_counter()
     out.update(resume_cache_s=t5 - t4, resume_weights_s=t6 - t5)
     print("  resume: cache %.3f s, weights %.3f s" % (t5 - t4, t6 - t5), flush=True)
-    expect([t.data_ptr() for t in tensors] == ptrs, "every tensor keeps its data_ptr")
-    expect(same_hashes(h0, hashes(params)), "the weights are bit-identical")
-    static_x.copy_(x_host)  # it lived in the discarded cache pool
-    graph.replay()
-    torch.cuda.synchronize()
-    y_now = y.cpu()
-    expect(torch.equal(y_now, ref_y), "the graph's replay gives the same output (max diff %g)"
-           % float((y_now - ref_y).abs().max()))
-    expect(torch.equal(cache[:y.numel()].cpu(), ref_cache),
-           "the graph's replay writes the same cache")
+    check_resumed(ref, graph, x_host, expect)
 
     rt.pause(pool=weights_pool, mode="discard")
     rt.pause(pool=cache_pool, mode="discard")
@@ -276,13 +301,13 @@ def case_mempool(a, expect, out):
     rt.resume(pool=weights_pool)
     out["given_back_again"] = free3 - free1
     expect(free3 - free1 >= 0.95 * reserved, "a second pause gives the memory back too")
-    expect([t.data_ptr() for t in tensors] == ptrs, "... and the addresses stay")
+    expect(same_ptrs(ref), "... and the addresses stay")
     ws = rt.sleep_state(pool=weights_pool)
     expect(ws["pauses"] == 2 and ws["resumes"] == 2, "the weights pool counted 2 pauses and "
            "2 resumes (%d, %d)" % (ws["pauses"], ws["resumes"]))
     wres.close()
     cres.close()
-    del graph, y, cache, static_x, model, params, tensors
+    del graph, y, cache, static_x, model, params, ref
 
 
 def case_resource(a, expect, out):
@@ -311,10 +336,7 @@ def case_resource(a, expect, out):
     x_host = torch.randn(64, HIDDEN)
     static_x = x_host.to(dev)
     graph, y = capture(model, static_x, cache)
-    ref_y, ref_cache = y.cpu(), cache[:y.numel()].cpu()
-    h0 = hashes(params)
-    tensors = params + [cache, static_x, y]
-    ptrs = [t.data_ptr() for t in tensors]
+    ref = reference(params, cache, static_x, y)
     torch.cuda.synchronize()
     wres_pool = dict(wres.layers())["pool"]
     cache_pool = dict(rmmc.stack_figures())["pool"]
@@ -355,16 +377,7 @@ def case_resource(a, expect, out):
     torch.cuda.synchronize()
     out["resume_s"] = time.perf_counter() - t4
     print("  resume: %.3f s" % out["resume_s"], flush=True)
-    expect([t.data_ptr() for t in tensors] == ptrs, "every tensor keeps its data_ptr")
-    expect(same_hashes(h0, hashes(params)), "the weights are bit-identical")
-    static_x.copy_(x_host)  # it lived in the discarded cache pool
-    graph.replay()
-    torch.cuda.synchronize()
-    y_now = y.cpu()
-    expect(torch.equal(y_now, ref_y), "the graph's replay gives the same output (max diff %g)"
-           % float((y_now - ref_y).abs().max()))
-    expect(torch.equal(cache[:y.numel()].cpu(), ref_cache),
-           "the graph's replay writes the same cache")
+    check_resumed(ref, graph, x_host, expect)
     z = torch.ones(1 << 20, device=dev) * 2
     expect(float(z.sum()) == 2.0 * (1 << 20), "new tensors work after resume")
 
@@ -375,8 +388,8 @@ def case_resource(a, expect, out):
     wres.resume(stream)
     out["given_back_again"] = free3 - free1
     expect(free3 - free1 >= 0.95 * reserved, "a second pause gives the memory back too")
-    expect([t.data_ptr() for t in tensors] == ptrs, "... and the addresses stay")
-    del graph, y, cache, static_x, z
+    expect(same_ptrs(ref), "... and the addresses stay")
+    del graph, y, cache, static_x, z, ref
 
 
 def run_one(case, a):

@@ -58,3 +58,51 @@ def use_torch(lib=None):
     import rmmc.torch
     rmmc.torch.use(backend=os.environ.get("RMMC_TORCH_BACKEND", "").strip() or "plugin")
     return rmmc
+
+
+# The figures of a stack's layers that are a reservation: the largest over
+# the stack is its peak reservation.
+RESERVED_KEYS = ("reserved", "peak_reserved", "reserved_peak")
+
+
+def worker_load(mode, lib, spec):
+    """For a worker process: the rmmc module over `lib` with
+    RMMC_ALLOC_CONF set to `spec` (before PyTorch loads) when mode is
+    "rmmc"; None for the other modes (PyTorch's own allocator)."""
+    if mode != "rmmc":
+        return None
+    os.environ["RMMC_ALLOC_CONF"] = spec
+    return load(lib)
+
+
+def layers_json(layers):
+    """rmmc.stack_figures()'s [(layer, figures)] as JSON rows, the
+    figures as ints but for their text ones."""
+    return [{"layer": n, "figures": {k: (v if isinstance(v, str) else int(v))
+                                     for k, v in figs.items()}}
+            for n, figs in layers]
+
+
+def plugin_summary(rm, spec, stats, figures):
+    """An rmmc worker's figures for its summary: the spec, what
+    RMMC_ALLOC_CONF configured, the plug-in's peak (`stats`:
+    rm.torch.stats()) and the largest RESERVED_KEYS figure over `figures`
+    (each layer's figures dict). Returns (dict, problem): problem is why
+    the run does not count (the spec unused, nothing allocated), else None."""
+    status, chosen, message = rm.config_status()
+    reserved = [v for figs in figures for k, v in figs.items()
+                if k in RESERVED_KEYS and not isinstance(v, str)]
+    out = {
+        "spec": spec,
+        "config_status": status,
+        "config_spec": chosen,
+        "config_message": message,
+        "peak_allocated_bytes": stats["peak_bytes"],
+        "peak_reserved_bytes": max(reserved) if reserved else None,
+    }
+    problem = None
+    if status != "SUCCESS":
+        problem = "RMMC_ALLOC_CONF was not used: %s" % message
+    elif stats["allocations"] == 0:
+        problem = "PyTorch allocated nothing through rmmc"
+    return out, problem

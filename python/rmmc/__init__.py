@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
@@ -47,8 +48,8 @@ __all__ = [
     "RmmcError", "OutOfMemoryError", "ParseError", "InvalidArgumentError", "NoDeviceError",
     "UnknownPointerError", "NotSupportedError", "StaleError", "Resource", "Bytes", "version",
     "set_default", "get_default", "set_memory_hooks", "device_spec",
-    "memory_status", "stack_figures", "statistics", "validate", "parse_size", "stack_help",
-    "config_status", "device_count", "plugin_stats", "plugin_last_error", "release_cached",
+    "memory_status", "stack_figures", "statistics", "validate", "set_alloc_conf", "parse_size",
+    "stack_help", "config_status", "device_count", "plugin_stats", "plugin_last_error", "release_cached",
     "library_path",
 ]
 
@@ -351,6 +352,19 @@ def _sleep_state(handle):
 def validate(spec: str) -> None:
     """Raises ParseError (with rmmc's caret message) if `spec` does not parse."""
     check(lib().rmmc_stack_validate(_encode(spec)), "validate")
+
+
+def set_alloc_conf(spec: Optional[str], default: str) -> str:
+    """Sets RMMC_ALLOC_CONF, which each device's default stack is built from
+    at its first use, for this process and those it starts: `spec` (a
+    program's --spec), else RMMC_ALLOC_CONF as it is, else `default`.
+    Returns that spec. Raises ParseError, leaving RMMC_ALLOC_CONF alone, if
+    it does not parse. Call it before the first default is built (before a
+    framework's first GPU allocation through rmmc)."""
+    chosen = spec or os.environ.get("RMMC_ALLOC_CONF") or default
+    validate(chosen)
+    os.environ["RMMC_ALLOC_CONF"] = chosen
+    return chosen
 
 
 def parse_size(text: str) -> int:

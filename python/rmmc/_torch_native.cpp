@@ -257,6 +257,14 @@ struct Counters {
   int64_t lifetime_frees = 0;
   int64_t lifetime_ooms = 0;
   int64_t lifetime_peak_allocated = 0; // of allocated_bytes (rounded: what rmmc handed out)
+
+  // Calls f on every Stat of the arrays PyTorch's resets clear
+  // (resetAccumulatedStats, resetPeakStats).
+  template <typename F> void for_each_reset_stat(F f) {
+    for (StatArray* a : {&allocation, &allocated_bytes, &requested_bytes, &active, &active_bytes})
+      for (Stat& s : *a)
+        f(s);
+  }
 };
 
 // What the stacks under the device report (summed over the default stack and
@@ -962,6 +970,29 @@ int main() {
   EXPECT_EQ(std::string(format_size(20ull << 30)) == "20.00 GiB", 1);
   EXPECT_EQ(std::string(format_size(3u << 20)) == "3.00 MiB", 1);
   EXPECT_EQ(std::string(format_size(1536)) == "1.50 KiB", 1);
+
+  // The resets reach every Stat of the five arrays, and only those.
+  {
+    Counters r;
+    count_block(r, 100, true);
+    count_block(r, 100, false);
+    count_active(r, 100, true);
+    r.num_ooms = 1;
+    size_t visited = 0;
+    r.for_each_reset_stat([&](Stat& st) {
+      visited++;
+      st.reset_peak();
+    });
+    EXPECT_EQ(visited, 5 * r.allocation.size());
+    EXPECT_EQ(r.allocation[0].peak, 0);
+    EXPECT_EQ(r.requested_bytes[0].peak, 0);
+    EXPECT_EQ(r.active_bytes[0].peak, 512);
+    EXPECT_EQ(r.allocated_bytes[0].freed, 512); // reset_peak leaves the totals
+    r.for_each_reset_stat([](Stat& st) { st.reset_accumulated(); });
+    EXPECT_EQ(r.allocated_bytes[0].freed, 0);
+    EXPECT_EQ(r.active[0].allocated, 0);
+    EXPECT_EQ(r.num_ooms, 1);
+  }
   if (failures == 0)
     std::printf("torch-native selftest: all checks passed\n");
   return failures == 0 ? 0 : 1;
@@ -1651,10 +1682,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     DeviceState& d = dev(device);
     StackFigures f = figures(d);
     std::lock_guard<std::mutex> g(d.mutex);
-    for (auto* a : {&d.counters.allocation, &d.counters.allocated_bytes,
-                    &d.counters.requested_bytes, &d.counters.active, &d.counters.active_bytes})
-      for (Stat& s : *a)
-        s.reset_accumulated();
+    d.counters.for_each_reset_stat([](Stat& s) { s.reset_accumulated(); });
     d.counters.num_ooms = 0;
     d.counters.num_oom_rejections = 0;
     d.counters.num_alloc_retries = 0;
@@ -1667,10 +1695,7 @@ class RmmcAllocator final : public CCA::CUDAAllocator {
     DeviceState& d = dev(device);
     StackFigures f = figures(d);
     std::lock_guard<std::mutex> g(d.mutex);
-    for (auto* a : {&d.counters.allocation, &d.counters.allocated_bytes,
-                    &d.counters.requested_bytes, &d.counters.active, &d.counters.active_bytes})
-      for (Stat& s : *a)
-        s.reset_peak();
+    d.counters.for_each_reset_stat([](Stat& s) { s.reset_peak(); });
     d.pool_reserved.reset_peak();
     d.base.reserved_peak_at_reset = f.reserved_peak;
     d.base.reserved_at_reset = f.reserved;

@@ -64,6 +64,29 @@ static inline rmmc_status_t rmmc__check_base_alignment(const rmmc_resource_t *r,
                         r->ops->name, alignment);
 }
 
+/* The start of a base CUDA resource's allocate: the alignment check, then
+ * r's device made current (rmmc__device_pop(*saved) undoes it). */
+static inline rmmc_status_t rmmc__base_allocate_begin(const rmmc_resource_t *r, size_t alignment,
+                                                      int *saved) {
+  rmmc_status_t st = rmmc__check_base_alignment(r, alignment);
+  return st == RMMC_SUCCESS ? rmmc__device_push(r->device, saved) : st;
+}
+
+/* The status of `err`, what CUDA's allocation call `what` (cudaMalloc, ...)
+ * answered to a request of `bytes` on `stream`: out of memory with
+ * rmmc_set_oom_error's full message, so retry logic and users see the
+ * device's state, or the CUDA error as it is. */
+static inline rmmc_status_t rmmc__base_allocate_status(const rmmc_resource_t *r, cudaError_t err,
+                                                       size_t bytes, cudaStream_t stream,
+                                                       const char *what) {
+  if (RMMC_LIKELY(err == cudaSuccess)) return RMMC_SUCCESS;
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return rmmc_set_oom_error(r, bytes, stream, "%s failed", what);
+  }
+  return rmmc_set_cuda_error(err, what);
+}
+
 /* Slots shared by the resources that free with cudaFree (cuda, managed):
  * cudaFree on the resource's device, a pointer CUDA does not know being
  * RMMC_ERROR_UNKNOWN_POINTER; equal when of the same device. */

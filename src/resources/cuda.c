@@ -23,16 +23,11 @@ typedef struct cuda_resource {
 static rmmc_status_t cuda_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                    cudaStream_t stream, void **out) {
   int saved;
-  rmmc_status_t st = rmmc__check_base_alignment(r, alignment);
-  if (st == RMMC_SUCCESS) st = rmmc__device_push(r->device, &saved);
+  rmmc_status_t st = rmmc__base_allocate_begin(r, alignment, &saved);
   if (st != RMMC_SUCCESS) return st;
   cudaError_t err = cudaMalloc(out, bytes);
   rmmc__device_pop(saved);
-  if (err == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    return rmmc_set_oom_error(r, bytes, stream, "cudaMalloc failed");
-  }
-  return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cudaMalloc");
+  return rmmc__base_allocate_status(r, err, bytes, stream, "cudaMalloc");
 }
 
 rmmc_status_t rmmc__cudafree_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
@@ -129,16 +124,24 @@ static size_t cuda_vm_page_size(const rmmc_resource_t *r) {
   return c->vm_page;
 }
 
-static rmmc_status_t cuda_vm_begin(rmmc_resource_t *r, int *saved) {
+/* The start of every virtual memory call: the driver's entry points
+ * loaded, then `device` made current (rmmc__device_pop(*saved) undoes it). */
+static rmmc_status_t vm_begin(int device, int *saved) {
   pthread_once(&vm_once, vm_load);
   if (!vm.ok) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "cuda: virtual memory: %s", vm.why);
-  return rmmc__device_push(r->device, saved);
+  return rmmc__device_push(device, saved);
+}
+
+static size_t sum_sizes(const size_t *sizes, size_t n) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += sizes[i];
+  return total;
 }
 
 static rmmc_status_t cuda_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                      void **out) {
   int saved;
-  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  rmmc_status_t st = vm_begin(r->device, &saved);
   if (st != RMMC_SUCCESS) return st;
   CUdeviceptr p = 0;
   CUresult res = vm.reserve(&p, bytes, alignment, 0, 0);
@@ -148,18 +151,25 @@ static rmmc_status_t cuda_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t al
   return RMMC_SUCCESS;
 }
 
-static rmmc_status_t cuda_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+/* Unreserve and unmap: the driver call in the slot *call (read once the
+ * driver is loaded) on one range, on r's device. */
+static rmmc_status_t cuda_vm_range_call(rmmc_resource_t *r, const PFN_cuMemUnmap_v10020 *call,
+                                        void *ptr, size_t bytes, const char *what) {
   int saved;
-  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  rmmc_status_t st = vm_begin(r->device, &saved);
   if (st != RMMC_SUCCESS) return st;
-  CUresult res = vm.address_free((CUdeviceptr)(uintptr_t)ptr, bytes);
+  CUresult res = (*call)((CUdeviceptr)(uintptr_t)ptr, bytes);
   rmmc__device_pop(saved);
-  return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, "cuMemAddressFree");
+  return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, what);
+}
+
+static rmmc_status_t cuda_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
+  return cuda_vm_range_call(r, &vm.address_free, ptr, bytes, "cuMemAddressFree");
 }
 
 static rmmc_status_t cuda_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
   int saved;
-  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  rmmc_status_t st = vm_begin(r->device, &saved);
   if (st != RMMC_SUCCESS) return st;
   CUdeviceptr d = (CUdeviceptr)(uintptr_t)ptr;
   CUmemAllocationProp prop;
@@ -183,12 +193,7 @@ static rmmc_status_t cuda_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
 }
 
 static rmmc_status_t cuda_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
-  int saved;
-  rmmc_status_t st = cuda_vm_begin(r, &saved);
-  if (st != RMMC_SUCCESS) return st;
-  CUresult res = vm.unmap((CUdeviceptr)(uintptr_t)ptr, bytes);
-  rmmc__device_pop(saved);
-  return res == CUDA_SUCCESS ? RMMC_SUCCESS : vm_failed(res, "cuMemUnmap");
+  return cuda_vm_range_call(r, &vm.unmap, ptr, bytes, "cuMemUnmap");
 }
 
 /* Grants (or takes back) `device`'s access to pages mapped by cuda_vm_map:
@@ -198,7 +203,7 @@ static rmmc_status_t cuda_vm_set_access(rmmc_resource_t *r, void *ptr, size_t by
   int saved;
   rmmc_status_t st = readwrite ? rmmc__check_peer("cuda: vm_set_access", r->device, device)
                                : RMMC_SUCCESS;
-  if (st == RMMC_SUCCESS) st = cuda_vm_begin(r, &saved);
+  if (st == RMMC_SUCCESS) st = vm_begin(r->device, &saved);
   if (st != RMMC_SUCCESS) return st;
   CUmemAccessDesc access = {
       .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
@@ -290,7 +295,7 @@ bool rmmc__cuda_is_shareable(const rmmc_resource_t *r) {
 rmmc_status_t rmmc__cuda_export_mapping(rmmc_resource_t *r, void *addr, int *fd) {
   int saved;
   *fd = -1;
-  rmmc_status_t st = cuda_vm_begin(r, &saved);
+  rmmc_status_t st = vm_begin(r->device, &saved);
   if (st != RMMC_SUCCESS) return st;
   CUmemGenericAllocationHandle h;
   CUresult res = vm.retain(&h, addr);
@@ -330,12 +335,9 @@ static CUresult import_undo(CUdeviceptr base, const size_t *sizes, size_t n, siz
 
 rmmc_status_t rmmc__cuda_import_mappings(int device, const int *fds, const size_t *sizes, size_t n,
                                          void **out) {
-  pthread_once(&vm_once, vm_load);
-  if (!vm.ok) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "cuda: virtual memory: %s", vm.why);
-  size_t total = 0;
-  for (size_t i = 0; i < n; i++) total += sizes[i];
+  size_t total = sum_sizes(sizes, n);
   int saved;
-  rmmc_status_t st = rmmc__device_push(device, &saved);
+  rmmc_status_t st = vm_begin(device, &saved);
   if (st == RMMC_SUCCESS && (st = start_context()) != RMMC_SUCCESS) rmmc__device_pop(saved);
   if (st != RMMC_SUCCESS) return st;
   CUdeviceptr base = 0;
@@ -368,12 +370,9 @@ rmmc_status_t rmmc__cuda_import_mappings(int device, const int *fds, const size_
 }
 
 rmmc_status_t rmmc__cuda_unmap_import(int device, void *base, const size_t *sizes, size_t n) {
-  pthread_once(&vm_once, vm_load);
-  if (!vm.ok) return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "cuda: virtual memory: %s", vm.why);
-  size_t total = 0;
-  for (size_t i = 0; i < n; i++) total += sizes[i];
+  size_t total = sum_sizes(sizes, n);
   int saved;
-  rmmc_status_t st = rmmc__device_push(device, &saved);
+  rmmc_status_t st = vm_begin(device, &saved);
   if (st != RMMC_SUCCESS) return st;
   CUresult res = import_undo((CUdeviceptr)(uintptr_t)base, sizes, n, total);
   rmmc__device_pop(saved);

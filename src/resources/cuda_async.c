@@ -22,16 +22,11 @@ static rmmc_status_t async_allocate(rmmc_resource_t *r, size_t bytes, size_t ali
                                     cudaStream_t stream, void **out) {
   async_resource_t *a = (async_resource_t *)r;
   int saved;
-  rmmc_status_t st = rmmc__check_base_alignment(r, alignment);
-  if (st == RMMC_SUCCESS) st = rmmc__device_push(r->device, &saved);
+  rmmc_status_t st = rmmc__base_allocate_begin(r, alignment, &saved);
   if (st != RMMC_SUCCESS) return st;
   cudaError_t err = cudaMallocFromPoolAsync(out, bytes, a->pool, stream);
   rmmc__device_pop(saved);
-  if (err == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    return rmmc_set_oom_error(r, bytes, stream, "cudaMallocFromPoolAsync failed");
-  }
-  return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cudaMallocFromPoolAsync");
+  return rmmc__base_allocate_status(r, err, bytes, stream, "cudaMallocFromPoolAsync");
 }
 
 static rmmc_status_t async_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,

@@ -18,8 +18,7 @@ static rmmc_status_t managed_allocate(rmmc_resource_t *r, size_t bytes, size_t a
                                       cudaStream_t stream, void **out) {
   managed_resource_t *m = (managed_resource_t *)r;
   int saved;
-  rmmc_status_t st = rmmc__check_base_alignment(r, alignment);
-  if (st == RMMC_SUCCESS) st = rmmc__device_push(r->device, &saved);
+  rmmc_status_t st = rmmc__base_allocate_begin(r, alignment, &saved);
   if (st != RMMC_SUCCESS) return st;
   void *p = NULL;
   cudaError_t err = cudaMallocManaged(&p, bytes, cudaMemAttachGlobal);
@@ -34,13 +33,9 @@ static rmmc_status_t managed_allocate(rmmc_resource_t *r, size_t bytes, size_t a
     }
   }
   rmmc__device_pop(saved);
-  if (err == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    return rmmc_set_oom_error(r, bytes, stream, "cudaMallocManaged failed");
-  }
-  if (err != cudaSuccess) return rmmc_set_cuda_error(err, "cudaMallocManaged");
-  *out = p;
-  return RMMC_SUCCESS;
+  st = rmmc__base_allocate_status(r, err, bytes, stream, "cudaMallocManaged");
+  if (st == RMMC_SUCCESS) *out = p;
+  return st;
 }
 
 static void managed_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {

@@ -12,11 +12,7 @@ static rmmc_status_t pinned_allocate(rmmc_resource_t *r, size_t bytes, size_t al
   rmmc_status_t st = rmmc__check_base_alignment(r, alignment);
   if (st != RMMC_SUCCESS) return st;
   cudaError_t err = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
-  if (err == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    return rmmc_set_oom_error(r, bytes, stream, "cudaHostAlloc failed");
-  }
-  return err == cudaSuccess ? RMMC_SUCCESS : rmmc_set_cuda_error(err, "cudaHostAlloc");
+  return rmmc__base_allocate_status(r, err, bytes, stream, "cudaHostAlloc");
 }
 
 static rmmc_status_t pinned_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,

@@ -72,6 +72,22 @@ def test_errors_are_exceptions_with_status_and_message():
     rmmc.validate("pool(initial=1GiB) > host")
 
 
+def test_set_alloc_conf_takes_the_spec_then_the_environment_then_the_default(monkeypatch):
+    monkeypatch.setenv("RMMC_ALLOC_CONF", "x")  # so that the value before comes back at the end
+    monkeypatch.delenv("RMMC_ALLOC_CONF")
+    assert rmmc.set_alloc_conf(None, "pool > host") == "pool > host"
+    assert os.environ["RMMC_ALLOC_CONF"] == "pool > host"
+    assert rmmc.set_alloc_conf(None, "host") == "pool > host"  # the environment's, kept
+    assert rmmc.set_alloc_conf("statistics > host", "host") == "statistics > host"
+    assert os.environ["RMMC_ALLOC_CONF"] == "statistics > host"
+    monkeypatch.setenv("RMMC_ALLOC_CONF", "")
+    assert rmmc.set_alloc_conf("", "arena > host") == "arena > host"  # empty counts as unset
+    with pytest.raises(rmmc.ParseError) as e:
+        rmmc.set_alloc_conf("pool(inital=1GiB) > host", "host")
+    assert "did you mean 'initial'" in e.value.message
+    assert os.environ["RMMC_ALLOC_CONF"] == "arena > host"  # left alone
+
+
 def test_closing_with_live_blocks_warns():
     r = rmmc.Resource("pool > host")
     r.allocate(1000)
