@@ -402,6 +402,16 @@ static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStrea
 
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                              size_t align, bool within, pool_block_t **out) {
+  /* An allocation that passed allocate's gate (a read without a lock) just
+   * before a pause reaches here once the pause has taken effect: a growth
+   * now would merge with free blocks whose mappings the pause turned off
+   * and hand out memory with no pages behind it. The pause sets `paused`
+   * under every lock, so under the shared lock this read is exact. */
+  if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED)))
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
+                          "pool: cannot grow by %zu bytes: the pool is paused (rmmc_pool_pause) "
+                          "and holds no memory until rmmc_pool_resume",
+                          need);
   rmmc_status_t st = vm_grow_at(p, o, stream, need, align, within, out);
   if (st == RMMC_SUCCESS) POOL_CHECK(p, *out, rmmc__pool_grown_ok, p, *out, o, need);
   return st;
