@@ -405,9 +405,8 @@ static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *p
                           "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
                           b->requested, bytes);
     } else { /* reusable by a's stream once o's work up to now is done */
-      POOL_ASSERT(p, b, b->state == B_USED && b->region->heap == a);
       rmmc__ptrmap_remove(&a->used, e);
-      POOL_SUB(p, a->in_use, pool_bsize(b));
+      a->in_use -= pool_bsize(b);
       b->state = B_FOREIGN;
       b->owner = o;
       b->tag = tag = rmmc__stream_slot_tag(o->slot);
@@ -438,7 +437,7 @@ static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t
   b->state = B_FREE;
   pool_owner_t *g = b->owner; /* a graph pool's block goes back to it */
   if (RMMC_UNLIKELY(g != NULL)) {
-    POOL_SUB(p, g->used_bytes, size);
+    g->used_bytes -= size;
     if (!g->released) {
       b->tag = 0;
       rmmc__pool_put_free(p, b);
