@@ -13,6 +13,12 @@ static const char *state_name(int s) {
   return s >= 0 && s <= B_FOREIGN ? names[s] : "?";
 }
 
+/* abort() through a pointer: a direct call would be the library's first,
+ * and its new PLT entry would move all of .text by 16 bytes, changing the
+ * code alignment the fast paths run at (1.25x on the 256-byte pair of
+ * rmmc-ab, instructions unchanged). */
+static void (*volatile pool_abort)(void) = abort;
+
 _Noreturn void rmmc__pool_check_failed(const pool_t *p, const pool_block_t *b, const char *what,
                                        const char *file, int line) {
   char blk[256] = "";
@@ -33,7 +39,8 @@ _Noreturn void rmmc__pool_check_failed(const pool_t *p, const pool_block_t *b, c
                        (const void *)p, file, line, what, blk);
   fprintf(stderr, "rmmc: %s\n", rmmc_last_error_message());
   fflush(stderr);
-  abort();
+  pool_abort();
+  __builtin_trap(); /* not reached */
 }
 
 #define FAIL(text)                                                                                 \
