@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include "resources/pool/core.h"
+#include "resources/pool/vm.h"
 #include "rmmc/rmmc.h"
+#include "vmspy.h"
 
 typedef void (*scenario_fn)(void);
 
@@ -176,6 +178,72 @@ START_TEST(test_report_sets_the_thread_error) {
 }
 END_TEST
 
+/* A pool over virtual memory (vmspy > host), 64 KiB pages. */
+static rmmc_resource_t *vm_pool(void) {
+  rmmc_resource_t *host = NULL, *vm = NULL, *pool = NULL;
+  ck_assert_int_eq(rmmc_host_resource_create(&host), RMMC_SUCCESS);
+  ck_assert_int_eq(vmspy_create(host, 64 << 10, &vm), RMMC_SUCCESS);
+  rmmc_resource_release(host);
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.expandable = 1;
+  ck_assert_int_eq(rmmc_pool_resource_create(vm, &o, &pool), RMMC_SUCCESS);
+  rmmc_resource_release(vm);
+  return pool;
+}
+
+/* A hole that a mapping covers: the trim's unmapping of the block beside
+ * it checks the hole it makes, merged with that one. */
+static void mapped_hole(void) {
+  rmmc_resource_t *pool = vm_pool();
+  pool_t *p = (pool_t *)pool;
+  void *q = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 8 << 20, 256, NULL, &q), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(pool, q, 8 << 20, 256, NULL), RMMC_SUCCESS);
+  ck_assert_ptr_nonnull(p->holes);
+  pool_region_t *r = p->holes->region;
+  ck_assert_uint_gt(r->nsegs, 0);
+  /* The books say a page inside the hole after the free block is mapped
+   * (nothing is: the trim never unmaps it, it lies under no free block). */
+  pool_block_t *u = p->holes;
+  ck_assert_uint_gt(pool_bsize(u), 32 * p->page);
+  ck_assert(rmmc__pool_seg_insert(r, u->addr + 16 * p->page, p->page));
+  (void)rmmc_resource_release_cached(pool);
+}
+
+START_TEST(test_mapped_hole_aborts) {
+  char msg[4096];
+  ck_assert_msg(aborts(mapped_hole, msg, sizeof msg), "no abort; stderr: %s", msg);
+  ck_assert_msg(strstr(msg, "vm.c:") != NULL, "%s", msg);
+  ck_assert_msg(strstr(msg, "a hole is on no mapping") != NULL, "%s", msg);
+  ck_assert_msg(strstr(msg, "(unmapped, where 0") != NULL, "%s", msg);
+}
+END_TEST
+
+/* An allocation that passed allocate's unlocked pause gate before a pause
+ * took effect reaches the growth with the pool paused: refused there,
+ * nothing mapped (here the gate is passed by setting the pause mark
+ * alone, as the pause does under every lock after the gate was read). */
+START_TEST(test_growth_of_a_paused_pool_is_refused) {
+  rmmc_resource_t *pool = vm_pool();
+  pool_t *p = (pool_t *)pool;
+  size_t reserved = p->reserved;
+  uint64_t maps = p->page_maps;
+  __atomic_store_n(&p->paused, 1, __ATOMIC_RELAXED);
+  void *q = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 8 << 20, 256, NULL, &q), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(q);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "paused") != NULL, "%s",
+                rmmc_last_error_message());
+  ck_assert_uint_eq(p->reserved, reserved);
+  ck_assert_uint_eq(p->page_maps, maps);
+  __atomic_store_n(&p->paused, 0, __ATOMIC_RELAXED);
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 8 << 20, 256, NULL, &q), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(pool, q, 8 << 20, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
+  rmmc_resource_release(pool);
+}
+END_TEST
+
 /* Check's own fork mode sees the same abort as a signal. */
 START_TEST(test_abort_is_sigabrt) { moved_block(); }
 END_TEST
@@ -189,6 +257,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_counter_underflow_aborts);
   tcase_add_test(tc, test_span_state_aborts);
   tcase_add_test(tc, test_report_sets_the_thread_error);
+  tcase_add_test(tc, test_mapped_hole_aborts);
+  tcase_add_test(tc, test_growth_of_a_paused_pool_is_refused);
   tcase_add_test_raise_signal(tc, test_abort_is_sigabrt, SIGABRT);
   suite_add_tcase(s, tc);
   return s;
