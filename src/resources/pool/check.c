@@ -81,14 +81,14 @@ static bool mapped(const pool_region_t *r, uintptr_t a0, uintptr_t a1, bool cove
   return at >= a1;
 }
 
-bool rmmc__pool_grown_ok(const pool_t *p, const pool_block_t *b, const pool_owner_t *o,
-                         size_t need, const char **what) {
+bool rmmc__pool_grown_ok(const pool_block_t *b, const pool_owner_t *o, size_t need,
+                         bool mapped_only, const char **what) {
   if (!rmmc__pool_block_ok(b, B_FREE, what)) return false;
   if (b->where != W_OUT) FAIL("a growth's block is in no index");
   if (pool_bsize(b) < need) FAIL("a growth's block holds the bytes asked for");
   if (b->owner != NULL && b->owner != o) FAIL("a growth's block is clean or the grower's");
   if (b->region->parent != NULL) FAIL("a growth's block is of a region, not a span");
-  if (p->be == &rmmc__pool_vm && !mapped(b->region, b->addr, pool_bend(b), true))
+  if (mapped_only && !mapped(b->region, b->addr, pool_bend(b), true))
     FAIL("a growth's block is wholly mapped (no gap, no mapping a pause turned off)");
   return true;
 }

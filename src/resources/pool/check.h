@@ -31,9 +31,10 @@ _Noreturn void rmmc__pool_check_failed(const pool_t *p, const pool_block_t *b, c
  * neighbours touch it (prev->addr + prev->size == addr, and they link back). */
 bool rmmc__pool_block_ok(const pool_block_t *b, int state, const char **what);
 /* A growth's block for owner o: free, in no index, clean or o's, >= need
- * bytes, of a region (not a span), and (vm) wholly mapped. */
-bool rmmc__pool_grown_ok(const pool_t *p, const pool_block_t *b, const pool_owner_t *o,
-                         size_t need, const char **what);
+ * bytes, of a region (not a span), and (`mapped`: a reservation's) wholly
+ * on mappings that are on. */
+bool rmmc__pool_grown_ok(const pool_block_t *b, const pool_owner_t *o, size_t need, bool mapped,
+                         const char **what);
 /* vm hole u: unmapped, on no mapping, merged with no hole beside it. */
 bool rmmc__pool_hole_ok(const pool_block_t *u, const char **what);
 /* A stream heap being retired holds nothing: no block out, no span, no

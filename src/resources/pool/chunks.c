@@ -71,7 +71,7 @@ static rmmc_status_t chunks_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t str
 static rmmc_status_t chunks_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                                  size_t align, bool within, pool_block_t **out) {
   rmmc_status_t st = chunks_grow_at(p, o, stream, need, align, within, out);
-  if (st == RMMC_SUCCESS) POOL_CHECK(p, *out, rmmc__pool_grown_ok, p, *out, o, need);
+  if (st == RMMC_SUCCESS) POOL_CHECK(p, *out, rmmc__pool_grown_ok, *out, o, need, false);
   return st;
 }
 

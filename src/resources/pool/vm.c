@@ -413,7 +413,7 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
                           "and holds no memory until rmmc_pool_resume",
                           need);
   rmmc_status_t st = vm_grow_at(p, o, stream, need, align, within, out);
-  if (st == RMMC_SUCCESS) POOL_CHECK(p, *out, rmmc__pool_grown_ok, p, *out, o, need);
+  if (st == RMMC_SUCCESS) POOL_CHECK(p, *out, rmmc__pool_grown_ok, *out, o, need, true);
   return st;
 }
 
