@@ -319,7 +319,18 @@ RMMC_EXPORT rmmc_status_t rmmc_pool_resource_create(rmmc_resource_t *upstream,
  * (virtual memory) cover exactly the blocks that need memory. Takes every
  * lock; for tests and debugging (linear in the number of blocks). Returns
  * RMMC_SUCCESS, RMMC_ERROR_INVALID_ARGUMENT if `pool` is not a pool, or
- * RMMC_ERROR_INTERNAL with the first violation in the message. */
+ * RMMC_ERROR_INTERNAL with the first violation in the message.
+ *
+ * Built-in checks (the build's `debug_checks` option, meson.options): at 1,
+ * the default, the pool asserts local invariants on its slow paths
+ * (growth, trimming, spans lent and taken back, heaps retired, frees from
+ * another stream), never on the fast paths; at 2 it also runs this whole
+ * check after every call; at 0, none. A broken invariant means a bug or
+ * memory corruption: the pool sets RMMC_ERROR_INTERNAL with the invariant,
+ * the block and the source file:line as the thread's message, writes that
+ * message to stderr and calls abort(), since going on would hand out the
+ * same memory twice or lose it. This is the one exception to "status codes,
+ * never aborts". */
 RMMC_EXPORT rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool);
 
 /* The pool's figures, once, in the order describe reports them: each row

@@ -9,6 +9,7 @@
  */
 #include <stdio.h>
 
+#include "check.h"
 #include "pool_internal.h"
 
 static rmmc_status_t chunks_trim(pool_t *p, size_t goal);
@@ -25,8 +26,8 @@ static bool chunks_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t
   return a == POOL_ADMIT_YES;
 }
 
-static rmmc_status_t chunks_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
-                                 size_t align, bool within, pool_block_t **out) {
+static rmmc_status_t chunks_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
+                                    size_t align, bool within, pool_block_t **out) {
   size_t pad = align > POOL_GRANULE ? align - POOL_GRANULE : 0;
   size_t want = rmmc__align_up(need + pad, p->granularity);
   size_t g = want < p->min_growth ? p->min_growth : want;
@@ -67,6 +68,13 @@ static rmmc_status_t chunks_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream
   return RMMC_SUCCESS;
 }
 
+static rmmc_status_t chunks_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
+                                 size_t align, bool within, pool_block_t **out) {
+  rmmc_status_t st = chunks_grow_at(p, o, stream, need, align, within, out);
+  if (st == RMMC_SUCCESS) POOL_CHECK(p, *out, rmmc__pool_grown_ok, *out, o, need, false);
+  return st;
+}
+
 static rmmc_status_t chunks_trim(pool_t *p, size_t goal) {
   for (pool_region_t *r = p->regions, *next; r != NULL && p->reserved > goal; r = next) {
     next = r->next;
@@ -74,6 +82,7 @@ static rmmc_status_t chunks_trim(pool_t *p, size_t goal) {
     if (b->state != B_FREE || b->next != NULL || !rmmc__pool_settled(p, b, true))
       continue;
     rmmc__pool_unlink_free(p, b);
+    POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE); /* the whole chunk: prev == NULL too */
     pool_hook_release(p, r->base, r->size);
     rmmc_status_t st = rmmc__pool_upstream_deallocate(p, (void *)r->base, r->size);
     if (st != RMMC_SUCCESS) {
@@ -81,7 +90,7 @@ static rmmc_status_t chunks_trim(pool_t *p, size_t goal) {
       rmmc__pool_link_free(p, b);
       return st;
     }
-    p->reserved -= r->size;
+    POOL_SUB(p, p->reserved, r->size);
     p->shrinks++;
     rmmc__pool_drop_block(p, b);
     rmmc__pool_remove_region(p, r);

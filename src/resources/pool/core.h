@@ -34,6 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "pool_internal.h"
 #include "rmmc/registry.h"
 

@@ -30,6 +30,7 @@ static void consolidate_owner(pool_t *p, pool_owner_t *q) {
   pool_block_t *settled = NULL;
   for (pool_block_t *b = q->qhead, *next; b != NULL; b = next) {
     next = b->qnext;
+    POOL_ASSERT(p, b, b->state == B_FREE && b->where == W_INDEX && b->owner == q);
     if (b->tag > done) continue;
     rmmc__pool_unlink_free(p, b);
     b->owner = NULL;
@@ -225,6 +226,7 @@ static bool unfinished_frees(const pool_t *p) {
 
 /* A block found free: out of its index, for the caller. */
 static rmmc_status_t slow_take(pool_block_t *b, pool_t *p, pool_block_t **out) {
+  POOL_ASSERT(p, b, b->state == B_FREE && b->where == W_INDEX);
   rmmc__pool_unlink_free(p, b);
   *out = b;
   return RMMC_SUCCESS;

@@ -52,6 +52,7 @@ pool_sheap_t *rmmc__pool_heap_of_stripe(pool_owner_t *o, unsigned stripe) {
  * neither a heap nor free blocks in the shared heap. */
 static void heap_retire(pool_t *p, pool_sheap_t *x) {
   (void)rmmc__pool_heap_release_idle(p, x, 0, NULL, false);
+  POOL_CHECK(p, NULL, rmmc__pool_heap_empty_ok, x);
   pool_owner_t *o = x->owner;
   pool_sheap_t **l = &o->heap;
   while (*l != x) l = &(*l)->onext;
@@ -158,6 +159,7 @@ static void span_give_back(pool_t *p, pool_sheap_t *x, pool_region_t *sp, cudaSt
     hot->where = W_OUT;
     heap_link(x, heap_merge(x, hot));
   }
+  POOL_CHECK(p, sp->parent, rmmc__pool_span_back_ok, p, sp);
   pool_block_t *f = sp->first;
   heap_unlink(x, f);
   pool_meta_put(&x->meta, f);
@@ -178,8 +180,8 @@ static void span_give_back(pool_t *p, pool_sheap_t *x, pool_region_t *sp, cudaSt
     (void)rmmc__stream_slot_try_record(&p->streams, x->owner->slot, NULL);
   else if (!in_call && b->owner != NULL)
     __atomic_store_n(&x->owner->slot->want, 1, __ATOMIC_RELAXED);
-  p->committed -= sp->size;
-  p->span_bytes -= sp->size;
+  POOL_SUB(p, p->committed, sp->size);
+  POOL_SUB(p, p->span_bytes, sp->size);
   rmmc__pool_put_free(p, b);
   if (in_call && cover_claim(p, x->owner, sp->size)) /* stream: x's */
     (void)rmmc__stream_slot_try_record(&p->streams, x->owner->slot, stream);
@@ -242,6 +244,8 @@ static rmmc_status_t span_take(pool_t *p, pool_sheap_t *h, cudaStream_t stream, 
   else if ((st = rmmc__pool_shared_slow(p, o, h, stream, p->span, p->span, bytes, steps, &b)) != RMMC_SUCCESS)
     goto fail;
   b = rmmc__pool_carve(p, b, p->span, p->span);
+  POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE);
+  POOL_ASSERT(p, b, b->addr % p->span == 0 && pool_bsize(b) == p->span && b->where == W_OUT);
   *sp = (pool_region_t){.base = b->addr, .size = p->span, .parent = b, .heap = h};
   if (!rmmc__ptrmap_insert(&p->spans, (void *)b->addr, sp, 0)) {
     rmmc__pool_put_free(p, b);
@@ -298,7 +302,8 @@ size_t rmmc__pool_retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream
       continue;
     }
     *link = b->qnext;
-    h->nforeign--;
+    POOL_ASSERT(p, b, b->state == B_FOREIGN && b->region->heap == h && b->region->nused > 0);
+    POOL_SUB(p, h->nforeign, 1);
     b->state = B_FREE;
     b->owner = NULL;
     if (--b->region->nused == 0) h->nidle++;

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "pool_internal.h"
 #include "vm.h"
 
@@ -165,6 +166,7 @@ static rmmc_status_t reserve_region(pool_t *p, size_t need, size_t align) {
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
   }
   hole_add(p, r->first);
+  POOL_CHECK(p, r->first, rmmc__pool_hole_ok, r->first);
   return RMMC_SUCCESS;
 }
 
@@ -321,8 +323,8 @@ static rmmc_status_t trim_keeping_hole(pool_t *p, size_t goal, const pool_block_
                          u->next != NULL ? pool_bend(u->next) : pool_bend(u));
 }
 
-static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
-                             size_t align, bool within, pool_block_t **out) {
+static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
+                                size_t align, bool within, pool_block_t **out) {
   place_t pl = {0};
   rmmc_status_t st = place(p, o, need, align, within, &pl);
   if (st != RMMC_SUCCESS) return st;
@@ -398,6 +400,23 @@ static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStrea
   return map_place(p, o, pl, out);
 }
 
+static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
+                             size_t align, bool within, pool_block_t **out) {
+  /* An allocation that passed allocate's gate (a read without a lock) just
+   * before a pause reaches here once the pause has taken effect: a growth
+   * now would merge with free blocks whose mappings the pause turned off
+   * and hand out memory with no pages behind it. The pause sets `paused`
+   * under every lock, so under the shared lock this read is exact. */
+  if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED)))
+    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
+                          "pool: cannot grow by %zu bytes: the pool is paused (rmmc_pool_pause) "
+                          "and holds no memory until rmmc_pool_resume",
+                          need);
+  rmmc_status_t st = vm_grow_at(p, o, stream, need, align, within, out);
+  if (st == RMMC_SUCCESS) POOL_CHECK(p, *out, rmmc__pool_grown_ok, *out, o, need, true);
+  return st;
+}
+
 /* ---- trimming ---- */
 
 /* Unmaps segment i of r, which lies inside free block b (unindexed);
@@ -406,6 +425,8 @@ static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStrea
 static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block_t *b,
                                pool_block_t **rest) {
   uintptr_t s0 = r->segs[i].addr, s1 = s0 + r->segs[i].size;
+  POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE);
+  POOL_ASSERT(p, b, b->where == W_OUT && b->region == r && s0 >= b->addr && s1 <= pool_bend(b));
   if (!rmmc__pool_room(p))
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
   /* Paused (release_cached): a mapping that is off has no memory to give
@@ -413,8 +434,8 @@ static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block
   bool off = r->segs[i].off != SEG_ON;
   rmmc_status_t st = off ? RMMC_SUCCESS : rmmc__pool_vm_unmap_announced(p, s0, r->segs[i].size);
   if (st != RMMC_SUCCESS) return st;
-  p->reserved -= r->segs[i].size;
-  if (off) p->off_bytes -= r->segs[i].size;
+  POOL_SUB(p, p->reserved, r->segs[i].size);
+  if (off) POOL_SUB(p, p->off_bytes, r->segs[i].size);
   else p->page_unmaps++;
   p->shrinks++;
   rmmc__pool_seg_remove(r, i);
@@ -427,7 +448,8 @@ static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block
   mid->state = B_UNMAPPED;
   mid->tag = 0;
   hole_add(p, mid);
-  (void)hole_merge(p, mid);
+  mid = hole_merge(p, mid);
+  POOL_CHECK(p, mid, rmmc__pool_hole_ok, mid);
   return RMMC_SUCCESS;
 }
 

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Cheap checks (the build's debug_checks >= 1; check.c): local invariants
+ * the pool's slow paths assert as they go, in the manner of mimalloc's
+ * mi_assert_internal. Each looks only at what the step in hand touches (a
+ * block, its neighbours, its region's mappings, a counter about to go
+ * down), so it costs a few loads on a path that already takes a lock and
+ * walks lists; none is on the fast paths (a small block from a stream heap,
+ * a large one from the shared heap, and their frees), which stay as they
+ * are. debug_checks=2 (figures.c) walks every invariant after every call.
+ *
+ * A failed check is a bug or memory corruption: going on would hand out
+ * the same memory twice or lose it, so the pool reports it (the invariant,
+ * the block, file:line) as RMMC_ERROR_INTERNAL through rmmc_set_error,
+ * writes that message to stderr and aborts. At debug_checks=0 every check
+ * compiles to nothing.
+ */
+#ifndef RMMC_POOL_CHECK_H
+#define RMMC_POOL_CHECK_H
+
+#include "pool_internal.h"
+
+/* Reports a broken invariant `what` (the condition's text) about block b
+ * (may be NULL) and aborts. */
+_Noreturn void rmmc__pool_check_failed(const pool_t *p, const pool_block_t *b, const char *what,
+                                       const char *file, int line);
+
+/* The local invariants of one block, each false (with *what set) when
+ * broken. check.c has them out of line: a failure names the invariant. */
+/* b has `state`, is granule-aligned and sized, lies in its region, and its
+ * neighbours touch it (prev->addr + prev->size == addr, and they link back). */
+bool rmmc__pool_block_ok(const pool_block_t *b, int state, const char **what);
+/* A growth's block for owner o: free, in no index, clean or o's, >= need
+ * bytes, of a region (not a span), and (`mapped`: a reservation's) wholly
+ * on mappings that are on. */
+bool rmmc__pool_grown_ok(const pool_block_t *b, const pool_owner_t *o, size_t need, bool mapped,
+                         const char **what);
+/* vm hole u: unmapped, on no mapping, merged with no hole beside it. */
+bool rmmc__pool_hole_ok(const pool_block_t *u, const char **what);
+/* A stream heap being retired holds nothing: no block out, no span, no
+ * free or foreign block. */
+bool rmmc__pool_heap_empty_ok(const pool_sheap_t *x, const char **what);
+/* Span sp, wholly free, going back: its one free block covers it, and its
+ * parent is the span's block of the shared heap. */
+bool rmmc__pool_span_back_ok(const pool_t *p, const pool_region_t *sp, const char **what);
+
+#if RMMC_DEBUG_CHECKS >= 1
+/* Asserts `cond` about block b (may be NULL) of pool p. */
+#define POOL_ASSERT(p, b, cond)                                                                    \
+  (RMMC_LIKELY(cond) ? (void)0 : rmmc__pool_check_failed((p), (b), #cond, __FILE__, __LINE__))
+/* Asserts checker `fn` (rmmc__pool_*_ok above) on its arguments (the
+ * broken invariant's text comes back through the last, added here) about
+ * block b: POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE). */
+#define POOL_CHECK(p, b, fn, ...)                                                                  \
+  do {                                                                                             \
+    const char *pool_what_ = #fn;                                                                  \
+    if (RMMC_UNLIKELY(!fn(__VA_ARGS__, &pool_what_)))                                              \
+      rmmc__pool_check_failed((p), (b), pool_what_, __FILE__, __LINE__);                           \
+  } while (0)
+/* Takes `n` from counter `c` of pool p, asserting it does not underflow. */
+#define POOL_SUB(p, c, n)                                                                          \
+  do {                                                                                             \
+    POOL_ASSERT(p, NULL, (c) >= (n));                                                              \
+    (c) -= (n);                                                                                    \
+  } while (0)
+#else
+#define POOL_ASSERT(p, b, cond) ((void)0)
+#define POOL_CHECK(p, b, fn, ...) ((void)0)
+#define POOL_SUB(p, c, n) ((void)((c) -= (n)))
+#endif
+
+#endif /* RMMC_POOL_CHECK_H */
