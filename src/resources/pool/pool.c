@@ -274,6 +274,10 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_large_allocate(pool_t *p, pool_owner_t *o
     st = rmmc__pool_no_host_memory();
     goto unlock;
   }
+  if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED))) { /* raced a pause */
+    st = rmmc__pool_paused_refusal(bytes);
+    goto unlock;
+  }
   if (RMMC_UNLIKELY(o->heap == NULL) && (st = owner_rejoin(p, o)) != RMMC_SUCCESS) goto unlock;
   pool_block_t *b = need <= POOL_MAX_REQUEST ? find_usable(p, o, n, align) : NULL;
   if (RMMC_LIKELY(b != NULL)) rmmc__pool_unlink_free(p, b);

@@ -359,6 +359,12 @@ pool_t *rmmc__pool_in(rmmc_resource_t *r);
  * binning's bins: base/graph_route.h), so that none of them hands out
  * memory of a paused pool from its cache (design rule 13). */
 void rmmc__pool_count_route(pool_t *p, int delta);
+/* Puts every heap's hot block back in its index (every lock held), so an
+ * allocation that passed the pause gate before a pause finds it only
+ * through the slow path, which refuses while paused. */
+void rmmc__pool_heaps_cool(pool_t *p);
+/* The refusal of an allocation that raced a pause (no lock taken). */
+rmmc_status_t rmmc__pool_paused_refusal(size_t bytes);
 /* Every lock of the pool: stream heaps first, then the shared one. */
 void rmmc__pool_lock_all(pool_t *p);
 void rmmc__pool_unlock_all(pool_t *p);

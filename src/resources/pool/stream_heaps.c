@@ -321,6 +321,10 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_small_general(pool_t *p, pool_sheap_t *h,
                                                  size_t bytes, slow_steps_t steps,
                                                  pool_block_t **out) {
   if (!pool_meta_room(&h->meta)) return rmmc__pool_no_host_memory();
+  /* Passed the pause gate as a pause began: the free blocks may have no
+   * pages behind them now (the pause holds h's lock while it sets it). */
+  if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED)))
+    return rmmc__pool_paused_refusal(bytes);
   if (RMMC_UNLIKELY(__atomic_load_n(&h->owner->slot->want, __ATOMIC_RELAXED)))
     rmmc__pool_cover_now(p, h->owner, stream);
   pool_block_t *b = heap_search(h, need);
@@ -337,4 +341,14 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_small_general(pool_t *p, pool_sheap_t *h,
   if ((b = heap_carve(h, b, n, align, bytes)) == NULL) return rmmc__pool_no_host_memory();
   *out = b;
   return RMMC_SUCCESS;
+}
+
+void rmmc__pool_heaps_cool(pool_t *p) {
+  for (pool_sheap_t *x = p->snap_first; x != NULL; x = x->snext) {
+    pool_block_t *b = x->hot;
+    if (b == NULL) continue;
+    x->hot = NULL;
+    b->where = W_OUT;
+    heap_link(x, heap_merge(x, b));
+  }
 }
