@@ -126,7 +126,7 @@ struct pool_owner {
    * are retired first, then it is given its index and listed) and leaves
    * when it has neither (heap_retire, consolidate); a call in the shared
    * heap on its stream that finds it without a heap gives it one first
-   * (owner_rejoin), so no call ever works on an owner without an index */
+   * (rmmc__pool_owner_rejoin), so no call ever works on an owner without an index */
   pool_owner_t *prev;
   bool listed;
   /* streams: in p->pending from its first free block in the shared heap
