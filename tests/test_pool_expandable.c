@@ -1101,6 +1101,24 @@ START_TEST(test_pool_vm_describes_its_figures) {
 }
 END_TEST
 
+START_TEST(test_pool_vm_initial_size_is_not_min_growth) {
+  /* initial= maps what it asks, not min_growth; the first growth past it
+   * maps min_growth beside the initial block. */
+  fix_t f;
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.initial_size = 1 * MiB + 4096;
+  o.min_growth = 8 * MiB;
+  fix_open(&f, &o);
+  expect_backend(f.pool, "virtual memory");
+  ck_assert_uint_eq(field(f.pool, "reserved"), 1 * MiB + 4096);
+  void *p = alloc_ok(f.pool, 4 * MiB, NULL);
+  ck_assert_uint_eq(field(f.pool, "reserved"), 1 * MiB + 4096 + 8 * MiB);
+  ck_assert_uint_eq(field(f.pool, "reserved"), vmspy_counts(f.vm).mapped_bytes);
+  free_ok(f.pool, p, 4 * MiB, NULL);
+  fix_close(&f);
+}
+END_TEST
+
 START_TEST(test_pool_vm_destroy_returns_everything_with_live_blocks) {
   /* Live blocks, idle spans and pending frees at destroy: every mapping and
    * reservation goes back, checked by the vmspy, and the spy holds
@@ -1372,6 +1390,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_vm_maximum_bounds_mapped_bytes);
   tcase_add_test(tc, test_pool_vm_more_reservations);
   tcase_add_test(tc, test_pool_vm_describes_its_figures);
+  tcase_add_test(tc, test_pool_vm_initial_size_is_not_min_growth);
   tcase_add_test(tc, test_pool_vm_destroy_returns_everything_with_live_blocks);
   tcase_add_test(tc, test_pool_vm_bad_frees_lose_nothing);
   tcase_add_test(tc, test_pool_vm_bad_options);

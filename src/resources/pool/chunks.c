@@ -27,10 +27,12 @@ static bool chunks_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t
 }
 
 static rmmc_status_t chunks_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
-                                    size_t align, bool within, pool_block_t **out) {
+                                    size_t align, unsigned how, pool_block_t **out) {
+  bool within = how & POOL_GROW_WITHIN;
+  size_t min = how & POOL_GROW_EXACT ? 0 : p->min_growth;
   size_t pad = align > POOL_GRANULE ? align - POOL_GRANULE : 0;
   size_t want = rmmc__align_up(need + pad, p->granularity);
-  size_t g = want < p->min_growth ? p->min_growth : want;
+  size_t g = want < min ? min : want;
   if (!chunks_admit(p, o, stream, g, need, within)) {
     /* The maximum: try the request alone before giving up. */
     if (within || g == want || !chunks_admit(p, o, stream, want, need, false))
@@ -69,8 +71,8 @@ static rmmc_status_t chunks_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t str
 }
 
 static rmmc_status_t chunks_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
-                                 size_t align, bool within, pool_block_t **out) {
-  rmmc_status_t st = chunks_grow_at(p, o, stream, need, align, within, out);
+                                 size_t align, unsigned how, pool_block_t **out) {
+  rmmc_status_t st = chunks_grow_at(p, o, stream, need, align, how, out);
   if (st == RMMC_SUCCESS) POOL_CHECK(p, *out, rmmc__pool_grown_ok, *out, o, need, false);
   return st;
 }

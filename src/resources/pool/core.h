@@ -11,8 +11,10 @@
  * links the pool statically takes the core's objects together
  * (tests/test_layers.py counts them as one).
  *
- *   pool.c          the resource's slots; the thread cache; allocate and
- *                   free, small (stream heaps) and large (shared heap)
+ *   pool.c          the resource's slots; allocate and free, small (stream
+ *                   heaps) and large (shared heap), the fast paths first
+ *   tcache.c        thread numbers and the thread-local heap cache (its
+ *                   lookup inline in tcache.h)
  *   policy.c        stream ordering: epochs, covering, the search over
  *                   other streams' frees, and the slow path as named steps
  *   stream_heaps.c  stream heaps and the spans the shared heap lends them
@@ -37,6 +39,7 @@
 #include "check.h"
 #include "pool_internal.h"
 #include "rmmc/registry.h"
+#include "tcache.h"
 
 #if defined(__GNUC__) || defined(__clang__)
 #define POOL_NOINLINE __attribute__((noinline))
@@ -61,8 +64,6 @@ typedef enum { SLOW_BEFORE_LAST, SLOW_LAST } slow_steps_t;
  * rmmc__pool_lock_all, rmmc__pool_unlock_all, ...) ---- */
 
 /* pool.c */
-rmmc_status_t rmmc__pool_heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
-                                    pool_owner_t **o);
 rmmc_status_t rmmc__pool_large_allocate(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t n,
                                         size_t align, size_t bytes, slow_steps_t steps,
                                         void **out);

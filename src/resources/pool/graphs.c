@@ -102,7 +102,7 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_graph_allocate(pool_t *p, pool_owner_t *g
   if (x != NULL) {
     b = pool_block_of(x);
     rmmc__pool_unlink_free(p, b);
-  } else if ((st = p->be->grow(p, NULL, stream, n, align, false, &b)) != RMMC_SUCCESS) {
+  } else if ((st = p->be->grow(p, NULL, stream, n, align, POOL_GROW_ANY, &b)) != RMMC_SUCCESS) {
     if (st == RMMC_ERROR_OUT_OF_MEMORY) st = rmmc__pool_oom(p, bytes, stream, rmmc_last_error_message());
     goto unlock;
   } else {

@@ -256,12 +256,9 @@ rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_optio
     __atomic_add_fetch(&p->below->pools_above, 1, __ATOMIC_RELAXED);
   if (st == RMMC_SUCCESS && !pool_meta_room(&p->meta)) st = rmmc__pool_no_host_memory();
   if (st == RMMC_SUCCESS && o.initial_size > 0) {
-    pool_block_t *b;
-    size_t min_growth = p->min_growth; /* the initial size is what is asked for */
-    p->min_growth = 0;
+    pool_block_t *b; /* the initial size is what is asked for: not min_growth */
     st = p->be->grow(p, NULL, NULL, rmmc__align_up(o.initial_size, POOL_GRANULE), POOL_GRANULE,
-                     false, &b);
-    p->min_growth = min_growth;
+                     POOL_GROW_EXACT, &b);
     if (st == RMMC_SUCCESS) {
       b->owner = NULL; /* ready for every stream (the backend made sure) */
       rmmc__pool_put_free(p, b);

@@ -244,7 +244,7 @@ static rmmc_status_t grow_within_peak(pool_t *p, pool_owner_t *o, cudaStream_t s
                                       size_t need, size_t align, pool_block_t **out) {
   pool_block_t *b;
   p->hold_peak = true;
-  rmmc_status_t st = p->be->grow(p, o, stream, need, align, false, &b);
+  rmmc_status_t st = p->be->grow(p, o, stream, need, align, POOL_GROW_ANY, &b);
   p->hold_peak = false;
   return st == RMMC_SUCCESS ? slow_grown(b, p, out) : st;
 }
@@ -282,7 +282,7 @@ static rmmc_status_t grow_past_budget(pool_t *p, pool_owner_t *o, cudaStream_t s
       if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
     }
   }
-  st = p->be->grow(p, o, stream, need, align, false, &b);
+  st = p->be->grow(p, o, stream, need, align, POOL_GROW_ANY, &b);
   return st == RMMC_SUCCESS ? slow_grown(b, p, out) : st;
 }
 
@@ -305,7 +305,7 @@ static rmmc_status_t last_resort(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
   if (b == NULL) {
     (void)p->be->trim(p, 0);
     (void)rmmc_resource_release_cached(p->base.upstream);
-    st = p->be->grow(p, o, stream, need, align, false, &b);
+    st = p->be->grow(p, o, stream, need, align, POOL_GROW_ANY, &b);
     if (st == RMMC_SUCCESS) {
       p->last_resort = false;
       return slow_grown(b, p, out);
@@ -340,7 +340,7 @@ static rmmc_status_t shared_slow_steps(pool_t *p, pool_owner_t *o, pool_sheap_t 
   if ((b = reuse_without_wait(p, o, self, need, align, fit, &covered, &from)) != NULL)
     return slow_take(b, p, out);
   /* 2. */
-  rmmc_status_t st = p->be->grow(p, o, stream, need, align, true, &b);
+  rmmc_status_t st = p->be->grow(p, o, stream, need, align, POOL_GROW_WITHIN, &b);
   if (st == RMMC_SUCCESS) return slow_grown(b, p, out);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
   /* 3. */

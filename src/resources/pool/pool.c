@@ -2,10 +2,11 @@
 /*
  * The pool resource: the stream-ordering core (include/rmmc/pool_resource.h
  * has the contract and the policies, pool_internal.h the layout of memory
- * and the locks, core.h the core's files, which this one includes at its
- * end; growth and giving back live in the backends, chunks.c and vm.c).
- * This file: the thread cache, the slots, and the allocate and free paths
- * in the order a call takes them.
+ * and the locks, core.h the core's files; growth and giving back live in
+ * the backends, chunks.c and vm.c). This file: the resource's slots and the
+ * allocate and free paths, the fast paths first, then the slow paths in
+ * the order a call takes them. The thread cache that finds a call's heap
+ * is tcache.c's (the lookup inline in tcache.h).
  *
  * Hot paths. A call finds its stream's heap through a small thread-local
  * cache keyed by (pool id, stream). A small request takes the heap's lock,
@@ -27,160 +28,34 @@
  */
 #include "core.h"
 
-#define TL_WAYS 8u
+/* ---- the fast paths: the resource's slots, allocate and free ---- */
 
+static rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
+                                      cudaStream_t stream, void **out);
+static rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t bytes, cudaStream_t stream);
+static inline rmmc_status_t heap_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                          size_t bytes, size_t alignment, cudaStream_t stream,
+                                          void **out);
 static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
                                            cudaStream_t stream, size_t n, size_t align,
                                            size_t bytes, void **out);
+static inline rmmc_status_t heap_deallocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                            void *ptr, size_t bytes, cudaStream_t stream);
 static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_entry_t *e,
                                        void *ptr, size_t bytes, cudaStream_t stream);
+/* The slow paths they fall back to, after them. */
+static POOL_NOINLINE rmmc_status_t allocate_uncached(pool_t *p, const void *key, size_t bytes,
+                                                     size_t alignment, cudaStream_t stream,
+                                                     void **out);
+static POOL_NOINLINE rmmc_status_t deallocate_uncached(pool_t *p, const void *key, void *ptr,
+                                                       size_t bytes, cudaStream_t stream);
+static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes);
 static inline bool power_of_two_count(uint64_t *n);
 static POOL_NOINLINE void heap_emptied(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
 static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *ptr, size_t bytes,
                                              cudaStream_t stream);
 static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t *e, void *ptr,
                                 size_t bytes, bool *cover);
-
-/* ---- the thread cache: (pool id, stream key) -> stream heap ---- */
-
-typedef struct tl_entry {
-  uint64_t pool;
-  const void *key;
-  pool_sheap_t *heap;  /* may have been retired since: checked under its lock */
-  pool_owner_t *owner; /* the stream's owner, which lives as long as the pool */
-} tl_entry_t;
-
-/* A thread's number, given on its first call into any pool: threads on one
- * stream take the stream's heaps in turn (number modulo the stripes). A
- * thread that exits gives its number back and the next new thread takes
- * the lowest free one, so threads that come and go (a pool of workers made
- * anew, each epoch of a replay) keep using the same heaps of a stream
- * instead of making a new one each time, which strands the old ones' spans
- * (on 16 CPUs the 4-stream log's warm epoch reserved 1.060x instead of
- * 1.045x over sim, the server log's 1.245x instead of 1.225x). Numbers past
- * THREAD_NUMBERS are never given back. */
-enum { THREAD_NUMBERS = 4096 };
-static _Thread_local unsigned tl_number;
-static pthread_mutex_t numbers_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool number_taken[THREAD_NUMBERS];
-static unsigned next_thread_number = THREAD_NUMBERS;
-
-static unsigned thread_number_take(void) {
-  pthread_mutex_lock(&numbers_lock);
-  unsigned n = 0;
-  while (n < THREAD_NUMBERS && number_taken[n]) n++;
-  if (n < THREAD_NUMBERS) number_taken[n] = true;
-  pthread_mutex_unlock(&numbers_lock);
-  return n < THREAD_NUMBERS ? n + 1 : __atomic_add_fetch(&next_thread_number, 1, __ATOMIC_RELAXED);
-}
-
-static void thread_number_give(unsigned n) {
-  if (n == 0 || n > THREAD_NUMBERS) return;
-  pthread_mutex_lock(&numbers_lock);
-  number_taken[n - 1] = false;
-  pthread_mutex_unlock(&numbers_lock);
-}
-
-static inline unsigned thread_stripe(const pool_t *p) {
-  if (tl_number == 0) tl_number = thread_number_take();
-  return (tl_number - 1) % p->stripes;
-}
-
-static _Thread_local tl_entry_t *tl_cache RMMC_TLS_FAST;
-static pthread_key_t tl_key;
-static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
-static bool tl_key_ok;
-
-static void tl_free(void *c) { /* the thread exits */
-  free(c);
-  tl_cache = NULL;
-  thread_number_give(tl_number);
-  tl_number = 0;
-}
-
-static void tl_init(void) { tl_key_ok = pthread_key_create(&tl_key, tl_free) == 0; }
-
-static inline unsigned tl_way(uint64_t pool, const void *key) {
-  uint64_t h = (pool ^ (uint64_t)(uintptr_t)key) * UINT64_C(0x9E3779B97F4A7C15);
-  return (unsigned)(h >> 61) & (TL_WAYS - 1);
-}
-
-static inline tl_entry_t *heap_cached(const pool_t *p, const void *key) {
-  tl_entry_t *c = tl_cache;
-  if (RMMC_LIKELY(c != NULL)) {
-    tl_entry_t *e = &c[tl_way(p->id, key)];
-    if (RMMC_LIKELY(e->pool == p->id && e->key == key)) return e;
-  }
-  return NULL;
-}
-
-/* The calling thread's heap of `stream` (key `key`), made on first use, and
- * cached for this thread with the stream's owner. */
-static POOL_NOINLINE rmmc_status_t heap_find(pool_t *p, cudaStream_t stream, const void *key,
-                                             pool_sheap_t **out, pool_owner_t **owner) {
-  rmmc__stream_slot_t *slot;
-  rmmc_status_t st = rmmc__stream_set_get(&p->streams, stream, &slot);
-  if (st != RMMC_SUCCESS) return st;
-  pool_owner_t *o = rmmc__stream_slot_user(slot);
-  unsigned stripe = thread_stripe(p);
-  rmmc__lock(&p->lock);
-  pool_sheap_t *h = rmmc__pool_heap_of_stripe(o, stripe);
-  if (h == NULL) st = rmmc__pool_heap_new(p, o, slot, stripe, &h);
-  rmmc__unlock(&p->lock);
-  if (st != RMMC_SUCCESS) return st;
-  if (tl_cache == NULL) {
-    pthread_once(&tl_once, tl_init);
-    tl_entry_t *c = calloc(TL_WAYS, sizeof *c);
-    if (c != NULL && tl_key_ok && pthread_setspecific(tl_key, c) == 0) tl_cache = c;
-    else free(c);
-  }
-  if (tl_cache != NULL) tl_cache[tl_way(p->id, key)] = (tl_entry_t){p->id, key, h, o};
-  *out = h;
-  *owner = o;
-  return RMMC_SUCCESS;
-}
-
-/* The calling thread's heap of `stream` and the stream's owner. The heap
- * may have been retired since it was cached: whoever locks it checks that
- * its owner is still o (heap_stale). */
-static inline rmmc_status_t heap_of(pool_t *p, cudaStream_t stream, pool_sheap_t **out,
-                                    pool_owner_t **owner) {
-  const void *key = rmmc__stream_key_fast(stream);
-  tl_entry_t *e = heap_cached(p, key);
-  if (RMMC_LIKELY(e != NULL)) {
-    *out = e->heap;
-    *owner = e->owner;
-    return RMMC_SUCCESS;
-  }
-  return heap_find(p, stream, key, out, owner);
-}
-
-/* A call in the shared heap on o's stream (shared lock held) finds o
- * without a heap when every heap of o was retired since this thread cached
- * one. o may then be unlisted (no index), or listed only for free blocks a
- * consolidation in this very call may relabel and unlist it for: so it
- * gets a heap of this thread's stripe first, as on its first call (the
- * thread's cache still names the old heap; its next small call sees that
- * heap retired and finds the new one). With a heap o stays listed, with
- * its index, to the call's end: consolidate unlists only streams without a
- * heap, and heaps are retired only as another is made (heap_new). */
-static POOL_NOINLINE rmmc_status_t owner_rejoin(pool_t *p, pool_owner_t *o) {
-  pool_sheap_t *h;
-  return rmmc__pool_heap_new(p, o, o->slot, thread_stripe(p), &h);
-}
-
-/* h was retired (and maybe reused) since this thread cached it: the
- * thread's heap of the stream again (h is not locked). */
-POOL_NOINLINE rmmc_status_t rmmc__pool_heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
-                                              pool_owner_t **o) {
-  return heap_find(p, stream, rmmc__stream_key_fast(stream), h, o);
-}
-
-/* ---- the resource's slots ---- */
-
-static rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
-                                      cudaStream_t stream, void **out);
-static rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t bytes, cudaStream_t stream);
 
 RMMC_HOT
 static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
@@ -197,25 +72,23 @@ static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes
   return POOL_EXPENSIVE(p, pool_deallocate_in(p, ptr, bytes, stream), "deallocate");
 }
 
-/* An allocation while paused (sleep.c): refused. */
-static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes) {
-  char b[32];
-  rmmc__lock(&p->lock); /* release_cached may drop mappings meanwhile (TSan) */
-  size_t off = p->off_bytes;
-  rmmc__unlock(&p->lock);
-  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
-                        "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) "
-                        "and holds no memory until rmmc_pool_resume (%s of its pages are given "
-                        "back)",
-                        bytes, rmmc__format_bytes(off, b, sizeof b));
-}
-
+/* The calling thread's heap of the stream from its cache (tcache.h); a
+ * miss goes out of line whole, so that the fast path holds the heap and
+ * the owner in registers. */
 static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
                                              cudaStream_t stream, void **out) {
-  pool_sheap_t *h;
-  pool_owner_t *o;
-  rmmc_status_t st = heap_of(p, stream, &h, &o);
-  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
+  const void *key = rmmc__stream_key_fast(stream);
+  tl_entry_t *e = heap_cached(p, key);
+  if (RMMC_UNLIKELY(e == NULL)) return allocate_uncached(p, key, bytes, alignment, stream, out);
+  return heap_allocate(p, e->heap, e->owner, bytes, alignment, stream, out);
+}
+
+/* An allocation in h, the calling thread's heap of o's stream (h may have
+ * been retired since it was cached: h's lock tells). */
+static inline rmmc_status_t heap_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                          size_t bytes, size_t alignment, cudaStream_t stream,
+                                          void **out) {
+  rmmc_status_t st;
   size_t n = rmmc__align_up(bytes, POOL_GRANULE);
   if (RMMC_UNLIKELY(__atomic_load_n(&p->graphs_routing, __ATOMIC_RELAXED) > 0)) {
     if (__atomic_load_n(&p->paused, __ATOMIC_RELAXED)) return paused_error(p, bytes);
@@ -261,40 +134,19 @@ unlock:
   return st;
 }
 
-/* ---- large blocks: the shared heap ---- */
-
-RMMC_HOT
-POOL_NOINLINE rmmc_status_t rmmc__pool_large_allocate(pool_t *p, pool_owner_t *o,
-                                                  cudaStream_t stream, size_t n, size_t align,
-                                                  size_t bytes, slow_steps_t steps, void **out) {
-  size_t need = n + (align - POOL_GRANULE);
-  rmmc_status_t st = RMMC_SUCCESS;
-  rmmc__lock(&p->lock);
-  if (!pool_meta_room(&p->meta)) {
-    st = rmmc__pool_no_host_memory();
-    goto unlock;
-  }
-  if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED))) { /* raced a pause */
-    st = rmmc__pool_paused_refusal(bytes);
-    goto unlock;
-  }
-  if (RMMC_UNLIKELY(o->heap == NULL) && (st = owner_rejoin(p, o)) != RMMC_SUCCESS) goto unlock;
-  pool_block_t *b = need <= POOL_MAX_REQUEST ? find_usable(p, o, n, align) : NULL;
-  if (RMMC_LIKELY(b != NULL)) rmmc__pool_unlink_free(p, b);
-  else if ((st = rmmc__pool_shared_slow(p, o, NULL, stream, n, align, bytes, steps, &b)) != RMMC_SUCCESS)
-    goto unlock;
-  st = large_hand_out(p, b, n, align, bytes, NULL, out);
-unlock:
-  rmmc__unlock(&p->lock);
-  return st;
-}
-
+/* As pool_allocate_in. */
 static inline rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t bytes,
                                                cudaStream_t stream) {
-  pool_sheap_t *h;
-  pool_owner_t *o;
-  rmmc_status_t st = heap_of(p, stream, &h, &o);
-  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
+  const void *key = rmmc__stream_key_fast(stream);
+  tl_entry_t *e = heap_cached(p, key);
+  if (RMMC_UNLIKELY(e == NULL)) return deallocate_uncached(p, key, ptr, bytes, stream);
+  return heap_deallocate(p, e->heap, e->owner, ptr, bytes, stream);
+}
+
+/* A free into h, as heap_allocate. */
+static inline rmmc_status_t heap_deallocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                            void *ptr, size_t bytes, cudaStream_t stream) {
+  rmmc_status_t st;
   if (RMMC_LIKELY(bytes <= p->small_max)) {
     rmmc__lock(&h->lock);
     rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&h->used, ptr);
@@ -340,6 +192,70 @@ static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_
   return RMMC_SUCCESS;
 }
 
+/* ---- the slow paths ---- */
+
+/* The calling thread's cache misses p's heap of the stream (key `key`):
+ * found or made (tcache.c), then the call as on a hit. */
+static POOL_NOINLINE rmmc_status_t allocate_uncached(pool_t *p, const void *key, size_t bytes,
+                                                     size_t alignment, cudaStream_t stream,
+                                                     void **out) {
+  pool_sheap_t *h;
+  pool_owner_t *o;
+  rmmc_status_t st = rmmc__pool_heap_find(p, stream, key, &h, &o);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
+  return heap_allocate(p, h, o, bytes, alignment, stream, out);
+}
+
+static POOL_NOINLINE rmmc_status_t deallocate_uncached(pool_t *p, const void *key, void *ptr,
+                                                       size_t bytes, cudaStream_t stream) {
+  pool_sheap_t *h;
+  pool_owner_t *o;
+  rmmc_status_t st = rmmc__pool_heap_find(p, stream, key, &h, &o);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) return st;
+  return heap_deallocate(p, h, o, ptr, bytes, stream);
+}
+
+/* An allocation while paused (sleep.c): refused. */
+static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes) {
+  char b[32];
+  rmmc__lock(&p->lock); /* release_cached may drop mappings meanwhile (TSan) */
+  size_t off = p->off_bytes;
+  rmmc__unlock(&p->lock);
+  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
+                        "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) "
+                        "and holds no memory until rmmc_pool_resume (%s of its pages are given "
+                        "back)",
+                        bytes, rmmc__format_bytes(off, b, sizeof b));
+}
+
+/* Large blocks: the shared heap. */
+RMMC_HOT
+POOL_NOINLINE rmmc_status_t rmmc__pool_large_allocate(pool_t *p, pool_owner_t *o,
+                                                  cudaStream_t stream, size_t n, size_t align,
+                                                  size_t bytes, slow_steps_t steps, void **out) {
+  size_t need = n + (align - POOL_GRANULE);
+  rmmc_status_t st = RMMC_SUCCESS;
+  rmmc__lock(&p->lock);
+  if (!pool_meta_room(&p->meta)) {
+    st = rmmc__pool_no_host_memory();
+    goto unlock;
+  }
+  if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED))) { /* raced a pause */
+    st = rmmc__pool_paused_refusal(bytes);
+    goto unlock;
+  }
+  if (RMMC_UNLIKELY(o->heap == NULL) && (st = rmmc__pool_owner_rejoin(p, o)) != RMMC_SUCCESS)
+    goto unlock;
+  pool_block_t *b = need <= POOL_MAX_REQUEST ? find_usable(p, o, n, align) : NULL;
+  if (RMMC_LIKELY(b != NULL)) rmmc__pool_unlink_free(p, b);
+  else if ((st = rmmc__pool_shared_slow(p, o, NULL, stream, n, align, bytes, steps, &b)) != RMMC_SUCCESS)
+    goto unlock;
+  st = large_hand_out(p, b, n, align, bytes, NULL, out);
+unlock:
+  rmmc__unlock(&p->lock);
+  return st;
+}
+
 /* Keeps h's wholly free spans within cache_size (h's lock held). */
 POOL_NOINLINE void rmmc__pool_heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream) {
   size_t keep = p->cache_bytes / p->span;
@@ -375,7 +291,8 @@ static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *p
   rmmc__lock(&p->lock);
   rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, ptr);
   if (e != NULL) {
-    rmmc_status_t st = RMMC_UNLIKELY(o->heap == NULL) ? owner_rejoin(p, o) : RMMC_SUCCESS;
+    rmmc_status_t st =
+        RMMC_UNLIKELY(o->heap == NULL) ? rmmc__pool_owner_rejoin(p, o) : RMMC_SUCCESS;
     if (st != RMMC_SUCCESS) {
       rmmc__unlock(&p->lock);
       return st;

@@ -126,7 +126,7 @@ struct pool_owner {
    * are retired first, then it is given its index and listed) and leaves
    * when it has neither (heap_retire, consolidate); a call in the shared
    * heap on its stream that finds it without a heap gives it one first
-   * (owner_rejoin), so no call ever works on an owner without an index */
+   * (rmmc__pool_owner_rejoin), so no call ever works on an owner without an index */
   pool_owner_t *prev;
   bool listed;
   /* streams: in p->pending from its first free block in the shared heap
@@ -170,18 +170,30 @@ struct pool_sheap {
   uint64_t empties; /* device memory: frees that left it holding nothing */
 } __attribute__((aligned(64)));
 
+/* How a growth (the backend's grow) may go, flags. */
+enum {
+  /* As far as the maximum, after the trim the budget asks for. */
+  POOL_GROW_ANY = 0,
+  /* Not past the budget (rmmc__pool_admit): out of memory instead. */
+  POOL_GROW_WITHIN = 1u << 0,
+  /* The request alone, not rounded up to min_growth (the initial size). */
+  POOL_GROW_EXACT = 1u << 1,
+};
+
 typedef struct pool_backend {
   const char *name;
   /* Under the shared lock: adds at least `need` bytes of free memory that
    * owner o's stream may use at once, as one free block (owner o or clean,
    * merged, not indexed) of at least `need` bytes in *out; `align` is the
    * alignment the caller will carve at. RMMC_ERROR_OUT_OF_MEMORY when the
-   * upstream or the maximum refuses; `within`: also when the growth would
-   * take reserved past the budget (rmmc__pool_admit; otherwise the backend
-   * runs the trim the budget asks for, its own). o may be NULL (the
-   * initial growth: the block must be clean). */
+   * upstream or the maximum refuses; with POOL_GROW_WITHIN in `how`, also
+   * when the growth would take reserved past the budget (rmmc__pool_admit;
+   * otherwise the backend runs the trim the budget asks for, its own). A
+   * growth is rounded up to min_growth (where the backend has room) unless
+   * `how` has POOL_GROW_EXACT. o may be NULL (the initial growth: the block
+   * must be clean). */
   rmmc_status_t (*grow)(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
-                        size_t align, bool within, pool_block_t **out);
+                        size_t align, unsigned how, pool_block_t **out);
   /* Under the shared lock: gives back free memory no stream has pending
    * work on (asking CUDA at most once per stream) until reserved <= goal. */
   rmmc_status_t (*trim)(pool_t *p, size_t goal);

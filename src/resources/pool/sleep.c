@@ -235,13 +235,6 @@ static void revoke_exports(pool_t *p) {
   if (rmmc__exports_live() > 0) rmmc__exports_forget_owner(&p->base.base);
 }
 
-rmmc_status_t rmmc__pool_paused_refusal(size_t bytes) {
-  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
-                        "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) "
-                        "and holds no memory until rmmc_pool_resume",
-                        bytes);
-}
-
 static void gate(pool_t *p, int paused) {
   __atomic_store_n(&p->paused, paused, __ATOMIC_RELAXED);
   rmmc__pool_count_route(p, paused ? 1 : -1);

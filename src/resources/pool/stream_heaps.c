@@ -352,3 +352,10 @@ void rmmc__pool_heaps_cool(pool_t *p) {
     heap_link(x, heap_merge(x, b));
   }
 }
+
+rmmc_status_t rmmc__pool_paused_refusal(size_t bytes) {
+  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
+                        "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) "
+                        "and holds no memory until rmmc_pool_resume",
+                        bytes);
+}

@@ -101,9 +101,10 @@ static bool holds(const pool_block_t *b, size_t need, size_t align) {
  * alone is a place that maps nothing (beside): the caller's search missed
  * it because it became usable since (its stream's work became known
  * finished through another thread's record or synchronization, which run
- * without the shared lock), or because that search rounds alignment up. */
+ * without the shared lock), or because that search rounds alignment up.
+ * The place maps at least `min` bytes where the hole has them. */
 static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, size_t align,
-                     place_t *out) {
+                     size_t min, place_t *out) {
   pool_block_t *left = usable_free(p, u->prev, o) ? u->prev : NULL;
   pool_block_t *right = usable_free(p, u->next, o) ? u->next : NULL;
   pool_block_t *alone = left != NULL && holds(left, need, align)     ? left
@@ -134,18 +135,18 @@ static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, s
     }
   }
   if (m1 <= m0) return false; /* (beside, above) */
-  if (p->min_growth > 0 && m1 - m0 < p->min_growth)
-    m1 = m0 + p->min_growth < pool_bend(u) ? m0 + p->min_growth : pool_bend(u);
+  if (min > 0 && m1 - m0 < min) m1 = m0 + min < pool_bend(u) ? m0 + min : pool_bend(u);
   *out = (place_t){u, m0, m1, NULL};
   return true;
 }
 
 /* The hole needing least mapped; NULL if none can hold the block. */
-static bool best_place(pool_t *p, pool_owner_t *o, size_t need, size_t align, place_t *best) {
+static bool best_place(pool_t *p, pool_owner_t *o, size_t need, size_t align, size_t min,
+                       place_t *best) {
   bool found = false;
   for (pool_block_t *u = p->holes; u != NULL; u = u->qnext) {
     place_t c;
-    if (!place_at(p, u, o, need, align, &c)) continue;
+    if (!place_at(p, u, o, need, align, min, &c)) continue;
     size_t cost = c.m1 - c.m0, bcost = best->m1 - best->m0;
     if (!found || cost < bcost || (cost == bcost && c.m0 < best->m0)) *best = c, found = true;
   }
@@ -275,16 +276,17 @@ static rmmc_status_t take_beside(pool_t *p, pool_owner_t *o, pool_block_t *b, po
   return RMMC_SUCCESS;
 }
 
-/* Where a growth goes: the hole needing least mapped, else a new
- * reservation (refused `within` the budget once the pool has one). */
-static rmmc_status_t place(pool_t *p, pool_owner_t *o, size_t need, size_t align, bool within,
-                           place_t *pl) {
-  if (best_place(p, o, need, align, pl)) return RMMC_SUCCESS;
+/* Where a growth goes: the hole needing least mapped (at least `min`
+ * where the hole has room), else a new reservation (refused within the
+ * budget once the pool has one). */
+static rmmc_status_t place(pool_t *p, pool_owner_t *o, size_t need, size_t align, size_t min,
+                           bool within, place_t *pl) {
+  if (best_place(p, o, need, align, min, pl)) return RMMC_SUCCESS;
   if (within && p->regions != NULL)
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: its address space is full");
   rmmc_status_t st = reserve_region(p, need, align);
   if (st != RMMC_SUCCESS) return st;
-  if (!best_place(p, o, need, align, pl))
+  if (!best_place(p, o, need, align, min, pl))
     return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no room in a new reservation");
   return RMMC_SUCCESS;
 }
@@ -313,7 +315,7 @@ static bool place_kept(const kept_t *k) {
 }
 
 static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                           size_t need, size_t align, place_t pl,
+                                           size_t need, size_t align, size_t min, place_t pl,
                                            pool_block_t **out);
 
 /* Trims to `goal`, leaving hole u and the blocks beside it as they are
@@ -324,9 +326,11 @@ static rmmc_status_t trim_keeping_hole(pool_t *p, size_t goal, const pool_block_
 }
 
 static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
-                                size_t align, bool within, pool_block_t **out) {
+                                size_t align, unsigned how, pool_block_t **out) {
+  bool within = how & POOL_GROW_WITHIN;
+  size_t min = how & POOL_GROW_EXACT ? 0 : p->min_growth;
   place_t pl = {0};
-  rmmc_status_t st = place(p, o, need, align, within, &pl);
+  rmmc_status_t st = place(p, o, need, align, min, within, &pl);
   if (st != RMMC_SUCCESS) return st;
   if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
   uint64_t shrinks = p->shrinks;
@@ -357,7 +361,7 @@ static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream,
     /* The hole and its neighbours are as they were and a neighbour only
      * becomes more usable, so the hole still has a place, one that maps no
      * more, or none at all (beside). */
-    if (!best_place(p, o, need, align, &pl))
+    if (!best_place(p, o, need, align, min, &pl))
       return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no place after trimming (a bug)");
     if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
     if (rmmc__pool_admit_max(p, pl.m1 - pl.m0) != POOL_ADMIT_YES) return RMMC_ERROR_OUT_OF_MEMORY;
@@ -367,7 +371,7 @@ static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream,
   kept_t hole = kept_of(pl.u);
   st = map_place(p, o, pl, out);
   if (st == RMMC_ERROR_OUT_OF_MEMORY && !within && place_kept(&hole))
-    st = map_after_giving_back(p, o, stream, need, align, pl, out);
+    st = map_after_giving_back(p, o, stream, need, align, min, pl, out);
   return st;
 }
 
@@ -381,7 +385,7 @@ static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream,
  * upstream refuses again. The trim keeps the hole and its neighbours, so
  * the hole still has a place that maps no more. */
 static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                           size_t need, size_t align, place_t pl,
+                                           size_t need, size_t align, size_t min, place_t pl,
                                            pool_block_t **out) {
   size_t add = pl.m1 - pl.m0;
   /* o's own frees under an event first, so those whose work is done count
@@ -394,14 +398,14 @@ static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStrea
   rmmc__error_restore(&why);
   if (p->shrinks == shrinks) return RMMC_ERROR_OUT_OF_MEMORY;
   p->refusal_trims++;
-  if (!best_place(p, o, need, align, &pl))
+  if (!best_place(p, o, need, align, min, &pl))
     return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no place after trimming (a bug)");
   if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
   return map_place(p, o, pl, out);
 }
 
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
-                             size_t align, bool within, pool_block_t **out) {
+                             size_t align, unsigned how, pool_block_t **out) {
   /* An allocation that passed allocate's gate (a read without a lock) just
    * before a pause reaches here once the pause has taken effect: a growth
    * now would merge with free blocks whose mappings the pause turned off
@@ -412,7 +416,7 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
                           "pool: cannot grow by %zu bytes: the pool is paused (rmmc_pool_pause) "
                           "and holds no memory until rmmc_pool_resume",
                           need);
-  rmmc_status_t st = vm_grow_at(p, o, stream, need, align, within, out);
+  rmmc_status_t st = vm_grow_at(p, o, stream, need, align, how, out);
   if (st == RMMC_SUCCESS) POOL_CHECK(p, *out, rmmc__pool_grown_ok, *out, o, need, true);
   return st;
 }

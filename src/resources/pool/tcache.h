@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The pool's thread cache (internal; tcache.c): which heap of a stream a
+ * thread calls into. Each thread has a number, given on its first call into
+ * any pool; threads on one stream take the stream's heaps in turn (number
+ * modulo the stripes). Each thread caches, in TL_WAYS ways keyed by (pool
+ * id, stream key), the heap it found and the stream's owner, so a call
+ * finds its heap with no lock and no call (heap_cached, inline here for
+ * the hot paths); a miss makes or finds the heap under the shared lock
+ * (rmmc__pool_heap_find). A cached heap may have been retired since: whoever
+ * locks it checks that its owner is still the cached one, and finds the
+ * thread's heap again (rmmc__pool_heap_stale) if not.
+ */
+#ifndef RMMC_POOL_TCACHE_H
+#define RMMC_POOL_TCACHE_H
+
+#include "pool_internal.h"
+
+#define TL_WAYS 8u
+
+typedef struct tl_entry {
+  uint64_t pool;
+  const void *key;
+  pool_sheap_t *heap;  /* may have been retired since: checked under its lock */
+  pool_owner_t *owner; /* the stream's owner, which lives as long as the pool */
+} tl_entry_t;
+
+/* The calling thread's TL_WAYS entries; NULL before its first miss. */
+extern _Thread_local tl_entry_t *rmmc__pool_tl_cache RMMC_TLS_FAST;
+
+/* The calling thread's heap of `stream` (key `key`), made on first use, and
+ * cached for this thread with the stream's owner. */
+rmmc_status_t rmmc__pool_heap_find(pool_t *p, cudaStream_t stream, const void *key,
+                                   pool_sheap_t **out, pool_owner_t **owner);
+/* h was retired (and maybe reused) since this thread cached it: the
+ * thread's heap of the stream again (h is not locked). */
+rmmc_status_t rmmc__pool_heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
+                                    pool_owner_t **o);
+/* o's stream has no heap any more (shared lock held): one of this thread's
+ * stripe (tcache.c says when). */
+rmmc_status_t rmmc__pool_owner_rejoin(pool_t *p, pool_owner_t *o);
+
+static inline unsigned tl_way(uint64_t pool, const void *key) {
+  uint64_t h = (pool ^ (uint64_t)(uintptr_t)key) * UINT64_C(0x9E3779B97F4A7C15);
+  return (unsigned)(h >> 61) & (TL_WAYS - 1);
+}
+
+/* The calling thread's entry for p and stream key `key` (the heap may have
+ * been retired since it was cached: whoever locks it checks that its owner
+ * is still the entry's), or NULL. */
+static inline tl_entry_t *heap_cached(const pool_t *p, const void *key) {
+  tl_entry_t *c = rmmc__pool_tl_cache;
+  if (RMMC_LIKELY(c != NULL)) {
+    tl_entry_t *e = &c[tl_way(p->id, key)];
+    if (RMMC_LIKELY(e->pool == p->id && e->key == key)) return e;
+  }
+  return NULL;
+}
+
+#endif /* RMMC_POOL_TCACHE_H */
