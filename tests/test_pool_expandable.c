@@ -244,6 +244,20 @@ START_TEST(test_pool_vm_random_run_over_host_and_sim) {
   ck_assert_uint_eq(field(r, "reserved"), 0);
   ck_assert_uint_eq(field(sim, "in_use"), 0);
   rmmc_resource_release(r);
+
+  /* Growths of up to 2 GiB on a full device: the default page's larger
+   * segments (up to 256 MiB here), given back and refused. */
+  ck_assert_int_eq(rmmc_stack_create("pool > sim(capacity=6GiB)", -1, &r), RMMC_SUCCESS);
+  sim = rmmc_resource_upstream(r);
+  run = (pool_run_t){.seed = 23u, .steps = 1500, .max_live = 12, .nstreams = 3,
+                     .small_max = 1 * MiB, .max_bytes = (size_t)2 << 30, .max_align = 64 * KiB,
+                     .real = false, .oom_ok = true, .release_every = 200};
+  (void)pool_random_run(r, &run);
+  ck_assert_uint_gt(field(r, "page_unmaps"), 0);
+  ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(r, "reserved"), 0);
+  ck_assert_uint_eq(field(sim, "in_use"), 0);
+  rmmc_resource_release(r);
 }
 END_TEST
 
@@ -401,6 +415,42 @@ START_TEST(test_pool_vm_grows_in_place_within_budget) {
   ck_assert(pool_filled(cache, cache_n, 60));
   free_ok(f.pool, cache, cache_n, NULL);
   fix_close(&f);
+}
+END_TEST
+
+/* The default page (32 MiB): a large growth maps at most 8 segments, each
+ * up to 1 GiB, so refilling a device after empty_cache costs few mapping
+ * calls; it still goes back an eighth at a time, and a given page= is the
+ * most per mapping, as before. Over sim (no memory behind it). */
+static void segments_of_growth(size_t page, size_t n, uint64_t want_maps) {
+  rmmc_sim_options_t so = RMMC_SIM_OPTIONS_INIT;
+  rmmc_resource_t *sim, *pool;
+  ck_assert_int_eq(rmmc_sim_resource_create(&so, &sim), RMMC_SUCCESS);
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.expandable = 1;
+  o.page_size = page;
+  o.small_max = 0;
+  o.address_space = (size_t)64 << 30;
+  ck_assert_int_eq(rmmc_pool_resource_create(sim, &o, &pool), RMMC_SUCCESS);
+  rmmc_resource_release(sim);
+  void *p = alloc_ok(pool, n, NULL);
+  CHECK_POOL(pool);
+  ck_assert_uint_eq(field(pool, "page_maps"), want_maps);
+  ck_assert_uint_eq(field(pool, "mappings"), want_maps);
+  ck_assert_uint_eq(field(pool, "reserved"), n);
+  free_ok(pool, p, n, NULL);
+  ck_assert_int_eq(rmmc_resource_release_cached(pool), RMMC_SUCCESS);
+  ck_assert_uint_eq(field(pool, "page_unmaps"), want_maps); /* every segment went back */
+  ck_assert_uint_eq(field(pool, "reserved"), 0);
+  rmmc_resource_release(pool);
+}
+
+START_TEST(test_pool_vm_default_page_scales_with_the_growth) {
+  segments_of_growth(0, 40 * MiB, 2);                /* 32 MiB + 8 MiB, as a fixed page */
+  segments_of_growth(0, 1024 * MiB, 8);              /* 8 x 128 MiB, not 32 x 32 MiB */
+  segments_of_growth(0, 1000 * MiB, 8);              /* 7 x 125 MiB + the rest */
+  segments_of_growth(0, (size_t)12 << 30, 12);       /* 1 GiB each at most */
+  segments_of_growth(32 * MiB, 1024 * MiB, 32);      /* page= given: 32 MiB each */
 }
 END_TEST
 
@@ -1374,6 +1424,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_pool_vm_large_alignments);
   tcase_add_test(tc, test_pool_vm_grows_in_place_within_budget);
   tcase_add_test(tc, test_pool_vm_budget_trim_spares_the_growth_hole);
+  tcase_add_test(tc, test_pool_vm_default_page_scales_with_the_growth);
   tcase_add_test(tc, test_pool_vm_steady_band_widens_until_rounds_settle);
   tcase_add_test(tc, test_pool_vm_release_cached_keeps_live_pages);
   tcase_add_test(tc, test_pool_vm_phases_repeat_without_mappings);

@@ -229,8 +229,9 @@ extern "C" {
     "expandable", BOOL, INT, "virtual memory when the upstream has it", "",                        \
     "virtual memory (true) or chunks (false)")                                                     \
   /* page=: virtual memory: most bytes one mapping covers, a multiple of the upstream's page (0,   \
-   * the default: 32 MiB, or the upstream's page where that is larger). Memory goes back a whole   \
-   * mapping at a time; a mapping costs about the same whatever its size (~50 us on an H100).      \
+   * the default: 32 MiB, or the upstream's page where that is larger, and a growth of more than   \
+   * 8 such pages maps in 8 equal mappings of up to 1 GiB). Memory goes back a whole mapping at a  \
+   * time; a mapping costs about the same whatever its size (~50 us on an H100).                   \
    */                                                                                              \
   X(size_t, page_size, 0, 0, 0, "page", BYTES, SIZE, "32MiB, or the upstream's page if larger", "",\
     "virtual memory: most bytes one mapping covers")                                               \

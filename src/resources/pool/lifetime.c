@@ -221,6 +221,7 @@ static rmmc_status_t choose_backend(pool_t *p, const rmmc_pool_options_t *o) {
   p->be = &rmmc__pool_vm;
   p->page = up_page;
   p->segment = seg;
+  p->segment_scales = o->page_size == 0;
   size_t align = p->span > up_page ? p->span : up_page;
   p->address_space = rmmc__align_up(space, align);
   p->min_growth =

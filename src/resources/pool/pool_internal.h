@@ -243,6 +243,7 @@ struct pool {
   double slack, split_limit;
   bool release_before_grow, sync_before_peak;
   size_t page, segment, address_space; /* vm: the upstream's page, most bytes per mapping */
+  bool segment_scales; /* vm: page=0: a large growth maps fewer, larger segments (vm.c) */
   /* the shared heap */
   rmmc__lock_t lock __attribute__((aligned(64)));
   bool last_resort;

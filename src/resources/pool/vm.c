@@ -37,6 +37,10 @@
 #include "pool_internal.h"
 #include "vm.h"
 
+/* A growth's mappings: at most this many, up to this size (segment_of). */
+#define VM_SEGMENTS_PER_GROWTH 8u
+#define VM_SEGMENT_MAX ((size_t)1 << 30)
+
 /* ---- holes ---- */
 
 static void hole_add(pool_t *p, pool_block_t *u) {
@@ -173,6 +177,21 @@ static rmmc_status_t reserve_region(pool_t *p, size_t need, size_t align) {
 
 static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out);
 
+/* The most bytes one mapping of a growth of g bytes covers. A mapping's
+ * cost is mostly per call (cuMemCreate + cuMemSetAccess ~50 us, unmap +
+ * release ~60 us, on an H100, whether 2 or 32 MiB), so refilling a device
+ * in 32 MiB mappings after empty_cache (a batch-size finder's retry: ~140
+ * GB, ~4,400 mappings) cost about 0.5 s a round. With the default page a
+ * growth therefore maps in at most VM_SEGMENTS_PER_GROWTH segments of at
+ * least the page, up to VM_SEGMENT_MAX each; it can still go back an
+ * eighth at a time. An explicit page= is the most per mapping, as given. */
+static size_t segment_of(const pool_t *p, size_t g) {
+  if (!p->segment_scales) return p->segment;
+  size_t s = rmmc__align_up(g / VM_SEGMENTS_PER_GROWTH, p->page);
+  if (s > VM_SEGMENT_MAX) s = rmmc__align_up(VM_SEGMENT_MAX, p->page);
+  return s > p->segment ? s : p->segment;
+}
+
 /* Maps [m0, m1) of hole u, in segments, and turns it into a clean free
  * block merged with the usable free blocks beside it. */
 static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
@@ -181,8 +200,9 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
   if (!rmmc__pool_room(p))
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
   rmmc_status_t st = RMMC_SUCCESS;
+  size_t seg = segment_of(p, pl.m1 - pl.m0);
   while (a < pl.m1) {
-    size_t n = pl.m1 - a < p->segment ? pl.m1 - a : p->segment;
+    size_t n = pl.m1 - a < seg ? pl.m1 - a : seg;
     st = rmmc__pool_vm_map_segment(p, r, a, n);
     if (st != RMMC_SUCCESS) break;
     pool_hook_acquire(p, a, n);
