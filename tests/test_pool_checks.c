@@ -244,6 +244,44 @@ START_TEST(test_growth_of_a_paused_pool_is_refused) {
 }
 END_TEST
 
+/* The same race through the fast paths: an allocation that passed the gate
+ * before a discard pause took the heap's hot block or a free large block,
+ * whose pages the pause had unmapped. The pause puts hot blocks back in
+ * their heaps, and both the heap search and the shared heap refuse while
+ * paused (here the gate is lowered again after the pause, as the racing
+ * call saw it). */
+START_TEST(test_allocation_that_raced_a_pause_is_refused) {
+  rmmc_resource_t *pool = vm_pool();
+  pool_t *p = (pool_t *)pool;
+  void *small = NULL, *big = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 1000, 256, NULL, &small), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 8 << 20, 256, NULL, &big), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(pool, small, 1000, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(pool, big, 8 << 20, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_pause(pool, RMMC_POOL_PAUSE_DISCARD, NULL), RMMC_SUCCESS);
+  rmmc__pool_count_route(p, -1); /* the racing call read the gate open */
+  void *q = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 1000, 256, NULL, &q), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(q);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "paused") != NULL, "%s",
+                rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 8 << 20, 256, NULL, &q), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(q);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "paused") != NULL, "%s",
+                rmmc_last_error_message());
+  rmmc__pool_count_route(p, 1);
+  ck_assert_int_eq(rmmc_pool_resume(pool, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 1000, 256, NULL, &q), RMMC_SUCCESS);
+  memset(q, 7, 1000); /* mapped again */
+  ck_assert_int_eq(rmmc_resource_deallocate(pool, q, 1000, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 8 << 20, 256, NULL, &q), RMMC_SUCCESS);
+  memset(q, 7, 8 << 20);
+  ck_assert_int_eq(rmmc_resource_deallocate(pool, q, 8 << 20, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
+  rmmc_resource_release(pool);
+}
+END_TEST
+
 /* Check's own fork mode sees the same abort as a signal. */
 START_TEST(test_abort_is_sigabrt) { moved_block(); }
 END_TEST
@@ -259,6 +297,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_report_sets_the_thread_error);
   tcase_add_test(tc, test_mapped_hole_aborts);
   tcase_add_test(tc, test_growth_of_a_paused_pool_is_refused);
+  tcase_add_test(tc, test_allocation_that_raced_a_pause_is_refused);
   tcase_add_test_raise_signal(tc, test_abort_is_sigabrt, SIGABRT);
   suite_add_tcase(s, tc);
   return s;

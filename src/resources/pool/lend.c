@@ -52,6 +52,7 @@ pool_sheap_t *rmmc__pool_heaps_snapshot(pool_t *p) {
 static bool heap_lend(const pool_request_t *r, pool_sheap_t *x, bool capturing, lend_seen_t *seen,
                       void **out) {
   pool_t *p = r->p;
+  if (__atomic_load_n(&p->paused, __ATOMIC_RELAXED)) return false; /* raced a pause (exact: x locked) */
   size_t need = r->n + (r->align - POOL_GRANULE);
   size_t largest = rmmc__tlsf_largest(&x->idx);
   if (x->hot != NULL && pool_bsize(x->hot) > largest) largest = pool_bsize(x->hot);
