@@ -710,6 +710,14 @@ static void build_stack(void) {
   if (spy_create(RMMC_MEMORY_HOST, &g.other) != RMMC_SUCCESS) FAIL("spy_create");
   g.hooks_cur = -1;
   g.registry = REG_NONE;
+  /* With a GPU, nothing set means the device's real default, which the
+   * model's made-up streams must not reach: the other resource instead. */
+  if (rmmc_device_count() > 0) {
+    rmmc_resource_t *prev = NULL;
+    if (rmmc_set_device_resource(0, g.other, &prev) != RMMC_SUCCESS) FAIL("set_device_resource");
+    rmmc_resource_release(prev);
+    g.registry = REG_OTHER;
+  }
 }
 
 /* What the base holds for the stack now. */
@@ -947,12 +955,7 @@ static void op_alloc(worker_t *w, int route) {
     logf_("t%d %s alloc %zu key %u with the registry on %s: %p", w->id, route_names[route], n, key,
           registry == REG_NONE ? "nothing" : "the other resource", p);
     if (registry == REG_NONE) {
-      /* Nothing set: the device's process default serves it where there
-       * is a device (a GPU machine), and nothing can without one. */
-      if (p != NULL && rmmc_device_count() == 0)
-        FAIL("the %s plug-in allocated %p with no resource set", route_names[route], p);
-      if (p != NULL && route == R_TORCH) rmmc_torch_free(p, n, 0, stream_of(key));
-      else if (p != NULL) rmmc_cupy_free((void *)stream_of(key), p, 0);
+      if (p != NULL) FAIL("the %s plug-in allocated %p with no resource set", route_names[route], p);
       return;
     }
     if (p == NULL) FAIL("the %s plug-in refused %zu bytes from a spy: %s", route_names[route], n,
