@@ -302,16 +302,16 @@ START_TEST(test_options_pool_builder_fills_every_kind) {
                                      -1, &r),
                    RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "small_max"), 64 << 10);
-  ck_assert_uint_eq(field(r, "span_size"), 128 << 10);
-  ck_assert_uint_eq(field(r, "heap_cache"), 256 << 10);
-  ck_assert_uint_eq(field(r, "limit"), 64 << 20);
+  ck_assert_uint_eq(field(r, "small_chunk"), 128 << 10);
+  ck_assert_uint_eq(field(r, "cache_size"), 256 << 10);
+  ck_assert_uint_eq(field(r, "maximum_size"), 64 << 20);
   uint64_t page;
   ck_assert(!rmmc_resource_get_field(r, "page", &page)); /* chunks: no virtual memory */
   rmmc_resource_release(r);
   ck_assert_int_eq(rmmc_stack_create("pool(max=50%, expandable=true) > host", -1, &r),
                    RMMC_SUCCESS);
   ck_assert(rmmc_resource_get_field(r, "page", &page)); /* virtual memory */
-  ck_assert_uint_gt(field(r, "limit"), 0);
+  ck_assert_uint_gt(field(r, "maximum_size"), 0);
   rmmc_resource_release(r);
 }
 END_TEST
