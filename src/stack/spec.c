@@ -133,7 +133,8 @@ static void list_aliases(const rmmc__spec_entry_t *e, const rmmc__spec_option_t 
   size_t n = 0;
   if (len > 0) buf[0] = '\0';
   for (const rmmc__spec_alias_t *a = rmmc__spec_aliases; a->layer != NULL; a++)
-    if (strcmp(a->layer, e->name) == 0 && a->alias != NULL && strcmp(a->name, o->name) == 0 && n < len)
+    if (strcmp(a->layer, e->name) == 0 && a->alias != NULL && strcmp(a->name, o->name) == 0 &&
+        n < len)
       n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", a->alias);
 }
 
@@ -288,8 +289,9 @@ static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
     if (before != NULL && strcmp(before->key, key) == 0)
       return parse_error(p, kcol, klen, "option '%s' given twice", key);
     if (before != NULL)
-      return parse_error(p, kcol, klen, "option '%s' given twice (as '%s' before: another name for it)",
-                         key, before->key);
+      return parse_error(p, kcol, klen,
+                         "option '%s' given twice (as '%s' before: another name for it)", key,
+                         before->key);
     if (l->args.count == RMMC__SPEC_MAX_ARGS)
       return parse_error(p, kcol, klen, "too many options");
     skip_space(p);
