@@ -58,9 +58,9 @@ START_TEST(test_arena_is_the_pool_with_its_options) {
   ck_assert_int_eq(rmmc_arena_resource_create(spy, NULL, &r), RMMC_SUCCESS);
   ck_assert_str_eq(rmmc_resource_name(r), "arena");
   ck_assert_ptr_eq(rmmc_resource_upstream(r), spy);
-  ck_assert_uint_eq(field(r, "span_size"), 16 * MiB);
+  ck_assert_uint_eq(field(r, "small_chunk"), 16 * MiB);
   ck_assert_uint_eq(field(r, "small_max"), 4 * MiB);
-  ck_assert_uint_eq(field(r, "heap_cache"), 16 * MiB);
+  ck_assert_uint_eq(field(r, "cache_size"), 16 * MiB);
   ck_assert_uint_eq(field(r, "reserved"), 0); /* nothing taken before the first allocate */
   void *p;
   ck_assert_int_eq(rmmc_resource_allocate(r, 4 * MiB, 256, S1, &p), RMMC_SUCCESS);
@@ -81,10 +81,10 @@ START_TEST(test_arena_is_the_pool_with_its_options) {
   o.chunk_size = 8 * MiB;
   o.max_size = 64 * MiB;
   ck_assert_int_eq(rmmc_arena_resource_create(spy, &o, &r), RMMC_SUCCESS);
-  ck_assert_uint_eq(field(r, "span_size"), MiB);
+  ck_assert_uint_eq(field(r, "small_chunk"), MiB);
   ck_assert_uint_eq(field(r, "small_max"), 256 * KiB);
-  ck_assert_uint_eq(field(r, "heap_cache"), 3 * MiB);
-  ck_assert_uint_eq(field(r, "limit"), 64 * MiB);
+  ck_assert_uint_eq(field(r, "cache_size"), 3 * MiB);
+  ck_assert_uint_eq(field(r, "maximum_size"), 64 * MiB);
   ck_assert_int_eq(rmmc_resource_allocate(r, 1, 256, S1, &p), RMMC_SUCCESS);
   ck_assert_uint_eq(spy_counts(spy_of(spy)).last_bytes, 8 * MiB); /* chunk_size: one growth */
   ck_assert_int_eq(rmmc_resource_deallocate(r, p, 1, 256, S1), RMMC_SUCCESS);
@@ -95,7 +95,7 @@ START_TEST(test_arena_is_the_pool_with_its_options) {
   rmmc_resource_release(r);
   /* keep_superblocks=0: a stream heap keeps no wholly free span. */
   r = make_small(spy, 0);
-  ck_assert_uint_eq(field(r, "heap_cache"), 0);
+  ck_assert_uint_eq(field(r, "cache_size"), 0);
   ck_assert_int_eq(rmmc_resource_allocate(r, 100 * KiB, 256, S1, &p), RMMC_SUCCESS);
   ck_assert_int_eq(rmmc_resource_deallocate(r, p, 100 * KiB, 256, S1), RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "cached"), 0);
@@ -532,16 +532,16 @@ START_TEST(test_arena_spec) {
   rmmc_resource_t *r;
   ck_assert_int_eq(rmmc_stack_create("arena > host", -1, &r), RMMC_SUCCESS);
   ck_assert_str_eq(rmmc_resource_name(r), "arena");
-  ck_assert_uint_eq(field(r, "span_size"), 16 * MiB);
+  ck_assert_uint_eq(field(r, "small_chunk"), 16 * MiB);
   rmmc_resource_release(r);
   ck_assert_int_eq(rmmc_stack_create("arena(superblock=1MiB, chunk=16MiB, max=64MiB, keep=0) > "
                                      "pool(expandable=false) > host",
                                      -1, &r),
                    RMMC_SUCCESS);
-  ck_assert_uint_eq(field(r, "span_size"), MiB);
+  ck_assert_uint_eq(field(r, "small_chunk"), MiB);
   ck_assert_uint_eq(field(r, "small_max"), 256 * KiB);
-  ck_assert_uint_eq(field(r, "heap_cache"), 0);
-  ck_assert_uint_eq(field(r, "limit"), 64 * MiB);
+  ck_assert_uint_eq(field(r, "cache_size"), 0);
+  ck_assert_uint_eq(field(r, "maximum_size"), 64 * MiB);
   void *p;
   ck_assert_int_eq(rmmc_resource_allocate(r, 256 * KiB, 256, NULL, &p), RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "reserved"), 16 * MiB); /* one chunk of 16 MiB */
@@ -560,7 +560,7 @@ START_TEST(test_arena_spec) {
   expect_spec_error("arena(max=1MiB) > host", RMMC_ERROR_INVALID_ARGUMENT, "below one superblock");
   expect_spec_error("arena(max=200%) > host", RMMC_ERROR_PARSE, "percentage in (0, 100]");
   /* cache= (the per-thread arenas' large-block cache) is gone. */
-  expect_spec_error("arena(cache=0) > host", RMMC_ERROR_PARSE, "it takes: superblock, chunk, max, keep");
+  expect_spec_error("arena(cache=0) > host", RMMC_ERROR_PARSE, "it takes: superblock_size, chunk, max_size, keep");
 }
 END_TEST
 

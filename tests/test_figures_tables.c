@@ -125,10 +125,12 @@ START_TEST(test_figures_pool_rows_are_well_formed) {
   }
   ck_assert_int_eq(rmmc__figure_of(RMMC__FIG(CACHED)), RMMC__FIG_CACHED);
   /* The keys as released, in order: Python and the tools read them by
-   * name, and reports print them in this order. */
+   * name, and reports print them in this order. maximum_size, small_chunk
+   * and cache_size were limit, span_size and heap_cache before they took
+   * their options' names (get_field still finds them by the old keys). */
   static const char *const released[] = {
-      "reserved", "in_use", "free", "peak", "reserved_peak", "largest_free", "limit",
-      "small_max", "span_size", "heap_cache", "cached", "pending", "regions", "graph_pools",
+      "reserved", "in_use", "free", "peak", "reserved_peak", "largest_free", "maximum_size",
+      "small_max", "small_chunk", "cache_size", "cached", "pending", "regions", "graph_pools",
       "graph_bytes", "spans", "heaps", "heaps_retired", "grows", "shrinks", "adoptions",
       "release_band", "peers", "device_syncs", "event_records", "event_waits", "event_queries",
       "event_syncs"};
@@ -163,7 +165,7 @@ static void check_describe(const char *spec, bool limited) {
     const frow_t *row = &pool_rows[i];
     if (strcmp(row->where, "STRUCT") == 0) continue;
     if (strcmp(row->where, "DESCRIBE_IF_SET") == 0) {
-      bool set = strcmp(row->name, "limit") == 0 && limited; /* peers: never on the host */
+      bool set = strcmp(row->name, "maximum_size") == 0 && limited; /* peers: never on the host */
       if (!set) {
         ck_assert_msg(at >= s.n || strcmp(s.key[at], row->name) != 0, "%s: %s reported unset",
                       spec, row->name);
@@ -185,7 +187,7 @@ static void check_describe(const char *spec, bool limited) {
     ck_assert_int_eq(s.kind[at + 1 + k], RMMC_FIELD_COUNT);
   }
   ck_assert_str_eq(s.key[at + 1 + NSTREAM_KEYS], "backend");
-  if (limited) ck_assert_uint_eq(*seen_value(&s, "limit"), 64 << 20);
+  if (limited) ck_assert_uint_eq(*seen_value(&s, "maximum_size"), 64 << 20);
   /* Each member holds what describe reports under its key (nothing moved
    * in between). */
   rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;

@@ -540,7 +540,7 @@ START_TEST(test_gpu_pool_spec_and_limits) {
   size_t free0, total;
   ck_assert_int_eq(rmmc_device_memory_info(-1, &free0, &total), RMMC_SUCCESS);
   rmmc_resource_t *r = stack("pool(initial=32MiB, max=50%) > cuda");
-  uint64_t limit = field(r, "limit");
+  uint64_t limit = field(r, "maximum_size");
   ck_assert_uint_gt(limit, 32 * MiB);
   ck_assert_uint_le(limit, free0 / 2 + MiB);
   ck_assert_uint_eq(field(r, "reserved"), 32 * MiB);

@@ -14,6 +14,8 @@
 #include "rmmc/rmmc.h"
 #include "test_main.h"
 #include "test_util.h"
+/* The alias table itself (internal, so compiled in here rather than linked). */
+#include "stack/spec_aliases.c"
 
 /* One row of a table, as the test sees it. */
 typedef struct row {
@@ -302,16 +304,16 @@ START_TEST(test_options_pool_builder_fills_every_kind) {
                                      -1, &r),
                    RMMC_SUCCESS);
   ck_assert_uint_eq(field(r, "small_max"), 64 << 10);
-  ck_assert_uint_eq(field(r, "span_size"), 128 << 10);
-  ck_assert_uint_eq(field(r, "heap_cache"), 256 << 10);
-  ck_assert_uint_eq(field(r, "limit"), 64 << 20);
+  ck_assert_uint_eq(field(r, "small_chunk"), 128 << 10);
+  ck_assert_uint_eq(field(r, "cache_size"), 256 << 10);
+  ck_assert_uint_eq(field(r, "maximum_size"), 64 << 20);
   uint64_t page;
   ck_assert(!rmmc_resource_get_field(r, "page", &page)); /* chunks: no virtual memory */
   rmmc_resource_release(r);
   ck_assert_int_eq(rmmc_stack_create("pool(max=50%, expandable=true) > host", -1, &r),
                    RMMC_SUCCESS);
   ck_assert(rmmc_resource_get_field(r, "page", &page)); /* virtual memory */
-  ck_assert_uint_gt(field(r, "limit"), 0);
+  ck_assert_uint_gt(field(r, "maximum_size"), 0);
   rmmc_resource_release(r);
 }
 END_TEST
@@ -556,10 +558,54 @@ START_TEST(test_options_builders_check_moved_ranges) {
 }
 END_TEST
 
+/* Every alias row names an option of its layer's public table, by the
+ * key the table gives it, and an alias that is no option's key of that
+ * layer nor another row's; each alias and each `none` parses. */
+#define ALIAS_KEY(type, field, def, lo, hi, key, ...) key,
+static const char *const pool_keys[] = {RMMC_POOL_OPTIONS(ALIAS_KEY)};
+static const char *const arena_keys[] = {RMMC_ARENA_OPTIONS(ALIAS_KEY)};
+#undef ALIAS_KEY
+
+static bool has_key(const char *const *keys, size_t n, const char *word) {
+  for (size_t i = 0; i < n; i++)
+    if (keys[i] != NULL && strcmp(keys[i], word) == 0) return true;
+  return false;
+}
+
+START_TEST(test_options_aliases_name_real_options) {
+  size_t rows = 0;
+  for (const rmmc__spec_alias_t *a = rmmc__spec_aliases; a->layer != NULL; a++, rows++) {
+    bool pool = strcmp(a->layer, "pool") == 0;
+    ck_assert_msg(pool || strcmp(a->layer, "arena") == 0, "alias row for layer %s", a->layer);
+    const char *const *keys = pool ? pool_keys : arena_keys;
+    size_t n = pool ? sizeof pool_keys / sizeof *pool_keys : sizeof arena_keys / sizeof *arena_keys;
+    ck_assert_msg(has_key(keys, n, a->name), "%s has no option %s", a->layer, a->name);
+    char spec[128];
+    if (a->alias != NULL) {
+      ck_assert_msg(!has_key(keys, n, a->alias), "%s: alias %s is an option", a->layer, a->alias);
+      for (const rmmc__spec_alias_t *b = rmmc__spec_aliases; b != a; b++)
+        ck_assert_msg(b->alias == NULL || strcmp(b->layer, a->layer) != 0 ||
+                          strcmp(b->alias, a->alias) != 0,
+                      "%s: alias %s twice", a->layer, a->alias);
+      snprintf(spec, sizeof spec, "%s(%s=1MiB) > host", a->layer, a->alias);
+      ck_assert_msg(rmmc_stack_validate(spec) == RMMC_SUCCESS, "%s: %s", spec,
+                    rmmc_last_error_message());
+    }
+    if (a->no_limit) {
+      snprintf(spec, sizeof spec, "%s(%s=none) > host", a->layer, a->name);
+      ck_assert_msg(rmmc_stack_validate(spec) == RMMC_SUCCESS, "%s: %s", spec,
+                    rmmc_last_error_message());
+    }
+  }
+  ck_assert_uint_eq(rows, 4);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("options_tables");
   TCase *tc = tcase_create("host");
   tcase_add_test(tc, test_options_pool_table_matches_the_header);
+  tcase_add_test(tc, test_options_aliases_name_real_options);
   tcase_add_test(tc, test_options_aligned_table_matches_the_header);
   tcase_add_test(tc, test_options_fixed_size_table_matches_the_header);
   tcase_add_test(tc, test_options_arena_table_matches_the_header);

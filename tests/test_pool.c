@@ -2010,7 +2010,7 @@ START_TEST(test_pool_spec_entry_takes_every_option) {
   ck_assert(pool_text(r, "backend", backend, sizeof backend));
   ck_assert_str_eq(backend, "chunks");
   ck_assert_uint_eq(field(r, "reserved"), 2 * MiB);
-  ck_assert_uint_eq(field(r, "limit"), 64 * MiB);
+  ck_assert_uint_eq(field(r, "maximum_size"), 64 * MiB);
   void *p;
   ck_assert_int_eq(rmmc_resource_allocate(r, 3 * MiB, 256, NULL, &p), RMMC_SUCCESS);
   pool_fill(p, 3 * MiB, 3);
@@ -2038,7 +2038,7 @@ START_TEST(test_pool_spec_entry_takes_every_option) {
   rmmc_resource_release(r);
   /* A percentage of the host's memory. */
   ck_assert_int_eq(rmmc_stack_create("pool(max=50%) > host", -1, &r), RMMC_SUCCESS);
-  ck_assert_uint_gt(field(r, "limit"), 0);
+  ck_assert_uint_gt(field(r, "maximum_size"), 0);
   rmmc_resource_release(r);
   ck_assert_int_eq(rmmc_stack_create("pool > host", -1, &r), RMMC_SUCCESS);
   rmmc_resource_release(r);

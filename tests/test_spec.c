@@ -3,6 +3,8 @@
  * Stack specs: parsing, errors that point at the offending word, sizes,
  * building host stacks. Host suite.
  */
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +211,172 @@ START_TEST(test_stack_help_lists_everything) {
 }
 END_TEST
 
+/* Every figure describe reports for `spec` (a pool or arena over host
+ * memory, unused), as "key=value" lines into buf. */
+typedef struct {
+  char *buf;
+  size_t len, n;
+} figures_text_t;
+
+static void add_figure(void *ctx, const rmmc_field_t *f) {
+  figures_text_t *t = ctx;
+  int w = f->kind == RMMC_FIELD_TEXT
+              ? snprintf(t->buf + t->n, t->len - t->n, "%s=%s\n", f->key, f->text)
+              : snprintf(t->buf + t->n, t->len - t->n, "%s=%llu\n", f->key,
+                         (unsigned long long)f->value);
+  ck_assert_int_gt(w, 0);
+  ck_assert_uint_lt(t->n + (size_t)w, t->len);
+  t->n += (size_t)w;
+}
+
+static void figures_of(const char *spec, char *buf, size_t len) {
+  rmmc_resource_t *r = NULL;
+  ck_assert_msg(rmmc_stack_create(spec, -1, &r) == RMMC_SUCCESS, "%s: %s", spec,
+                rmmc_last_error_message());
+  figures_text_t t = {buf, len, 0};
+  buf[0] = '\0';
+  rmmc_resource_describe(r, add_figure, &t);
+  rmmc_resource_release(r);
+}
+
+static void expect_same_stack(const char *a, const char *b) {
+  static char fa[8192], fb[8192];
+  figures_of(a, fa, sizeof fa);
+  figures_of(b, fb, sizeof fb);
+  ck_assert_msg(strcmp(fa, fb) == 0, "'%s' and '%s' differ:\n%s\n--\n%s", a, b, fa, fb);
+}
+
+static uint64_t figure(const char *spec, const char *key, bool *found) {
+  rmmc_resource_t *r = NULL;
+  ck_assert_msg(rmmc_stack_create(spec, -1, &r) == RMMC_SUCCESS, "%s: %s", spec,
+                rmmc_last_error_message());
+  uint64_t v = 0;
+  *found = rmmc_resource_get_field(r, key, &v);
+  rmmc_resource_release(r);
+  return v;
+}
+
+/* Words specs took before the options had their members' names still
+ * give the same options. */
+START_TEST(test_spec_aliases_give_the_same_options) {
+  expect_same_stack("pool(max=64MiB, cache=256KiB) > host",
+                    "pool(maximum_size=64MiB, cache_size=256KiB) > host");
+  expect_same_stack("arena(superblock=1MiB, max=64MiB) > host",
+                    "arena(superblock_size=1MiB, max_size=64MiB) > host");
+  bool found;
+  ck_assert_uint_eq(figure("pool(max=64MiB) > host", "maximum_size", &found), 64 << 20);
+  ck_assert(found);
+  ck_assert_uint_eq(figure("pool(cache=256KiB) > host", "cache_size", &found), 256 << 10);
+  ck_assert_uint_eq(figure("arena(superblock=1MiB) > host", "small_chunk", &found), 1 << 20);
+  ck_assert_uint_eq(figure("arena(max_size=32MiB) > host", "maximum_size", &found), 32 << 20);
+  ck_assert(found);
+  /* One option under two names is given twice. */
+  expect_parse_error("pool(max=1GiB, maximum_size=2GiB) > host",
+                     "option 'maximum_size' given twice (as 'max' before", 16);
+  expect_parse_error("arena(superblock_size=1MiB, superblock=2MiB) > host",
+                     "option 'superblock' given twice (as 'superblock_size' before", 29);
+  expect_parse_error("pool(cache=1MiB, cache=2MiB) > host", "option 'cache' given twice", 18);
+  /* Messages quote the name as written. */
+  expect_parse_error("pool(max=200%) > host", "'max' wants a percentage", 10);
+  expect_parse_error("pool(maximum_size=200%) > host", "'maximum_size' wants a percentage", 19);
+  rmmc_resource_t *r = (rmmc_resource_t *)1;
+  ck_assert_int_eq(rmmc_stack_create("arena(superblock=32KiB) > host", -1, &r),
+                   RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(r);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "arena: superblock=32KiB is out of"));
+  ck_assert_int_eq(rmmc_stack_create("arena(superblock_size=32KiB) > host", -1, &r),
+                   RMMC_ERROR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "arena: superblock_size=32KiB is out"));
+  /* An alias belongs to its layer: binning's max is its own option. */
+  expect_parse_error("fixed_size(max=1MiB) > host", "fixed_size has no option 'max'", 12);
+  /* A misspelled alias is suggested as written. */
+  expect_parse_error("pool(mxa=1GiB) > host", "did you mean 'max'?", 6);
+}
+END_TEST
+
+/* `none`: no limit, in the pool's and the arena's size limits alike,
+ * whatever number their structs use for it. */
+START_TEST(test_spec_none_is_no_limit) {
+  const char *none[] = {"pool(max=none) > host", "pool(maximum_size=None) > host",
+                        "arena(max=NONE) > host", "arena(max_size=none) > host"};
+  for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+    bool found = true;
+    (void)figure(none[i], "maximum_size", &found);
+    ck_assert_msg(!found, "%s: a maximum_size is reported", none[i]);
+  }
+  expect_same_stack("pool(max=none) > host", "pool > host");
+  expect_same_stack("pool(max=0) > host", "pool > host");
+  expect_same_stack("arena(max=none) > host", "arena > host");
+  expect_same_stack("arena(max=18446744073709551615) > host", "arena > host");
+  /* It is no size elsewhere. */
+  expect_parse_error("pool(initial=none) > host", "'none' is not a size", 14);
+  expect_parse_error("pool(cache_size=none) > host", "'none' is not a size", 17);
+  expect_parse_error("pool(max=nothing) > host", "'nothing' is not a size", 10);
+  /* A stack with none can take all its upstream serves. */
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create("pool(max=none, expandable=false) > host", -1, &r),
+                   RMMC_SUCCESS);
+  void *p;
+  ck_assert_int_eq(rmmc_resource_allocate(r, (size_t)64 << 20, 256, NULL, &p), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, (size_t)64 << 20, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+END_TEST
+
+/* The help names each option's aliases and `none`. */
+START_TEST(test_spec_help_lists_aliases) {
+  char buf[16384];
+  ck_assert_int_eq(rmmc_stack_help_resource("pool", buf, sizeof buf, NULL), RMMC_SUCCESS);
+  const char *line = strstr(buf, "\n  maximum_size ");
+  ck_assert_ptr_nonnull(line);
+  const char *end = strchr(line + 1, '\n');
+  ck_assert_ptr_nonnull(strstr(line, "(also written max; none: no limit)\n"));
+  ck_assert(strstr(line, "(also written max; none: no limit)\n") + 35 == end + 1);
+  ck_assert_ptr_nonnull(strstr(buf, "(also written cache)\n"));
+  ck_assert_int_eq(rmmc_stack_help_resource("arena", buf, sizeof buf, NULL), RMMC_SUCCESS);
+  ck_assert_ptr_nonnull(strstr(buf, "(also written superblock)\n"));
+  ck_assert_ptr_nonnull(strstr(buf, "(also written max; none: no limit)\n"));
+  ck_assert_int_eq(rmmc_stack_help_resource("binning", buf, sizeof buf, NULL), RMMC_SUCCESS);
+  ck_assert_ptr_null(strstr(buf, "also written"));
+}
+END_TEST
+
+/* The pool's figures named after its options; the keys they had before
+ * still find them through get_field. */
+START_TEST(test_spec_renamed_figures_found_by_old_keys) {
+  rmmc_resource_t *r;
+  ck_assert_int_eq(rmmc_stack_create("pool(maximum_size=64MiB, small_chunk=128KiB, small_max=64KiB, "
+                                     "cache_size=256KiB) > host",
+                                     -1, &r),
+                   RMMC_SUCCESS);
+  const char *keys[][2] = {{"maximum_size", "limit"},
+                           {"small_chunk", "span_size"},
+                           {"cache_size", "heap_cache"}};
+  const uint64_t want[] = {64 << 20, 128 << 10, 256 << 10};
+  for (size_t i = 0; i < 3; i++) {
+    uint64_t now = 0, old = 0;
+    ck_assert(rmmc_resource_get_field(r, keys[i][0], &now));
+    ck_assert(rmmc_resource_get_field(r, keys[i][1], &old));
+    ck_assert_uint_eq(now, want[i]);
+    ck_assert_uint_eq(old, want[i]);
+  }
+  rmmc_resource_release(r);
+  /* An unlimited pool has neither; the limiting adaptor keeps its own limit. */
+  ck_assert_int_eq(rmmc_stack_create("pool > host", -1, &r), RMMC_SUCCESS);
+  uint64_t v = 7;
+  ck_assert(!rmmc_resource_get_field(r, "limit", &v));
+  ck_assert(!rmmc_resource_get_field(r, "maximum_size", &v));
+  ck_assert_uint_eq(v, 7);
+  rmmc_resource_release(r);
+  ck_assert_int_eq(rmmc_stack_create("limiting(limit=1MiB) > pool(max=4MiB) > host", -1, &r),
+                   RMMC_SUCCESS);
+  ck_assert(rmmc_resource_get_field(r, "limit", &v));
+  ck_assert_uint_eq(v, 1 << 20);
+  ck_assert(!rmmc_resource_get_field(r, "maximum_size", &v));
+  rmmc_resource_release(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("spec");
   TCase *tc = tcase_create("host");
@@ -219,6 +387,10 @@ int main(void) {
   tcase_add_test(tc, test_stack_help_lists_everything);
   tcase_add_test(tc, test_spec_out_of_range_values_are_quoted);
   tcase_add_test(tc, test_spec_long_values);
+  tcase_add_test(tc, test_spec_aliases_give_the_same_options);
+  tcase_add_test(tc, test_spec_none_is_no_limit);
+  tcase_add_test(tc, test_spec_help_lists_aliases);
+  tcase_add_test(tc, test_spec_renamed_figures_found_by_old_keys);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

@@ -40,7 +40,7 @@ START_TEST(test_spec_hints_did_you_mean_an_option) {
             "pool has no option 'inital'; did you mean 'initial'?");
   expect_in(parse_message("limiting(limt=1GiB) > host"), "did you mean 'limit'?");
   const char *far = parse_message("pool(colour=blue) > host");
-  expect_in(far, "pool has no option 'colour' (it takes: initial, max");
+  expect_in(far, "pool has no option 'colour' (it takes: initial, maximum_size, ");
   ck_assert_ptr_null(strstr(far, "did you mean"));
 }
 END_TEST
@@ -51,7 +51,7 @@ START_TEST(test_spec_hints_option_list_is_whole) {
   expect_in(parse_message("pool(colour=blue) > host"),
             ", checkpoint_every, release_band) at column 6");
   expect_in(parse_message("pool(inital=1GiB) > host"),
-            "did you mean 'initial'? (it takes: initial, max, min_growth, ");
+            "did you mean 'initial'? (it takes: initial, maximum_size, min_growth, ");
   expect_in(parse_message("pool(inital=1GiB) > host"), "checkpoint_every, release_band) at column 6");
 }
 END_TEST

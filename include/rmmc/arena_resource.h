@@ -27,7 +27,8 @@
  * larger ones to the shared heap. chunk_size: fewest bytes one growth takes
  * from the upstream (the pool's min_growth; default 0: the pool's own, which
  * maps just the shortfall on virtual memory). max_size: the pool's
- * maximum_size (0: no limit; at least one superblock). keep_superblocks:
+ * maximum_size (0, the default, or SIZE_MAX: no limit; at least one
+ * superblock; the pool's own default is SIZE_MAX). keep_superblocks:
  * wholly free spans a stream heap keeps (default 1; 0 gives each back to
  * the shared heap at once, so a thread that allocates and frees one block
  * over and over takes a span each time). large_cache_size is no longer
@@ -50,15 +51,17 @@ extern "C" {
  * C type, name, default (the _INIT value), range for the create (min, max;
  * 0, 0: none), then its stack-spec option (rmmc/options.h: the columns). */
 #define RMMC_ARENA_OPTIONS(X)                                                                      \
-  /* span of a stream heap, power of two, 64 KiB to 1 GiB (default 16 MiB) */                      \
+  /* superblock_size= (also written superblock=): span of a stream heap, the pool's small_chunk,   \
+   * a power of two, 64 KiB to 1 GiB (default 16 MiB) */                                           \
   X(size_t, superblock_size, (size_t)16 << 20, (size_t)64 << 10, (size_t)1 << 30,                  \
-    "superblock", BYTES, SIZE, "16MiB", "",                                                        \
+    "superblock_size", BYTES, SIZE, "16MiB", "",                                                   \
     "span of a stream heap, a power of two; requests up to a quarter of it stay in the heaps")     \
   /* fewest bytes one growth takes from the upstream (default 0: the pool's own) */                \
   X(size_t, chunk_size, 0, 0, (size_t)1 << 47, "chunk", BYTES, SIZE, "the pool's", "",             \
     "fewest bytes one growth takes from the upstream")                                             \
-  /* most taken from the upstream (default 0: no limit) */                                         \
-  X(size_t, max_size, 0, 0, 0, "max", BYTES_PCT, SIZE, "no limit", "",                             \
+  /* max_size= (also written max=): most taken from the upstream (default 0: no limit; SIZE_MAX    \
+   * too, and `none` in a spec) */                                                                 \
+  X(size_t, max_size, 0, 0, 0, "max_size", BYTES_PCT, SIZE, "no limit", "",                        \
     "most taken from the upstream")                                                                \
   /* wholly free spans a stream heap keeps (default 1) */                                          \
   X(size_t, keep_superblocks, 1, 0, INT64_MAX, "keep", INT, SIZE, "1", "superblocks",              \

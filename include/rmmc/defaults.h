@@ -14,8 +14,8 @@
  *                     and ranges (`0,2`, `1-3`) or `*`; an item without a
  *                     device list (or `*`) serves every device no other item
  *                     names, devices named nowhere get the plain cuda
- *                     resource. RMMC_ALLOC_CONF="pool > cuda; 1: pool(max=
- *                     40GiB) > cuda" gives device 1 a capped pool and every
+ *                     resource. RMMC_ALLOC_CONF="pool > cuda; 1: pool(
+ *                     maximum_size=40GiB) > cuda" gives device 1 a capped pool and every
  *                     other device a plain one. A device named twice, two
  *                     items for every device or a list that does not parse
  *                     is a parse error like a bad spec.

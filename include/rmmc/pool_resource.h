@@ -156,11 +156,12 @@ extern "C" {
   /* initial=: bytes reserved (mapped) at creation (default 0; at most 128 TiB). */                \
   X(size_t, initial_size, 0, 0, (size_t)1 << 47, "initial", BYTES_PCT, SIZE, "0", "",              \
     "bytes reserved at creation")                                                                  \
-  /* max=: most bytes ever reserved from the upstream (default SIZE_MAX and 0 both mean no         \
-   * limit). Specs also take a percentage of the device's free memory (of the host's memory for    \
-   * host upstreams).                                                                              \
+  /* maximum_size= (also written max=): most bytes ever reserved from the upstream. No limit:      \
+   * SIZE_MAX (the default) or 0 here, `none` in a spec (the arena's max_size has the same         \
+   * three, with 0 its default). Specs also take a percentage of the device's free memory (of the  \
+   * host's memory for host upstreams).                                                            \
    */                                                                                              \
-  X(size_t, maximum_size, SIZE_MAX, 0, 0, "max", BYTES_PCT, SIZE, "no limit", "",                  \
+  X(size_t, maximum_size, SIZE_MAX, 0, 0, "maximum_size", BYTES_PCT, SIZE, "no limit", "",         \
     "most bytes reserved from the upstream")                                                       \
   /* min_growth=: chunks: fewest bytes one growth takes; larger requests grow by their own size.   \
    * Virtual memory: growth maps the shortfall, at least this many bytes.                          \
@@ -241,12 +242,13 @@ extern "C" {
    */                                                                                              \
   X(size_t, address_space, 0, 0, 0, "address_space", BYTES, SIZE, "max, else 2x memory", "",       \
     "virtual memory: bytes of one reservation")                                                    \
-  /* cache=: wholly free span bytes a stream heap keeps (default 8 MiB: two spans; more go back    \
-   * to the shared heap at once). Below one span (small_chunk) a heap keeps none, and a thread     \
-   * that allocates and frees one block takes a span and gives it back every time (on the H100     \
-   * with small_chunk=16MiB and this default: 182 ns per pair call, 28 ns with cache=16MiB).       \
+  /* cache_size= (also written cache=): wholly free span bytes a stream heap keeps (default 8 MiB: \
+   * two spans; more go back to the shared heap at once). Below one span (small_chunk) a heap      \
+   * keeps none, and a thread that allocates and frees one block takes a span and gives it back    \
+   * every time (on the H100 with small_chunk=16MiB and this default: 182 ns per pair call, 28 ns  \
+   * with cache_size=16MiB).                                                                       \
    */                                                                                              \
-  X(size_t, cache_size, (size_t)8 << 20, 0, 0, "cache", BYTES, SIZE, "8MiB", "",                   \
+  X(size_t, cache_size, (size_t)8 << 20, 0, 0, "cache_size", BYTES, SIZE, "8MiB", "",              \
     "wholly free span bytes a stream heap keeps")                                                  \
   /* stream_heaps=: most heaps per stream: threads sharing a stream take its heaps in turn         \
    * (thread number modulo this), so they do not share a lock (default 0: the machine's online     \
@@ -286,7 +288,10 @@ extern "C" {
     "steady state: the band past the budget widens from 3 to this while growths give back")
 
 /* Pool options. Stack specs name them in parentheses (`pool(initial=1GiB,
- * max=80%)`): the spec option name is given first on each line. */
+ * maximum_size=80%)`): the spec option name is given first on each line.
+ * Where it differs from the member's name (initial, min_growth's
+ * granularity, page), the short word is the spec's; max= and cache= are
+ * older spellings of maximum_size= and cache_size=, still accepted. */
 typedef struct rmmc_pool_options {
   size_t size; /* sizeof(rmmc_pool_options_t) */
   RMMC_POOL_OPTIONS(RMMC_OPTION_FIELD)
@@ -350,10 +355,10 @@ RMMC_EXPORT rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool);
   X(BYTES, peak, DESCRIBE, "the most bytes handed out or lent to stream heaps at once")            \
   X(BYTES, reserved_peak, DESCRIBE, "the most bytes ever held from the upstream")                  \
   X(BYTES, largest_free, DESCRIBE, "the largest free block")                                       \
-  X(BYTES, limit, DESCRIBE_IF_SET, "maximum_size, while the pool has one")                         \
+  X(BYTES, maximum_size, DESCRIBE_IF_SET, "the option maximum_size, while the pool has one")       \
   X(BYTES, small_max, DESCRIBE, "the option small_max: stream heaps serve requests up to this")    \
-  X(BYTES, span_size, DESCRIBE, "the option small_chunk: bytes of one span")                       \
-  X(BYTES, heap_cache, DESCRIBE, "the option cache: wholly free span bytes a stream heap keeps")   \
+  X(BYTES, small_chunk, DESCRIBE, "the option small_chunk: bytes of one span")                     \
+  X(BYTES, cache_size, DESCRIBE, "the option cache_size: wholly free span bytes a heap keeps")     \
   X(BYTES, cached, BOTH, "free bytes held in stream heaps")                                        \
   X(BYTES, pending, BOTH, "free bytes waiting for some stream's work")                             \
   X(COUNT, regions, DESCRIBE, "regions taken from the upstream (chunks, or reservations)")         \

@@ -354,12 +354,17 @@ typedef void (*rmmc_field_cb)(void *ctx, const rmmc_field_t *field);
  * "reserved" (bytes taken from the upstream), "in_use" (bytes handed out),
  * "cached" (bytes held for reuse that release_cached may give back; a
  * resource that does not report it caches "reserved" minus "in_use"),
- * "peak", "limit", "largest_free", "chunks", "outstanding". Thread-safe. */
+ * "peak", "limit" (the limiting adaptor's; the pool's is "maximum_size"),
+ * "largest_free", "chunks", "outstanding". Thread-safe. */
 RMMC_EXPORT void rmmc_resource_describe(rmmc_resource_t *r, rmmc_field_cb emit,
                                         void *ctx);
 
 /* Looks up one figure by key through rmmc_resource_describe(); returns false
- * (and leaves *value alone) if the resource does not report it. */
+ * (and leaves *value alone) if the resource does not report it. The pool's
+ * and the arena's figures are named after their options (maximum_size,
+ * small_chunk, cache_size); the keys they had before (limit, span_size,
+ * heap_cache) still find them here, though describe reports only the new
+ * names. */
 RMMC_EXPORT bool rmmc_resource_get_field(rmmc_resource_t *r, const char *key,
                                          uint64_t *value);
 

@@ -2,7 +2,7 @@
 /*
  * Stack specs: one textual form that names a whole stack, outermost first.
  *
- *   pool(initial=1GiB, max=80%) > cuda
+ *   pool(initial=1GiB, maximum_size=80%) > cuda
  *   statistics > limiting(limit=4GiB) > binning > pool(initial=256MiB) > host
  *
  * A spec is layers separated by '>'; a layer is a resource name with an
@@ -10,12 +10,20 @@
  * GiB, TiB (and K, M, G, T, the same binary units) and fractions (1.5GiB),
  * with or without a space before the unit (64 MiB); KB, MB, GB and TB are
  * refused, since they mean powers of 1000 to some and of 1024 to others.
- * Options that accept a percentage (max=80%) resolve it against the free
+ * Options that accept a percentage (maximum_size=80%) resolve it against the free
  * memory of the device the stack serves, or of the host for host-memory
  * stacks. The innermost layer must be a base resource (cuda, managed,
  * pinned, cuda_async, host); every other layer wraps the one to its right.
  * Whitespace between words is ignored. A misspelled resource or option
  * name is answered with the closest one ("did you mean 'host'?").
+ *
+ * An option is named after its member in the layer's options struct, or a
+ * short word for it (initial, page); words specs took before an option had
+ * its member's name stay accepted as aliases: pool(max=, cache=) for
+ * maximum_size and cache_size, arena(max=, superblock=) for max_size and
+ * superblock_size. Writing an option under both names is writing it twice.
+ * The size limits of the pool and the arena also take `none` for no limit,
+ * whichever number their struct uses for it (SIZE_MAX, 0).
  *
  * The same form is used by rmmc-bench, rmmc-replay and RMMC_ALLOC_CONF.
  */

@@ -457,7 +457,7 @@ def set_memory_hooks(on_acquire: Optional[Callable[[int, int], None]] = None,
 
 def device_spec(config: str, device: int) -> str:
     """The spec `device` uses under a configuration of RMMC_ALLOC_CONF's
-    form ("pool > cuda; 1: pool(max=40GiB) > cuda")."""
+    form ("pool > cuda; 1: pool(maximum_size=40GiB) > cuda")."""
     buf = ctypes.create_string_buffer(4097)
     check(lib().rmmc_default_config_device_spec(_encode(config, "config"), _args.device(device),
                                                 buf, len(buf)),

@@ -21,7 +21,7 @@ dask-cuda's per-worker RMM options, with dask-cuda's meaning, have spec
 equivalents (spec_from_options; dask_cuda.plugins.RMMSetup builds the same
 stack out of RMM's objects):
     rmm_pool_size          pool(initial=...)
-    rmm_maximum_pool_size  pool(max=...); ignored without a pool (as dask-cuda)
+    rmm_maximum_pool_size  pool(maximum_size=...); ignored without a pool (as dask-cuda)
     rmm_managed_memory     managed as the base instead of cuda
     rmm_async              cuda_async(...) instead of pool > cuda, with
                            limiting(limit=rmm_maximum_pool_size) over it
@@ -153,7 +153,7 @@ def spec_from_options(rmm_pool_size=None, rmm_maximum_pool_size=None, rmm_manage
             opts = ["initial=%d" % initial]
             maximum = size(rmm_maximum_pool_size)
             if maximum is not None:
-                opts.append("max=%d" % maximum)
+                opts.append("maximum_size=%d" % maximum)
             layers.append("pool(%s)" % ", ".join(opts))
         layers.append(base or ("managed" if rmm_managed_memory else "cuda"))
         logged = True

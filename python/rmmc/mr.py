@@ -289,7 +289,7 @@ SystemMemoryResource = HostMemoryResource
 
 
 class PoolMemoryResource(UpstreamResourceAdaptor):
-    """A coalescing pool over `upstream_mr`: ``pool(initial=, max=)``.
+    """A coalescing pool over `upstream_mr`: ``pool(initial=, maximum_size=)``.
     initial_pool_size None: half the device's free memory, as RMM
     (``initial=50%``; 0 over host memory, rmmc's addition);
     maximum_pool_size None: no limit."""
@@ -303,7 +303,7 @@ class PoolMemoryResource(UpstreamResourceAdaptor):
             initial = "50%" if upstream_mr.resource.memory_kind in ("device", "managed") else None
         self._init_over(_layer(
             "pool", initial=initial,
-            max=None if maximum_pool_size is None
+            maximum_size=None if maximum_pool_size is None
             else _size(maximum_pool_size, "maximum_pool_size")), upstream_mr)
 
     def pool_size(self) -> int:
@@ -392,14 +392,14 @@ class FixedSizeMemoryResource(UpstreamResourceAdaptor):
 
 
 class ArenaMemoryResource(UpstreamResourceAdaptor):
-    """Per-stream arenas over `upstream_mr`: ``arena(max=)`` (arena_size:
+    """Per-stream arenas over `upstream_mr`: ``arena(max_size=)`` (arena_size:
     the most taken from the upstream). dump_log_on_failure: rmmc's
     out-of-memory message always carries the arena's figures (RMM writes
     them to its log only when asked); with it, the failure is also logged
     to the "rmmc" logger (logging), as RMM logs its dump."""
 
     def __init__(self, upstream_mr, arena_size=None, dump_log_on_failure=False):
-        self._init_over(_layer("arena", max=None if arena_size is None
+        self._init_over(_layer("arena", max_size=None if arena_size is None
                                else _size(arena_size, "arena_size")), upstream_mr)
         self._dump = bool(dump_log_on_failure)
 

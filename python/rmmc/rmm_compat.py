@@ -59,7 +59,7 @@ def reinitialize(pool_allocator=False, managed_memory=False, initial_pool_size=N
                  base=None):
     """RMM's rmm.reinitialize(): calls the registered hooks (last
     registered first), then for each of `devices` builds
-    ``[logging >] [pool(initial=, max=) >] cuda|managed`` and makes it the
+    ``[logging >] [pool(initial=, maximum_size=) >] cuda|managed`` and makes it the
     device's current resource. Sizes as RMM reads them ("1GB" = 10**9,
     "1GiB" = 2**30, or an int); initial_pool_size None is half the device's
     free memory, as RMM; the log of device N is "<stem>.devN<ext>".
@@ -89,7 +89,7 @@ def reinitialize_spec(pool_allocator=False, managed_memory=False, initial_pool_s
         elif base != "host":
             opts.append("initial=50%")  # RMM's default: half the device's free memory
         if maximum_pool_size is not None:
-            opts.append("max=%d" % _mr._size(maximum_pool_size, "maximum_pool_size"))
+            opts.append("maximum_size=%d" % _mr._size(maximum_pool_size, "maximum_pool_size"))
         parts.append("pool(%s)" % ", ".join(opts) if opts else "pool")
     parts.append("host" if base == "host" else "managed" if managed_memory else "cuda")
     return " > ".join(parts)

@@ -99,7 +99,7 @@ rmmc_status_t rmmc__spec_int_in(const rmmc__spec_args_t *args, const char *name,
   if (v == NULL) return RMMC_SUCCESS;
   if (v->integer < lo || v->integer > hi)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: %s=%s is out of range (%lld to %lld)",
-                          args->layer, name, v->text, lo, hi);
+                          args->layer, v->key != NULL ? v->key : name, v->text, lo, hi);
   *out = v->integer;
   return RMMC_SUCCESS;
 }
@@ -134,7 +134,7 @@ rmmc_status_t rmmc__spec_bytes(const rmmc__spec_args_t *args, const char *name,
   size_t total = rmmc__host_memory_total();
   if (total == 0)
     return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED, "%s: %s=%g%%: host memory size unknown",
-                          args->layer, name, v->number);
+                          args->layer, v->key != NULL ? v->key : name, v->number);
   *out = (size_t)((double)total * v->number / 100.0) & ~(RMMC_DEFAULT_ALIGNMENT - 1);
   return RMMC_SUCCESS;
 }
@@ -167,8 +167,9 @@ static rmmc_status_t stored_in_range(const rmmc__spec_args_t *args, const rmmc__
   if (in) return RMMC_SUCCESS;
   char range[96];
   rmmc__spec_range_text(o, range, sizeof range);
+  const rmmc__spec_value_t *given = rmmc__spec_find(args, o->name);
   return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: %s=%s is out of range (%s)", args->layer,
-                        o->name, rmmc__spec_find(args, o->name)->text, range);
+                        given->key != NULL ? given->key : o->name, given->text, range);
 }
 
 /* An integer option's range, in long long (what the parser reads). */

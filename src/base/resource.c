@@ -514,10 +514,23 @@ static void lookup_cb(void *ctx, const rmmc_field_t *f) {
   }
 }
 
+/* Figure keys the pool reported before they were named after its options:
+ * callers of get_field may have them in code. */
+static const char *const renamed_keys[][2] = {
+    {"limit", "maximum_size"},
+    {"span_size", "small_chunk"},
+    {"heap_cache", "cache_size"},
+};
+
 RMMC_API bool rmmc_resource_get_field(rmmc_resource_t *r, const char *key, uint64_t *value) {
   if (key == NULL || value == NULL) return false;
   struct field_lookup l = {key, 0, false};
   rmmc_resource_describe(r, lookup_cb, &l);
+  for (size_t i = 0; !l.found && i < sizeof renamed_keys / sizeof renamed_keys[0]; i++)
+    if (strcmp(key, renamed_keys[i][0]) == 0) {
+      l.key = renamed_keys[i][1];
+      rmmc_resource_describe(r, lookup_cb, &l);
+    }
   if (l.found) *value = l.value;
   return l.found;
 }

@@ -88,6 +88,7 @@ typedef struct rmmc__spec_option {
 
 typedef struct rmmc__spec_value {
   const rmmc__spec_option_t *option;
+  const char *key;   /* the option's name as written: option->name, or one of its aliases */
   bool is_percent;
   bool boolean;
   long long integer; /* RMMC__OPT_INT, exact */
@@ -101,6 +102,25 @@ typedef struct rmmc__spec_args {
   int count;
   rmmc__spec_value_t values[RMMC__SPEC_MAX_ARGS];
 } rmmc__spec_args_t;
+
+/* Another name a spec may write for an option, kept where a word has been
+ * public: `max` for the pool's maximum_size. The parser takes it as the
+ * option itself (so giving both is giving it twice); the help lists it.
+ * With no_limit set, the option also takes the value `none` (any letter
+ * case), stored as no_limit_value: one spelling for "no limit" whatever
+ * sentinel the layer's field uses. A row may have a NULL alias, for the
+ * value `none` alone. Every layer's rows are in one table
+ * (rmmc__spec_aliases, spec_aliases.c), so the words users may have are
+ * listed in one place. */
+typedef struct rmmc__spec_alias {
+  const char *layer; /* the entry's name; NULL ends the table */
+  const char *name;  /* the option's name (rmmc__spec_option_t.name) */
+  const char *alias; /* the other name, or NULL */
+  bool no_limit;
+  size_t no_limit_value;
+} rmmc__spec_alias_t;
+
+extern const rmmc__spec_alias_t rmmc__spec_aliases[];
 
 typedef struct rmmc__spec_entry {
   const char *name;

@@ -84,11 +84,58 @@ static const rmmc__spec_entry_t *find_entry(const char *name, size_t len) {
   return NULL;
 }
 
-static const rmmc__spec_option_t *find_option(const rmmc__spec_entry_t *e, const char *name,
-                                              size_t len) {
+static bool same_word(const char *word, const char *name, size_t len) {
+  return name != NULL && strlen(name) == len && strncmp(name, word, len) == 0;
+}
+
+static const rmmc__spec_option_t *option_named(const rmmc__spec_entry_t *e, const char *name) {
   for (const rmmc__spec_option_t *o = e->options; o != NULL && o->name != NULL; o++)
-    if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
+    if (strcmp(o->name, name) == 0) return o;
   return NULL;
+}
+
+/* The option a spec names by its name or by one of its aliases; *key is set
+ * to the name as the entry spells it (static text). */
+static const rmmc__spec_option_t *find_option(const rmmc__spec_entry_t *e, const char *name,
+                                              size_t len, const char **key) {
+  for (const rmmc__spec_option_t *o = e->options; o != NULL && o->name != NULL; o++)
+    if (same_word(name, o->name, len)) {
+      *key = o->name;
+      return o;
+    }
+  for (const rmmc__spec_alias_t *a = rmmc__spec_aliases; a->layer != NULL; a++)
+    if (strcmp(a->layer, e->name) == 0 && same_word(name, a->alias, len)) {
+      *key = a->alias;
+      return option_named(e, a->name);
+    }
+  return NULL;
+}
+
+/* Whether t is the word `none`, in any letter case. */
+static bool is_none(const char *t) {
+  static const char none[] = "none";
+  for (size_t i = 0; i < sizeof none; i++)
+    if (tolower((unsigned char)t[i]) != none[i]) return false;
+  return true;
+}
+
+/* The entry's alias row for option o with no_limit set, or NULL. */
+static const rmmc__spec_alias_t *no_limit_of(const rmmc__spec_entry_t *e,
+                                              const rmmc__spec_option_t *o) {
+  for (const rmmc__spec_alias_t *a = rmmc__spec_aliases; a->layer != NULL; a++)
+    if (strcmp(a->layer, e->name) == 0 && a->no_limit && strcmp(a->name, o->name) == 0) return a;
+  return NULL;
+}
+
+/* The aliases of option o, ", "-separated, into buf ("" for none). */
+static void list_aliases(const rmmc__spec_entry_t *e, const rmmc__spec_option_t *o, char *buf,
+                         size_t len) {
+  size_t n = 0;
+  if (len > 0) buf[0] = '\0';
+  for (const rmmc__spec_alias_t *a = rmmc__spec_aliases; a->layer != NULL; a++)
+    if (strcmp(a->layer, e->name) == 0 && a->alias != NULL && strcmp(a->name, o->name) == 0 &&
+        n < len)
+      n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", a->alias);
 }
 
 /* The resource's option names, comma-separated, into buf (len >= 8). A
@@ -136,26 +183,32 @@ static const char *type_hint(rmmc__opt_type_t t) {
 
 /* The error for a value of option o that is of the right form but out of
  * range: quotes the value as written. */
-static rmmc_status_t out_of_range(const parser_t *p, const rmmc__spec_option_t *o, size_t col,
+static rmmc_status_t out_of_range(const parser_t *p, const rmmc__spec_value_t *v, size_t col,
                                   size_t len, const char *range) {
-  return parse_error(p, col, len, "%s=%.*s is out of range (%s)", o->name, (int)len,
+  return parse_error(p, col, len, "%s=%.*s is out of range (%s)", v->key, (int)len,
                      p->spec + col, range);
 }
 
 /* Converts the value text at [col, col+len) for option o into v; t is a
  * NUL-terminated copy of it that v keeps. */
-static rmmc_status_t parse_value(const parser_t *p, const rmmc__spec_option_t *o, size_t col,
-                                 size_t len, const char *t, rmmc__spec_value_t *v) {
+static rmmc_status_t parse_value(const parser_t *p, const rmmc__spec_entry_t *e,
+                                 const rmmc__spec_option_t *o, size_t col, size_t len,
+                                 const char *t, rmmc__spec_value_t *v) {
   v->option = o;
   v->text = t;
   char *end;
+  const rmmc__spec_alias_t *none = no_limit_of(e, o);
+  if (none != NULL && is_none(t)) {
+    v->bytes = none->no_limit_value;
+    return RMMC_SUCCESS;
+  }
   switch (o->type) {
   case RMMC__OPT_BYTES_PCT:
     if (len > 1 && t[len - 1] == '%') {
       double pct = strtod(t, &end);
       while (end < t + len - 1 && isspace((unsigned char)*end)) end++; /* "80 %" */
       if (end != t + len - 1 || !(pct > 0.0 && pct <= 100.0))
-        return parse_error(p, col, len, "'%s' wants a percentage in (0, 100]", o->name);
+        return parse_error(p, col, len, "'%s' wants a percentage in (0, 100]", v->key);
       v->is_percent = true;
       v->number = pct;
       return RMMC_SUCCESS;
@@ -164,7 +217,7 @@ static rmmc_status_t parse_value(const parser_t *p, const rmmc__spec_option_t *o
   case RMMC__OPT_BYTES: {
     bool too_large;
     if (rmmc__parse_bytes(t, len, &v->bytes, &too_large) == RMMC_SUCCESS) return RMMC_SUCCESS;
-    if (too_large) return out_of_range(p, o, col, len, "sizes are below 16 EiB");
+    if (too_large) return out_of_range(p, v, col, len, "sizes are below 16 EiB");
     return parse_error(p, col, len, "'%s' is not %s%s", t, type_hint(o->type),
                        rmmc__size_unit_hint(t, len));
   }
@@ -173,14 +226,14 @@ static rmmc_status_t parse_value(const parser_t *p, const rmmc__spec_option_t *o
     v->integer = strtoll(t, &end, 10);
     if (end == t || *end != '\0')
       return parse_error(p, col, len, "'%s' is not %s", t, type_hint(o->type));
-    if (errno == ERANGE) return out_of_range(p, o, col, len, "integers are 64-bit");
+    if (errno == ERANGE) return out_of_range(p, v, col, len, "integers are 64-bit");
     return RMMC_SUCCESS;
   case RMMC__OPT_DOUBLE: {
     errno = 0;
     double x = strtod(t, &end);
     if (end == t || *end != '\0' || isnan(x))
       return parse_error(p, col, len, "'%s' is not %s", t, type_hint(o->type));
-    if (errno == ERANGE || isinf(x)) return out_of_range(p, o, col, len, "not a finite number");
+    if (errno == ERANGE || isinf(x)) return out_of_range(p, v, col, len, "not a finite number");
     v->number = x;
     return RMMC_SUCCESS;
   }
@@ -220,7 +273,8 @@ static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
     size_t kcol = p->pos;
     size_t klen = read_word(p);
     if (klen == 0) return parse_error(p, kcol, 1, "expected an option name");
-    const rmmc__spec_option_t *o = find_option(l->entry, p->spec + kcol, klen);
+    const char *key = NULL;
+    const rmmc__spec_option_t *o = find_option(l->entry, p->spec + kcol, klen, &key);
     if (o == NULL) {
       char names[384];
       list_options(l->entry, names, sizeof names);
@@ -231,13 +285,18 @@ static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
       return parse_error(p, kcol, klen, "%s has no option '%.*s' (it takes: %s)", l->entry->name,
                          (int)klen, p->spec + kcol, names);
     }
-    if (rmmc__spec_find(&l->args, o->name) != NULL)
-      return parse_error(p, kcol, klen, "option '%s' given twice", o->name);
+    const rmmc__spec_value_t *before = rmmc__spec_find(&l->args, o->name);
+    if (before != NULL && strcmp(before->key, key) == 0)
+      return parse_error(p, kcol, klen, "option '%s' given twice", key);
+    if (before != NULL)
+      return parse_error(p, kcol, klen,
+                         "option '%s' given twice (as '%s' before: another name for it)", key,
+                         before->key);
     if (l->args.count == RMMC__SPEC_MAX_ARGS)
       return parse_error(p, kcol, klen, "too many options");
     skip_space(p);
     if (p->spec[p->pos] != '=')
-      return parse_error(p, p->pos, 1, "expected '=' after '%s'", o->name);
+      return parse_error(p, p->pos, 1, "expected '=' after '%s'", key);
     p->pos++;
     skip_space(p);
     size_t vcol = p->pos, vlen;
@@ -258,8 +317,9 @@ static rmmc_status_t parse_options(parser_t *p, layer_t *l) {
         vlen = p->pos - vcol + read_word(p);
       }
     }
-    if (vlen == 0) return parse_error(p, vcol, 1, "expected a value for '%s'", o->name);
-    rmmc_status_t st = parse_value(p, o, vcol, vlen, keep_text(p, vcol, vlen),
+    if (vlen == 0) return parse_error(p, vcol, 1, "expected a value for '%s'", key);
+    l->args.values[l->args.count].key = key;
+    rmmc_status_t st = parse_value(p, l->entry, o, vcol, vlen, keep_text(p, vcol, vlen),
                                    &l->args.values[l->args.count]);
     if (st != RMMC_SUCCESS) return st;
     l->args.count++;
@@ -471,11 +531,18 @@ RMMC_API rmmc_status_t rmmc_stack_help_resource(const char *name, char *buf, siz
              type_unit(o->type), o->unit);
     rmmc__spec_range_text(o, bounds, sizeof bounds);
     if (bounds[0] != '\0') snprintf(range, sizeof range, "; %s", bounds);
+    /* The other names a spec may write, and `none` where it means no limit. */
+    char aliases[128], extra[192] = "";
+    list_aliases(e, o, aliases, sizeof aliases);
+    bool none = no_limit_of(e, o) != NULL;
+    if (aliases[0] != '\0' || none)
+      snprintf(extra, sizeof extra, " (%s%s%s%s)", aliases[0] != '\0' ? "also written " : "",
+               aliases, aliases[0] != '\0' && none ? "; " : "", none ? "none: no limit" : "");
     if (o->def != NULL)
-      w = snprintf(line, sizeof line, "  %-20s %-44s %s (default %s%s)\n", o->name, type, o->help,
-                   o->def, range);
+      w = snprintf(line, sizeof line, "  %-20s %-44s %s (default %s%s)%s\n", o->name, type,
+                   o->help, o->def, range, extra);
     else
-      w = snprintf(line, sizeof line, "  %-20s %-44s %s\n", o->name, type, o->help);
+      w = snprintf(line, sizeof line, "  %-20s %-44s %s%s\n", o->name, type, o->help, extra);
     append_line(buf, len, &n, line, w, sizeof line);
   }
   if (o == e->options) append_line(buf, len, &n, "  (no options)\n", 15, sizeof line);

@@ -57,6 +57,8 @@ const char *rmmc__suggest_option(const rmmc__spec_entry_t *entry, const char *wo
   size_t best_d = SIZE_MAX;
   for (const rmmc__spec_option_t *o = entry->options; o != NULL && o->name != NULL; o++)
     consider(word, len, o->name, &best, &best_d);
+  for (const rmmc__spec_alias_t *a = rmmc__spec_aliases; a->layer != NULL; a++)
+    if (strcmp(a->layer, entry->name) == 0 && a->alias != NULL) consider(word, len, a->alias, &best, &best_d);
   return best;
 }
 

@@ -33,13 +33,13 @@ def test_spec_from_dask_cuda_options_with_dask_cudas_meaning():
     assert f(rmm_pool_size="1GiB") == "pool(initial=1073741824) > cuda"
     assert f(rmm_pool_size="5000M") == "pool(initial=5000000000) > cuda"
     assert f(rmm_pool_size="1GB", rmm_maximum_pool_size="2GB") == \
-        "pool(initial=1000000000, max=2000000000) > cuda"
+        "pool(initial=1000000000, maximum_size=2000000000) > cuda"
     assert f(rmm_pool_size=1000) == "pool(initial=768) > cuda"
     # A float in (0, 1] is a fraction of the device's TOTAL memory.
     total = 80 * 2 ** 30
     assert f(rmm_pool_size=0.5, total_memory=total) == "pool(initial=%d) > cuda" % (total // 2)
     assert f(rmm_pool_size="0.25", rmm_maximum_pool_size=1.0, total_memory=total) == \
-        "pool(initial=%d, max=%d) > cuda" % (total // 4, total)
+        "pool(initial=%d, maximum_size=%d) > cuda" % (total // 4, total)
     assert f(rmm_pool_size=1, total_memory=total) == "pool(initial=0) > cuda"  # int 1: one byte
     # 0 and None are unset; a maximum without a pool is ignored, as dask-cuda ignores it.
     assert f(rmm_pool_size=0, rmm_maximum_pool_size="2GiB") == "cuda"

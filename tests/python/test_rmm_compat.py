@@ -28,7 +28,7 @@ def layer_names(obj):
 def test_pool_over_an_upstream_object_builds_the_spec_stack():
     base = mr.HostMemoryResource()
     pool = mr.PoolMemoryResource(base, initial_pool_size="1MiB", maximum_pool_size=1 << 26)
-    assert pool.spec == "pool(initial=1048576, max=67108864) > host"
+    assert pool.spec == "pool(initial=1048576, maximum_size=67108864) > host"
     assert layer_names(pool) == ["pool", "host"]
     assert pool.get_upstream() is base and pool.upstream_mr is base
     assert pool.pool_size() >= 1 << 20
@@ -67,7 +67,7 @@ def test_every_layer_class_builds_its_layer():
         (mr.BinningMemoryResource(host_pool(), bins=[256, "4KiB"]), "binning(bins=256:4096)"),
         (mr.FixedSizeMemoryResource(host, block_size="64KiB", blocks_to_preallocate=4),
          "fixed_size(block=65536, blocks_per_chunk=4)"),
-        (mr.ArenaMemoryResource(host, arena_size="32MiB"), "arena(max=33554432)"),
+        (mr.ArenaMemoryResource(host, arena_size="32MiB"), "arena(max_size=33554432)"),
         (mr.LimitingResourceAdaptor(host, 4096), "limiting(limit=4096)"),
         (mr.StatisticsResourceAdaptor(host), "statistics"),
         (mr.TrackingResourceAdaptor(host, capture_stacks=True), "tracking(backtrace=true)"),
@@ -253,7 +253,7 @@ def test_reinitialize_maps_rmm_keywords_onto_a_stack(tmp_path):
                                   maximum_pool_size=1 << 26, logging=True, log_file_name=log,
                                   base="host")
     log0 = str(tmp_path / "rmm.dev0.csv")
-    assert cur.spec == spec == ('logging(path="%s") > pool(initial=2097152, max=67108864) > host'
+    assert cur.spec == spec == ('logging(path="%s") > pool(initial=2097152, maximum_size=67108864) > host'
                                 % log0)
     assert layer_names(cur) == ["logging", "pool", "host"]
     assert rmmc.is_initialized()
@@ -289,7 +289,7 @@ def test_reinitialize_specs_for_gpu_stacks_and_bad_input():
     assert rmmc.reinitialize_spec(pool_allocator=True) == "pool(initial=50%) > cuda"
     assert rmmc.reinitialize_spec(pool_allocator=True, initial_pool_size="1GB",
                                   maximum_pool_size="2GB") == \
-        "pool(initial=1000000000, max=2000000000) > cuda"
+        "pool(initial=1000000000, maximum_size=2000000000) > cuda"
     with pytest.raises(rmmc.InvalidArgumentError, match="base is None"):
         rmmc.reinitialize(base="disk")
     assert not rmmc.is_initialized()  # nothing was installed by the failures

@@ -50,10 +50,10 @@ static void gather(pool_t *p, values_t *v) {
   v->free = v->reserved > v->in_use ? v->reserved - v->in_use : 0;
   v->peak = p->committed_peak;
   v->reserved_peak = p->reserved_peak;
-  v->limit = p->max_size != SIZE_MAX ? p->max_size : 0; /* 0: none, not reported */
+  v->maximum_size = p->max_size != SIZE_MAX ? p->max_size : 0; /* 0: none, not reported */
   v->small_max = p->small_max; /* the settings of the stream heaps */
-  v->span_size = p->span;
-  v->heap_cache = p->cache_bytes;
+  v->small_chunk = p->span;
+  v->cache_size = p->cache_bytes;
   v->regions = p->nregions;
   for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
     v->graph_pools++, v->graph_bytes += g->used_bytes + g->idx->bytes;

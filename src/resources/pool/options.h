@@ -7,10 +7,11 @@
  * (`rmmc-bench --list`, rmmc_stack_help_resource), the create's integer
  * ranges (apply_options, RMMC__CHECK_OPTION_RANGES) and
  * tests/test_options_tables.c are made from it. Spec keys are what users
- * write (`pool(initial=1GiB, max=80%)`); where one differs from its field
- * (initial/initial_size, max/maximum_size, granularity/growth_granularity,
- * cache/cache_size, page/page_size) both names are public and kept, and the
- * row is where the two meet. The builder checks the integers it narrows.
+ * write (`pool(initial=1GiB, maximum_size=80%)`); where one differs from its
+ * field (initial/initial_size, granularity/growth_granularity,
+ * page/page_size) both names are public and kept, and the row is where the
+ * two meet. Older keys (max, cache) are aliases in src/stack/spec_aliases.c.
+ * The builder checks the integers it narrows.
  */
 #ifndef RMMC_POOL_OPTIONS_H
 #define RMMC_POOL_OPTIONS_H
