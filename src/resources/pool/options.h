@@ -1,16 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's options table (internal name): RMMC_POOL_OPTIONS in
- * include/rmmc/pool_resource.h is the one table, with the manual of each
- * option and the columns of include/rmmc/options.h. The stack-spec table
- * and its builder (spec.c, through rmmc__spec_fill), the help
- * (`rmmc-bench --list`, rmmc_stack_help_resource), the create's integer
- * ranges (apply_options, RMMC__CHECK_OPTION_RANGES) and
- * tests/test_options_tables.c are made from it. Spec keys are what users
- * write (`pool(initial=1GiB, max=80%)`); where one differs from its field
- * (initial/initial_size, max/maximum_size, granularity/growth_granularity,
- * cache/cache_size, page/page_size) both names are public and kept, and the
- * row is where the two meet. The builder checks the integers it narrows.
+ * include/rmmc/pool_resource.h is the one table; the spec rows, the help
+ * and the create's ranges are made from it.
  */
 #ifndef RMMC_POOL_OPTIONS_H
 #define RMMC_POOL_OPTIONS_H

@@ -102,7 +102,6 @@ struct pool_region {
 struct pool_owner {
   rmmc__stream_slot_t *slot;     /* NULL: a graph pool */
   pool_sheap_t *heap;            /* its heaps, one per stripe in use (atomic head) */
-  pool_sheap_t *locked_head;     /* lock_all: the heaps it locked begin here */
   /* its free blocks in the shared heap: 10 KiB, so a stream has one
    * exactly while it is listed (given just before it joins, freed when it
    * leaves: rmmc__pool_owner_ready, _unlist) */
@@ -308,7 +307,6 @@ pool_block_t *rmmc__pool_carve(pool_t *p, pool_block_t *b, size_t n, size_t alig
  * frees so far; declined on a capturing stream. */
 void rmmc__pool_cover(pool_t *p, pool_owner_t *o, cudaStream_t stream);
 
-
 /* A block struct from the shared heap's spare list (make_room keeps enough
  * for one call's work). */
 pool_block_t *rmmc__pool_new_block(pool_t *p);
@@ -366,6 +364,8 @@ rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes)
 
 /* The pool layer of a stack (r itself, or the first pool below it); NULL. */
 pool_t *rmmc__pool_in(rmmc_resource_t *r);
+/* The error of a call `what` on a stack without one. */
+rmmc_status_t rmmc__pool_no_layer(const char *what, const rmmc_resource_t *stack);
 /* A pause (+1) or resume (-1) counted where graph routes are (graphs.c):
  * the pool's allocation gate, and the process count that makes caching
  * layers above a pool ask whether their calls must go down to it (fixed_size,
@@ -415,15 +415,34 @@ static inline void pool_hook_release(pool_t *p, uintptr_t a, size_t n) {
   if (RMMC_UNLIKELY(p->hooks.on_release != NULL)) p->hooks.on_release((void *)a, n, p->hooks.user);
 }
 
-/* vm: the first of r's mappings (sorted) at or above addr. */
-static inline size_t pool_seg_lower_bound(const pool_region_t *r, uintptr_t addr) {
+/* vm: the first of r's mappings (sorted) at or above addr (`end`: the
+ * first that ends above it). */
+static inline size_t pool_seg_search(const pool_region_t *r, uintptr_t addr, bool end) {
   size_t lo = 0, hi = r->nsegs;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (r->segs[mid].addr < addr) lo = mid + 1;
+    const pool_seg_t *g = &r->segs[mid];
+    if (end ? g->addr + g->size <= addr : g->addr < addr) lo = mid + 1;
     else hi = mid;
   }
   return lo;
+}
+static inline size_t pool_seg_lower_bound(const pool_region_t *r, uintptr_t addr) {
+  return pool_seg_search(r, addr, false);
+}
+
+/* vm: does the union of r's mappings (those that are on, if `on`) cover
+ * [a0, a1) (covered), or does no mapping touch it (!covered)? */
+static inline bool pool_segs_cover(const pool_region_t *r, uintptr_t a0, uintptr_t a1,
+                                   bool covered, bool on) {
+  size_t i = pool_seg_search(r, a0, true);
+  if (!covered) return i == r->nsegs || r->segs[i].addr >= a1;
+  uintptr_t at = a0;
+  for (; i < r->nsegs && at < a1; i++) {
+    if (r->segs[i].addr > at || (on && r->segs[i].off != SEG_ON)) return false;
+    at = r->segs[i].addr + r->segs[i].size;
+  }
+  return at >= a1;
 }
 
 static inline pool_block_t *pool_block_of(rmmc__tlsf_node_t *n) {
@@ -431,7 +450,6 @@ static inline pool_block_t *pool_block_of(rmmc__tlsf_node_t *n) {
 }
 static inline size_t pool_bsize(const pool_block_t *b) { return b->node.size; }
 static inline uintptr_t pool_bend(const pool_block_t *b) { return b->addr + b->node.size; }
-
 
 /* ---- inline helpers (block structs, neighbours) ---- */
 
@@ -491,7 +509,6 @@ static inline void pool_absorb(pool_block_t *b, pool_block_t *n, int side) {
   }
   b->node.size += n->node.size;
 }
-
 
 static inline bool pool_shared_free(const pool_block_t *n) {
   return n != NULL && n->state == B_FREE && n->where == W_INDEX;

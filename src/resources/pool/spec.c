@@ -1,11 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool's entry in the stack-spec table (src/stack/spec_table.c): its
- * options, made from the rows of options.h, and the builder, which fills
- * RMMC_POOL_OPTIONS_INIT from them (rmmc__spec_fill) and creates the pool;
- * rmmc_pool_resource_create checks what a C caller could set wrong too. A
- * separate object from the core, so a program that makes pools by hand
- * links no spec code.
+ * The pool's entry in the stack-spec table, made from the rows of
+ * options.h. A separate object from the core, so a program that makes
+ * pools by hand links no spec code.
  */
 #include "base/spec.h"
 #include "options.h"

@@ -6,7 +6,7 @@
  */
 #include <stdio.h>
 
-#include "pool_internal.h"
+#include "vm.h"
 
 void rmmc__pool_vm_fini(pool_t *p) {
   while (p->regions != NULL) {
@@ -38,20 +38,6 @@ void rmmc__pool_vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "refusal_trims", refusals);
 }
 
-/* Does the union of r's segments cover [a0, a1) exactly (covered) or not
- * touch it at all (!covered)? */
-static bool seg_covers(const pool_region_t *r, uintptr_t a0, uintptr_t a1, bool covered) {
-  size_t i = pool_seg_lower_bound(r, a0);
-  if (i > 0 && r->segs[i - 1].addr + r->segs[i - 1].size > a0) i--;
-  if (!covered) return i == r->nsegs || r->segs[i].addr >= a1;
-  uintptr_t at = a0;
-  for (; i < r->nsegs && at < a1; i++) {
-    if (r->segs[i].addr > at) return false;
-    at = r->segs[i].addr + r->segs[i].size;
-  }
-  return at >= a1;
-}
-
 bool rmmc__pool_vm_check(pool_t *p, char *msg, size_t len) {
   size_t mapped = 0, holes = 0, off = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
@@ -75,7 +61,7 @@ bool rmmc__pool_vm_check(pool_t *p, char *msg, size_t len) {
     for (pool_block_t *b = r->first; b != NULL; b = b->next) {
       bool unmapped = b->state == B_UNMAPPED;
       holes += unmapped;
-      if (!seg_covers(r, b->addr, pool_bend(b), !unmapped)) {
+      if (!pool_segs_cover(r, b->addr, pool_bend(b), !unmapped, false)) {
         snprintf(msg, len, "block %p + %zu (state %d) is %s", (void *)b->addr, pool_bsize(b),
                  b->state, unmapped ? "mapped" : "not wholly mapped");
         return false;
