@@ -12,6 +12,8 @@
 #ifndef RMMC_POOL_CHECK_H
 #define RMMC_POOL_CHECK_H
 
+#include <stdio.h>
+
 #include "pool_internal.h"
 
 /* Reports a broken invariant `what` (the condition's text) about block b
@@ -36,6 +38,16 @@ bool rmmc__pool_heap_empty_ok(const pool_sheap_t *x, const char **what);
 /* Span sp, wholly free, going back: its one free block covers it, and its
  * parent is the span's block of the shared heap. */
 bool rmmc__pool_span_back_ok(const pool_t *p, const pool_region_t *sp, const char **what);
+
+/* In a walk of every invariant (rmmc_pool_resource_check; `msg` and `len`
+ * in scope): unless `cond`, writes the message and returns false. */
+#define POOL_WALK_CHECK(cond, ...)                                                                 \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      snprintf(msg, len, __VA_ARGS__);                                                             \
+      return false;                                                                                \
+    }                                                                                              \
+  } while (0)
 
 #if RMMC_DEBUG_CHECKS >= 1
 /* Asserts `cond` about block b (may be NULL) of pool p. */

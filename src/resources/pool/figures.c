@@ -140,13 +140,7 @@ RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
 
 /* ---- invariants ---- */
 
-#define CHECK(cond, ...)                                                                       \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      snprintf(msg, len, __VA_ARGS__);                                                         \
-      return false;                                                                            \
-    }                                                                                          \
-  } while (0)
+#define CHECK POOL_WALK_CHECK
 
 static bool check_heap(pool_t *p, pool_sheap_t *h, char *msg, size_t len) {
   size_t free_bytes = 0, nfree = 0, used = 0, nused = 0, idle = 0, foreign = 0;

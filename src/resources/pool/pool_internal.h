@@ -25,12 +25,9 @@
  * never waits for a heap lock (it only try-locks them, to reclaim spans).
  *
  * Stream order (stream_events.h, "Epochs"). A free block of the shared
- * heap carries an owner (the stream it was freed on, NULL when no stream's
- * work is pending on it: "clean") and a tag, the owner's epoch its reuse
- * by others waits for. Its owner's stream reuses it at once; another
- * stream once the epoch is known finished (a host-side check, no call) or,
- * once an event covers it, behind cudaStreamWaitEvent. Pages and chunks go
- * back to the driver only when no work is pending on them.
+ * heap carries an owner (the stream it was freed on; NULL: "clean") and a
+ * tag, the owner's epoch its reuse by others waits for. Pages and chunks
+ * go back to the driver only when no work is pending on them.
  */
 #ifndef RMMC_POOL_INTERNAL_H
 #define RMMC_POOL_INTERNAL_H
@@ -212,11 +209,10 @@ typedef struct pool_backend {
    * _LIVE), on_release before each, marking it off and adding its bytes to
    * *gone; one the upstream refuses stays on, the others still go (_LIVE:
    * unless none had gone yet), and the first refusal's status is returned.
-   * wake maps every mapping that is off
-   * again at its address (peers granted, on_acquire after each), all or
-   * nothing: on a refusal it unmaps what it mapped (a mapping whose unmap is
-   * refused too stays mapped, not off) and returns the status. NULL: the
-   * backend cannot (chunks). */
+   * wake maps every mapping that is off again at its address (peers
+   * granted, on_acquire after each), all or nothing: on a refusal it unmaps
+   * what it mapped (one whose unmap is refused too stays mapped, not off).
+   * NULL: the backend cannot (chunks). */
   rmmc_status_t (*sleep)(pool_t *p, int which, size_t *gone);
   rmmc_status_t (*wake)(pool_t *p);
 } pool_backend_t;
@@ -396,7 +392,7 @@ typedef struct pool_sleep_head {
 
 /* ---- queries, memory hooks and peer access (query.c) ---- */
 
-/* The pool's get_allocation, set_memory_hooks and enable_peer_access slots. */
+/* The pool's slots of these names. */
 rmmc_status_t rmmc__pool_get_allocation(rmmc_resource_t *r, const void *ptr,
                                         rmmc_allocation_t *out);
 rmmc_status_t rmmc__pool_set_memory_hooks(rmmc_resource_t *r, const rmmc_memory_hooks_t *hooks);
@@ -451,7 +447,7 @@ static inline pool_block_t *pool_block_of(rmmc__tlsf_node_t *n) {
 static inline size_t pool_bsize(const pool_block_t *b) { return b->node.size; }
 static inline uintptr_t pool_bend(const pool_block_t *b) { return b->addr + b->node.size; }
 
-/* ---- inline helpers (block structs, neighbours) ---- */
+/* ---- block structs and neighbours ---- */
 
 #define POOL_SPARE_MIN 8
 bool rmmc__pool_meta_refill(pool_meta_t *m);

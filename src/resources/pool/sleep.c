@@ -51,10 +51,9 @@ static bool memory_is_real(const pool_t *p) {
 }
 
 /* Nothing backed up: nothing to copy back on resume or on the way back. */
-static void forget_backup(struct pool_sleep *s) { s->nranges = 0, s->backed_up = 0; }
-
-static const char *mode_name(rmmc_pool_pause_mode_t mode) {
-  return mode == RMMC_POOL_PAUSE_BACKUP ? "backup" : "discard";
+static void forget_backup(struct pool_sleep *s) {
+  s->nranges = 0;
+  s->backed_up = 0;
 }
 
 static bool range_push(struct pool_sleep *s, uintptr_t a, size_t n, const pool_region_t *r) {
@@ -401,8 +400,8 @@ RMMC_API rmmc_status_t rmmc_pool_sleep_state(rmmc_resource_t *stack,
 static void sleep_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
   rmmc_pool_sleep_state_t f = RMMC_POOL_SLEEP_STATE_INIT;
   if (rmmc_pool_sleep_state(&p->base.base, &f) != RMMC_SUCCESS) return;
-  rmmc__emit_text(emit, ctx, "sleep", f.paused ? mode_name((rmmc_pool_pause_mode_t)f.mode)
-                                               : "awake");
+  rmmc__emit_text(emit, ctx, "sleep",
+                  !f.paused ? "awake" : f.mode == RMMC_POOL_PAUSE_BACKUP ? "backup" : "discard");
   rmmc__emit_bytes(emit, ctx, "paused_bytes", f.unmapped);
   rmmc__emit_bytes(emit, ctx, "backed_up", f.backed_up);
   rmmc__emit_bytes(emit, ctx, "backup_host", f.host_bytes);
