@@ -151,8 +151,6 @@ static rmmc_status_t reserve_region(pool_t *p, size_t need, size_t align) {
   return RMMC_SUCCESS;
 }
 
-static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out);
-
 /* The most bytes one mapping of a growth of g bytes covers: a mapping
  * costs about the same whatever its size (design.md, "Why 32 MiB
  * mappings"), so with the default page a growth maps in at most
@@ -164,8 +162,39 @@ static size_t segment_of(const pool_t *p, size_t g) {
   return s > p->segment ? s : p->segment;
 }
 
-/* Maps [m0, m1) of hole u, in segments, and turns it into a clean free
+/* Accounts [m0, m1) of hole u as mapped and turns it into a clean free
  * block merged with the usable free blocks beside it. */
+static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
+  p->reserved += pl.m1 - pl.m0;
+  if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
+  pool_block_t *x = pl.u;
+  hole_remove(p, x);
+  if (pl.m0 > x->addr) {
+    pool_block_t *back = rmmc__pool_split(p, x, pl.m0);
+    hole_add(p, x);
+    x = back;
+  }
+  if (pl.m1 < pool_bend(x)) hole_add(p, rmmc__pool_split(p, x, pl.m1));
+  x->state = B_FREE;
+  x->owner = NULL;
+  x->tag = 0;
+  x->where = W_OUT;
+  for (int side = 0; side < 2; side++) {
+    pool_block_t *n = side == 0 ? x->prev : x->next;
+    if (!usable_free(p, n, o)) continue;
+    rmmc__pool_unlink_free(p, n);
+    if (n->owner != NULL && !rmmc__pool_settled(p, n, false)) {
+      x->owner = n->owner;
+      x->tag = n->tag;
+    }
+    pool_absorb(x, n, side);
+    rmmc__pool_drop_block(p, n);
+  }
+  *out = x;
+  return RMMC_SUCCESS;
+}
+
+/* Maps [m0, m1) of hole u, in segments, and carves it (carve_mapped). */
 static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
   pool_region_t *r = pl.u->region;
   uintptr_t a = pl.m0;
@@ -205,37 +234,6 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
     return st;
   }
   return carve_mapped(p, o, pl, out);
-}
-
-/* Accounts [m0, m1) of hole u as mapped, then as map_place. */
-static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
-  p->reserved += pl.m1 - pl.m0;
-  if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
-  pool_block_t *x = pl.u;
-  hole_remove(p, x);
-  if (pl.m0 > x->addr) {
-    pool_block_t *back = rmmc__pool_split(p, x, pl.m0);
-    hole_add(p, x);
-    x = back;
-  }
-  if (pl.m1 < pool_bend(x)) hole_add(p, rmmc__pool_split(p, x, pl.m1));
-  x->state = B_FREE;
-  x->owner = NULL;
-  x->tag = 0;
-  x->where = W_OUT;
-  for (int side = 0; side < 2; side++) {
-    pool_block_t *n = side == 0 ? x->prev : x->next;
-    if (!usable_free(p, n, o)) continue;
-    rmmc__pool_unlink_free(p, n);
-    if (n->owner != NULL && !rmmc__pool_settled(p, n, false)) {
-      x->owner = n->owner;
-      x->tag = n->tag;
-    }
-    pool_absorb(x, n, side);
-    rmmc__pool_drop_block(p, n);
-  }
-  *out = x;
-  return RMMC_SUCCESS;
 }
 
 static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
@@ -294,15 +292,37 @@ static bool place_kept(const kept_t *k) {
          (k->next == NULL || (k->next->prev == u && k->next->state != B_UNMAPPED));
 }
 
-static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                           size_t need, size_t align, size_t min, place_t pl,
-                                           pool_block_t **out);
-
 /* Trims to `goal`, leaving hole u and the blocks beside it as they are:
  * unmapping what a growth there would map back is churn. */
 static rmmc_status_t trim_keeping_hole(pool_t *p, size_t goal, const pool_block_t *u) {
   return vm_trim_keeping(p, goal, u->prev != NULL ? u->prev->addr : u->addr,
                          u->next != NULL ? pool_bend(u->next) : pool_bend(u));
+}
+
+/* The upstream refused to map [m0, m1) of hole u (the device is full):
+ * gives back as much finished free memory elsewhere as the growth maps and
+ * maps again, before the last resort synchronizes (design.md, "A refused
+ * growth"). The trim keeps the hole and its neighbours, so the hole still
+ * has a place that maps no more. OUT_OF_MEMORY (the upstream's message)
+ * when nothing could go back or the upstream refuses again. */
+static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+                                           size_t need, size_t align, size_t min, place_t pl,
+                                           pool_block_t **out) {
+  size_t add = pl.m1 - pl.m0;
+  /* o's own frees under an event first, so those whose work is done count
+   * as finished (as the budget's trim covers them: rmmc__pool_admit). */
+  if (o != NULL && o->uncovered > 0) rmmc__pool_cover(p, o, stream);
+  uint64_t shrinks = p->shrinks;
+  rmmc__error_state_t why;
+  rmmc__error_save(&why);
+  (void)trim_keeping_hole(p, p->reserved > add ? p->reserved - add : 0, pl.u);
+  rmmc__error_restore(&why);
+  if (p->shrinks == shrinks) return RMMC_ERROR_OUT_OF_MEMORY;
+  p->refusal_trims++;
+  if (!best_place(p, o, need, align, min, &pl))
+    return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no place after trimming (a bug)");
+  if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
+  return map_place(p, o, pl, out);
 }
 
 static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
@@ -331,8 +351,7 @@ static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream,
 #endif
     a = rmmc__pool_admit_max(p, pl.m1 - pl.m0);
   }
-  bool ok = a == POOL_ADMIT_YES;
-  if (!ok)
+  if (a != POOL_ADMIT_YES)
     return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
                   : RMMC_ERROR_OUT_OF_MEMORY;
   if (p->shrinks != shrinks) { /* trimming moved things: place again, admit again */
@@ -351,32 +370,6 @@ static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream,
   if (st == RMMC_ERROR_OUT_OF_MEMORY && !within && place_kept(&hole))
     st = map_after_giving_back(p, o, stream, need, align, min, pl, out);
   return st;
-}
-
-/* The upstream refused to map [m0, m1) of hole u (the device is full):
- * gives back as much finished free memory elsewhere as the growth maps and
- * maps again, before the last resort synchronizes (design.md, "A refused
- * growth"). The trim keeps the hole and its neighbours, so the hole still
- * has a place that maps no more. OUT_OF_MEMORY (the upstream's message)
- * when nothing could go back or the upstream refuses again. */
-static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                           size_t need, size_t align, size_t min, place_t pl,
-                                           pool_block_t **out) {
-  size_t add = pl.m1 - pl.m0;
-  /* o's own frees under an event first, so those whose work is done count
-   * as finished (as the budget's trim covers them: rmmc__pool_admit). */
-  if (o != NULL && o->uncovered > 0) rmmc__pool_cover(p, o, stream);
-  uint64_t shrinks = p->shrinks;
-  rmmc__error_state_t why;
-  rmmc__error_save(&why);
-  (void)trim_keeping_hole(p, p->reserved > add ? p->reserved - add : 0, pl.u);
-  rmmc__error_restore(&why);
-  if (p->shrinks == shrinks) return RMMC_ERROR_OUT_OF_MEMORY;
-  p->refusal_trims++;
-  if (!best_place(p, o, need, align, min, &pl))
-    return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no place after trimming (a bug)");
-  if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
-  return map_place(p, o, pl, out);
 }
 
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
