@@ -1,8 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/*
- * The pool's cheap checks (check.h): the local invariants its slow paths
- * assert at debug_checks >= 1, and the report of a broken one.
- */
+/* The pool's cheap checks (check.h) and the report of a broken one. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -67,20 +64,6 @@ bool rmmc__pool_block_ok(const pool_block_t *b, int state, const char **what) {
   return true;
 }
 
-/* Does the union of r's mappings that are on cover [a0, a1) (covered), or
- * does no mapping touch it (!covered)? */
-static bool mapped(const pool_region_t *r, uintptr_t a0, uintptr_t a1, bool covered) {
-  size_t i = pool_seg_lower_bound(r, a0);
-  if (i > 0 && r->segs[i - 1].addr + r->segs[i - 1].size > a0) i--;
-  if (!covered) return i == r->nsegs || r->segs[i].addr >= a1;
-  uintptr_t at = a0;
-  for (; i < r->nsegs && at < a1; i++) {
-    if (r->segs[i].addr > at || r->segs[i].off != SEG_ON) return false;
-    at = r->segs[i].addr + r->segs[i].size;
-  }
-  return at >= a1;
-}
-
 bool rmmc__pool_grown_ok(const pool_block_t *b, const pool_owner_t *o, size_t need,
                          bool mapped_only, const char **what) {
   if (!rmmc__pool_block_ok(b, B_FREE, what)) return false;
@@ -88,7 +71,7 @@ bool rmmc__pool_grown_ok(const pool_block_t *b, const pool_owner_t *o, size_t ne
   if (pool_bsize(b) < need) FAIL("a growth's block holds the bytes asked for");
   if (b->owner != NULL && b->owner != o) FAIL("a growth's block is clean or the grower's");
   if (b->region->parent != NULL) FAIL("a growth's block is of a region, not a span");
-  if (mapped_only && !mapped(b->region, b->addr, pool_bend(b), true))
+  if (mapped_only && !pool_segs_cover(b->region, b->addr, pool_bend(b), true, true))
     FAIL("a growth's block is wholly mapped (no gap, no mapping a pause turned off)");
   return true;
 }
@@ -96,7 +79,7 @@ bool rmmc__pool_grown_ok(const pool_block_t *b, const pool_owner_t *o, size_t ne
 bool rmmc__pool_hole_ok(const pool_block_t *u, const char **what) {
   if (!rmmc__pool_block_ok(u, B_UNMAPPED, what)) return false;
   if (u->where != W_OUT || u->owner != NULL) FAIL("a hole is in no index and has no owner");
-  if (!mapped(u->region, u->addr, pool_bend(u), false)) FAIL("a hole is on no mapping");
+  if (!pool_segs_cover(u->region, u->addr, pool_bend(u), false, true)) FAIL("a hole is on no mapping");
   if ((u->prev != NULL && u->prev->state == B_UNMAPPED) ||
       (u->next != NULL && u->next->state == B_UNMAPPED))
     FAIL("a hole has merged with the holes beside it");

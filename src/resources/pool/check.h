@@ -1,22 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Cheap checks (the build's debug_checks >= 1; check.c): local invariants
- * the pool's slow paths assert as they go, in the manner of mimalloc's
- * mi_assert_internal. Each looks only at what the step in hand touches (a
- * block, its neighbours, its region's mappings, a counter about to go
- * down), so it costs a few loads on a path that already takes a lock and
- * walks lists; none is on the fast paths (a small block from a stream heap,
- * a large one from the shared heap, and their frees), which stay as they
- * are. debug_checks=2 (figures.c) walks every invariant after every call.
- *
- * A failed check is a bug or memory corruption: going on would hand out
- * the same memory twice or lose it, so the pool reports it (the invariant,
- * the block, file:line) as RMMC_ERROR_INTERNAL through rmmc_set_error,
- * writes that message to stderr and aborts. At debug_checks=0 every check
- * compiles to nothing.
+ * Cheap checks (debug_checks >= 1; check.c): local invariants the slow
+ * paths assert as they go. Each looks only at what the step in hand
+ * touches, a few loads on a path that already takes a lock; none is on the
+ * fast paths. A failed check is a bug or memory corruption: going on would
+ * hand out the same memory twice or lose it, so the pool reports it
+ * (RMMC_ERROR_INTERNAL, and stderr) and aborts. At debug_checks=0 every
+ * check compiles to nothing; debug_checks=2 (figures.c) walks every
+ * invariant after every call.
  */
 #ifndef RMMC_POOL_CHECK_H
 #define RMMC_POOL_CHECK_H
+
+#include <stdio.h>
 
 #include "pool_internal.h"
 
@@ -25,8 +21,7 @@
 _Noreturn void rmmc__pool_check_failed(const pool_t *p, const pool_block_t *b, const char *what,
                                        const char *file, int line);
 
-/* The local invariants of one block, each false (with *what set) when
- * broken. check.c has them out of line: a failure names the invariant. */
+/* The local invariants, each false (with *what set) when broken. */
 /* b has `state`, is granule-aligned and sized, lies in its region, and its
  * neighbours touch it (prev->addr + prev->size == addr, and they link back). */
 bool rmmc__pool_block_ok(const pool_block_t *b, int state, const char **what);
@@ -44,13 +39,22 @@ bool rmmc__pool_heap_empty_ok(const pool_sheap_t *x, const char **what);
  * parent is the span's block of the shared heap. */
 bool rmmc__pool_span_back_ok(const pool_t *p, const pool_region_t *sp, const char **what);
 
+/* In a walk of every invariant (rmmc_pool_resource_check; `msg` and `len`
+ * in scope): unless `cond`, writes the message and returns false. */
+#define POOL_WALK_CHECK(cond, ...)                                                                 \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      snprintf(msg, len, __VA_ARGS__);                                                             \
+      return false;                                                                                \
+    }                                                                                              \
+  } while (0)
+
 #if RMMC_DEBUG_CHECKS >= 1
 /* Asserts `cond` about block b (may be NULL) of pool p. */
 #define POOL_ASSERT(p, b, cond)                                                                    \
   (RMMC_LIKELY(cond) ? (void)0 : rmmc__pool_check_failed((p), (b), #cond, __FILE__, __LINE__))
-/* Asserts checker `fn` (rmmc__pool_*_ok above) on its arguments (the
- * broken invariant's text comes back through the last, added here) about
- * block b: POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE). */
+/* Asserts checker `fn` (rmmc__pool_*_ok above) about block b:
+ * POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE). */
 #define POOL_CHECK(p, b, fn, ...)                                                                  \
   do {                                                                                             \
     const char *pool_what_ = #fn;                                                                  \

@@ -117,10 +117,7 @@ static void chunks_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
 static bool chunks_check(pool_t *p, char *msg, size_t len) {
   size_t sum = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) sum += r->size;
-  if (sum != p->reserved) {
-    snprintf(msg, len, "reserved %zu, chunks add up to %zu", p->reserved, sum);
-    return false;
-  }
+  POOL_WALK_CHECK(sum == p->reserved, "reserved %zu, chunks add up to %zu", p->reserved, sum);
   return true;
 }
 

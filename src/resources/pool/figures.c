@@ -1,9 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/*
- * The pool core's figures and invariants (core.h): describe,
- * rmmc_pool_resource_figures, and the checks of rmmc_pool_resource_check
- * and of debug_checks=2.
- */
+/* The pool core's figures (describe, rmmc_pool_resource_figures) and the
+ * invariants of rmmc_pool_resource_check and debug_checks=2. */
 #include "core.h"
 
 static rmmc_status_t not_a_pool(const char *what, const rmmc_resource_t *r) {
@@ -14,8 +11,7 @@ static rmmc_status_t not_a_pool(const char *what, const rmmc_resource_t *r) {
 /* ---- figures ---- */
 
 /* Every figure of RMMC_POOL_FIGURES as a value (TEXT: a string), read
- * together under every lock by gather: describe reports the rows, and
- * rmmc_pool_resource_figures copies the members out. */
+ * together under every lock by gather. */
 #define VALUE_TYPE_BYTES size_t
 #define VALUE_TYPE_COUNT uint64_t
 #define VALUE_TYPE_TEXT const char *
@@ -42,9 +38,10 @@ static void add_totals(pool_t *p, values_t *v) {
   v->in_use += p->committed - p->span_bytes;
 }
 
-/* Reads every figure; the caller holds every lock (rmmc__pool_lock_all). */
+/* Reads every figure under every lock. */
 static void gather(pool_t *p, values_t *v) {
   *v = (values_t){0};
+  rmmc__pool_lock_all(p);
   add_totals(p, v);
   v->reserved = pool_held(p);
   v->free = v->reserved > v->in_use ? v->reserved - v->in_use : 0;
@@ -73,6 +70,7 @@ static void gather(pool_t *p, values_t *v) {
 #define READ_STREAMS(kind, name, where, doc) READ_STREAMS_##where(name)
   RMMC_POOL_FIGURES(READ_STREAMS)
 #undef READ_STREAMS
+  rmmc__pool_unlock_all(p);
 }
 
 /* describe's rows: each row's key is its name; STRUCT rows come with the
@@ -95,9 +93,7 @@ static void gather(pool_t *p, values_t *v) {
 void rmmc__pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   pool_t *p = (pool_t *)r;
   values_t v;
-  rmmc__pool_lock_all(p);
   gather(p, &v);
-  rmmc__pool_unlock_all(p);
   RMMC_POOL_FIGURES(EMIT_ROW)
   rmmc__stream_set_describe(&p->streams, emit, ctx);
   p->be->describe(p, emit, ctx);
@@ -133,9 +129,7 @@ RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
                           "pool_resource_figures: figures must be set with RMMC_POOL_FIGURES_INIT");
   pool_t *p = (pool_t *)pool;
   values_t v;
-  rmmc__pool_lock_all(p);
   gather(p, &v);
-  rmmc__pool_unlock_all(p);
   rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;
   RMMC_POOL_FIGURES(COPY_ROW)
   size_t n = figures->size < sizeof f ? figures->size : sizeof f;
@@ -146,13 +140,7 @@ RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
 
 /* ---- invariants ---- */
 
-#define CHECK(cond, ...)                                                                       \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      snprintf(msg, len, __VA_ARGS__);                                                         \
-      return false;                                                                            \
-    }                                                                                          \
-  } while (0)
+#define CHECK POOL_WALK_CHECK
 
 static bool check_heap(pool_t *p, pool_sheap_t *h, char *msg, size_t len) {
   size_t free_bytes = 0, nfree = 0, used = 0, nused = 0, idle = 0, foreign = 0;
@@ -205,6 +193,19 @@ static bool check_heap(pool_t *p, pool_sheap_t *h, char *msg, size_t len) {
   return true;
 }
 
+/* Owner q's index and its list agree; counts what it indexes. */
+static bool check_owner(const pool_owner_t *q, const char *who, size_t *indexed,
+                        size_t *indexed_bytes, char *msg, size_t len) {
+  CHECK(rmmc__tlsf_valid(q->idx), "%s's index is inconsistent", who);
+  size_t listed = 0;
+  for (pool_block_t *b = q->qhead; b != NULL; b = b->qnext, listed++)
+    CHECK(b->owner == q && b->where == W_INDEX, "%s's list holds a stranger", who);
+  CHECK(listed == q->idx->count, "%s's list and index differ", who);
+  *indexed += q->idx->count;
+  *indexed_bytes += q->idx->bytes;
+  return true;
+}
+
 bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len) {
   size_t nfree = 0, free_bytes = 0, committed = 0, spans = 0, nused = 0, heaps = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
@@ -251,13 +252,7 @@ bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len) {
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next, owners++) {
     CHECK(q->idx != NULL, "a listed stream has no index");
     CHECK(q->heap != NULL || q->pending, "a stream with neither a heap nor free blocks is listed");
-    CHECK(rmmc__tlsf_valid(q->idx), "a stream's index is inconsistent");
-    size_t listed = 0;
-    for (pool_block_t *b = q->qhead; b != NULL; b = b->qnext, listed++)
-      CHECK(b->owner == q && b->where == W_INDEX, "a stream's list holds a stranger");
-    CHECK(listed == q->idx->count, "a stream's list and index differ");
-    indexed += q->idx->count;
-    indexed_bytes += q->idx->bytes;
+    if (!check_owner(q, "a stream", &indexed, &indexed_bytes, msg, len)) return false;
     size_t nheaps = 0;
     for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext, nheaps++) {
       CHECK(x->owner == q && x->stripe < p->stripes, "a heap is listed under another stream");
@@ -278,13 +273,8 @@ bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len) {
     CHECK(x->owner == NULL && x->nspans == 0 && x->used.count == 0 && x->idx.count == 0,
           "a retired heap holds memory");
   for (pool_owner_t *g = p->graphs; g != NULL; g = g->next) {
-    CHECK(g->slot == NULL && rmmc__tlsf_valid(g->idx), "a graph pool's index is inconsistent");
-    size_t listed = 0;
-    for (pool_block_t *b = g->qhead; b != NULL; b = b->qnext, listed++)
-      CHECK(b->owner == g && b->where == W_INDEX, "a graph pool's list holds a stranger");
-    CHECK(listed == g->idx->count, "a graph pool's list and index differ");
-    indexed += g->idx->count;
-    indexed_bytes += g->idx->bytes;
+    CHECK(g->slot == NULL, "a graph pool has a stream");
+    if (!check_owner(g, "a graph pool", &indexed, &indexed_bytes, msg, len)) return false;
   }
   CHECK(heaps == p->nheaps, "%zu heaps listed, %zu made", heaps, p->nheaps);
   CHECK(owners == p->nowners, "%zu streams listed, %zu counted", owners, p->nowners);
@@ -305,13 +295,17 @@ bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len) {
 
 #undef CHECK
 
+static bool check_all(pool_t *p, char msg[512]) {
+  rmmc__pool_lock_all(p);
+  bool ok = rmmc__pool_check_locked(p, msg, 512);
+  rmmc__pool_unlock_all(p);
+  return ok;
+}
+
 RMMC_API rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool) {
   if (!is_pool(pool)) return not_a_pool("pool_resource_check", pool);
-  pool_t *p = (pool_t *)pool;
   char msg[512];
-  rmmc__pool_lock_all(p);
-  bool ok = rmmc__pool_check_locked(p, msg, sizeof msg);
-  rmmc__pool_unlock_all(p);
+  bool ok = check_all((pool_t *)pool, msg);
   return ok ? RMMC_SUCCESS : rmmc_set_error(RMMC_ERROR_INTERNAL, "pool invariant broken: %s", msg);
 }
 
@@ -321,10 +315,7 @@ rmmc_status_t rmmc__pool_expensive_check(pool_t *p, rmmc_status_t st, const char
   char msg[512];
   rmmc__error_state_t saved;
   rmmc__error_save(&saved);
-  rmmc__pool_lock_all(p);
-  bool ok = rmmc__pool_check_locked(p, msg, sizeof msg);
-  rmmc__pool_unlock_all(p);
-  if (!ok) {
+  if (!check_all(p, msg)) {
     fprintf(stderr, "rmmc: pool invariant broken after %s: %s\n", where, msg);
     abort();
   }

@@ -1,22 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool core's CUDA graph pools (core.h; rmmc_pool_graph_begin in
- * include/rmmc/pool_resource.h).
- */
-#include "core.h"
-
-/* ---- graph pools ----
- *
- * A graph pool is a pool_owner_t without a stream: allocations routed to
- * it (by stream, or by the CUDA capture the calling thread begins next)
- * take its free blocks first, then clean memory (no stream's work pending:
+ * The pool core's CUDA graph pools (rmmc_pool_graph_begin in
+ * include/rmmc/pool_resource.h). A graph pool is a pool_owner_t without a
+ * stream: allocations routed to it (by stream, or by the CUDA capture the
+ * calling thread begins next) take its free blocks first, then clean memory (no stream's work pending:
  * nothing may make a capture wait), then growth; its blocks go back to it
  * when freed, whoever frees them, and merge only with each other, so no
  * work outside the graph ever gets memory a replay of it may write. A
  * released pool's free blocks return to the shared heap after a device
  * synchronization (refused while a capture rmmc knows of is underway: then
  * at the next release, release_cached or last resort); blocks still out
- * return as ordinary frees. */
+ * return as ordinary frees.
+ */
+#include "core.h"
 
 static pool_owner_t *graph_find(pool_t *p, uint64_t id0, uint64_t id1) {
   for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
@@ -114,11 +110,15 @@ unlock:
   return st;
 }
 
-/* The pool layer of a stack (r itself, or the first pool below it). */
 pool_t *rmmc__pool_in(rmmc_resource_t *r) {
   for (; r != NULL; r = rmmc_resource_upstream(r))
     if (is_pool(r)) return (pool_t *)r;
   return NULL;
+}
+
+rmmc_status_t rmmc__pool_no_layer(const char *what, const rmmc_resource_t *stack) {
+  return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: %s has no pool layer", what,
+                        stack == NULL ? "NULL" : rmmc_resource_name(stack));
 }
 
 /* The router of caching layers above a pool (base/graph_route.h):
@@ -139,12 +139,23 @@ void rmmc__pool_count_route(pool_t *p, int delta) {
   __atomic_add_fetch(&rmmc__graph_routes, delta, __ATOMIC_RELAXED);
 }
 
+/* g stops being routed to (shared lock held). */
+static void graph_unroute(pool_t *p, pool_owner_t *g) {
+  if (g->route_key == NULL) {
+    p->graphs_by_capture--;
+    __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
+  }
+  g->begun = 0;
+  g->route_key = NULL;
+  g->capture = 0;
+  g->pending_thread = 0;
+  rmmc__pool_count_route(p, -1);
+}
+
 RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id0, uint64_t id1,
                                              bool by_stream, cudaStream_t stream) {
   pool_t *p = rmmc__pool_in(stack);
-  if (p == NULL)
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_begin: %s has no pool layer",
-                          stack == NULL ? "NULL" : rmmc_resource_name(stack));
+  if (p == NULL) return rmmc__pool_no_layer("pool_graph_begin", stack);
   if (!by_stream && !p->cuda)
     return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
                           "pool_graph_begin: routing by capture needs device memory; route a "
@@ -185,36 +196,23 @@ unlock:
 
 RMMC_API rmmc_status_t rmmc_pool_graph_end(rmmc_resource_t *stack, uint64_t id0, uint64_t id1) {
   pool_t *p = rmmc__pool_in(stack);
-  if (p == NULL)
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_end: %s has no pool layer",
-                          stack == NULL ? "NULL" : rmmc_resource_name(stack));
+  if (p == NULL) return rmmc__pool_no_layer("pool_graph_end", stack);
   rmmc_status_t st = RMMC_SUCCESS;
   rmmc__lock(&p->lock);
   pool_owner_t *g = graph_find(p, id0, id1);
-  if (g == NULL || g->begun == 0) {
+  if (g == NULL || g->begun == 0)
     st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                         "pool_graph_end: graph pool (%llu, %llu) is not being routed to",
                         (unsigned long long)id0, (unsigned long long)id1);
-  } else {
-    if (g->route_key == NULL) {
-      p->graphs_by_capture--;
-      __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
-    }
-    g->begun = 0;
-    g->route_key = NULL;
-    g->capture = 0;
-    g->pending_thread = 0;
-    rmmc__pool_count_route(p, -1);
-  }
+  else
+    graph_unroute(p, g);
   rmmc__unlock(&p->lock);
   return st;
 }
 
 RMMC_API rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64_t id0, uint64_t id1) {
   pool_t *p = rmmc__pool_in(stack);
-  if (p == NULL)
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_graph_release: %s has no pool layer",
-                          stack == NULL ? "NULL" : rmmc_resource_name(stack));
+  if (p == NULL) return rmmc__pool_no_layer("pool_graph_release", stack);
   rmmc__lock(&p->lock);
   pool_owner_t *g = graph_find(p, id0, id1);
   if (g == NULL) {
@@ -223,14 +221,7 @@ RMMC_API rmmc_status_t rmmc_pool_graph_release(rmmc_resource_t *stack, uint64_t 
                           "pool_graph_release: no graph pool (%llu, %llu)",
                           (unsigned long long)id0, (unsigned long long)id1);
   }
-  if (g->begun > 0) {
-    if (g->route_key == NULL) {
-      p->graphs_by_capture--;
-      __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
-    }
-    g->begun = 0;
-    rmmc__pool_count_route(p, -1);
-  }
+  if (g->begun > 0) graph_unroute(p, g);
   g->released = true;
   rmmc__pool_graph_forget(p, g);
   rmmc__unlock(&p->lock);

@@ -7,7 +7,6 @@
 
 static uint64_t next_pool_id;
 
-
 /* Locks every live heap, then the shared heap (describe, check): heap
  * locks come first, so the heaps are listed under the shared lock, locked,
  * and the list is checked again under the shared lock until no heap was
@@ -65,8 +64,6 @@ rmmc_status_t rmmc__pool_release_cached(rmmc_resource_t *r) {
   st = POOL_EXPENSIVE(p, st, "release_cached");
   return st == RMMC_SUCCESS ? rmmc_resource_release_cached(p->base.upstream) : st;
 }
-
-/* ---- lifetime ---- */
 
 void rmmc__pool_destroy(rmmc_resource_t *r) {
   pool_t *p = (pool_t *)r;
@@ -144,10 +141,7 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   }
   p->release_before_grow = o->release_before_grow;
   p->sync_before_peak = o->sync_before_peak;
-  /* Its waits go one mark at a time (policy.c, grow_past_budget;
-   * stream_events.h): 8 marks kept per stream, so at the default 64 they
-   * reach about 512 records back (FSDP2 records about 360 per 69 ms step
-   * on the H100s: a mark about every 12 ms of a busy stream's queue). */
+  /* Its waits go one checkpoint mark at a time (policy.c, grow_past_budget). */
   if (p->sync_before_peak && o->checkpoint_every > 0)
     rmmc__stream_set_marks(&p->streams, (uint32_t)__builtin_ctz(o->checkpoint_every));
   p->slack = o->release_slack;

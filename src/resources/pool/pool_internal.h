@@ -25,12 +25,9 @@
  * never waits for a heap lock (it only try-locks them, to reclaim spans).
  *
  * Stream order (stream_events.h, "Epochs"). A free block of the shared
- * heap carries an owner (the stream it was freed on, NULL when no stream's
- * work is pending on it: "clean") and a tag, the owner's epoch its reuse
- * by others waits for. Its owner's stream reuses it at once; another
- * stream once the epoch is known finished (a host-side check, no call) or,
- * once an event covers it, behind cudaStreamWaitEvent. Pages and chunks go
- * back to the driver only when no work is pending on them.
+ * heap carries an owner (the stream it was freed on; NULL: "clean") and a
+ * tag, the owner's epoch its reuse by others waits for. Pages and chunks
+ * go back to the driver only when no work is pending on them.
  */
 #ifndef RMMC_POOL_INTERNAL_H
 #define RMMC_POOL_INTERNAL_H
@@ -102,7 +99,6 @@ struct pool_region {
 struct pool_owner {
   rmmc__stream_slot_t *slot;     /* NULL: a graph pool */
   pool_sheap_t *heap;            /* its heaps, one per stripe in use (atomic head) */
-  pool_sheap_t *locked_head;     /* lock_all: the heaps it locked begin here */
   /* its free blocks in the shared heap: 10 KiB, so a stream has one
    * exactly while it is listed (given just before it joins, freed when it
    * leaves: rmmc__pool_owner_ready, _unlist) */
@@ -213,11 +209,10 @@ typedef struct pool_backend {
    * _LIVE), on_release before each, marking it off and adding its bytes to
    * *gone; one the upstream refuses stays on, the others still go (_LIVE:
    * unless none had gone yet), and the first refusal's status is returned.
-   * wake maps every mapping that is off
-   * again at its address (peers granted, on_acquire after each), all or
-   * nothing: on a refusal it unmaps what it mapped (a mapping whose unmap is
-   * refused too stays mapped, not off) and returns the status. NULL: the
-   * backend cannot (chunks). */
+   * wake maps every mapping that is off again at its address (peers
+   * granted, on_acquire after each), all or nothing: on a refusal it unmaps
+   * what it mapped (one whose unmap is refused too stays mapped, not off).
+   * NULL: the backend cannot (chunks). */
   rmmc_status_t (*sleep)(pool_t *p, int which, size_t *gone);
   rmmc_status_t (*wake)(pool_t *p);
 } pool_backend_t;
@@ -308,7 +303,6 @@ pool_block_t *rmmc__pool_carve(pool_t *p, pool_block_t *b, size_t n, size_t alig
  * frees so far; declined on a capturing stream. */
 void rmmc__pool_cover(pool_t *p, pool_owner_t *o, cudaStream_t stream);
 
-
 /* A block struct from the shared heap's spare list (make_room keeps enough
  * for one call's work). */
 pool_block_t *rmmc__pool_new_block(pool_t *p);
@@ -366,6 +360,8 @@ rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes)
 
 /* The pool layer of a stack (r itself, or the first pool below it); NULL. */
 pool_t *rmmc__pool_in(rmmc_resource_t *r);
+/* The error of a call `what` on a stack without one. */
+rmmc_status_t rmmc__pool_no_layer(const char *what, const rmmc_resource_t *stack);
 /* A pause (+1) or resume (-1) counted where graph routes are (graphs.c):
  * the pool's allocation gate, and the process count that makes caching
  * layers above a pool ask whether their calls must go down to it (fixed_size,
@@ -396,7 +392,7 @@ typedef struct pool_sleep_head {
 
 /* ---- queries, memory hooks and peer access (query.c) ---- */
 
-/* The pool's get_allocation, set_memory_hooks and enable_peer_access slots. */
+/* The pool's slots of these names. */
 rmmc_status_t rmmc__pool_get_allocation(rmmc_resource_t *r, const void *ptr,
                                         rmmc_allocation_t *out);
 rmmc_status_t rmmc__pool_set_memory_hooks(rmmc_resource_t *r, const rmmc_memory_hooks_t *hooks);
@@ -415,15 +411,34 @@ static inline void pool_hook_release(pool_t *p, uintptr_t a, size_t n) {
   if (RMMC_UNLIKELY(p->hooks.on_release != NULL)) p->hooks.on_release((void *)a, n, p->hooks.user);
 }
 
-/* vm: the first of r's mappings (sorted) at or above addr. */
-static inline size_t pool_seg_lower_bound(const pool_region_t *r, uintptr_t addr) {
+/* vm: the first of r's mappings (sorted) at or above addr (`end`: the
+ * first that ends above it). */
+static inline size_t pool_seg_search(const pool_region_t *r, uintptr_t addr, bool end) {
   size_t lo = 0, hi = r->nsegs;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (r->segs[mid].addr < addr) lo = mid + 1;
+    const pool_seg_t *g = &r->segs[mid];
+    if (end ? g->addr + g->size <= addr : g->addr < addr) lo = mid + 1;
     else hi = mid;
   }
   return lo;
+}
+static inline size_t pool_seg_lower_bound(const pool_region_t *r, uintptr_t addr) {
+  return pool_seg_search(r, addr, false);
+}
+
+/* vm: does the union of r's mappings (those that are on, if `on`) cover
+ * [a0, a1) (covered), or does no mapping touch it (!covered)? */
+static inline bool pool_segs_cover(const pool_region_t *r, uintptr_t a0, uintptr_t a1,
+                                   bool covered, bool on) {
+  size_t i = pool_seg_search(r, a0, true);
+  if (!covered) return i == r->nsegs || r->segs[i].addr >= a1;
+  uintptr_t at = a0;
+  for (; i < r->nsegs && at < a1; i++) {
+    if (r->segs[i].addr > at || (on && r->segs[i].off != SEG_ON)) return false;
+    at = r->segs[i].addr + r->segs[i].size;
+  }
+  return at >= a1;
 }
 
 static inline pool_block_t *pool_block_of(rmmc__tlsf_node_t *n) {
@@ -432,8 +447,7 @@ static inline pool_block_t *pool_block_of(rmmc__tlsf_node_t *n) {
 static inline size_t pool_bsize(const pool_block_t *b) { return b->node.size; }
 static inline uintptr_t pool_bend(const pool_block_t *b) { return b->addr + b->node.size; }
 
-
-/* ---- inline helpers (block structs, neighbours) ---- */
+/* ---- block structs and neighbours ---- */
 
 #define POOL_SPARE_MIN 8
 bool rmmc__pool_meta_refill(pool_meta_t *m);
@@ -491,7 +505,6 @@ static inline void pool_absorb(pool_block_t *b, pool_block_t *n, int side) {
   }
   b->node.size += n->node.size;
 }
-
 
 static inline bool pool_shared_free(const pool_block_t *n) {
   return n != NULL && n->state == B_FREE && n->where == W_INDEX;

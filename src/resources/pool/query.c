@@ -1,30 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool's answers to questions asked from outside its allocate and free
- * paths: which block holds a pointer (rmmc_resource_get_allocation, for
- * exporting a block to another process or reporting a framework's base
- * allocation), the memory hooks (rmmc_resource_set_memory_hooks, which
- * the backends call as they map, take, unmap or give back memory) and peer
- * access (rmmc_resource_enable_peer_access: the devices every mapping of
- * the pool is granted to). Nothing here runs on a hot path; every lookup
- * takes the locks it reads under.
+ * The pool's answers from outside its allocate and free paths:
+ * get_allocation, set_memory_hooks and enable_peer_access (resource.h has
+ * their contracts). No hot path; every lookup takes the locks it reads under.
  */
 #include <stdio.h>
 
 #include "pool_internal.h"
 
 enum { FOUND = 0, MISSING = 1, RETRY = 2 };
-
-/* The first segment of reservation r that ends above `a`. */
-static size_t seg_first_above(const pool_region_t *r, uintptr_t a) {
-  size_t lo = 0, hi = r->nsegs;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (r->segs[mid].addr + r->segs[mid].size <= a) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 /* Fills *out for used block b, which lies in region `region` (a chunk or a
  * reservation: for a span's block, the region of the span's parent). */
@@ -43,7 +27,7 @@ static void describe_block(pool_t *p, const pool_block_t *b, const pool_region_t
   uintptr_t a0 = b->addr, a1 = b->addr + b->requested;
   size_t n = 0;
   uintptr_t first = 0, end = 0;
-  for (size_t i = seg_first_above(region, a0); i < region->nsegs && region->segs[i].addr < a1;
+  for (size_t i = pool_seg_search(region, a0, true); i < region->nsegs && region->segs[i].addr < a1;
        i++, n++) {
     const pool_seg_t *s = &region->segs[i];
     if (n == 0) first = s->addr;

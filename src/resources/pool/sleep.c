@@ -1,40 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Sleep mode: rmmc_pool_pause and rmmc_pool_resume (pool_resource.h has
- * the contract; docs/design.md, "Sleep mode", the reasons).
- *
- * A pause leaves the pool's books exactly as they are (blocks, spans,
- * stream heaps, graph pools, mappings) and takes the memory away from
- * under them: the backend unmaps every mapping (vm_sleep) and marks it
- * off; resume maps each one again at its address (vm_wake). So nothing
- * the pool knows changes across a sleep, and every pointer it handed out
- * is valid again after it.
- *
- * Backup: before any page goes, the live blocks (handed out, in the shared
- * heap or a stream heap's span), merged where they touch or nearly touch,
- * are copied to one host buffer (pinned, for device memory) on the
- * caller's stream; resume copies them back on its stream, after the new
- * pages are mapped. The buffer is kept for the next pause (the pinning of
- * a large buffer costs more than its copies) until release_cached or
- * destruction; the copies of a resume read it until they finish, so
- * whatever writes or frees it first waits for them (an event).
- *
- * All or nothing. A pause either takes effect or leaves the pool as it was,
- * the live blocks' contents intact. A backup pause whose unmapping the
- * upstream refuses maps the pool back and restores its backup: it is awake
- * as before. A discard pause has no copy to restore, so it gives back the
- * mappings under no live block first (a refusal there maps them back:
- * awake as before, nothing of a live block touched), then those under live
- * blocks; once one of these has gone, its contents cannot come back, and
- * the pause, which asked for them to go, goes on to the end: a refusal
- * then leaves the pool paused, the mappings the upstream kept held (counted
- * in reserved), and says so. If mapping back is refused too, the pool stays
- * paused, its backup kept, and the mappings that could not go stay held. A
- * resume whose mapping is refused unmaps what it mapped: still paused, its
- * backup kept.
- *
- * Allocation is refused while paused through the one slow-path gate of
- * allocate (graphs_routing counts the pause), so the hot path pays nothing.
+ * the contract and its failure cases; docs/design.md, "Sleep mode", the
+ * reasons). A pause keeps the pool's books exactly as they are and takes
+ * the memory from under them: the backend unmaps every mapping and marks
+ * it off, resume maps each one again at its address, so every pointer
+ * handed out is valid again after it. The backup buffer is kept for the
+ * next pause; a resume's copies read it until they finish, so whatever
+ * writes or frees it first waits for them (an event). Allocation is
+ * refused while paused through allocate's one slow-path gate
+ * (graphs_routing counts the pause), so the hot path pays nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,8 +50,10 @@ static bool memory_is_real(const pool_t *p) {
   return strcmp(rmmc_resource_name(r), "sim") != 0;
 }
 
-static const char *mode_name(rmmc_pool_pause_mode_t mode) {
-  return mode == RMMC_POOL_PAUSE_BACKUP ? "backup" : "discard";
+/* Nothing backed up: nothing to copy back on resume or on the way back. */
+static void forget_backup(struct pool_sleep *s) {
+  s->nranges = 0;
+  s->backed_up = 0;
 }
 
 static bool range_push(struct pool_sleep *s, uintptr_t a, size_t n, const pool_region_t *r) {
@@ -186,14 +163,7 @@ static rmmc_status_t copy_ranges(pool_t *p, struct pool_sleep *s, bool to_host,
   for (size_t k = 0; k < s->nranges && err == cudaSuccess; k++) {
     const sleep_range_t *x = &s->ranges[k];
     const pool_region_t *r = x->region;
-    /* The mappings it lies on (sorted): the first that ends past it. */
-    size_t lo = 0, hi = r->nsegs;
-    while (lo < hi) {
-      size_t mid = (lo + hi) / 2;
-      if (r->segs[mid].addr + r->segs[mid].size <= x->addr) lo = mid + 1;
-      else hi = mid;
-    }
-    for (size_t i = lo; i < r->nsegs && r->segs[i].addr < x->addr + x->bytes; i++) {
+    for (size_t i = pool_seg_search(r, x->addr, true); i < r->nsegs && r->segs[i].addr < x->addr + x->bytes; i++) {
       uintptr_t a = r->segs[i].addr > x->addr ? r->segs[i].addr : x->addr;
       uintptr_t e = r->segs[i].addr + r->segs[i].size;
       if (e > x->addr + x->bytes) e = x->addr + x->bytes;
@@ -243,8 +213,7 @@ static void gate(pool_t *p, int paused) {
 static pool_t *sleep_pool(rmmc_resource_t *stack, const char *what, rmmc_status_t *st) {
   pool_t *p = rmmc__pool_in(stack);
   if (p == NULL) {
-    *st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "%s: %s has no pool layer", what,
-                         stack == NULL ? "NULL" : rmmc_resource_name(stack));
+    *st = rmmc__pool_no_layer(what, stack);
   } else if (p->be->sleep == NULL) {
     *st = rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
                          "%s: this pool takes chunks from its upstream (%s%s), and chunks cannot "
@@ -297,51 +266,40 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
   if (p->sleep == NULL && (st = sleep_new(p)) != RMMC_SUCCESS) goto unlock;
   struct pool_sleep *s = (struct pool_sleep *)p->sleep;
   if ((st = copies_done(s)) != RMMC_SUCCESS) goto unlock;
-  s->nranges = 0;
-  s->backed_up = 0;
   /* The live blocks: copied out (backup), or marking the mappings under
-   * them, which a discard pause gives back last (the file's opening). */
+   * them, which a discard pause gives back last. */
   if (!collect_live(p, s)) {
-    s->nranges = 0;
-    s->backed_up = 0;
+    forget_backup(s);
     st = rmmc__pool_no_host_memory();
     goto unlock;
   }
   if (mode == RMMC_POOL_PAUSE_BACKUP) {
     if ((st = host_room(p, s, s->backed_up)) != RMMC_SUCCESS ||
         (st = copy_ranges(p, s, true, stream)) != RMMC_SUCCESS) {
-      s->nranges = 0;
-      s->backed_up = 0;
+      forget_backup(s);
       goto unlock;
     }
   } else {
     mark_live(p, s);
-    s->nranges = 0; /* nothing to copy back, on resume or on the way back below */
-    s->backed_up = 0;
+    forget_backup(s);
   }
   gate(p, 1);
   rmmc__pool_heaps_cool(p);
   s->mode = mode;
   size_t gone = 0, live_gone = 0;
+  char b[32];
   st = p->be->sleep(p, mode == RMMC_POOL_PAUSE_BACKUP ? POOL_SLEEP_ALL : POOL_SLEEP_FREE, &gone);
-  if (st == RMMC_SUCCESS && mode == RMMC_POOL_PAUSE_DISCARD) {
+  if (st == RMMC_SUCCESS && mode == RMMC_POOL_PAUSE_DISCARD)
     st = p->be->sleep(p, POOL_SLEEP_LIVE, &live_gone);
-    if (st != RMMC_SUCCESS && live_gone > 0) {
-      /* Pages under live blocks went: their contents cannot come back, so
-       * the pause goes on to the end (discard asked for them to go) and
-       * the pool is paused, the mappings the upstream kept still held. */
-      char b[32];
-      rmmc__append_error(" (pool_pause: the pool is paused (discard): pages under live blocks "
-                         "had gone when the upstream refused, and their contents cannot come "
-                         "back; %s it kept stays held until rmmc_pool_resume, which maps the "
-                         "rest)",
-                         rmmc__format_bytes(pool_held(p), b, sizeof b));
-      s->pauses++;
-      revoke_exports(p);
-      goto unlock;
-    }
-  }
-  if (st != RMMC_SUCCESS) {
+  if (st != RMMC_SUCCESS && live_gone > 0) {
+    /* Pages under live blocks went: their contents cannot come back, so
+     * the pause goes on to the end (discard asked for them to go). */
+    rmmc__append_error(" (pool_pause: the pool is paused (discard): pages under live blocks "
+                       "had gone when the upstream refused, and their contents cannot come "
+                       "back; %s it kept stays held until rmmc_pool_resume, which maps the "
+                       "rest)",
+                       rmmc__format_bytes(pool_held(p), b, sizeof b));
+  } else if (st != RMMC_SUCCESS) {
     /* Back to awake: map what went, restore it. */
     rmmc__error_state_t why;
     rmmc__error_save(&why);
@@ -353,22 +311,17 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
     if (back == RMMC_SUCCESS) {
       gate(p, 0);
       s->mode = 0;
-      s->nranges = 0;
-      s->backed_up = 0;
+      forget_backup(s);
       rmmc__append_error(" (pool_pause: the pool is awake as before: what was unmapped is "
                          "mapped again%s)",
                          mode == RMMC_POOL_PAUSE_BACKUP ? " and restored" : "");
-    } else {
-      char b[32];
-      rmmc__append_error(" (pool_pause: mapping back failed too: %s; the pool stays paused "
-                         "with %s still held%s: rmmc_pool_resume retries)",
-                         detail, rmmc__format_bytes(pool_held(p), b, sizeof b),
-                         mode == RMMC_POOL_PAUSE_BACKUP ? " and its backup kept"
-                                                        : " (no live block's page had gone)");
-      s->pauses++;
-      revoke_exports(p);
+      goto unlock;
     }
-    goto unlock;
+    rmmc__append_error(" (pool_pause: mapping back failed too: %s; the pool stays paused "
+                       "with %s still held%s: rmmc_pool_resume retries)",
+                       detail, rmmc__format_bytes(pool_held(p), b, sizeof b),
+                       mode == RMMC_POOL_PAUSE_BACKUP ? " and its backup kept"
+                                                      : " (no live block's page had gone)");
   }
   s->pauses++;
   revoke_exports(p);
@@ -421,9 +374,7 @@ RMMC_API rmmc_status_t rmmc_pool_sleep_state(rmmc_resource_t *stack,
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "pool_sleep_state: out must be set with RMMC_POOL_SLEEP_STATE_INIT");
   pool_t *p = rmmc__pool_in(stack);
-  if (p == NULL)
-    return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_sleep_state: %s has no pool layer",
-                          stack == NULL ? "NULL" : rmmc_resource_name(stack));
+  if (p == NULL) return rmmc__pool_no_layer("pool_sleep_state", stack);
   rmmc_pool_sleep_state_t f = RMMC_POOL_SLEEP_STATE_INIT;
   rmmc__lock(&p->lock);
   const struct pool_sleep *s = (const struct pool_sleep *)p->sleep;
@@ -449,8 +400,8 @@ RMMC_API rmmc_status_t rmmc_pool_sleep_state(rmmc_resource_t *stack,
 static void sleep_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
   rmmc_pool_sleep_state_t f = RMMC_POOL_SLEEP_STATE_INIT;
   if (rmmc_pool_sleep_state(&p->base.base, &f) != RMMC_SUCCESS) return;
-  rmmc__emit_text(emit, ctx, "sleep", f.paused ? mode_name((rmmc_pool_pause_mode_t)f.mode)
-                                               : "awake");
+  rmmc__emit_text(emit, ctx, "sleep",
+                  !f.paused ? "awake" : f.mode == RMMC_POOL_PAUSE_BACKUP ? "backup" : "discard");
   rmmc__emit_bytes(emit, ctx, "paused_bytes", f.unmapped);
   rmmc__emit_bytes(emit, ctx, "backed_up", f.backed_up);
   rmmc__emit_bytes(emit, ctx, "backup_host", f.host_bytes);

@@ -1,18 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool's entry in the stack-spec table (src/stack/spec_table.c): its
- * options, made from the rows of options.h, and the builder, which fills
- * RMMC_POOL_OPTIONS_INIT from them (rmmc__spec_fill) and creates the pool;
- * rmmc_pool_resource_create checks what a C caller could set wrong too. A
- * separate object from the core, so a program that makes pools by hand
- * links no spec code.
+ * The pool's entry in the stack-spec table, made from the rows of
+ * RMMC_POOL_OPTIONS. A separate object from the core, so a program that
+ * makes pools by hand links no spec code.
  */
 #include "base/spec.h"
-#include "options.h"
+#include "rmmc/pool_resource.h"
 
 #define POOL_SPEC_ROW(...) RMMC__SPEC_OPTION(rmmc_pool_options_t, __VA_ARGS__)
 static const rmmc__spec_option_t pool_spec_options[] = {
-    RMMC__POOL_OPTIONS(POOL_SPEC_ROW){.name = NULL},
+    RMMC_POOL_OPTIONS(POOL_SPEC_ROW){.name = NULL},
 };
 #undef POOL_SPEC_ROW
 

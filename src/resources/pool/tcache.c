@@ -1,21 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/*
- * The pool's thread cache (tcache.h has the contract): thread numbers, the
- * thread-local heap cache and its misses. The lookup itself is inline in
- * tcache.h; this file has what runs once per thread, per stream or per
- * retired heap.
- */
+/* The pool's thread cache (tcache.h): thread numbers and the misses. */
 #include "core.h"
 
 /* A thread's number, given on its first call into any pool: threads on one
  * stream take the stream's heaps in turn (number modulo the stripes). A
  * thread that exits gives its number back and the next new thread takes
- * the lowest free one, so threads that come and go (a pool of workers made
- * anew, each epoch of a replay) keep using the same heaps of a stream
- * instead of making a new one each time, which strands the old ones' spans
- * (on 16 CPUs the 4-stream log's warm epoch reserved 1.060x instead of
- * 1.045x over sim, the server log's 1.245x instead of 1.225x). Numbers past
- * THREAD_NUMBERS are never given back. */
+ * the lowest free one, so recreated workers reuse a stream's heaps instead
+ * of stranding their spans (design.md, "Thread numbers are given back").
+ * Numbers past THREAD_NUMBERS are never given back. */
 enum { THREAD_NUMBERS = 4096 };
 static _Thread_local unsigned tl_number;
 static pthread_mutex_t numbers_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -1,15 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool's thread cache (internal; tcache.c): which heap of a stream a
- * thread calls into. Each thread has a number, given on its first call into
- * any pool; threads on one stream take the stream's heaps in turn (number
- * modulo the stripes). Each thread caches, in TL_WAYS ways keyed by (pool
- * id, stream key), the heap it found and the stream's owner, so a call
- * finds its heap with no lock and no call (heap_cached, inline here for
- * the hot paths); a miss makes or finds the heap under the shared lock
- * (rmmc__pool_heap_find). A cached heap may have been retired since: whoever
- * locks it checks that its owner is still the cached one, and finds the
- * thread's heap again (rmmc__pool_heap_stale) if not.
+ * The pool's thread cache (internal; tcache.c): each thread caches, in
+ * TL_WAYS ways keyed by (pool id, stream key), the heap of the stream it
+ * found and the stream's owner, so a call finds its heap with no lock and
+ * no call; a miss makes or finds the heap under the shared lock. A cached
+ * heap may have been retired since: whoever locks it checks that its owner
+ * is still the cached one, and finds the thread's heap again if not.
  */
 #ifndef RMMC_POOL_TCACHE_H
 #define RMMC_POOL_TCACHE_H
@@ -45,9 +41,7 @@ static inline unsigned tl_way(uint64_t pool, const void *key) {
   return (unsigned)(h >> 61) & (TL_WAYS - 1);
 }
 
-/* The calling thread's entry for p and stream key `key` (the heap may have
- * been retired since it was cached: whoever locks it checks that its owner
- * is still the entry's), or NULL. */
+/* The calling thread's entry for p and stream key `key`, or NULL. */
 static inline tl_entry_t *heap_cached(const pool_t *p, const void *key) {
   tl_entry_t *c = rmmc__pool_tl_cache;
   if (RMMC_LIKELY(c != NULL)) {

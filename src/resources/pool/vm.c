@@ -1,33 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool's virtual-memory backend: a region is an address-space
- * reservation of the upstream (rmmc_resource_vm_reserve), and memory is
+ * The pool's virtual-memory backend (docs/design.md, "Growth backends"): a
+ * region is an address-space reservation of the upstream, and memory is
  * mapped into it as the pool grows. Unmapped address space is a block of
  * state B_UNMAPPED (a "hole"); every other block lies on mapped memory.
  *
- * Growth maps exactly the shortfall, in the upstream's pages: for each hole
- * it works out how much must be mapped for a block of `need` bytes that may
- * also use the free memory on either side of the hole (if the requesting
- * stream may use it at once), and maps at the hole that needs least (the
- * lowest address on a tie). So freed memory is reused before new memory is
- * mapped, and a growing block extends the free block beside it in place. A
- * growth of more than `segment` bytes is mapped in several calls, each a
- * segment that can later go back on its own.
+ * Growth maps exactly the shortfall, in the upstream's pages, at the hole
+ * that needs least mapped for the block, counting the free memory beside
+ * it that the requesting stream may use at once (the lowest address on a
+ * tie): freed memory is reused before new memory is mapped, and a growing
+ * block extends the free block beside it in place. Trimming unmaps whole
+ * segments inside finished free blocks, those freed longest ago first.
  *
- * Trimming unmaps whole segments lying inside free blocks whose frees have
- * finished, from the top of each reservation down, so the mapped memory
- * stays at the bottom of the address space.
- *
- * Peers. A mapping is reachable from the upstream's device only; every
- * device in the pool's peer set (rmmc_resource_enable_peer_access) is
- * granted each segment as it is mapped, before anything else sees it, and
- * a segment that cannot be granted to all of them goes back with the rest
- * of its growth. Enabling a peer grants every segment held then, all or
- * nothing (rmmc__pool_vm_grant).
- *
- * This file places, grows and trims; vm_map.c has the mappings themselves
- * (segments, the upstream's calls, peers, sleep mode), vm.h what the two
- * share, vm_check.c the end, the figures and the invariants.
+ * Peers: every device in the pool's peer set is granted each segment as it
+ * is mapped, before anything else sees it; a segment that cannot be
+ * granted to all of them goes back with the rest of its growth.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,22 +47,11 @@ static void hole_remove(pool_t *p, pool_block_t *u) {
 
 /* Merges hole u with the holes beside it (u is on the hole list). */
 static pool_block_t *hole_merge(pool_t *p, pool_block_t *u) {
-  pool_block_t *n = u->prev;
-  if (n != NULL && n->state == B_UNMAPPED) {
+  for (int side = 0; side < 2; side++) {
+    pool_block_t *n = side == 0 ? u->prev : u->next;
+    if (n == NULL || n->state != B_UNMAPPED) continue;
     hole_remove(p, n);
-    u->addr = n->addr;
-    u->prev = n->prev;
-    if (n->prev != NULL) n->prev->next = u;
-    else u->region->first = u;
-    u->node.size += n->node.size;
-    rmmc__pool_drop_block(p, n);
-  }
-  n = u->next;
-  if (n != NULL && n->state == B_UNMAPPED) {
-    hole_remove(p, n);
-    u->next = n->next;
-    if (n->next != NULL) n->next->prev = u;
-    u->node.size += n->node.size;
+    pool_absorb(u, n, side);
     rmmc__pool_drop_block(p, n);
   }
   return u;
@@ -175,16 +151,10 @@ static rmmc_status_t reserve_region(pool_t *p, size_t need, size_t align) {
   return RMMC_SUCCESS;
 }
 
-static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out);
-
-/* The most bytes one mapping of a growth of g bytes covers. A mapping's
- * cost is mostly per call (cuMemCreate + cuMemSetAccess ~50 us, unmap +
- * release ~60 us, on an H100, whether 2 or 32 MiB), so refilling a device
- * in 32 MiB mappings after empty_cache (a batch-size finder's retry: ~140
- * GB, ~4,400 mappings) cost about 0.5 s a round. With the default page a
- * growth therefore maps in at most VM_SEGMENTS_PER_GROWTH segments of at
- * least the page, up to VM_SEGMENT_MAX each; it can still go back an
- * eighth at a time. An explicit page= is the most per mapping, as given. */
+/* The most bytes one mapping of a growth of g bytes covers: a mapping
+ * costs about the same whatever its size (design.md, "Why 32 MiB
+ * mappings"), so with the default page a growth maps in at most
+ * VM_SEGMENTS_PER_GROWTH segments; an explicit page= is the most, as given. */
 static size_t segment_of(const pool_t *p, size_t g) {
   if (!p->segment_scales) return p->segment;
   size_t s = rmmc__align_up(g / VM_SEGMENTS_PER_GROWTH, p->page);
@@ -192,8 +162,39 @@ static size_t segment_of(const pool_t *p, size_t g) {
   return s > p->segment ? s : p->segment;
 }
 
-/* Maps [m0, m1) of hole u, in segments, and turns it into a clean free
+/* Accounts [m0, m1) of hole u as mapped and turns it into a clean free
  * block merged with the usable free blocks beside it. */
+static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
+  p->reserved += pl.m1 - pl.m0;
+  if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
+  pool_block_t *x = pl.u;
+  hole_remove(p, x);
+  if (pl.m0 > x->addr) {
+    pool_block_t *back = rmmc__pool_split(p, x, pl.m0);
+    hole_add(p, x);
+    x = back;
+  }
+  if (pl.m1 < pool_bend(x)) hole_add(p, rmmc__pool_split(p, x, pl.m1));
+  x->state = B_FREE;
+  x->owner = NULL;
+  x->tag = 0;
+  x->where = W_OUT;
+  for (int side = 0; side < 2; side++) {
+    pool_block_t *n = side == 0 ? x->prev : x->next;
+    if (!usable_free(p, n, o)) continue;
+    rmmc__pool_unlink_free(p, n);
+    if (n->owner != NULL && !rmmc__pool_settled(p, n, false)) {
+      x->owner = n->owner;
+      x->tag = n->tag;
+    }
+    pool_absorb(x, n, side);
+    rmmc__pool_drop_block(p, n);
+  }
+  *out = x;
+  return RMMC_SUCCESS;
+}
+
+/* Maps [m0, m1) of hole u, in segments, and carves it (carve_mapped). */
 static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
   pool_region_t *r = pl.u->region;
   uintptr_t a = pl.m0;
@@ -233,49 +234,6 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
     return st;
   }
   return carve_mapped(p, o, pl, out);
-}
-
-/* Accounts [m0, m1) of hole u as mapped and turns it into a clean free
- * block merged with the usable free blocks beside it. */
-static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
-  p->reserved += pl.m1 - pl.m0;
-  if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
-  /* Carve the mapped part out of the hole. */
-  pool_block_t *x = pl.u;
-  hole_remove(p, x);
-  if (pl.m0 > x->addr) {
-    pool_block_t *back = rmmc__pool_split(p, x, pl.m0);
-    hole_add(p, x);
-    x = back;
-  }
-  if (pl.m1 < pool_bend(x)) hole_add(p, rmmc__pool_split(p, x, pl.m1));
-  x->state = B_FREE;
-  x->owner = NULL;
-  x->tag = 0;
-  x->where = W_OUT;
-  /* Merge with the free blocks beside it that o's stream may use. */
-  for (int side = 0; side < 2; side++) {
-    pool_block_t *n = side == 0 ? x->prev : x->next;
-    if (!usable_free(p, n, o)) continue;
-    rmmc__pool_unlink_free(p, n);
-    if (n->owner != NULL && !rmmc__pool_settled(p, n, false)) {
-      x->owner = n->owner;
-      x->tag = n->tag;
-    }
-    if (side == 0) {
-      x->addr = n->addr;
-      x->prev = n->prev;
-      if (n->prev != NULL) n->prev->next = x;
-      else x->region->first = x;
-    } else {
-      x->next = n->next;
-      if (n->next != NULL) n->next->prev = x;
-    }
-    x->node.size += n->node.size;
-    rmmc__pool_drop_block(p, n);
-  }
-  *out = x;
-  return RMMC_SUCCESS;
 }
 
 static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
@@ -334,76 +292,19 @@ static bool place_kept(const kept_t *k) {
          (k->next == NULL || (k->next->prev == u && k->next->state != B_UNMAPPED));
 }
 
-static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                           size_t need, size_t align, size_t min, place_t pl,
-                                           pool_block_t **out);
-
-/* Trims to `goal`, leaving hole u and the blocks beside it as they are
- * (unmapping what a growth there would map back is churn). */
+/* Trims to `goal`, leaving hole u and the blocks beside it as they are:
+ * unmapping what a growth there would map back is churn. */
 static rmmc_status_t trim_keeping_hole(pool_t *p, size_t goal, const pool_block_t *u) {
   return vm_trim_keeping(p, goal, u->prev != NULL ? u->prev->addr : u->addr,
                          u->next != NULL ? pool_bend(u->next) : pool_bend(u));
 }
 
-static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
-                                size_t align, unsigned how, pool_block_t **out) {
-  bool within = how & POOL_GROW_WITHIN;
-  size_t min = how & POOL_GROW_EXACT ? 0 : p->min_growth;
-  place_t pl = {0};
-  rmmc_status_t st = place(p, o, need, align, min, within, &pl);
-  if (st != RMMC_SUCCESS) return st;
-  if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
-  uint64_t shrinks = p->shrinks;
-  /* The budget's trim leaves the hole and the free blocks beside it alone:
-   * unmapping what this growth would map back is churn. */
-  size_t goal;
-  pool_admit_t a = rmmc__pool_admit(p, o, stream, pl.m1 - pl.m0, need, within, &goal);
-  if (a == POOL_ADMIT_TRIM) {
-    kept_t k = kept_of(pl.u);
-    p->budget_trims++;
-    (void)trim_keeping_hole(p, goal, pl.u);
-#if RMMC_DEBUG_CHECKS >= 1
-    if (!place_kept(&k))
-      return rmmc_set_error(RMMC_ERROR_INTERNAL,
-                            "pool: the budget's trim changed the hole at %p it had to keep, or "
-                            "its neighbours (a bug)",
-                            (void *)k.addr);
-#else
-    (void)k;
-#endif
-    a = rmmc__pool_admit_max(p, pl.m1 - pl.m0);
-  }
-  bool ok = a == POOL_ADMIT_YES;
-  if (!ok)
-    return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
-                  : RMMC_ERROR_OUT_OF_MEMORY;
-  if (p->shrinks != shrinks) { /* trimming moved things: place again, admit again */
-    /* The hole and its neighbours are as they were and a neighbour only
-     * becomes more usable, so the hole still has a place, one that maps no
-     * more, or none at all (beside). */
-    if (!best_place(p, o, need, align, min, &pl))
-      return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no place after trimming (a bug)");
-    if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
-    if (rmmc__pool_admit_max(p, pl.m1 - pl.m0) != POOL_ADMIT_YES) return RMMC_ERROR_OUT_OF_MEMORY;
-  }
-  /* A refusal whose take-back the upstream refused too changed the hole
-   * (map_place keeps what stays mapped): then no second try. */
-  kept_t hole = kept_of(pl.u);
-  st = map_place(p, o, pl, out);
-  if (st == RMMC_ERROR_OUT_OF_MEMORY && !within && place_kept(&hole))
-    st = map_after_giving_back(p, o, stream, need, align, min, pl, out);
-  return st;
-}
-
 /* The upstream refused to map [m0, m1) of hole u (the device is full):
- * gives back as much finished free memory elsewhere as the growth maps,
- * the hole and its neighbours kept, and maps again, where the request
- * would otherwise go on to the last resort's device synchronization and
- * give every free page back (over sim at the capacity of GPT-2's largest
- * batch, its finder's log took 1 synchronization instead of 3).
- * OUT_OF_MEMORY (the upstream's message) when nothing could go back or the
- * upstream refuses again. The trim keeps the hole and its neighbours, so
- * the hole still has a place that maps no more. */
+ * gives back as much finished free memory elsewhere as the growth maps and
+ * maps again, before the last resort synchronizes (design.md, "A refused
+ * growth"). The trim keeps the hole and its neighbours, so the hole still
+ * has a place that maps no more. OUT_OF_MEMORY (the upstream's message)
+ * when nothing could go back or the upstream refuses again. */
 static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
                                            size_t need, size_t align, size_t min, place_t pl,
                                            pool_block_t **out) {
@@ -424,13 +325,58 @@ static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStrea
   return map_place(p, o, pl, out);
 }
 
+static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
+                                size_t align, unsigned how, pool_block_t **out) {
+  bool within = how & POOL_GROW_WITHIN;
+  size_t min = how & POOL_GROW_EXACT ? 0 : p->min_growth;
+  place_t pl = {0};
+  rmmc_status_t st = place(p, o, need, align, min, within, &pl);
+  if (st != RMMC_SUCCESS) return st;
+  if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
+  uint64_t shrinks = p->shrinks;
+  size_t goal;
+  pool_admit_t a = rmmc__pool_admit(p, o, stream, pl.m1 - pl.m0, need, within, &goal);
+  if (a == POOL_ADMIT_TRIM) {
+    kept_t k = kept_of(pl.u);
+    p->budget_trims++;
+    (void)trim_keeping_hole(p, goal, pl.u);
+#if RMMC_DEBUG_CHECKS >= 1
+    if (!place_kept(&k))
+      return rmmc_set_error(RMMC_ERROR_INTERNAL,
+                            "pool: the budget's trim changed the hole at %p it had to keep, or "
+                            "its neighbours (a bug)",
+                            (void *)k.addr);
+#else
+    (void)k;
+#endif
+    a = rmmc__pool_admit_max(p, pl.m1 - pl.m0);
+  }
+  if (a != POOL_ADMIT_YES)
+    return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
+                  : RMMC_ERROR_OUT_OF_MEMORY;
+  if (p->shrinks != shrinks) { /* trimming moved things: place again, admit again */
+    /* The hole and its neighbours are as they were and a neighbour only
+     * becomes more usable, so the hole still has a place, one that maps no
+     * more, or none at all (beside). */
+    if (!best_place(p, o, need, align, min, &pl))
+      return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no place after trimming (a bug)");
+    if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
+    if (rmmc__pool_admit_max(p, pl.m1 - pl.m0) != POOL_ADMIT_YES) return RMMC_ERROR_OUT_OF_MEMORY;
+  }
+  /* A refusal whose take-back the upstream refused too changed the hole
+   * (map_place keeps what stays mapped): then no second try. */
+  kept_t hole = kept_of(pl.u);
+  st = map_place(p, o, pl, out);
+  if (st == RMMC_ERROR_OUT_OF_MEMORY && !within && place_kept(&hole))
+    st = map_after_giving_back(p, o, stream, need, align, min, pl, out);
+  return st;
+}
+
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                              size_t align, unsigned how, pool_block_t **out) {
-  /* An allocation that passed allocate's gate (a read without a lock) just
-   * before a pause reaches here once the pause has taken effect: a growth
-   * now would merge with free blocks whose mappings the pause turned off
-   * and hand out memory with no pages behind it. The pause sets `paused`
-   * under every lock, so under the shared lock this read is exact. */
+  /* An allocation that passed allocate's lock-free gate just before a
+   * pause would merge with free blocks whose mappings the pause turned off.
+   * The pause sets `paused` under every lock, so this read is exact. */
   if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED)))
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
                           "pool: cannot grow by %zu bytes: the pool is paused (rmmc_pool_pause) "
@@ -532,11 +478,6 @@ static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
 }
 
 static rmmc_status_t vm_trim(pool_t *p, size_t goal) { return vm_trim_keeping(p, goal, 0, 0); }
-
-/* vm_check.c: the end, figures and invariants. */
-void rmmc__pool_vm_fini(pool_t *p);
-void rmmc__pool_vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx);
-bool rmmc__pool_vm_check(pool_t *p, char *msg, size_t len);
 
 const pool_backend_t rmmc__pool_vm = {
     .name = "virtual memory",

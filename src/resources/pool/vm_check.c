@@ -6,7 +6,8 @@
  */
 #include <stdio.h>
 
-#include "pool_internal.h"
+#include "check.h"
+#include "vm.h"
 
 void rmmc__pool_vm_fini(pool_t *p) {
   while (p->regions != NULL) {
@@ -38,65 +39,38 @@ void rmmc__pool_vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "refusal_trims", refusals);
 }
 
-/* Does the union of r's segments cover [a0, a1) exactly (covered) or not
- * touch it at all (!covered)? */
-static bool seg_covers(const pool_region_t *r, uintptr_t a0, uintptr_t a1, bool covered) {
-  size_t i = pool_seg_lower_bound(r, a0);
-  if (i > 0 && r->segs[i - 1].addr + r->segs[i - 1].size > a0) i--;
-  if (!covered) return i == r->nsegs || r->segs[i].addr >= a1;
-  uintptr_t at = a0;
-  for (; i < r->nsegs && at < a1; i++) {
-    if (r->segs[i].addr > at) return false;
-    at = r->segs[i].addr + r->segs[i].size;
-  }
-  return at >= a1;
-}
-
 bool rmmc__pool_vm_check(pool_t *p, char *msg, size_t len) {
   size_t mapped = 0, holes = 0, off = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
     for (size_t i = 0; i < r->nsegs; i++) {
       const pool_seg_t *s = &r->segs[i];
-      bool ok = s->addr >= r->base && s->addr + s->size <= r->base + r->size &&
-                s->addr % p->page == 0 && s->size % p->page == 0 &&
-                (i == 0 || r->segs[i - 1].addr + r->segs[i - 1].size <= s->addr);
-      if (!ok) {
-        snprintf(msg, len, "mapping %p + %zu is out of place", (void *)s->addr, s->size);
-        return false;
-      }
+      POOL_WALK_CHECK(s->addr >= r->base && s->addr + s->size <= r->base + r->size &&
+                          s->addr % p->page == 0 && s->size % p->page == 0 &&
+                          (i == 0 || r->segs[i - 1].addr + r->segs[i - 1].size <= s->addr),
+                      "mapping %p + %zu is out of place", (void *)s->addr, s->size);
       mapped += s->size;
-      if (s->off == SEG_WOKEN || (s->off == SEG_OFF && !p->paused)) {
-        snprintf(msg, len, "mapping %p + %zu is %s while the pool is %s", (void *)s->addr,
-                 s->size, s->off == SEG_OFF ? "off" : "half woken", p->paused ? "paused" : "awake");
-        return false;
-      }
+      POOL_WALK_CHECK(s->off == SEG_ON || (s->off == SEG_OFF && p->paused),
+                      "mapping %p + %zu is %s while the pool is %s", (void *)s->addr, s->size,
+                      s->off == SEG_OFF ? "off" : "half woken", p->paused ? "paused" : "awake");
       if (s->off == SEG_OFF) off += s->size;
     }
     for (pool_block_t *b = r->first; b != NULL; b = b->next) {
       bool unmapped = b->state == B_UNMAPPED;
       holes += unmapped;
-      if (!seg_covers(r, b->addr, pool_bend(b), !unmapped)) {
-        snprintf(msg, len, "block %p + %zu (state %d) is %s", (void *)b->addr, pool_bsize(b),
-                 b->state, unmapped ? "mapped" : "not wholly mapped");
-        return false;
-      }
-      if (unmapped && b->next != NULL && b->next->state == B_UNMAPPED) {
-        snprintf(msg, len, "holes at %p and %p should have merged", (void *)b->addr,
-                 (void *)b->next->addr);
-        return false;
-      }
+      POOL_WALK_CHECK(pool_segs_cover(r, b->addr, pool_bend(b), !unmapped, false),
+                      "block %p + %zu (state %d) is %s", (void *)b->addr, pool_bsize(b), b->state,
+                      unmapped ? "mapped" : "not wholly mapped");
+      POOL_WALK_CHECK(!unmapped || b->next == NULL || b->next->state != B_UNMAPPED,
+                      "holes at %p and %p should have merged", (void *)b->addr,
+                      (void *)b->next->addr);
     }
   }
   size_t listed = 0;
   for (pool_block_t *u = p->holes; u != NULL; u = u->qnext) listed++;
-  if (off != p->off_bytes) {
-    snprintf(msg, len, "%zu bytes of mappings are off, the pool counts %zu", off, p->off_bytes);
-    return false;
-  }
-  if (mapped != p->reserved || listed != holes) {
-    snprintf(msg, len, "reserved %zu, mappings add up to %zu; %zu holes, %zu listed", p->reserved,
-             mapped, holes, listed);
-    return false;
-  }
+  POOL_WALK_CHECK(off == p->off_bytes, "%zu bytes of mappings are off, the pool counts %zu", off,
+                  p->off_bytes);
+  POOL_WALK_CHECK(mapped == p->reserved && listed == holes,
+                  "reserved %zu, mappings add up to %zu; %zu holes, %zu listed", p->reserved,
+                  mapped, holes, listed);
   return true;
 }

@@ -1,11 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool's virtual-memory backend (vm.c), its mappings: the sorted
- * segments of a reservation, the upstream's map, unmap and access calls
- * with the memory hooks, granting peers every mapping, and sleep mode's
- * unmapping and mapping again at the same addresses (sleep.c has the
- * rest of sleep mode). vm.c places, grows and trims; vm.h lists what the
- * two files share.
+ * The virtual-memory backend's mappings (vm.h): a reservation's sorted
+ * segments, the upstream's calls with the memory hooks, peers, and sleep
+ * mode's unmapping and mapping again at the same addresses.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,17 +33,14 @@ void rmmc__pool_seg_remove(pool_region_t *r, size_t i) {
   r->nsegs--;
 }
 
-rmmc_status_t rmmc__pool_vm_map(pool_t *p, uintptr_t a, size_t n) {
+/* The upstream's map (d < 0, on), unmap (d < 0, !on) or access call for
+ * device d, counted; a call during another thread's capture is allowed. */
+static rmmc_status_t vm_call(pool_t *p, uintptr_t a, size_t n, int d, bool on) {
   int mode = p->cuda ? rmmc__capture_relax() : -1;
-  rmmc_status_t st = rmmc_resource_vm_map(p->base.upstream, (void *)a, n);
-  rmmc__capture_restore(mode);
-  p->upstream_calls++;
-  return st;
-}
-
-rmmc_status_t rmmc__pool_vm_unmap(pool_t *p, uintptr_t a, size_t n) {
-  int mode = p->cuda ? rmmc__capture_relax() : -1;
-  rmmc_status_t st = rmmc_resource_vm_unmap(p->base.upstream, (void *)a, n);
+  rmmc_resource_t *up = p->base.upstream;
+  rmmc_status_t st = d >= 0 ? rmmc_resource_vm_set_access(up, (void *)a, n, d, on)
+                     : on   ? rmmc_resource_vm_map(up, (void *)a, n)
+                            : rmmc_resource_vm_unmap(up, (void *)a, n);
   rmmc__capture_restore(mode);
   p->upstream_calls++;
   return st;
@@ -56,47 +50,42 @@ rmmc_status_t rmmc__pool_vm_unmap(pool_t *p, uintptr_t a, size_t n) {
  * hear it held again if the upstream refuses to unmap it. */
 rmmc_status_t rmmc__pool_vm_unmap_announced(pool_t *p, uintptr_t a, size_t n) {
   pool_hook_release(p, a, n);
-  rmmc_status_t st = rmmc__pool_vm_unmap(p, a, n);
+  rmmc_status_t st = vm_call(p, a, n, -1, false);
   if (st != RMMC_SUCCESS) pool_hook_acquire(p, a, n); /* still held */
   return st;
 }
 
-/* Grants device d access to [a, a + n), whole mappings (on), or takes it
- * back (!on). */
-rmmc_status_t rmmc__pool_vm_access(pool_t *p, uintptr_t a, size_t n, int d, bool on) {
-  int mode = p->cuda ? rmmc__capture_relax() : -1;
-  rmmc_status_t st = rmmc_resource_vm_set_access(p->base.upstream, (void *)a, n, d, on);
-  rmmc__capture_restore(mode);
-  p->upstream_calls++;
-  return st;
-}
-
-/* Maps [a, a + n) as segment of r and grants it to every peer; on failure
- * nothing of it stays (a refused grant takes the mapping back, and the
- * grants made go with it). */
-rmmc_status_t rmmc__pool_vm_map_segment(pool_t *p, pool_region_t *r, uintptr_t a, size_t n) {
-  rmmc_status_t st = rmmc__pool_vm_map(p, a, n);
+/* Maps [a, a + n) (listed as a segment of r, unless r is NULL) and grants
+ * it to every peer. On failure it is unlisted and unmapped again, unless
+ * the upstream refuses that too: *stays then (mapped, not every peer's). */
+static rmmc_status_t map_granted(pool_t *p, pool_region_t *r, uintptr_t a, size_t n, bool *stays) {
+  *stays = false;
+  rmmc_status_t st = vm_call(p, a, n, -1, true);
   if (st != RMMC_SUCCESS) return st;
-  if (!rmmc__pool_seg_insert(r, a, n))
+  if (r != NULL && !rmmc__pool_seg_insert(r, a, n))
     st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
   for (uint64_t m = p->peers; m != 0 && st == RMMC_SUCCESS; m &= m - 1)
-    st = rmmc__pool_vm_access(p, a, n, __builtin_ctzll(m), true);
+    st = vm_call(p, a, n, __builtin_ctzll(m), true);
   if (st != RMMC_SUCCESS) {
     rmmc__error_state_t why;
     rmmc__error_save(&why);
-    size_t i = pool_seg_lower_bound(r, a);
-    if (i < r->nsegs && r->segs[i].addr == a) rmmc__pool_seg_remove(r, i);
-    bool stays = rmmc__pool_vm_unmap(p, a, n) != RMMC_SUCCESS;
+    size_t i = r != NULL ? pool_seg_lower_bound(r, a) : 0;
+    if (r != NULL && i < r->nsegs && r->segs[i].addr == a) rmmc__pool_seg_remove(r, i);
+    *stays = vm_call(p, a, n, -1, false) != RMMC_SUCCESS;
     rmmc__error_restore(&why);
-    if (stays)
-      rmmc__append_error(" (unmapping it failed too: %p + %zu bytes stay mapped, outside the "
-                         "pool's books)",
-                         (void *)a, n);
   }
   return st;
 }
 
-
+rmmc_status_t rmmc__pool_vm_map_segment(pool_t *p, pool_region_t *r, uintptr_t a, size_t n) {
+  bool stays;
+  rmmc_status_t st = map_granted(p, r, a, n, &stays);
+  if (stays)
+    rmmc__append_error(" (unmapping it failed too: %p + %zu bytes stay mapped, outside the "
+                       "pool's books)",
+                       (void *)a, n);
+  return st;
+}
 /* ---- peers ---- */
 
 /* Grants device d every segment held, in order; on a refusal takes back
@@ -110,7 +99,7 @@ rmmc_status_t rmmc__pool_vm_grant(pool_t *p, int d) {
   for (r = p->regions; r != NULL; r = r->next)
     for (i = 0; i < r->nsegs; i++)
       if (r->segs[i].off == SEG_ON && /* one that is off is granted when it is mapped again */
-          (st = rmmc__pool_vm_access(p, r->segs[i].addr, r->segs[i].size, d, true)) != RMMC_SUCCESS)
+          (st = vm_call(p, r->segs[i].addr, r->segs[i].size, d, true)) != RMMC_SUCCESS)
         goto take_back;
   return RMMC_SUCCESS;
 take_back: {
@@ -121,7 +110,7 @@ take_back: {
     size_t end = q == r ? i : q->nsegs;
     for (size_t k = 0; k < end; k++)
       if (q->segs[k].off == SEG_ON)
-        kept += rmmc__pool_vm_access(p, q->segs[k].addr, q->segs[k].size, d, false) != RMMC_SUCCESS;
+        kept += vm_call(p, q->segs[k].addr, q->segs[k].size, d, false) != RMMC_SUCCESS;
     if (q == r) break;
   }
   rmmc__error_restore(&why);
@@ -133,14 +122,11 @@ take_back: {
 }
 }
 
-/* ---- sleep mode (sleep.c has the whole of it) ---- */
+/* ---- sleep mode (sleep.c) ---- */
 
-/* Unmaps every mapping of `which` that is on, lowest first, each announced
- * before it goes; one the upstream refuses stays on (announced held again)
- * and the rest still go, except that POOL_SLEEP_LIVE stops at a refusal
- * met before any of its mappings went (the pause can then still go back
- * with every live block intact). Returns the first refusal's status and
- * message; *gone grows by the bytes unmapped. */
+/* pool_backend_t.sleep, lowest first. POOL_SLEEP_LIVE stops at a refusal
+ * met before any of its mappings went: the pause can then still go back
+ * with every live block intact. */
 rmmc_status_t rmmc__pool_vm_sleep(pool_t *p, int which, size_t *gone) {
   rmmc_status_t first = RMMC_SUCCESS;
   rmmc__error_state_t why;
@@ -169,27 +155,8 @@ done:
   return first;
 }
 
-/* Maps [a, a + n), a mapping that is off, again and grants it to every
- * peer. On failure it is unmapped again, unless the upstream refuses that
- * too: *stays then (mapped, but not granted to every peer). */
-static rmmc_status_t remap(pool_t *p, uintptr_t a, size_t n, bool *stays) {
-  *stays = false;
-  rmmc_status_t st = rmmc__pool_vm_map(p, a, n);
-  if (st != RMMC_SUCCESS) return st;
-  for (uint64_t m = p->peers; m != 0 && st == RMMC_SUCCESS; m &= m - 1)
-    st = rmmc__pool_vm_access(p, a, n, __builtin_ctzll(m), true);
-  if (st != RMMC_SUCCESS) {
-    rmmc__error_state_t why;
-    rmmc__error_save(&why);
-    *stays = rmmc__pool_vm_unmap(p, a, n) != RMMC_SUCCESS;
-    rmmc__error_restore(&why);
-  }
-  return st;
-}
-
-/* Maps every mapping that is off, lowest first, each announced once it is
- * mapped; all or nothing: on a refusal the ones this call mapped go again
- * (announced), so the pool is as paused as before. */
+/* pool_backend_t.wake, lowest first; SEG_WOKEN marks what this call
+ * mapped, which a refusal unmaps again. */
 rmmc_status_t rmmc__pool_vm_wake(pool_t *p) {
   rmmc_status_t st = RMMC_SUCCESS;
   for (pool_region_t *r = p->regions; r != NULL && st == RMMC_SUCCESS; r = r->next)
@@ -197,7 +164,7 @@ rmmc_status_t rmmc__pool_vm_wake(pool_t *p) {
       pool_seg_t *s = &r->segs[i];
       if (s->off != SEG_OFF) continue;
       bool stays;
-      st = remap(p, s->addr, s->size, &stays);
+      st = map_granted(p, NULL, s->addr, s->size, &stays);
       if (st != RMMC_SUCCESS && !stays) break;
       s->off = st == RMMC_SUCCESS ? SEG_WOKEN : SEG_ON; /* one that stays is held: on */
       p->off_bytes -= s->size;
