@@ -60,13 +60,13 @@ static inline bool is_pool(const rmmc_resource_t *r) {
  * streams' heaps (no lock held), and only then runs the last resort. */
 typedef enum { SLOW_BEFORE_LAST, SLOW_LAST } slow_steps_t;
 
-/* A request the fast paths could not serve, built once when they miss
- * (rmmc__pool_get_block, lend.c) and handed to each step after: o is the
- * stream's owner, h the thread's heap of the stream for a small request
- * (NULL for a large one); n bytes (whole granules) at `align`, `bytes` as
- * the caller asked; take at take_align: what the shared heap gives it (a
- * span for a small request, n at `align` for a large one); steps: the
- * pass get_block runs. */
+/* A request the fast paths could not serve, built once by get_block
+ * (lend.c) past a small request's own heap and handed to each step after
+ * that: o is the stream's owner, h the thread's heap of the stream for a
+ * small request (NULL for a large one); n bytes (whole granules) at
+ * `align`, `bytes` as the caller asked; take at take_align: what the
+ * shared heap gives it (a span for a small request, n at `align` for a
+ * large one); steps: the pass get_block runs. */
 typedef struct pool_request {
   pool_t *p;
   pool_sheap_t *h;

@@ -119,9 +119,12 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_small_again(pool_t *p, cudaStream_t strea
  *
  * The fast paths (pool.c) serve a small request from its heap's hot block
  * and a large one from the shared heap's best fit that its stream may use
- * at once. When theirs misses, the request is built once, here, with the
- * fast path's lock still held, and goes through these steps in order,
- * each a function of the request (none comes back here):
+ * at once. When theirs misses, get_block takes over with the fast path's
+ * lock still held, builds the request once (past step 1, the common path,
+ * which needs none) and takes it through these steps in order,
+ * each a function of the request (none calls back into get_block; only a
+ * heap retired while its lock was dropped, found so in step 4, restarts
+ * the call from the fast path, on the stream's heap now):
  *   1. own heap (small; h locked): h's index, then blocks other streams
  *      freed into h's spans once their work is done (own_heap);
  *   2. shared heap (small: a span; large: the request itself; shared lock
