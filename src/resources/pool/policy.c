@@ -160,8 +160,8 @@ static pool_block_t *adopt_covered(const pool_request_t *r) {
  *   3. reuse behind GPU-side waits: a covered free of another stream, then
  *      every stream asked once, then other streams' covered frees adopted;
  *   4. grow past the budget, trimming to it first;
- *   5. the last resort (only in get_block's second pass: SLOW_LAST): synchronize
- *      and merge everything, give everything cached back, grow.
+ *   5. the last resort (only in get_block's second pass, SLOW_LAST):
+ *      synchronize and merge everything, give everything cached back, grow.
  * Each step returns a block (take: still indexed; grown: fresh from a
  * backend) or NULL; get_block lends from other stream heaps between steps
  * 4 and 5 (lend.c). Each takes the request: `need` and `align` below are

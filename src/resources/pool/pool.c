@@ -234,7 +234,8 @@ static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o, cu
   rmmc_status_t st = shared_gate(p, o, bytes);
   if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) goto unlock;
   pool_block_t *b = need <= POOL_MAX_REQUEST ? find_usable(p, o, n, align) : NULL;
-  if (RMMC_UNLIKELY(b == NULL)) return rmmc__pool_get_block(p, NULL, o, stream, n, align, bytes, out);
+  if (RMMC_UNLIKELY(b == NULL))
+    return rmmc__pool_get_block(p, NULL, o, stream, n, align, bytes, out);
   rmmc__pool_unlink_free(p, b);
   st = large_hand_out(p, b, n, align, bytes, NULL, out);
 unlock:
