@@ -392,6 +392,36 @@ START_TEST(test_pool_streams_oom_large_request_from_a_heap) {
 }
 END_TEST
 
+START_TEST(test_pool_streams_oom_lends_before_the_last_resort) {
+  /* The request path's order: a request that only another heap's free
+   * block serves is lent before the last resort (which asks the upstream
+   * to release its cache), and one that nothing serves runs the last
+   * resort once, then fails. */
+  rmmc_resource_t *spy = NULL, *r = NULL;
+  ck_assert_int_eq(spy_create(RMMC_MEMORY_HOST, &spy), RMMC_SUCCESS);
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.maximum_size = 64 * MiB;
+  ck_assert_int_eq(rmmc_pool_resource_create(spy, &o, &r), RMMC_SUCCESS);
+  void *p[1024];
+  int n = fill_half(r, true, p, 1024);
+  uint64_t released = spy_counts(spy_of(spy)).release_calls;
+  void *q = NULL, *x = (void *)1;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 512 * KiB, 256, STREAM_B, &q), RMMC_SUCCESS);
+  ck_assert_uint_eq(spy_counts(spy_of(spy)).release_calls, released);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 768 * KiB, 256, STREAM_B, &x),
+                   RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(x);
+  ck_assert_uint_eq(spy_counts(spy_of(spy)).release_calls, released + 1);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 512 * KiB, 256, STREAM_B), RMMC_SUCCESS);
+  for (int i = 1; i < n; i += 2)
+    ck_assert_int_eq(rmmc_resource_deallocate(r, p[i], 512 * KiB, 256, STREAM_A), RMMC_SUCCESS);
+  CHECK_POOL(r);
+  rmmc_resource_release(r);
+  ck_assert_uint_eq(spy_counts(spy_of(spy)).outstanding, 0);
+  rmmc_resource_release(spy);
+}
+END_TEST
+
 /* `spec` made with records finishing `lag` records late
  * (RMMC_HOST_EVENT_LAG, read when the pool is made). */
 static rmmc_resource_t *lagged_stack(const char *spec, const char *lag) {
@@ -774,6 +804,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_pool_streams_oom_takes_another_streams_free_blocks, 0, nspecs);
   tcase_add_loop_test(tc, test_pool_streams_oom_message_tells_what_stays, 0, nspecs);
   tcase_add_test(tc, test_pool_streams_oom_large_request_from_a_heap);
+  tcase_add_test(tc, test_pool_streams_oom_lends_before_the_last_resort);
   tcase_add_test(tc, test_pool_streams_host_event_lag_delays_what_is_known_finished);
   tcase_add_test(tc, test_pool_streams_sync_before_peak_keeps_the_peak);
   tcase_add_test(tc, test_pool_streams_sync_before_peak_fails_with_the_maximum);

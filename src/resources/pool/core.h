@@ -18,7 +18,8 @@
  *   policy.c        stream ordering: epochs, covering, the search over
  *                   other streams' frees, and the slow path as named steps
  *   stream_heaps.c  stream heaps and the spans the shared heap lends them
- *   lend.c          out of memory: other heaps' free blocks, lent
+ *   lend.c          get_block: a request the fast paths missed, in named
+ *                   steps; out of memory: other heaps' free blocks, lent
  *   graphs.c        CUDA graph pools
  *   figures.c       describe, rmmc_pool_resource_figures, invariant checks
  *   lifetime.c      options resolved, the backend chosen, create,
@@ -54,19 +55,33 @@ static inline bool is_pool(const rmmc_resource_t *r) {
   return r != NULL && (r->ops == &rmmc__pool_ops || r->ops == &rmmc__pool_arena_ops);
 }
 
-/* Which steps of the slow path a call takes: the out-of-memory path runs
- * the steps before the last resort, lends from other streams' heaps
- * (heaps_lend, no lock held), and only then the last resort. */
+/* Which steps of the shared heap's slow path a pass takes: the first runs
+ * the steps before the last resort; get_block then lends from other
+ * streams' heaps (no lock held), and only then runs the last resort. */
 typedef enum { SLOW_BEFORE_LAST, SLOW_LAST } slow_steps_t;
+
+/* A request the fast paths could not serve, built once by get_block
+ * (lend.c) past a small request's own heap and handed to each step after
+ * that: o is the stream's owner, h the thread's heap of the stream for a
+ * small request (NULL for a large one); n bytes (whole granules) at
+ * `align`, `bytes` as the caller asked; take at take_align: what the
+ * shared heap gives it (a span for a small request, n at `align` for a
+ * large one); steps: the pass get_block runs. */
+typedef struct pool_request {
+  pool_t *p;
+  pool_sheap_t *h;
+  pool_owner_t *o;
+  cudaStream_t stream;
+  size_t n, align, bytes;
+  size_t take, take_align;
+  slow_steps_t steps;
+} pool_request_t;
 
 /* ---- the parts' functions, by file (the core's own; pool_internal.h has
  * those the backends call too: rmmc__pool_in, rmmc__pool_count_route,
  * rmmc__pool_lock_all, rmmc__pool_unlock_all, ...) ---- */
 
 /* pool.c */
-rmmc_status_t rmmc__pool_large_allocate(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t n,
-                                        size_t align, size_t bytes, slow_steps_t steps,
-                                        void **out);
 rmmc_status_t rmmc__pool_small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
                                         cudaStream_t stream, size_t n, size_t align, size_t bytes,
                                         void **out);
@@ -74,9 +89,7 @@ void rmmc__pool_heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
 /* policy.c */
 void rmmc__pool_cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream);
 void rmmc__pool_consolidate(pool_t *p, bool ask);
-rmmc_status_t rmmc__pool_shared_slow(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
-                                     cudaStream_t stream, size_t need, size_t align, size_t bytes,
-                                     slow_steps_t steps, pool_block_t **out);
+rmmc_status_t rmmc__pool_shared_slow(const pool_request_t *r, pool_block_t **out);
 /* stream_heaps.c */
 rmmc_status_t rmmc__pool_heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot,
                                   unsigned stripe, pool_sheap_t **out);
@@ -85,18 +98,16 @@ size_t rmmc__pool_heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cud
                                     bool in_call);
 size_t rmmc__pool_reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need);
 size_t rmmc__pool_retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bool can_wait);
-rmmc_status_t rmmc__pool_small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream, size_t n,
-                                       size_t need, size_t align, size_t bytes,
-                                       slow_steps_t steps, pool_block_t **out);
+rmmc_status_t rmmc__pool_span_take(const pool_request_t *r);
 /* lend.c */
 pool_sheap_t *rmmc__pool_heaps_snapshot(pool_t *p);
 rmmc_status_t rmmc__pool_small_again(pool_t *p, cudaStream_t stream, size_t n, size_t align,
                                      size_t bytes, void **out);
-rmmc_status_t rmmc__pool_small_short(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                     cudaStream_t stream, size_t n, size_t align, size_t bytes,
-                                     void **out);
-rmmc_status_t rmmc__pool_large_short(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t n,
-                                     size_t align, size_t bytes, void **out);
+/* Entered with the fast path's lock held (h's for a small request, the
+ * shared lock for a large one), which it drops. */
+rmmc_status_t rmmc__pool_get_block(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                   cudaStream_t stream, size_t n, size_t align, size_t bytes,
+                                   void **out);
 /* graphs.c */
 void rmmc__pool_graph_forget(pool_t *p, pool_owner_t *g);
 void rmmc__pool_graph_drain(pool_t *p);
@@ -247,6 +258,17 @@ static inline void heap_hand_out(pool_sheap_t *h, pool_block_t *b, size_t bytes)
   if (b->region->nused++ == 0) h->nidle--;
   h->in_use += pool_bsize(b);
   if (h->in_use > h->peak) h->peak = h->in_use;
+}
+
+/* A large request at the shared heap (shared lock held): room for block
+ * structs, no pause begun since the call passed the pause gate, and o's
+ * heap back if it was retired. */
+static inline rmmc_status_t shared_gate(pool_t *p, pool_owner_t *o, size_t bytes) {
+  if (!pool_meta_room(&p->meta)) return rmmc__pool_no_host_memory();
+  if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED))) /* raced a pause */
+    return rmmc__pool_paused_refusal(bytes);
+  if (RMMC_UNLIKELY(o->heap == NULL)) return rmmc__pool_owner_rejoin(p, o);
+  return RMMC_SUCCESS;
 }
 
 /* A new highest figure of bytes handed out or lent (the budget's basis). */

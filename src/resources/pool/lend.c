@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool core's last help before out of memory (core.h): other stream
- * heaps' free blocks, lent to a request the shared heap's steps could not
- * serve, and the out-of-memory message that says what stayed free.
+ * The pool core's request path past the fast paths (core.h): get_block,
+ * which takes a request the fast paths missed through named steps in
+ * order; among them the last help before out of memory, other stream
+ * heaps' free blocks lent, and the out-of-memory message that says what
+ * stayed free.
  */
 #include "core.h"
 
@@ -19,20 +21,6 @@
  * before its frees into the span is known finished (or B's own stream's),
  * else behind a GPU-side wait on that stream's event when one covers them;
  * only after the last resort's synchronization, everything. */
-
-/* A request the shared heap's steps before the last resort could not
- * serve, built once at the start of its out-of-memory path
- * (rmmc__pool_small_short, rmmc__pool_large_short): o is the stream's
- * owner, h the thread's heap of the stream for a small request (NULL for a
- * large one); n bytes (whole granules) at `align`, `bytes` as the caller
- * asked. */
-typedef struct pool_request {
-  pool_t *p;
-  pool_sheap_t *h;
-  pool_owner_t *o;
-  cudaStream_t stream;
-  size_t n, align, bytes;
-} pool_request_t;
 
 typedef struct lend_seen {
   size_t free_bytes, largest; /* free in the heaps it looked at */
@@ -127,60 +115,146 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_small_again(pool_t *p, cudaStream_t strea
   return st == RMMC_SUCCESS ? rmmc__pool_small_allocate(p, h, o, stream, n, align, bytes, out) : st;
 }
 
-/* Small request r's last resort (no lock held): its heap's own blocks,
- * then a span from the shared heap's last resort (policy.c). False when
- * the heap was retired meanwhile (nothing done), else true with the
- * status in *st. */
-static bool heap_last_resort(const pool_request_t *r, rmmc_status_t *st, void **out) {
-  pool_sheap_t *h = r->h;
-  rmmc__lock(&h->lock);
-  if (h->owner != r->o) {
-    rmmc__unlock(&h->lock);
-    return false;
+/* ---- get_block ----
+ *
+ * The fast paths (pool.c) serve a small request from its heap's hot block
+ * and a large one from the shared heap's best fit that its stream may use
+ * at once. When theirs misses, get_block takes over with the fast path's
+ * lock still held, builds the request once (past step 1, the common path,
+ * which needs none) and takes it through these steps in order,
+ * each a function of the request (none calls back into get_block; only a
+ * heap retired while its lock was dropped, found so in step 4, restarts
+ * the call from the fast path, on the stream's heap now):
+ *   1. own heap (small; h locked): h's index, then blocks other streams
+ *      freed into h's spans once their work is done (own_heap);
+ *   2. shared heap (small: a span; large: the request itself; shared lock
+ *      held), its slow path's steps before the last resort (policy.c):
+ *      other streams' free memory without waiting, growth within the
+ *      budget, other streams' memory behind GPU-side waits, growth past
+ *      the budget;
+ *   3. lend (no lock held): another heap's free block;
+ *   4. release and retry: steps 1 and 2 again, now with the shared heap's
+ *      last resort (synchronize, give everything cached back, grow);
+ *   5. lend again, now that every stream's work is known finished; else
+ *      out of memory. */
+
+/* Step 1 (h locked): h's own free blocks, on the caller's values (the
+ * common path past the hot block, which builds no request). *out: the
+ * block, or NULL when none fits (then a span). */
+static inline rmmc_status_t own_heap(pool_t *p, pool_sheap_t *h, cudaStream_t stream, size_t n,
+                                     size_t align, size_t bytes, pool_block_t **out) {
+  size_t need = n + (align - POOL_GRANULE);
+  *out = NULL;
+  if (!pool_meta_room(&h->meta)) return rmmc__pool_no_host_memory();
+  /* Passed the pause gate as a pause began: the free blocks may have no
+   * pages behind them now (the pause holds h's lock while it sets it). */
+  if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED)))
+    return rmmc__pool_paused_refusal(bytes);
+  if (RMMC_UNLIKELY(__atomic_load_n(&h->owner->slot->want, __ATOMIC_RELAXED)))
+    rmmc__pool_cover_now(p, h->owner, stream);
+  pool_block_t *b = heap_search(h, need);
+  if (b == NULL && h->nforeign > 0 &&
+      rmmc__pool_retire_foreign(p, h, stream, !p->cuda || !rmmc__stream_is_capturing(stream)) > 0) {
+    if (h->nidle * p->span > p->cache_bytes) rmmc__pool_heap_trim(p, h, stream);
+    b = heap_search(h, need);
   }
-  pool_block_t *b;
-  *st = rmmc__pool_small_general(r->p, h, r->stream, r->n, r->n + (r->align - POOL_GRANULE),
-                                 r->align, r->bytes, SLOW_LAST, &b);
-  if (*st == RMMC_SUCCESS) {
-    heap_hand_out(h, b, r->bytes);
-    *out = (void *)b->addr;
-  }
-  rmmc__unlock(&h->lock);
-  return true;
+  if (b != NULL && (*out = heap_carve(h, b, n, align, bytes)) == NULL)
+    return rmmc__pool_no_host_memory();
+  return RMMC_SUCCESS;
 }
 
-/* A request the shared heap's steps before the last resort could not
- * serve, small (r->h: the thread's heap) or large (no lock held), in named
- * steps: other heaps lend; the last resort; other heaps lend again, now
- * that every stream's work is known finished; out of memory. */
-static rmmc_status_t pool_short(const pool_request_t *r, void **out) {
+/* Hands out block b of h (h locked; dropped here). */
+static inline rmmc_status_t heap_give(pool_sheap_t *h, pool_block_t *b, size_t bytes, void **out) {
+  heap_hand_out(h, b, bytes);
+  *out = (void *)b->addr;
+  rmmc__unlock(&h->lock);
+  return RMMC_SUCCESS;
+}
+
+/* After step 1 of small request r (its status st, its block b or NULL; h
+ * locked, dropped here): step 2, a span from the shared heap, when h had
+ * no block; the block handed out. */
+static rmmc_status_t heap_finish(const pool_request_t *r, rmmc_status_t st, pool_block_t *b,
+                                 void **out) {
+  pool_sheap_t *h = r->h;
+  if (st == RMMC_SUCCESS && b == NULL && (st = rmmc__pool_span_take(r)) == RMMC_SUCCESS &&
+      (b = heap_carve(h, heap_search(h, r->n + (r->align - POOL_GRANULE)), r->n, r->align,
+                      r->bytes)) == NULL)
+    st = rmmc__pool_no_host_memory();
+  if (st == RMMC_SUCCESS) return heap_give(h, b, r->bytes, out);
+  rmmc__unlock(&h->lock);
+  return st;
+}
+
+/* Step 2 of a large request (shared lock held; dropped here): the shared
+ * heap's slow path, the block handed out. In the second pass the lock is
+ * taken afresh, so its gate and best fit come first, as on the fast path. */
+static rmmc_status_t shared_steps(const pool_request_t *r, void **out) {
+  pool_t *p = r->p;
+  pool_block_t *b = NULL;
+  rmmc_status_t st = RMMC_SUCCESS;
+  if (r->steps == SLOW_LAST) {
+    rmmc__lock(&p->lock);
+    if ((st = shared_gate(p, r->o, r->bytes)) != RMMC_SUCCESS) goto unlock;
+    if (r->n + (r->align - POOL_GRANULE) <= POOL_MAX_REQUEST &&
+        (b = find_usable(p, r->o, r->n, r->align)) != NULL)
+      rmmc__pool_unlink_free(p, b);
+  }
+  if (b == NULL && (st = rmmc__pool_shared_slow(r, &b)) != RMMC_SUCCESS) goto unlock;
+  st = large_hand_out(p, b, r->n, r->align, r->bytes, NULL, out);
+unlock:
+  rmmc__unlock(&p->lock);
+  return st;
+}
+
+/* Lent (steps 3 and 5): the call's error state as it was at its start. */
+static rmmc_status_t lent(void) {
+  (void)rmmc__error_restore_call_start();
+  return RMMC_SUCCESS;
+}
+
+/* Steps 2-5 of request r; st: step 1's status (RMMC_SUCCESS: h had no
+ * block, or r is large). Entered with the fast path's lock held. */
+static POOL_NOINLINE rmmc_status_t request_steps(pool_request_t *r, rmmc_status_t st, void **out) {
+  pool_sheap_t *h = r->h;
   lend_seen_t seen;
-  rmmc_status_t st;
-  if (heaps_lend(r, &seen, out)) {
-    (void)rmmc__error_restore_call_start();
-    return RMMC_SUCCESS;
+  /* 2. */
+  st = h != NULL ? heap_finish(r, st, NULL, out) : shared_steps(r, out);
+  if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
+  /* 3. */
+  if (heaps_lend(r, &seen, out)) return lent();
+  /* 4. */
+  r->steps = SLOW_LAST;
+  if (h == NULL) {
+    st = shared_steps(r, out);
+  } else {
+    rmmc__lock(&h->lock);
+    if (h->owner != r->o) { /* h was retired meanwhile: the stream's heap now, afresh */
+      rmmc__unlock(&h->lock);
+      return rmmc__pool_small_again(r->p, r->stream, r->n, r->align, r->bytes, out);
+    }
+    pool_block_t *b;
+    st = own_heap(r->p, h, r->stream, r->n, r->align, r->bytes, &b);
+    st = heap_finish(r, st, b, out);
   }
-  if (r->h == NULL)
-    st = rmmc__pool_large_allocate(r->p, r->o, r->stream, r->n, r->align, r->bytes, SLOW_LAST, out);
-  else if (!heap_last_resort(r, &st, out))
-    return rmmc__pool_small_again(r->p, r->stream, r->n, r->align, r->bytes, out);
-  if (st == RMMC_ERROR_OUT_OF_MEMORY && heaps_lend(r, &seen, out)) {
-    (void)rmmc__error_restore_call_start();
-    return RMMC_SUCCESS;
-  }
+  /* 5. */
+  if (st == RMMC_ERROR_OUT_OF_MEMORY && heaps_lend(r, &seen, out)) return lent();
   return pool_out_of_memory(r->p, &seen, st);
 }
 
-/* The entries from the fast paths (pool.c), which build the request only
- * here, off their frames. */
-POOL_NOINLINE rmmc_status_t rmmc__pool_small_short(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                                   cudaStream_t stream, size_t n, size_t align,
-                                                   size_t bytes, void **out) {
-  return pool_short(&(pool_request_t){p, h, o, stream, n, align, bytes}, out);
-}
-
-POOL_NOINLINE rmmc_status_t rmmc__pool_large_short(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                                   size_t n, size_t align, size_t bytes,
-                                                   void **out) {
-  return pool_short(&(pool_request_t){p, NULL, o, stream, n, align, bytes}, out);
+/* Step 1 here; the request is built only past it. */
+RMMC_HOT
+POOL_NOINLINE rmmc_status_t rmmc__pool_get_block(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                                 cudaStream_t stream, size_t n, size_t align,
+                                                 size_t bytes, void **out) {
+  rmmc_status_t st = RMMC_SUCCESS;
+  if (h != NULL) {
+    pool_block_t *b;
+    st = own_heap(p, h, stream, n, align, bytes, &b);
+    if (RMMC_LIKELY(b != NULL)) return heap_give(h, b, bytes, out);
+  }
+  pool_request_t r = {.p = p, .h = h, .o = o, .stream = stream, .n = n, .align = align,
+                      .bytes = bytes, .take = h != NULL ? p->span : n,
+                      .take_align = h != NULL ? p->span : align, .steps = SLOW_BEFORE_LAST};
+  return request_steps(&r, st, out);
 }

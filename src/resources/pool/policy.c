@@ -116,8 +116,9 @@ static pool_block_t *find_covered(pool_t *p, pool_owner_t *o, size_t need, pool_
  * several streams freed side by side so joins into one block without a
  * synchronization. Returns that block (unindexed not yet: find_usable's),
  * or NULL when no stream's covered frees make one. */
-static pool_block_t *adopt_covered(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
-                                   size_t align) {
+static pool_block_t *adopt_covered(const pool_request_t *r) {
+  pool_t *p = r->p;
+  pool_owner_t *o = r->o;
   uint64_t mine = rmmc__stream_slot_tag(o->slot);
   for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext) {
     if (q == o || q->slot == NULL || q->qhead == NULL) continue;
@@ -125,7 +126,7 @@ static pool_block_t *adopt_covered(pool_t *p, pool_owner_t *o, cudaStream_t stre
     pool_block_t *b = q->qhead;
     while (b != NULL && b->tag > rec) b = b->qnext;
     if (b == NULL) continue;
-    if (rmmc__stream_slot_wait(&p->streams, q->slot, stream) != RMMC_SUCCESS) return NULL;
+    if (rmmc__stream_slot_wait(&p->streams, q->slot, r->stream) != RMMC_SUCCESS) return NULL;
     pool_block_t *moved = NULL;
     for (pool_block_t *next; b != NULL; b = next) {
       next = b->qnext;
@@ -141,14 +142,14 @@ static pool_block_t *adopt_covered(pool_t *p, pool_owner_t *o, cudaStream_t stre
       rmmc__pool_put_free(p, moved);
     }
     p->adoptions++;
-    if ((b = find_usable(p, o, need, align)) != NULL) return b;
+    if ((b = find_usable(p, o, r->take, r->take_align)) != NULL) return b;
   }
   return NULL;
 }
 
 /* ---- the shared heap's slow path ----
  *
- * No free block of `need` bytes that o's stream may use at once: the
+ * No free block of r->take bytes that r's stream may use at once: the
  * escalation of pool_resource.h's header comment, cheapest first, as RMM's
  * stream_ordered_memory_resource::get_block says it (same stream; another
  * stream without a sync; sync and merge; grow), with growth within the
@@ -159,17 +160,20 @@ static pool_block_t *adopt_covered(pool_t *p, pool_owner_t *o, cudaStream_t stre
  *   3. reuse behind GPU-side waits: a covered free of another stream, then
  *      every stream asked once, then other streams' covered frees adopted;
  *   4. grow past the budget, trimming to it first;
- *   5. the last resort (only when the caller asks: SLOW_LAST): synchronize
- *      and merge everything, give everything cached back, grow.
+ *   5. the last resort (only in get_block's second pass, SLOW_LAST):
+ *      synchronize and merge everything, give everything cached back, grow.
  * Each step returns a block (take: still indexed; grown: fresh from a
- * backend) or NULL; the caller of shared_slow lends from other stream heaps
- * between steps 4 and 5 (lend.c). */
+ * backend) or NULL; get_block lends from other stream heaps between steps
+ * 4 and 5 (lend.c). Each takes the request: `need` and `align` below are
+ * its take and take_align. */
 
 /* Step 1. *covered and *from: the best block another stream freed under an
  * event, for step 3. */
-static pool_block_t *reuse_without_wait(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
-                                        size_t need, size_t align, size_t fit,
+static pool_block_t *reuse_without_wait(const pool_request_t *r, size_t fit,
                                         pool_block_t **covered, pool_owner_t **from) {
+  pool_t *p = r->p;
+  pool_owner_t *o = r->o;
+  size_t need = r->take, align = r->take_align;
   pool_block_t *b;
   bool settled;
   /* Other streams' frees known finished, then those that fit, asked. */
@@ -178,7 +182,7 @@ static pool_block_t *reuse_without_wait(pool_t *p, pool_owner_t *o, pool_sheap_t
   *covered = find_covered(p, o, fit, from, &settled);
   if (settled && (b = find_usable(p, o, need, align)) != NULL) return b;
   /* Idle spans of other stream heaps come back before the pool grows. */
-  if (rmmc__pool_reclaim_spans(p, self, align <= p->span ? need : SIZE_MAX) == 0) return NULL;
+  if (rmmc__pool_reclaim_spans(p, r->h, align <= p->span ? need : SIZE_MAX) == 0) return NULL;
   rmmc__pool_consolidate(p, false);
   if ((b = find_usable(p, o, need, align)) != NULL) return b;
   *covered = find_covered(p, o, fit, from, &settled);
@@ -188,26 +192,27 @@ static pool_block_t *reuse_without_wait(pool_t *p, pool_owner_t *o, pool_sheap_t
 
 /* Step 3: never while o's stream is being captured (a wait would join the
  * capture) except for the query of every stream. */
-static pool_block_t *reuse_after_wait(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                      size_t need, size_t align, bool capturing,
+static pool_block_t *reuse_after_wait(const pool_request_t *r, bool capturing,
                                       pool_block_t *covered, pool_owner_t *from) {
+  pool_t *p = r->p;
   pool_block_t *b;
   /* Another stream's memory behind a GPU-side wait. */
   if (!capturing && covered != NULL &&
-      rmmc__stream_slot_wait(&p->streams, from->slot, stream) == RMMC_SUCCESS)
+      rmmc__stream_slot_wait(&p->streams, from->slot, r->stream) == RMMC_SUCCESS)
     return covered;
   rmmc__pool_consolidate(p, true);
-  if ((b = find_usable(p, o, need, align)) != NULL) return b;
+  if ((b = find_usable(p, r->o, r->take, r->take_align)) != NULL) return b;
   /* Other streams' covered frees, joined behind GPU-side waits. */
-  return capturing ? NULL : adopt_covered(p, o, stream, need, align);
+  return capturing ? NULL : adopt_covered(r);
 }
 
 /* Step 4's trimming: gives back what the budget, gc_threshold and the
  * maximum ask (the backend's trim); false (message set) when the maximum
  * still refuses. */
-static bool trim_to_budget(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need) {
+static bool trim_to_budget(const pool_request_t *r) {
+  pool_t *p = r->p;
   size_t goal;
-  pool_admit_t a = rmmc__pool_admit(p, o, stream, 0, need, false, &goal);
+  pool_admit_t a = rmmc__pool_admit(p, r->o, r->stream, 0, r->take, false, &goal);
   if (a == POOL_ADMIT_TRIM) {
     p->budget_trims++;
     (void)p->be->trim(p, goal);
@@ -240,11 +245,11 @@ static rmmc_status_t slow_grown(pool_block_t *b, pool_t *p, pool_block_t **out) 
 }
 
 /* Grows, but not past the peak reserved (trimming to the budget first). */
-static rmmc_status_t grow_within_peak(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                      size_t need, size_t align, pool_block_t **out) {
+static rmmc_status_t grow_within_peak(const pool_request_t *r, pool_block_t **out) {
+  pool_t *p = r->p;
   pool_block_t *b;
   p->hold_peak = true;
-  rmmc_status_t st = p->be->grow(p, o, stream, need, align, POOL_GROW_ANY, &b);
+  rmmc_status_t st = p->be->grow(p, r->o, r->stream, r->take, r->take_align, POOL_GROW_ANY, &b);
   p->hold_peak = false;
   return st == RMMC_SUCCESS ? slow_grown(b, p, out) : st;
 }
@@ -260,13 +265,16 @@ static rmmc_status_t grow_within_peak(pool_t *p, pool_owner_t *o, cudaStream_t s
  * back, and the pool tries again within its peak; only when every stream
  * is known finished does it grow past. A stall (event_syncs), taken only
  * before a new high-water mark. */
-static rmmc_status_t grow_past_budget(pool_t *p, pool_owner_t *o, cudaStream_t stream,
-                                      size_t need, size_t align, bool capturing,
+static rmmc_status_t grow_past_budget(const pool_request_t *r, bool capturing,
                                       pool_block_t **out) {
+  pool_t *p = r->p;
+  pool_owner_t *o = r->o;
+  cudaStream_t stream = r->stream;
+  size_t need = r->take, align = r->take_align;
   pool_block_t *b;
   rmmc_status_t st;
   if (p->sync_before_peak && !capturing && p->free_bytes >= need && unfinished_frees(p)) {
-    st = grow_within_peak(p, o, stream, need, align, out);
+    st = grow_within_peak(r, out);
     if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
     /* o's own frees (those adopted from other streams too) under o's event
      * first: the only stream this call may record on. */
@@ -278,7 +286,7 @@ static rmmc_status_t grow_past_budget(pool_t *p, pool_owner_t *o, cudaStream_t s
       if (!settled) break;
       rmmc__pool_consolidate(p, false);
       if ((b = find_usable(p, o, need, align)) != NULL) return slow_take(b, p, out);
-      st = grow_within_peak(p, o, stream, need, align, out);
+      st = grow_within_peak(r, out);
       if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
     }
   }
@@ -287,9 +295,11 @@ static rmmc_status_t grow_past_budget(pool_t *p, pool_owner_t *o, cudaStream_t s
 }
 
 /* Step 5. The message of the step that failed last says why. */
-static rmmc_status_t last_resort(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
-                                 cudaStream_t stream, size_t need, size_t align, size_t bytes,
-                                 bool capturing, pool_block_t **out) {
+static rmmc_status_t last_resort(const pool_request_t *r, bool capturing, pool_block_t **out) {
+  pool_t *p = r->p;
+  pool_owner_t *o = r->o;
+  cudaStream_t stream = r->stream;
+  size_t need = r->take, align = r->take_align;
   char why[256];
   snprintf(why, sizeof why, "%s", rmmc_last_error_message());
   /* Every stream's memory, everything cached below. */
@@ -298,7 +308,7 @@ static rmmc_status_t last_resort(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
     rmmc__pool_consolidate(p, false);
     rmmc__pool_graph_drain(p);
   }
-  (void)rmmc__pool_reclaim_spans(p, self, SIZE_MAX);
+  (void)rmmc__pool_reclaim_spans(p, r->h, SIZE_MAX);
   rmmc__pool_consolidate(p, false);
   pool_block_t *b = find_usable(p, o, need, align);
   rmmc_status_t st = RMMC_SUCCESS;
@@ -315,51 +325,46 @@ static rmmc_status_t last_resort(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
   if (b != NULL) return slow_take(b, p, out);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
   /* The out-of-memory rule (internal.h) applied here, under the pool's own
-   * lock; the caller lends from other heaps once more, then tells the
-   * resource.c wrapper not to apply it again (pool_oom_final). */
-  st = rmmc__pool_oom(p, bytes, stream, why);
+   * lock; get_block lends from other heaps once more, then tells the
+   * resource.c wrapper not to apply it again (pool_out_of_memory). */
+  st = rmmc__pool_oom(p, r->bytes, stream, why);
   rmmc__append_error(RMMC__RETRIED_NOTE, p->base.base.ops->name);
   return st;
 }
 
-/* Under the shared lock: the steps above. On success *out is a free block
- * of at least need bytes, unindexed, that o's stream may use at once.
- * `bytes`: the caller's request, for the message (a span is taken for a
- * small one). */
-static rmmc_status_t shared_slow_steps(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
-                                       cudaStream_t stream, size_t need, size_t align,
-                                       size_t bytes, slow_steps_t steps, pool_block_t **out) {
+/* Under the shared lock: the steps above, those of r's pass. On success
+ * *out is a free block of at least r->take bytes, unindexed, that r's
+ * stream may use at once. */
+static rmmc_status_t shared_slow_steps(const pool_request_t *r, pool_block_t **out) {
+  pool_t *p = r->p;
+  size_t need = r->take, align = r->take_align;
   size_t fit = need + (align > POOL_GRANULE ? align - POOL_GRANULE : 0);
-  if (fit > POOL_MAX_REQUEST) return rmmc__pool_oom(p, bytes, stream, "larger than any pool can hold");
+  if (fit > POOL_MAX_REQUEST)
+    return rmmc__pool_oom(p, r->bytes, r->stream, "larger than any pool can hold");
   p->clock++;
-  bool capturing = p->cuda && rmmc__stream_is_capturing(stream);
-  if (steps == SLOW_LAST) return last_resort(p, o, self, stream, need, align, bytes, capturing, out);
+  bool capturing = p->cuda && rmmc__stream_is_capturing(r->stream);
+  if (r->steps == SLOW_LAST) return last_resort(r, capturing, out);
   pool_block_t *b, *covered = NULL;
   pool_owner_t *from = NULL;
   /* 1. */
-  if ((b = reuse_without_wait(p, o, self, need, align, fit, &covered, &from)) != NULL)
-    return slow_take(b, p, out);
+  if ((b = reuse_without_wait(r, fit, &covered, &from)) != NULL) return slow_take(b, p, out);
   /* 2. */
-  rmmc_status_t st = p->be->grow(p, o, stream, need, align, POOL_GROW_WITHIN, &b);
+  rmmc_status_t st = p->be->grow(p, r->o, r->stream, need, align, POOL_GROW_WITHIN, &b);
   if (st == RMMC_SUCCESS) return slow_grown(b, p, out);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
   /* 3. */
-  if ((b = reuse_after_wait(p, o, stream, need, align, capturing, covered, from)) != NULL)
+  if ((b = reuse_after_wait(r, capturing, covered, from)) != NULL) return slow_take(b, p, out);
+  /* 4. (5: get_block's second pass, SLOW_LAST) */
+  if (trim_to_budget(r) && (b = find_usable(p, r->o, need, align)) != NULL)
     return slow_take(b, p, out);
-  /* 4. (5: the caller's next call, SLOW_LAST) */
-  if (trim_to_budget(p, o, stream, need) && (b = find_usable(p, o, need, align)) != NULL)
-    return slow_take(b, p, out);
-  return grow_past_budget(p, o, stream, need, align, capturing, out);
+  return grow_past_budget(r, capturing, out);
 }
 
 /* The slow path's steps may fail on the way (over the budget, a growth the
  * upstream refused) before one succeeds: a success leaves the thread's
  * error state as it was before the call. */
-POOL_NOINLINE rmmc_status_t rmmc__pool_shared_slow(pool_t *p, pool_owner_t *o, pool_sheap_t *self,
-                                               cudaStream_t stream, size_t need, size_t align,
-                                               size_t bytes, slow_steps_t steps,
-                                               pool_block_t **out) {
-  rmmc_status_t st = shared_slow_steps(p, o, self, stream, need, align, bytes, steps, out);
+POOL_NOINLINE rmmc_status_t rmmc__pool_shared_slow(const pool_request_t *r, pool_block_t **out) {
+  rmmc_status_t st = shared_slow_steps(r, out);
   if (st == RMMC_SUCCESS) (void)rmmc__error_restore_call_start();
   return st;
 }

@@ -50,6 +50,8 @@ static POOL_NOINLINE rmmc_status_t allocate_uncached(pool_t *p, const void *key,
 static POOL_NOINLINE rmmc_status_t deallocate_uncached(pool_t *p, const void *key, void *ptr,
                                                        size_t bytes, cudaStream_t stream);
 static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes);
+static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+                                                  size_t n, size_t align, size_t bytes, void **out);
 static inline bool power_of_two_count(uint64_t *n);
 static POOL_NOINLINE void heap_emptied(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
 static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *ptr, size_t bytes,
@@ -88,7 +90,6 @@ static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t ali
 static inline rmmc_status_t heap_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
                                           size_t bytes, size_t alignment, cudaStream_t stream,
                                           void **out) {
-  rmmc_status_t st;
   size_t n = rmmc__align_up(bytes, POOL_GRANULE);
   if (RMMC_UNLIKELY(__atomic_load_n(&p->graphs_routing, __ATOMIC_RELAXED) > 0)) {
     if (__atomic_load_n(&p->paused, __ATOMIC_RELAXED)) return paused_error(p, bytes);
@@ -97,10 +98,7 @@ static inline rmmc_status_t heap_allocate(pool_t *p, pool_sheap_t *h, pool_owner
   }
   if (RMMC_LIKELY(n <= p->small_max && n + (alignment - POOL_GRANULE) <= p->span))
     return small_allocate(p, h, o, stream, n, alignment, bytes, out);
-  st = rmmc__pool_large_allocate(p, o, stream, n, alignment, bytes, SLOW_BEFORE_LAST, out);
-  if (RMMC_UNLIKELY(st == RMMC_ERROR_OUT_OF_MEMORY))
-    st = rmmc__pool_large_short(p, o, stream, n, alignment, bytes, out);
-  return st;
+  return large_allocate(p, o, stream, n, alignment, bytes, out);
 }
 
 static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
@@ -121,11 +119,8 @@ static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owne
     }
     h->hot = NULL;
     b->where = W_OUT;
-  } else if ((st = rmmc__pool_small_general(p, h, stream, n, need, align, bytes, SLOW_BEFORE_LAST, &b)) !=
-             RMMC_SUCCESS) {
-    rmmc__unlock(&h->lock);
-    if (st == RMMC_ERROR_OUT_OF_MEMORY) st = rmmc__pool_small_short(p, h, o, stream, n, align, bytes, out);
-    return st;
+  } else { /* get_block takes it from here and drops h's lock */
+    return rmmc__pool_get_block(p, h, o, stream, n, align, bytes, out);
   }
   heap_hand_out(h, b, bytes);
   *out = (void *)b->addr;
@@ -228,28 +223,20 @@ static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes) {
                         bytes, rmmc__format_bytes(off, b, sizeof b));
 }
 
-/* Large blocks: the shared heap. */
+/* Large blocks: the shared heap's best fit that the stream may use at
+ * once; else get_block, which takes the shared lock over. */
 RMMC_HOT
-POOL_NOINLINE rmmc_status_t rmmc__pool_large_allocate(pool_t *p, pool_owner_t *o,
-                                                  cudaStream_t stream, size_t n, size_t align,
-                                                  size_t bytes, slow_steps_t steps, void **out) {
+static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o, cudaStream_t stream,
+                                                  size_t n, size_t align, size_t bytes,
+                                                  void **out) {
   size_t need = n + (align - POOL_GRANULE);
-  rmmc_status_t st = RMMC_SUCCESS;
   rmmc__lock(&p->lock);
-  if (!pool_meta_room(&p->meta)) {
-    st = rmmc__pool_no_host_memory();
-    goto unlock;
-  }
-  if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED))) { /* raced a pause */
-    st = rmmc__pool_paused_refusal(bytes);
-    goto unlock;
-  }
-  if (RMMC_UNLIKELY(o->heap == NULL) && (st = rmmc__pool_owner_rejoin(p, o)) != RMMC_SUCCESS)
-    goto unlock;
+  rmmc_status_t st = shared_gate(p, o, bytes);
+  if (RMMC_UNLIKELY(st != RMMC_SUCCESS)) goto unlock;
   pool_block_t *b = need <= POOL_MAX_REQUEST ? find_usable(p, o, n, align) : NULL;
-  if (RMMC_LIKELY(b != NULL)) rmmc__pool_unlink_free(p, b);
-  else if ((st = rmmc__pool_shared_slow(p, o, NULL, stream, n, align, bytes, steps, &b)) != RMMC_SUCCESS)
-    goto unlock;
+  if (RMMC_UNLIKELY(b == NULL))
+    return rmmc__pool_get_block(p, NULL, o, stream, n, align, bytes, out);
+  rmmc__pool_unlink_free(p, b);
   st = large_hand_out(p, b, n, align, bytes, NULL, out);
 unlock:
   rmmc__unlock(&p->lock);

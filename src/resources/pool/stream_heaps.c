@@ -4,8 +4,8 @@
  * of threads, which owns spans the shared heap lends it and serves small
  * requests from them under its own lock. Here: the pool's list of live
  * heaps, making, reusing and retiring heaps, taking and giving back spans,
- * frees from other streams (foreign), and a small request past the hot
- * block.
+ * and frees from other streams (foreign). A small request past the hot
+ * block is get_block's (lend.c).
  */
 #include "core.h"
 
@@ -223,10 +223,12 @@ size_t rmmc__pool_reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need) {
 
 /* ---- small blocks: the stream heaps ---- */
 
-/* A span for h (h's lock held): lent by the shared heap, aligned to its
- * size so that a free from another stream finds it from the pointer. */
-static rmmc_status_t span_take(pool_t *p, pool_sheap_t *h, cudaStream_t stream, size_t bytes,
-                               slow_steps_t steps) {
+/* A span for small request r's heap (h's lock held): lent by the shared
+ * heap (its best fit, else the slow path's steps of r's pass), aligned to
+ * its size so that a free from another stream finds it from the pointer. */
+rmmc_status_t rmmc__pool_span_take(const pool_request_t *r) {
+  pool_t *p = r->p;
+  pool_sheap_t *h = r->h;
   pool_region_t *sp = calloc(1, sizeof *sp);
   if (sp == NULL || !pool_meta_room(&h->meta)) {
     free(sp);
@@ -241,7 +243,7 @@ static rmmc_status_t span_take(pool_t *p, pool_sheap_t *h, cudaStream_t stream, 
   }
   pool_block_t *b = find_usable(p, o, p->span, p->span);
   if (b != NULL) rmmc__pool_unlink_free(p, b);
-  else if ((st = rmmc__pool_shared_slow(p, o, h, stream, p->span, p->span, bytes, steps, &b)) != RMMC_SUCCESS)
+  else if ((st = rmmc__pool_shared_slow(r, &b)) != RMMC_SUCCESS)
     goto fail;
   b = rmmc__pool_carve(p, b, p->span, p->span);
   POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE);
@@ -311,36 +313,6 @@ size_t rmmc__pool_retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream
     n++;
   }
   return n;
-}
-
-/* A small allocation past the hot block (h's lock held): the index, then
- * foreign frees, then a new span. */
-RMMC_HOT
-POOL_NOINLINE rmmc_status_t rmmc__pool_small_general(pool_t *p, pool_sheap_t *h, cudaStream_t stream,
-                                                 size_t n, size_t need, size_t align,
-                                                 size_t bytes, slow_steps_t steps,
-                                                 pool_block_t **out) {
-  if (!pool_meta_room(&h->meta)) return rmmc__pool_no_host_memory();
-  /* Passed the pause gate as a pause began: the free blocks may have no
-   * pages behind them now (the pause holds h's lock while it sets it). */
-  if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED)))
-    return rmmc__pool_paused_refusal(bytes);
-  if (RMMC_UNLIKELY(__atomic_load_n(&h->owner->slot->want, __ATOMIC_RELAXED)))
-    rmmc__pool_cover_now(p, h->owner, stream);
-  pool_block_t *b = heap_search(h, need);
-  if (b == NULL && h->nforeign > 0 &&
-      rmmc__pool_retire_foreign(p, h, stream, !p->cuda || !rmmc__stream_is_capturing(stream)) > 0) {
-    if (h->nidle * p->span > p->cache_bytes) rmmc__pool_heap_trim(p, h, stream);
-    b = heap_search(h, need);
-  }
-  if (b == NULL) {
-    rmmc_status_t st = span_take(p, h, stream, bytes, steps);
-    if (st != RMMC_SUCCESS) return st;
-    b = heap_search(h, need);
-  }
-  if ((b = heap_carve(h, b, n, align, bytes)) == NULL) return rmmc__pool_no_host_memory();
-  *out = b;
-  return RMMC_SUCCESS;
 }
 
 void rmmc__pool_heaps_cool(pool_t *p) {
