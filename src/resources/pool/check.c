@@ -105,8 +105,8 @@ bool rmmc__pool_span_back_ok(const pool_t *p, const pool_region_t *sp, const cha
     if (b == NULL) *what = "a span going back has its block in the shared heap";
     return false;
   }
-  if (b->addr != sp->base || pool_bsize(b) != sp->size || sp->size != p->span ||
-      sp->base % p->span != 0)
+  if (b->addr != sp->base || pool_bsize(b) != sp->size || sp->size != p->small_chunk ||
+      sp->base % p->small_chunk != 0)
     FAIL("a span going back is its shared-heap block, one span in size and alignment");
   return true;
 }

@@ -40,7 +40,7 @@ static rmmc_status_t chunks_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t str
                       RMMC_ERROR_OUT_OF_MEMORY;
     g = want;
   }
-  if (g > p->max_size - p->reserved) g = p->max_size - p->reserved;
+  if (g > p->maximum_size - p->reserved) g = p->maximum_size - p->reserved;
   if (g < want) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: the maximum size is reached");
   void *ptr = NULL;
   for (;;) {

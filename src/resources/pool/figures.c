@@ -47,10 +47,10 @@ static void gather(pool_t *p, values_t *v) {
   v->free = v->reserved > v->in_use ? v->reserved - v->in_use : 0;
   v->peak = p->committed_peak;
   v->reserved_peak = p->reserved_peak;
-  v->maximum_size = p->max_size != SIZE_MAX ? p->max_size : 0; /* 0: none, not reported */
+  v->maximum_size = p->maximum_size != SIZE_MAX ? p->maximum_size : 0; /* 0: none, not reported */
   v->small_max = p->small_max; /* the settings of the stream heaps */
-  v->small_chunk = p->span;
-  v->cache_size = p->cache_bytes;
+  v->small_chunk = p->small_chunk;
+  v->cache_size = p->cache_size;
   v->regions = p->nregions;
   for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
     v->graph_pools++, v->graph_bytes += g->used_bytes + g->idx->bytes;
@@ -148,7 +148,7 @@ static bool check_heap(pool_t *p, pool_sheap_t *h, char *msg, size_t len) {
     CHECK(sp->heap == h && sp->parent != NULL && sp->parent->state == B_SPAN &&
               sp->parent->addr == sp->base && pool_bsize(sp->parent) == sp->size,
           "span %p does not match its shared block", (void *)sp->base);
-    CHECK(sp->base % p->span == 0, "span %p is not aligned to %zu", (void *)sp->base, p->span);
+    CHECK(sp->base % p->small_chunk == 0, "span %p is not aligned to %zu", (void *)sp->base, p->small_chunk);
     uintptr_t at = sp->base;
     size_t in_span = 0;
     for (pool_block_t *b = sp->first, *prev = NULL; b != NULL; prev = b, b = b->next) {
@@ -255,7 +255,7 @@ bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len) {
     if (!check_owner(q, "a stream", &indexed, &indexed_bytes, msg, len)) return false;
     size_t nheaps = 0;
     for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext, nheaps++) {
-      CHECK(x->owner == q && x->stripe < p->stripes, "a heap is listed under another stream");
+      CHECK(x->owner == q && x->stripe < p->stream_heaps, "a heap is listed under another stream");
       for (pool_sheap_t *y = x->onext; y != NULL; y = y->onext)
         CHECK(y->stripe != x->stripe, "a stream has two heaps of stripe %u", x->stripe);
       if (!check_heap(p, x, msg, len)) return false;
@@ -286,9 +286,9 @@ bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len) {
   CHECK(committed == p->committed, "committed %zu, blocks add up to %zu", p->committed,
         committed);
   CHECK(nused == p->used.count && spans == p->spans.count, "maps and blocks differ");
-  CHECK(spans * p->span == p->span_bytes, "span bytes do not add up");
-  CHECK(p->reserved <= p->max_size, "reserved %zu above the maximum %zu", p->reserved,
-        p->max_size);
+  CHECK(spans * p->small_chunk == p->span_bytes, "span bytes do not add up");
+  CHECK(p->reserved <= p->maximum_size, "reserved %zu above the maximum %zu", p->reserved,
+        p->maximum_size);
   CHECK(p->reserved_peak >= p->reserved && p->committed_peak >= p->committed, "peaks below current");
   return p->be->check(p, msg, len);
 }

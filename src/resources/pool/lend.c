@@ -73,7 +73,7 @@ static bool heap_lend(const pool_request_t *r, pool_sheap_t *x, bool capturing, 
 static POOL_NOINLINE bool heaps_lend(const pool_request_t *r, lend_seen_t *seen, void **out) {
   pool_t *p = r->p;
   *seen = (lend_seen_t){0};
-  if (r->n + (r->align - POOL_GRANULE) > p->span) return false;
+  if (r->n + (r->align - POOL_GRANULE) > p->small_chunk) return false;
   bool capturing = p->cuda && rmmc__stream_is_capturing(r->stream);
   rmmc__error_state_t saved;
   rmmc__error_save(&saved);
@@ -155,7 +155,7 @@ static inline rmmc_status_t own_heap(pool_t *p, pool_sheap_t *h, cudaStream_t st
   pool_block_t *b = heap_search(h, need);
   if (b == NULL && h->nforeign > 0 &&
       rmmc__pool_retire_foreign(p, h, stream, !p->cuda || !rmmc__stream_is_capturing(stream)) > 0) {
-    if (h->nidle * p->span > p->cache_bytes) rmmc__pool_heap_trim(p, h, stream);
+    if (h->nidle * p->small_chunk > p->cache_size) rmmc__pool_heap_trim(p, h, stream);
     b = heap_search(h, need);
   }
   if (b != NULL && (*out = heap_carve(h, b, n, align, bytes)) == NULL)
@@ -254,7 +254,7 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_get_block(pool_t *p, pool_sheap_t *h, poo
     if (RMMC_LIKELY(b != NULL)) return heap_give(h, b, bytes, out);
   }
   pool_request_t r = {.p = p, .h = h, .o = o, .stream = stream, .n = n, .align = align,
-                      .bytes = bytes, .take = h != NULL ? p->span : n,
-                      .take_align = h != NULL ? p->span : align, .steps = SLOW_BEFORE_LAST};
+                      .bytes = bytes, .take = h != NULL ? p->small_chunk : n,
+                      .take_align = h != NULL ? p->small_chunk : align, .steps = SLOW_BEFORE_LAST};
   return request_steps(&r, st, out);
 }

@@ -122,22 +122,22 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
            (o->checkpoint_every < 2 || !rmmc__is_pow2(o->checkpoint_every)))
     bad = "checkpoint_every must be 0 (none) or a power of two from 2 to 65536";
   if (bad != NULL) return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_resource_create: %s", bad);
-  p->max_size = o->maximum_size == 0 || o->maximum_size == SIZE_MAX
+  p->maximum_size = o->maximum_size == 0 || o->maximum_size == SIZE_MAX
                     ? SIZE_MAX
                     : o->maximum_size & ~(POOL_GRANULE - 1);
-  if (o->initial_size > p->max_size)
+  if (o->initial_size > p->maximum_size)
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "pool_resource_create: initial_size %zu is above maximum_size %zu",
-                          o->initial_size, p->max_size);
+                          o->initial_size, p->maximum_size);
   p->granularity = o->growth_granularity;
   p->min_growth = o->min_growth;
   p->small_max = o->small_max > 0 ? rmmc__align_up(o->small_max, POOL_GRANULE) : 0;
-  p->span = o->small_chunk;
-  p->cache_bytes = o->cache_size;
-  p->stripes = o->stream_heaps;
-  if (p->stripes == 0) {
+  p->small_chunk = o->small_chunk;
+  p->cache_size = o->cache_size;
+  p->stream_heaps = o->stream_heaps;
+  if (p->stream_heaps == 0) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    p->stripes = cpus < 1 ? 1 : cpus > 64 ? 64 : (unsigned)cpus;
+    p->stream_heaps = cpus < 1 ? 1 : cpus > 64 ? 64 : (unsigned)cpus;
   }
   p->release_before_grow = o->release_before_grow;
   p->sync_before_peak = o->sync_before_peak;
@@ -152,7 +152,7 @@ static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   p->event_bytes = o->event_bytes;
   p->gc_limit = SIZE_MAX;
   if (o->gc_threshold > 0.0) {
-    size_t basis = p->max_size, total = 0, unused;
+    size_t basis = p->maximum_size, total = 0, unused;
     rmmc_memory_kind_t kind = p->base.base.kind;
     if (basis == SIZE_MAX && (kind == RMMC_MEMORY_DEVICE || kind == RMMC_MEMORY_MANAGED)) {
       rmmc_status_t st = rmmc_device_memory_info(p->base.base.device, &unused, &total);
@@ -198,7 +198,7 @@ static rmmc_status_t choose_backend(pool_t *p, const rmmc_pool_options_t *o) {
                           "(%zu) up to 1 TiB",
                           seg, rmmc_resource_name(up), up_page);
   size_t space = o->address_space;
-  if (space == 0 && p->max_size != SIZE_MAX) space = p->max_size;
+  if (space == 0 && p->maximum_size != SIZE_MAX) space = p->maximum_size;
   if (space == 0) {
     size_t total = 0, unused;
     if (p->base.base.kind != RMMC_MEMORY_HOST) {
@@ -216,7 +216,7 @@ static rmmc_status_t choose_backend(pool_t *p, const rmmc_pool_options_t *o) {
   p->page = up_page;
   p->segment = seg;
   p->segment_scales = o->page_size == 0;
-  size_t align = p->span > up_page ? p->span : up_page;
+  size_t align = p->small_chunk > up_page ? p->small_chunk : up_page;
   p->address_space = rmmc__align_up(space, align);
   p->min_growth =
       o->min_growth == RMMC_POOL_MIN_GROWTH_DEFAULT ? 0 : rmmc__align_up(o->min_growth, up_page);

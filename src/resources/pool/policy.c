@@ -182,7 +182,7 @@ static pool_block_t *reuse_without_wait(const pool_request_t *r, size_t fit,
   *covered = find_covered(p, o, fit, from, &settled);
   if (settled && (b = find_usable(p, o, need, align)) != NULL) return b;
   /* Idle spans of other stream heaps come back before the pool grows. */
-  if (rmmc__pool_reclaim_spans(p, r->h, align <= p->span ? need : SIZE_MAX) == 0) return NULL;
+  if (rmmc__pool_reclaim_spans(p, r->h, align <= p->small_chunk ? need : SIZE_MAX) == 0) return NULL;
   rmmc__pool_consolidate(p, false);
   if ((b = find_usable(p, o, need, align)) != NULL) return b;
   *covered = find_covered(p, o, fit, from, &settled);

@@ -96,7 +96,7 @@ static inline rmmc_status_t heap_allocate(pool_t *p, pool_sheap_t *h, pool_owner
     pool_owner_t *g = rmmc__pool_graph_route(p, stream);
     if (g != NULL) return rmmc__pool_graph_allocate(p, g, stream, n, alignment, bytes, out);
   }
-  if (RMMC_LIKELY(n <= p->small_max && n + (alignment - POOL_GRANULE) <= p->span))
+  if (RMMC_LIKELY(n <= p->small_max && n + (alignment - POOL_GRANULE) <= p->small_chunk))
     return small_allocate(p, h, o, stream, n, alignment, bytes, out);
   return large_allocate(p, o, stream, n, alignment, bytes, out);
 }
@@ -180,7 +180,7 @@ static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_
   h->hot = b;
   b->where = W_HOT;
   if (--sp->nused == 0) {
-    if (++h->nidle * p->span > p->cache_bytes) rmmc__pool_heap_trim(p, h, stream);
+    if (++h->nidle * p->small_chunk > p->cache_size) rmmc__pool_heap_trim(p, h, stream);
     else if (p->cuda && h->in_use == 0 && power_of_two_count(&h->empties))
       heap_emptied(p, h, stream);
   }
@@ -245,7 +245,7 @@ unlock:
 
 /* Keeps h's wholly free spans within cache_size (h's lock held). */
 POOL_NOINLINE void rmmc__pool_heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream) {
-  size_t keep = p->cache_bytes / p->span;
+  size_t keep = p->cache_size / p->small_chunk;
   rmmc__lock(&p->lock);
   (void)rmmc__pool_heap_release_idle(p, h, keep, stream, true);
   rmmc__unlock(&p->lock);
@@ -290,7 +290,7 @@ static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *p
     if (cover) (void)rmmc__stream_slot_try_record(&p->streams, o->slot, stream);
     return st;
   }
-  e = p->span > 0 ? rmmc__ptrmap_find(&p->spans, (void *)((uintptr_t)ptr & ~(p->span - 1))) : NULL;
+  e = p->small_chunk > 0 ? rmmc__ptrmap_find(&p->spans, (void *)((uintptr_t)ptr & ~(p->small_chunk - 1))) : NULL;
   pool_sheap_t *a = e != NULL ? ((pool_region_t *)e->value)->heap : NULL;
   rmmc__unlock(&p->lock);
   if (a == NULL)

@@ -17,7 +17,7 @@
  * shared heap and serve requests up to small_max from them with an index of
  * their own: the common case, a small block allocated and freed on one
  * stream, takes no shared lock. A stream has one heap per stripe its
- * threads use (a thread's stripe is its number modulo `stripes`), so
+ * threads use (a thread's stripe is its number modulo `stream_heaps`), so
  * threads sharing a stream do not share a lock; they share the stream's
  * owner (its shared free blocks and epochs), and a block one of them frees
  * goes straight back to the heap it came from.
@@ -162,7 +162,6 @@ struct pool_sheap {
   size_t nforeign;
   pool_meta_t meta;
   size_t in_use, peak; /* bytes of its blocks handed out (read relaxed) */
-  uint64_t span_takes, span_returns;
   uint64_t empties; /* device memory: frees that left it holding nothing */
 } __attribute__((aligned(64)));
 
@@ -227,13 +226,13 @@ struct pool {
    * threads write. */
   uint64_t id; /* never reused: thread caches key on it */
   bool cuda;   /* device memory: streams are real */
-  size_t small_max, span;
-  unsigned stripes; /* heaps per stream: threads on one stream spread over them */
+  size_t small_max, small_chunk;
+  unsigned stream_heaps; /* heaps per stream: threads on one stream spread over them */
   int graphs_routing; /* atomic: graph pools being routed to, + 1 while paused (the
                        * allocation's one slow-path gate; sleep.c) */
   const pool_backend_t *be;
   /* options, resolved */
-  size_t max_size, min_growth, granularity, gc_limit, event_bytes, cache_bytes;
+  size_t maximum_size, min_growth, granularity, gc_limit, event_bytes, cache_size;
   unsigned event_interval;
   double slack, split_limit;
   bool release_before_grow, sync_before_peak;
@@ -270,7 +269,7 @@ struct pool {
                            * band widening to band_max (shared_heap.c, rmmc__pool_admit) */
   /* figures (shared lock) */
   size_t reserved, reserved_peak, committed, committed_peak, span_bytes, free_bytes;
-  uint64_t grows, shrinks, upstream_calls, page_maps, page_unmaps, spans_lent;
+  uint64_t grows, shrinks, page_maps, page_unmaps;
   uint64_t budget_trims;  /* gives-back the growth budget asked for before a growth */
   uint64_t refusal_trims; /* growths the upstream refused, mapped after giving back (vm.c) */
   uint64_t adoptions; /* streams whose covered frees another stream joined (adopt_covered) */

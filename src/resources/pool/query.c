@@ -71,7 +71,7 @@ static int find_large(pool_t *p, uintptr_t a, rmmc_allocation_t *out) {
  * lock (the pool's lock order), and looks again: the span may have gone
  * back meanwhile (RETRY). */
 static int find_small(pool_t *p, uintptr_t a, rmmc_allocation_t *out) {
-  uintptr_t base = a & ~(uintptr_t)(p->span - 1);
+  uintptr_t base = a & ~(uintptr_t)(p->small_chunk - 1);
   if (base == 0) return MISSING; /* the map's empty key */
   rmmc__lock(&p->lock);
   rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->spans, (void *)base);

@@ -242,9 +242,9 @@ pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, s
   size_t b = p->release_before_grow ? budget_for(p, need) : SIZE_MAX;
   if (p->gc_limit < b) b = p->gc_limit;
   size_t after = p->reserved + add;
-  if (within) return after <= b && after <= p->max_size ? POOL_ADMIT_YES : POOL_ADMIT_NO;
+  if (within) return after <= b && after <= p->maximum_size ? POOL_ADMIT_YES : POOL_ADMIT_NO;
   size_t goal = SIZE_MAX;
-  if (after > p->max_size) goal = p->max_size;
+  if (after > p->maximum_size) goal = p->maximum_size;
   if (after > p->gc_limit && p->gc_limit < goal) goal = p->gc_limit;
   if (after > b && b < goal) goal = b;
   /* Hysteresis: while the peak rises (a cold start) a growth past the
@@ -278,10 +278,10 @@ pool_admit_t rmmc__pool_admit_max(pool_t *p, size_t add) {
     rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: growing would pass its peak reserved");
     return POOL_ADMIT_NO;
   }
-  if (p->reserved + add > p->max_size) {
+  if (p->reserved + add > p->maximum_size) {
     char mx[32];
     rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: its maximum of %s is reached",
-                   rmmc__format_bytes(p->max_size, mx, sizeof mx));
+                   rmmc__format_bytes(p->maximum_size, mx, sizeof mx));
     return POOL_ADMIT_NO;
   }
   return POOL_ADMIT_YES;
@@ -303,7 +303,7 @@ rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const
       rmmc__format_bytes(p->reserved, re, sizeof re),
       rmmc__format_bytes(p->committed, iu, sizeof iu),
       rmmc__format_bytes(largest, lf, sizeof lf),
-      p->max_size == SIZE_MAX ? "none" : rmmc__format_bytes(p->max_size, mx, sizeof mx),
+      p->maximum_size == SIZE_MAX ? "none" : rmmc__format_bytes(p->maximum_size, mx, sizeof mx),
       why != NULL ? why : "no block fits and the pool cannot grow");
 }
 
@@ -312,7 +312,6 @@ rmmc_status_t rmmc__pool_upstream_allocate(pool_t *p, size_t bytes, cudaStream_t
   int mode = p->cuda ? rmmc__capture_relax() : -1;
   rmmc_status_t st = rmmc__upstream_allocate(p->base.upstream, bytes, POOL_GRANULE, stream, out);
   rmmc__capture_restore(mode);
-  p->upstream_calls++;
   return st;
 }
 
@@ -320,7 +319,6 @@ rmmc_status_t rmmc__pool_upstream_deallocate(pool_t *p, void *ptr, size_t bytes)
   int mode = p->cuda ? rmmc__capture_relax() : -1;
   rmmc_status_t st = rmmc_resource_deallocate(p->base.upstream, ptr, bytes, POOL_GRANULE, NULL);
   rmmc__capture_restore(mode);
-  p->upstream_calls++;
   return st;
 }
 

@@ -118,7 +118,6 @@ rmmc_status_t rmmc__pool_heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_
     h->spans = NULL;
     h->nspans = h->nidle = 0;
     h->in_use = h->peak = 0;
-    h->span_takes = h->span_returns = 0;
     h->empties = 0;
     h->owner = o;
     rmmc__unlock(&h->lock);
@@ -166,7 +165,6 @@ static void span_give_back(pool_t *p, pool_sheap_t *x, pool_region_t *sp, cudaSt
   span_list_remove(x, sp);
   x->nspans--;
   x->nidle--;
-  x->span_returns++;
   rmmc__ptrmap_remove(&p->spans, rmmc__ptrmap_find(&p->spans, (void *)sp->base));
   pool_block_t *b = sp->parent;
   b->state = B_FREE;
@@ -216,7 +214,7 @@ size_t rmmc__pool_reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need) {
     if (x->nforeign > 0) (void)rmmc__pool_retire_foreign(p, x, NULL, false); /* finished ones */
     n += rmmc__pool_heap_release_idle(p, x, 0, NULL, false);
     rmmc__unlock(&x->lock);
-    if (n > 0 && need <= p->span) break;
+    if (n > 0 && need <= p->small_chunk) break;
   }
   return n;
 }
@@ -241,14 +239,14 @@ rmmc_status_t rmmc__pool_span_take(const pool_request_t *r) {
     st = rmmc__pool_no_host_memory();
     goto fail;
   }
-  pool_block_t *b = find_usable(p, o, p->span, p->span);
+  pool_block_t *b = find_usable(p, o, p->small_chunk, p->small_chunk);
   if (b != NULL) rmmc__pool_unlink_free(p, b);
   else if ((st = rmmc__pool_shared_slow(r, &b)) != RMMC_SUCCESS)
     goto fail;
-  b = rmmc__pool_carve(p, b, p->span, p->span);
+  b = rmmc__pool_carve(p, b, p->small_chunk, p->small_chunk);
   POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE);
-  POOL_ASSERT(p, b, b->addr % p->span == 0 && pool_bsize(b) == p->span && b->where == W_OUT);
-  *sp = (pool_region_t){.base = b->addr, .size = p->span, .parent = b, .heap = h};
+  POOL_ASSERT(p, b, b->addr % p->small_chunk == 0 && pool_bsize(b) == p->small_chunk && b->where == W_OUT);
+  *sp = (pool_region_t){.base = b->addr, .size = p->small_chunk, .parent = b, .heap = h};
   if (!rmmc__ptrmap_insert(&p->spans, (void *)b->addr, sp, 0)) {
     rmmc__pool_put_free(p, b);
     st = rmmc__pool_no_host_memory();
@@ -256,21 +254,19 @@ rmmc_status_t rmmc__pool_span_take(const pool_request_t *r) {
   }
   b->state = B_SPAN;
   b->owner = NULL;
-  p->committed += p->span;
-  p->span_bytes += p->span;
-  p->spans_lent++;
+  p->committed += p->small_chunk;
+  p->span_bytes += p->small_chunk;
   if (p->committed > p->committed_peak) new_peak(p);
   heaps_touch(p, h);
   rmmc__unlock(&p->lock);
   pool_block_t *f = pool_meta_take(&h->meta);
-  *f = (pool_block_t){.node.size = p->span, .addr = b->addr, .region = sp, .state = B_FREE};
+  *f = (pool_block_t){.node.size = p->small_chunk, .addr = b->addr, .region = sp, .state = B_FREE};
   sp->first = f;
   sp->next = h->spans;
   if (h->spans != NULL) h->spans->prev = sp;
   h->spans = sp;
   h->nspans++;
   h->nidle++;
-  h->span_takes++;
   heap_link(h, f);
   return RMMC_SUCCESS;
 fail:

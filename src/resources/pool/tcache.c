@@ -3,7 +3,7 @@
 #include "core.h"
 
 /* A thread's number, given on its first call into any pool: threads on one
- * stream take the stream's heaps in turn (number modulo the stripes). A
+ * stream take the stream's heaps in turn (number modulo stream_heaps). A
  * thread that exits gives its number back and the next new thread takes
  * the lowest free one, so recreated workers reuse a stream's heaps instead
  * of stranding their spans (design.md, "Thread numbers are given back").
@@ -32,7 +32,7 @@ static void thread_number_give(unsigned n) {
 
 static inline unsigned thread_stripe(const pool_t *p) {
   if (tl_number == 0) tl_number = thread_number_take();
-  return (tl_number - 1) % p->stripes;
+  return (tl_number - 1) % p->stream_heaps;
 }
 
 _Thread_local tl_entry_t *rmmc__pool_tl_cache RMMC_TLS_FAST;

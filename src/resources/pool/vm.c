@@ -134,7 +134,7 @@ static bool best_place(pool_t *p, pool_owner_t *o, size_t need, size_t align, si
 }
 
 static rmmc_status_t reserve_region(pool_t *p, size_t need, size_t align) {
-  size_t a = p->span > p->page ? p->span : p->page;
+  size_t a = p->small_chunk > p->page ? p->small_chunk : p->page;
   if (align > a) a = align;
   size_t bytes = rmmc__align_up(need + align, a);
   if (bytes < p->address_space) bytes = p->address_space;

@@ -42,7 +42,6 @@ static rmmc_status_t vm_call(pool_t *p, uintptr_t a, size_t n, int d, bool on) {
                      : on   ? rmmc_resource_vm_map(up, (void *)a, n)
                             : rmmc_resource_vm_unmap(up, (void *)a, n);
   rmmc__capture_restore(mode);
-  p->upstream_calls++;
   return st;
 }
 
