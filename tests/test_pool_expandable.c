@@ -253,8 +253,8 @@ START_TEST(test_pool_vm_random_run_over_host_and_sim) {
                      .small_max = 1 * MiB, .max_bytes = (size_t)2 << 30, .max_align = 64 * KiB,
                      .real = false, .oom_ok = true, .release_every = 200};
   (void)pool_random_run(r, &run);
-  ck_assert_uint_gt(field(r, "page_unmaps"), 0);
   ck_assert_int_eq(rmmc_resource_release_cached(r), RMMC_SUCCESS);
+  ck_assert_uint_gt(field(r, "page_unmaps"), 0); /* (a quick run may give back only here) */
   ck_assert_uint_eq(field(r, "reserved"), 0);
   ck_assert_uint_eq(field(sim, "in_use"), 0);
   rmmc_resource_release(r);
