@@ -282,6 +282,69 @@ START_TEST(test_allocation_that_raced_a_pause_is_refused) {
 }
 END_TEST
 
+/* A small request out of memory drops its heap's lock between lending
+ * (step 3) and its retry (step 4). Streams made there (the seam) retire
+ * its heap, the oldest and idle; the retry goes on in the stream's heap
+ * now, within the same call, and ends in a plain out-of-memory. */
+static rmmc_resource_t *retry_pool;
+static int retry_seam_calls;
+
+static rmmc_status_t small_on(rmmc_resource_t *r, uintptr_t key, void **q) {
+  return rmmc_resource_allocate(r, 1024, 256, (cudaStream_t)key, q);
+}
+
+static void retire_in_retry(pool_t *p) {
+  (void)p;
+  if (retry_seam_calls++ > 0) return;
+  void *q;
+  for (uintptr_t i = 0; i < 4; i++)
+    ck_assert_int_eq(small_on(retry_pool, 0x900000 + i * 16, &q), RMMC_ERROR_OUT_OF_MEMORY);
+}
+
+static uint64_t pool_figure(rmmc_resource_t *r, const char *key) {
+  uint64_t v = 0;
+  ck_assert_msg(rmmc_resource_get_field(r, key, &v), "no figure %s", key);
+  return v;
+}
+
+START_TEST(test_retry_goes_on_in_the_streams_heap_now) {
+  rmmc_resource_t *host = NULL, *pool = NULL;
+  ck_assert_int_eq(rmmc_host_resource_create(&host), RMMC_SUCCESS);
+  rmmc_pool_options_t o = RMMC_POOL_OPTIONS_INIT;
+  o.expandable = 0;
+  o.initial_size = o.maximum_size = 16 << 20;
+  o.stream_heaps = 1;
+  ck_assert_int_eq(rmmc_pool_resource_create(host, &o, &pool), RMMC_SUCCESS);
+  rmmc_resource_release(host);
+  void *big = NULL, *q = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(pool, 16 << 20, 256, NULL, &big), RMMC_SUCCESS);
+  const uintptr_t a = 0x7100;
+  ck_assert_int_eq(small_on(pool, a, &q), RMMC_ERROR_OUT_OF_MEMORY); /* a's heap, the oldest */
+  for (uintptr_t k = 0x10000; pool_figure(pool, "heaps") < 256; k += 16)
+    ck_assert_int_eq(small_on(pool, k, &q), RMMC_ERROR_OUT_OF_MEMORY);
+  ck_assert_uint_eq(pool_figure(pool, "heaps_retired"), 0);
+  retry_pool = pool;
+  retry_seam_calls = 0;
+  rmmc__pool_before_retry = retire_in_retry;
+  ck_assert_int_eq(small_on(pool, a, &q), RMMC_ERROR_OUT_OF_MEMORY);
+  rmmc__pool_before_retry = NULL;
+  ck_assert_int_eq(retry_seam_calls, 5); /* the outer call, then each call made in it */
+  ck_assert_uint_ge(pool_figure(pool, "heaps_retired"), 2);
+  ck_assert_uint_le(pool_figure(pool, "heaps"), 256);
+  ck_assert_msg(strstr(rmmc_last_error_message(), "out of memory") != NULL, "%s",
+                rmmc_last_error_message());
+  ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(pool, big, 16 << 20, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(small_on(pool, a, &q), RMMC_SUCCESS); /* room again, on a's heap now */
+  memset(q, 5, 1024);
+  ck_assert_int_eq(((unsigned char *)q)[1023], 5);
+  ck_assert_int_eq(rmmc_resource_deallocate(pool, q, 1024, 256, (cudaStream_t)a), RMMC_SUCCESS);
+  ck_assert_uint_eq(pool_figure(pool, "in_use"), 0);
+  ck_assert_int_eq(rmmc_pool_resource_check(pool), RMMC_SUCCESS);
+  rmmc_resource_release(pool);
+}
+END_TEST
+
 /* Check's own fork mode sees the same abort as a signal (run only when
  * Check forks: with CK_FORK=no, as under valgrind, the abort would end the
  * whole runner). */
@@ -300,6 +363,7 @@ static Suite *suite(bool check_forks) {
   tcase_add_test(tc, test_mapped_hole_aborts);
   tcase_add_test(tc, test_growth_of_a_paused_pool_is_refused);
   tcase_add_test(tc, test_allocation_that_raced_a_pause_is_refused);
+  tcase_add_test(tc, test_retry_goes_on_in_the_streams_heap_now);
   if (check_forks) tcase_add_test_raise_signal(tc, test_abort_is_sigabrt, SIGABRT);
   suite_add_tcase(s, tc);
   return s;

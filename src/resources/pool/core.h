@@ -100,6 +100,11 @@ size_t rmmc__pool_reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need);
 size_t rmmc__pool_retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream, bool can_wait);
 rmmc_status_t rmmc__pool_span_take(const pool_request_t *r);
 /* lend.c */
+#if RMMC_DEBUG_CHECKS >= 1
+/* A test's seam: called, when set, by a small request between lending
+ * (step 3) and its retry (step 4), no lock held. */
+extern void (*rmmc__pool_before_retry)(pool_t *p);
+#endif
 pool_sheap_t *rmmc__pool_heaps_snapshot(pool_t *p);
 rmmc_status_t rmmc__pool_small_again(pool_t *p, cudaStream_t stream, size_t n, size_t align,
                                      size_t bytes, void **out);

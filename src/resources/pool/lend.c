@@ -122,9 +122,9 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_small_again(pool_t *p, cudaStream_t strea
  * at once. When theirs misses, get_block takes over with the fast path's
  * lock still held, builds the request once (past step 1, the common path,
  * which needs none) and takes it through these steps in order,
- * each a function of the request (none calls back into get_block; only a
- * heap retired while its lock was dropped, found so in step 4, restarts
- * the call from the fast path, on the stream's heap now):
+ * each a function of the request (none calls back into get_block; a heap
+ * retired while its lock was dropped, found so in step 4, is replaced in
+ * the request by the stream's heap now):
  *   1. own heap (small; h locked): h's index, then blocks other streams
  *      freed into h's spans once their work is done (own_heap);
  *   2. shared heap (small: a span; large: the request itself; shared lock
@@ -207,6 +207,10 @@ unlock:
   return st;
 }
 
+#if RMMC_DEBUG_CHECKS >= 1
+void (*rmmc__pool_before_retry)(pool_t *p);
+#endif
+
 /* Lent (steps 3 and 5): the call's error state as it was at its start. */
 static rmmc_status_t lent(void) {
   (void)rmmc__error_restore_call_start();
@@ -228,10 +232,15 @@ static POOL_NOINLINE rmmc_status_t request_steps(pool_request_t *r, rmmc_status_
   if (h == NULL) {
     st = shared_steps(r, out);
   } else {
+#if RMMC_DEBUG_CHECKS >= 1
+    if (rmmc__pool_before_retry != NULL) rmmc__pool_before_retry(r->p);
+#endif
     rmmc__lock(&h->lock);
-    if (h->owner != r->o) { /* h was retired meanwhile: the stream's heap now, afresh */
+    while (h->owner != r->o) { /* h was retired meanwhile: the stream's heap now */
       rmmc__unlock(&h->lock);
-      return rmmc__pool_small_again(r->p, r->stream, r->n, r->align, r->bytes, out);
+      if ((st = rmmc__pool_heap_stale(r->p, r->stream, &r->h, &r->o)) != RMMC_SUCCESS) return st;
+      h = r->h;
+      rmmc__lock(&h->lock);
     }
     pool_block_t *b;
     st = own_heap(r->p, h, r->stream, r->n, r->align, r->bytes, &b);
