@@ -40,11 +40,6 @@ typedef struct meter {
   uint64_t ns;      /* atomic: time inside them */
 } meter_t;
 
-static void meter_took(meter_t *m, uint64_t t0) {
-  __atomic_add_fetch(&m->ns, now_ns() - t0, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&m->calls, 1, __ATOMIC_RELAXED);
-}
-
 static void meter_add(meter_t *m, uint64_t bytes) {
   uint64_t now = __atomic_add_fetch(&m->current, bytes, __ATOMIC_RELAXED);
   uint64_t peak = __atomic_load_n(&m->peak, __ATOMIC_RELAXED);
@@ -53,24 +48,38 @@ static void meter_add(meter_t *m, uint64_t bytes) {
   }
 }
 
+/* What a metered call does to the bytes taken from the base once it
+ * succeeds. */
+typedef enum { METER_KEEPS, METER_TAKES, METER_GIVES } meter_effect_t;
+
+/* Ends a call into the base that began at t0 and returned st: counts the
+ * call and its time, then (on success only) the bytes it took or gave
+ * back. Returns st, so each forwarder is its call and this; t0 is read
+ * before the call (in a statement of its own) and the clock again here. */
+static rmmc_status_t meter_done(meter_t *m, uint64_t t0, rmmc_status_t st, meter_effect_t effect,
+                                uint64_t bytes) {
+  __atomic_add_fetch(&m->ns, now_ns() - t0, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&m->calls, 1, __ATOMIC_RELAXED);
+  if (st != RMMC_SUCCESS) return st;
+  if (effect == METER_TAKES) meter_add(m, bytes);
+  if (effect == METER_GIVES) __atomic_sub_fetch(&m->current, bytes, __ATOMIC_RELAXED);
+  return st;
+}
+
 static rmmc_status_t meter_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
                                     cudaStream_t stream, void **out) {
   meter_t *m = (meter_t *)r;
   uint64_t t0 = now_ns();
-  rmmc_status_t st = rmmc_resource_allocate(m->upstream, bytes, alignment, stream, out);
-  meter_took(m, t0);
-  if (st == RMMC_SUCCESS) meter_add(m, bytes);
-  return st;
+  return meter_done(m, t0, rmmc_resource_allocate(m->upstream, bytes, alignment, stream, out),
+                    METER_TAKES, bytes);
 }
 
 static rmmc_status_t meter_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
                                       size_t alignment, cudaStream_t stream) {
   meter_t *m = (meter_t *)r;
   uint64_t t0 = now_ns();
-  rmmc_status_t st = rmmc_resource_deallocate(m->upstream, ptr, bytes, alignment, stream);
-  meter_took(m, t0);
-  if (st == RMMC_SUCCESS) __atomic_sub_fetch(&m->current, bytes, __ATOMIC_RELAXED);
-  return st;
+  return meter_done(m, t0, rmmc_resource_deallocate(m->upstream, ptr, bytes, alignment, stream),
+                    METER_GIVES, bytes);
 }
 
 /* Virtual memory passes through (so an expandable pool works over the
@@ -83,35 +92,26 @@ static rmmc_status_t meter_vm_reserve(rmmc_resource_t *r, size_t bytes, size_t a
                                       void **out) {
   meter_t *m = (meter_t *)r;
   uint64_t t0 = now_ns();
-  rmmc_status_t st = rmmc_resource_vm_reserve(m->upstream, bytes, alignment, out);
-  meter_took(m, t0);
-  return st;
+  return meter_done(m, t0, rmmc_resource_vm_reserve(m->upstream, bytes, alignment, out),
+                    METER_KEEPS, 0);
 }
 
 static rmmc_status_t meter_vm_unreserve(rmmc_resource_t *r, void *ptr, size_t bytes) {
   meter_t *m = (meter_t *)r;
   uint64_t t0 = now_ns();
-  rmmc_status_t st = rmmc_resource_vm_unreserve(m->upstream, ptr, bytes);
-  meter_took(m, t0);
-  return st;
+  return meter_done(m, t0, rmmc_resource_vm_unreserve(m->upstream, ptr, bytes), METER_KEEPS, 0);
 }
 
 static rmmc_status_t meter_vm_map(rmmc_resource_t *r, void *ptr, size_t bytes) {
   meter_t *m = (meter_t *)r;
   uint64_t t0 = now_ns();
-  rmmc_status_t st = rmmc_resource_vm_map(m->upstream, ptr, bytes);
-  meter_took(m, t0);
-  if (st == RMMC_SUCCESS) meter_add(m, bytes);
-  return st;
+  return meter_done(m, t0, rmmc_resource_vm_map(m->upstream, ptr, bytes), METER_TAKES, bytes);
 }
 
 static rmmc_status_t meter_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
   meter_t *m = (meter_t *)r;
   uint64_t t0 = now_ns();
-  rmmc_status_t st = rmmc_resource_vm_unmap(m->upstream, ptr, bytes);
-  meter_took(m, t0);
-  if (st == RMMC_SUCCESS) __atomic_sub_fetch(&m->current, bytes, __ATOMIC_RELAXED);
-  return st;
+  return meter_done(m, t0, rmmc_resource_vm_unmap(m->upstream, ptr, bytes), METER_GIVES, bytes);
 }
 
 static void meter_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
