@@ -2,7 +2,7 @@
 /*
  * rmmc-stress: many threads on many streams allocate and free random sizes
  * through whole stacks, fill every block with a tagged pattern and check
- * it before it is freed (issue 7, "stress on the GPU").
+ * it before it is freed.
  *
  * Per stack, T threads each own S streams (non-blocking CUDA streams, or
  * opaque keys in host mode) and up to L live blocks. Each step allocates a
@@ -102,7 +102,7 @@ static const char *const host_default_stacks[] = {
     "statistics > pool > host",
     "statistics > pool(expandable=true, page=2MiB) > host",
     "statistics > binning > pool > host",
-    "statistics > arena > host", /* a mode of the pool since issue 12 */
+    "statistics > arena > host",
     "statistics > limiting(limit=1GiB) > tracking > pool > host",
     "statistics > aligned(alignment=4KiB, threshold=64KiB) > binning > pool > host",
     NULL,

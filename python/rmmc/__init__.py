@@ -468,7 +468,7 @@ def device_spec(config: str, device: int) -> str:
 def _device_resource(dev, what, retain=False):
     """The registry's rmmc_resource_t * for device `dev`: borrowed, or with
     retain=True one reference the caller releases, taken atomically with a
-    set on another thread (issue 25, F8). NoDeviceError says what to call
+    set on another thread. NoDeviceError says what to call
     from Python when there is no GPU."""
     handle = ctypes.c_void_p()
     get = lib().rmmc_retain_device_resource if retain else lib().rmmc_get_device_resource
@@ -717,7 +717,7 @@ def statistics(device: Optional[int] = None) -> Iterator["StatisticsScope"]:
 _statistics_block = statistics
 
 
-# The RMM-style layer (issue 30): rmmc.mr, rmmc.stats, DeviceBuffer and
+# The RMM-style layer: rmmc.mr, rmmc.stats, DeviceBuffer and
 # RMM's top-level calls. Imported here, after everything they use.
 from . import mr, stats  # noqa: E402
 from .buffer import DeviceBuffer, to_device  # noqa: E402
@@ -727,7 +727,7 @@ from .rmm_compat import (is_initialized, register_reinitialize_hook,  # noqa: E4
 __all__ += ["mr", "stats", "DeviceBuffer", "to_device", "reinitialize", "reinitialize_spec",
             "is_initialized", "register_reinitialize_hook", "unregister_reinitialize_hook"]
 
-# RMM's other top-level names (issue 44): `import rmmc as rmm` runs a RAPIDS
+# RMM's other top-level names: `import rmmc as rmm` runs a RAPIDS
 # script's memory set-up (README.md, "Coming from RMM", has the differences).
 RMMError = RmmcError  # RMM's exception: every rmmc failure is one
 from .mr import disable_logging, enable_logging, get_log_filenames  # noqa: E402

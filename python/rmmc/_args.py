@@ -3,7 +3,7 @@
 
 ctypes converts a Python int to size_t, int or a pointer by keeping the low
 bits: allocate(2**64 + 4096) asked for 4096 bytes and allocate(2**70) for
-0, and a str with a NUL reached C cut short (issue 25, F11). Every value
+0, and a str with a NUL reached C cut short. Every value
 the package hands to librmmc goes through one of these first. They raise
 what Python's own functions raise for such values: TypeError for the wrong
 type (bool and float included: a size is a whole number), ValueError for a

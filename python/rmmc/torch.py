@@ -34,7 +34,7 @@ cannot share pages gets the spec as written, and cuda(ipc=false) opts out.
 A pool layer that does not say stream_heaps= gets stream_heaps=1: one heap
 per stream, as PyTorch has one small pool per stream.
 
-Sleep mode (issue 29): pause(mode) / resume() give the default stack's
+Sleep mode: pause(mode) / resume() give the default stack's
 memory back to the driver and take it again at the same addresses;
 pause(pool=mempool, mode=...) does it for one torch.cuda.MemPool (or graph
 pool) of the native backend, each pool on its own (weights backed up,
