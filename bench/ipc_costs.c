@@ -1,6 +1,6 @@
 /*
- * What sharing memory between processes costs on this machine (issue 15;
- * docs/design.md quotes the figures): physical memory created shareable
+ * What sharing memory between processes costs on this machine
+ * (docs/design.md quotes the figures): physical memory created shareable
  * (POSIX file descriptor handles) against plain, per mapping size; each
  * step of an export and of an import, for cudaMalloc chunks (CUDA IPC
  * handles) and for pages (file descriptors); rmmc's whole export, socket

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Peer copy bandwidth between two GPUs (issue 16; docs/design.md quotes the
+ * Peer copy bandwidth between two GPUs (docs/design.md quotes the
  * figures): cudaMemcpyPeerAsync from a block of a pool on the source device
  * to a block of a pool on the destination device, against the same copy
  * between plain cudaMalloc buffers, both ways, for 1 MiB, 64 MiB and

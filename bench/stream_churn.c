@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * What a request costs when every request comes on a new stream (issue 25,
- * F9: programs that make a stream per request or per task, CuPy's users,
+ * What a request costs when every request comes on a new stream
+ * (programs that make a stream per request or per task, CuPy's users,
  * servers): one allocate and one free of --bytes on a stream the stack has
  * never seen, timed over a window of --window requests that starts once
  * 10, 1,000, 10,000 and --streams streams have been used; the median of
