@@ -227,12 +227,145 @@ START_TEST(test_figures_pool_describe_reports_the_table) {
 }
 END_TEST
 
+/* ---- the statistics adaptor's keyed table ---- */
+
+typedef struct krow {
+  const char *name, *key, *where, *doc;
+  rmmc_field_kind_t kind;
+  bool member, is_signed;
+  size_t offset, size;
+} krow_t;
+
+#define KMEMBER_BOTH(type, name) \
+  true, !((type)-1 > 0), offsetof(rmmc_statistics_t, name), sizeof(((rmmc_statistics_t *)0)->name)
+#define KMEMBER_DESCRIBE(type, name) false, false, 0, 0
+#define KROW(kind, type, name, key, where, doc) \
+  {#name, #key, #where, doc, RMMC_FIELD_##kind, KMEMBER_##where(type, name)},
+
+static const krow_t stat_rows[] = {RMMC_STATISTICS_FIGURES(KROW)};
+#define NSTAT_ROWS (sizeof stat_rows / sizeof *stat_rows)
+
+START_TEST(test_figures_statistics_table_makes_the_struct) {
+  size_t at = sizeof(size_t), members = 0;
+  for (size_t i = 0; i < NSTAT_ROWS; i++) {
+    const krow_t *r = &stat_rows[i];
+    ck_assert_msg(r->doc[0] != '\0', "%s has no doc", r->name);
+    for (size_t j = 0; j < i; j++) ck_assert_str_ne(stat_rows[j].key, r->key);
+    if (!r->member) {
+      ck_assert_str_eq(r->name, r->key);
+      continue;
+    }
+    ck_assert_msg(r->offset == at, "%s at offset %zu, expected %zu", r->name, r->offset, at);
+    ck_assert_uint_eq(r->size, sizeof(uint64_t));
+    at += r->size;
+    members++;
+  }
+  ck_assert_uint_eq(sizeof(rmmc_statistics_t), at);
+  ck_assert_uint_eq(members, 7);
+  /* The released layout and signedness: a member never moves. */
+  ck_assert_uint_eq(offsetof(rmmc_statistics_t, current_bytes), sizeof(size_t));
+  ck_assert_uint_eq(offsetof(rmmc_statistics_t, deallocations), sizeof(size_t) + 6 * 8);
+  rmmc_statistics_t f = RMMC_STATISTICS_INIT;
+  ck_assert_uint_eq(f.size, sizeof f);
+  for (size_t i = 0; i < NSTAT_ROWS; i++)
+    if (stat_rows[i].member)
+      ck_assert_msg(stat_rows[i].is_signed == (strncmp(stat_rows[i].name, "current_", 8) == 0 ||
+                                               strncmp(stat_rows[i].name, "peak_", 5) == 0),
+                    "%s has the wrong signedness", stat_rows[i].name);
+  rmmc_statistics_t z = RMMC_STATISTICS_INIT;
+  const unsigned char *b = (const unsigned char *)&z;
+  for (size_t i = sizeof(size_t); i < sizeof z; i++) ck_assert_uint_eq(b[i], 0);
+  /* The keys and members as released, in order. */
+  static const char *const keys[] = {"in_use", "peak", "total", "outstanding", "peak_outstanding",
+                                     "allocations", "deallocations", "scopes", "slow_path"};
+  static const char *const names[] = {"current_bytes", "peak_bytes", "total_bytes",
+                                      "current_count", "peak_count", "total_count",
+                                      "deallocations", "scopes", "slow_path"};
+  ck_assert_uint_eq(NSTAT_ROWS, sizeof keys / sizeof *keys);
+  for (size_t i = 0; i < NSTAT_ROWS; i++) {
+    ck_assert_str_eq(stat_rows[i].key, keys[i]);
+    ck_assert_str_eq(stat_rows[i].name, names[i]);
+    ck_assert_int_eq(stat_rows[i].kind, i < 3 ? RMMC_FIELD_BYTES : RMMC_FIELD_COUNT);
+  }
+  /* The standard keys the core reads back come from the table. */
+  const rmmc__figure_t standard[] = {RMMC__FIG_IN_USE, RMMC__FIG_PEAK, RMMC__FIG_TOTAL,
+                                     RMMC__FIG_OUTSTANDING, RMMC__FIG_ALLOCATIONS};
+  for (size_t k = 0; k < sizeof standard / sizeof *standard; k++)
+    ck_assert_int_eq(rmmc__figure_of(stat_rows[k == 4 ? 5 : k].key), standard[k]);
+}
+END_TEST
+
+/* describe reports exactly the rows, keyed, in order, and each member's
+ * value (not below 0) under its key; scopes and slow_path as they are. */
+START_TEST(test_figures_statistics_describe_reports_the_table) {
+  rmmc_resource_t *r = NULL;
+  ck_assert_int_eq(rmmc_stack_create("statistics > host", -1, &r), RMMC_SUCCESS);
+  void *p[3] = {NULL};
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(rmmc_resource_allocate(r, 1000 * (i + 1), 256, NULL, &p[i]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p[0], 1000, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_statistics_adaptor_push(r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p[1], 2000, 256, NULL), RMMC_SUCCESS);
+  seen_t s = {0};
+  rmmc_resource_describe(r, record, &s);
+  ck_assert_uint_eq(s.n, NSTAT_ROWS);
+  for (size_t i = 0; i < NSTAT_ROWS; i++) {
+    ck_assert_str_eq(s.key[i], stat_rows[i].key);
+    ck_assert_int_eq(s.kind[i], stat_rows[i].kind);
+  }
+  /* The innermost scope's members are below 0 (it freed what its outer
+   * scope allocated); popped, the outermost holds the whole adaptor's. */
+  rmmc_statistics_t f = RMMC_STATISTICS_INIT;
+  ck_assert_int_eq(rmmc_statistics_adaptor_get(r, &f), RMMC_SUCCESS);
+  ck_assert_int_lt(f.current_bytes, 0);
+  ck_assert_uint_eq(*seen_value(&s, "scopes"), 1);
+  ck_assert_int_eq(rmmc_statistics_adaptor_pop(r, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get(r, &f), RMMC_SUCCESS);
+  const unsigned char *base = (const unsigned char *)&f;
+  for (size_t i = 0; i < NSTAT_ROWS; i++) {
+    const krow_t *row = &stat_rows[i];
+    if (!row->member) continue;
+    int64_t v;
+    memcpy(&v, base + row->offset, sizeof v);
+    ck_assert_msg(v >= 0, "%s is below 0", row->name);
+    ck_assert_msg(s.value[i] == (uint64_t)v, "%s is %lld in the struct, %s %llu in describe",
+                  row->name, (long long)v, row->key, (unsigned long long)s.value[i]);
+  }
+  ck_assert_uint_eq(f.current_bytes, 3000);
+  ck_assert_uint_eq(f.peak_bytes, 6000);
+  ck_assert_uint_eq(f.total_count, 3);
+  ck_assert_uint_eq(f.deallocations, 2);
+  ck_assert_uint_eq(*seen_value(&s, "slow_path"), 0);
+  /* A deallocation of more than is outstanding takes the slow path and the
+   * whole adaptor's current figures below 0: describe reports 0. */
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p[2], 3000, 256, NULL), RMMC_SUCCESS);
+  void *q = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(rmmc_resource_upstream(r), 512, 256, NULL, &q),
+                   RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, q, 512, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_statistics_adaptor_get(r, &f), RMMC_SUCCESS);
+  ck_assert_int_lt(f.current_bytes, 0);
+  ck_assert_int_lt(f.current_count, 0);
+  memset(&s, 0, sizeof s);
+  rmmc_resource_describe(r, record, &s);
+  ck_assert_uint_eq(s.n, NSTAT_ROWS);
+  ck_assert_uint_eq(*seen_value(&s, "in_use"), 0);
+  ck_assert_uint_eq(*seen_value(&s, "outstanding"), 0);
+  ck_assert_uint_eq(*seen_value(&s, "deallocations"), 4);
+  ck_assert_uint_eq(*seen_value(&s, "slow_path"), 1);
+  ck_assert_uint_eq(*seen_value(&s, "scopes"), 0);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("figures_tables");
   TCase *tc = tcase_create("host");
   tcase_add_test(tc, test_figures_pool_table_makes_the_struct);
   tcase_add_test(tc, test_figures_pool_rows_are_well_formed);
   tcase_add_test(tc, test_figures_pool_describe_reports_the_table);
+  tcase_add_test(tc, test_figures_statistics_table_makes_the_struct);
+  tcase_add_test(tc, test_figures_statistics_describe_reports_the_table);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }
