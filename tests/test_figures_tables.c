@@ -358,6 +358,95 @@ START_TEST(test_figures_statistics_describe_reports_the_table) {
 }
 END_TEST
 
+/* ---- tables of DESCRIBE rows (resources without a figures struct) ---- */
+
+typedef struct drow {
+  const char *name;
+  rmmc_field_kind_t kind;
+  const char *where, *doc;
+} drow_t;
+#define DROW(kind, name, where, doc) {#name, RMMC_FIELD_##kind, #where, doc},
+#define N(rows) (sizeof rows / sizeof *rows)
+
+/* A table is well formed and holds the keys and kinds as released, each
+ * written "B name" (BYTES), "C name" (COUNT) or "T name" (TEXT). */
+static void check_table(const drow_t *rows, size_t n, const char *const *released,
+                        size_t nreleased) {
+  ck_assert_uint_eq(n, nreleased);
+  for (size_t i = 0; i < n; i++) {
+    ck_assert_msg(rows[i].doc[0] != '\0', "%s has no doc", rows[i].name);
+    ck_assert(strcmp(rows[i].where, "DESCRIBE") == 0 ||
+              strcmp(rows[i].where, "DESCRIBE_IF_SET") == 0);
+    for (size_t j = 0; j < i; j++) ck_assert_str_ne(rows[j].name, rows[i].name);
+    ck_assert_str_eq(rows[i].name, released[i] + 2);
+    ck_assert_int_eq(rows[i].kind, released[i][0] == 'B'   ? RMMC_FIELD_BYTES
+                                   : released[i][0] == 'C' ? RMMC_FIELD_COUNT
+                                                           : RMMC_FIELD_TEXT);
+  }
+}
+
+/* Holds what describe reported from index `at` on against the rows, in
+ * order with their kinds; a DESCRIBE_IF_SET row is there exactly when it
+ * is named in `set` (NULL-terminated). Returns the index after them. */
+static size_t check_reported(const seen_t *s, size_t at, const drow_t *rows, size_t n,
+                             const char *const *set) {
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(rows[i].where, "DESCRIBE_IF_SET") == 0) {
+      bool is_set = false;
+      for (const char *const *k = set; k != NULL && *k != NULL; k++)
+        is_set |= strcmp(*k, rows[i].name) == 0;
+      if (!is_set) {
+        ck_assert_msg(at >= s->n || strcmp(s->key[at], rows[i].name) != 0, "%s reported unset",
+                      rows[i].name);
+        continue;
+      }
+    }
+    ck_assert_msg(at < s->n, "%s is not reported", rows[i].name);
+    ck_assert_msg(strcmp(s->key[at], rows[i].name) == 0, "key %zu is %s, the table says %s", at,
+                  s->key[at], rows[i].name);
+    ck_assert_int_eq(s->kind[at], rows[i].kind);
+    at++;
+  }
+  return at;
+}
+
+/* Holds the streams' figures at `at`, the last of describe. */
+static void check_streams_last(const seen_t *s, size_t at) {
+  ck_assert_uint_eq(s->n, at + 1 + NSTREAM_KEYS);
+  ck_assert_str_eq(s->key[at], "streams");
+  for (size_t k = 0; k < NSTREAM_KEYS; k++) ck_assert_str_eq(s->key[at + 1 + k], stream_keys[k]);
+}
+
+static const drow_t fixed_size_rows[] = {RMMC_FIXED_SIZE_FIGURES(DROW)};
+
+START_TEST(test_figures_fixed_size_describe_reports_the_table) {
+  static const char *const released[] = {
+      "B block_size", "C blocks_per_chunk", "B reserved", "B in_use", "B cached", "B peak",
+      "C chunks", "C blocks", "C free_blocks", "B largest_free", "B graph_routed"};
+  check_table(fixed_size_rows, N(fixed_size_rows), released, N(released));
+  rmmc_resource_t *r = NULL;
+  ck_assert_int_eq(rmmc_stack_create("fixed_size(block=64KiB, blocks_per_chunk=4) > host", -1, &r),
+                   RMMC_SUCCESS);
+  void *p[3] = {NULL};
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(rmmc_resource_allocate(r, 1000, 256, STREAM(0), &p[i]), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p[0], 1000, 256, STREAM(0)), RMMC_SUCCESS);
+  seen_t s = {0};
+  rmmc_resource_describe(r, record, &s);
+  check_streams_last(&s, check_reported(&s, 0, fixed_size_rows, N(fixed_size_rows), NULL));
+  ck_assert_uint_eq(*seen_value(&s, "block_size"), 64 << 10);
+  ck_assert_uint_eq(*seen_value(&s, "in_use"), 2 * (64 << 10));
+  ck_assert_uint_eq(*seen_value(&s, "peak"), 3 * (64 << 10));
+  ck_assert_uint_eq(*seen_value(&s, "cached"), 2 * (64 << 10));
+  ck_assert_uint_eq(*seen_value(&s, "blocks"), 4);
+  ck_assert_uint_eq(*seen_value(&s, "free_blocks"), 2);
+  ck_assert_uint_eq(*seen_value(&s, "largest_free"), 64 << 10);
+  for (int i = 1; i < 3; i++)
+    ck_assert_int_eq(rmmc_resource_deallocate(r, p[i], 1000, 256, STREAM(0)), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("figures_tables");
   TCase *tc = tcase_create("host");
@@ -366,6 +455,7 @@ int main(void) {
   tcase_add_test(tc, test_figures_pool_describe_reports_the_table);
   tcase_add_test(tc, test_figures_statistics_table_makes_the_struct);
   tcase_add_test(tc, test_figures_statistics_describe_reports_the_table);
+  tcase_add_test(tc, test_figures_fixed_size_describe_reports_the_table);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }
