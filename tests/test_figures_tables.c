@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/figures.h"
 #include "base/stream_events.h"
@@ -56,6 +57,12 @@ static void record(void *ctx, const rmmc_field_t *f) {
   s->kind[s->n] = f->kind;
   s->value[s->n] = f->value;
   s->n++;
+}
+
+/* Finds the logging adaptor's "path" field with a text. */
+static void record_path(void *ctx, const rmmc_field_t *f) {
+  if (strcmp(f->key, "path") == 0 && f->text != NULL && strstr(f->text, "log.csv") != NULL)
+    *(bool *)ctx = true;
 }
 
 static const uint64_t *seen_value(const seen_t *s, const char *key) {
@@ -447,6 +454,141 @@ START_TEST(test_figures_fixed_size_describe_reports_the_table) {
 }
 END_TEST
 
+/* Describes `r` and holds it against `released` exactly (the tables of
+ * limiting, tracking and logging stay in their .c files). */
+static seen_t describe_is(rmmc_resource_t *r, const char *const *released, size_t n) {
+  seen_t s = {0};
+  rmmc_resource_describe(r, record, &s);
+  ck_assert_uint_eq(s.n, n);
+  for (size_t i = 0; i < n; i++) {
+    ck_assert_str_eq(s.key[i], released[i] + 2);
+    ck_assert_int_eq(s.kind[i], released[i][0] == 'B'   ? RMMC_FIELD_BYTES
+                                : released[i][0] == 'C' ? RMMC_FIELD_COUNT
+                                                        : RMMC_FIELD_TEXT);
+  }
+  return s;
+}
+
+START_TEST(test_figures_adaptors_in_c_report_as_released) {
+  rmmc_resource_t *r = NULL, *host = NULL;
+  void *p = NULL;
+  ck_assert_int_eq(rmmc_stack_create("limiting(limit=1MiB) > host", -1, &r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 1024, 256, NULL, &p), RMMC_SUCCESS);
+  static const char *const limiting[] = {"B limit", "B in_use"};
+  seen_t s = describe_is(r, limiting, N(limiting));
+  ck_assert_uint_eq(s.value[0], 1 << 20);
+  ck_assert_uint_eq(s.value[1], 1024);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 1024, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+
+  ck_assert_int_eq(rmmc_stack_create("tracking > host", -1, &r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 1000, 256, NULL, &p), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 999, 256, NULL), RMMC_ERROR_UNKNOWN_POINTER);
+  static const char *const tracking[] = {"B in_use", "C outstanding", "C errors"};
+  s = describe_is(r, tracking, N(tracking));
+  ck_assert_uint_eq(s.value[0], 1000);
+  ck_assert_uint_eq(s.value[1], 1);
+  ck_assert_uint_eq(s.value[2], 1);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 1000, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+
+  char dir[] = "/tmp/rmmc_figures_XXXXXX", path[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/log.csv", dir);
+  ck_assert_int_eq(rmmc_stack_create("host", -1, &host), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_logging_adaptor_create(host, path, NULL, &r), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 1000, 256, NULL, &p), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 1000, 256, NULL), RMMC_SUCCESS);
+  static const char *const logging[] = {"T path", "C events", "C write_errors"};
+  bool found_path = false;
+  s = describe_is(r, logging, N(logging));
+  ck_assert_uint_eq(s.value[1], 2);
+  ck_assert_uint_eq(s.value[2], 0);
+  rmmc_resource_describe(r, record_path, &found_path);
+  ck_assert(found_path);
+  rmmc_resource_release(r);
+  rmmc_resource_release(host);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
+static const drow_t aligned_rows[] = {RMMC_ALIGNED_FIGURES(DROW)};
+static const drow_t failure_rows[] = {RMMC_FAILURE_CALLBACK_FIGURES(DROW)};
+static const drow_t sim_rows[] = {RMMC_SIM_FIGURES(DROW)};
+static const drow_t sim_vm_rows[] = {RMMC_SIM_VM_FIGURES(DROW)};
+
+static bool never(size_t bytes, void *user) {
+  (void)bytes, (void)user;
+  return false;
+}
+
+START_TEST(test_figures_header_tables_drive_describe) {
+  static const char *const aligned[] = {"B alignment", "B threshold", "C outstanding",
+                                        "B overhead"};
+  static const char *const failure[] = {"T on_failure", "C retries", "C callbacks", "C recovered",
+                                        "C gave_up"};
+  static const char *const sim[] = {"B reserved",    "B in_use", "B peak",        "B limit",
+                                    "C outstanding", "B span",   "B granularity", "C probes"};
+  static const char *const sim_vm[] = {"B address_reserved", "C mapped_ranges"};
+  check_table(aligned_rows, N(aligned_rows), aligned, N(aligned));
+  check_table(failure_rows, N(failure_rows), failure, N(failure));
+  check_table(sim_rows, N(sim_rows), sim, N(sim));
+  check_table(sim_vm_rows, N(sim_vm_rows), sim_vm, N(sim_vm));
+
+  rmmc_resource_t *r = NULL, *host = NULL;
+  void *p = NULL;
+  seen_t s = {0};
+  ck_assert_int_eq(rmmc_stack_create("aligned(alignment=8KiB, threshold=0) > host", -1, &r),
+                   RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 1000, 256, NULL, &p), RMMC_SUCCESS);
+  rmmc_resource_describe(r, record, &s);
+  ck_assert_uint_eq(check_reported(&s, 0, aligned_rows, N(aligned_rows), NULL), s.n);
+  ck_assert_uint_eq(*seen_value(&s, "alignment"), 8 << 10);
+  ck_assert_uint_eq(*seen_value(&s, "outstanding"), 1);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 1000, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+
+  /* retries: the built-in form's only. */
+  static const char *const retries[] = {"retries", NULL};
+  ck_assert_int_eq(rmmc_stack_create("failure_callback(retries=3) > host", -1, &r), RMMC_SUCCESS);
+  memset(&s, 0, sizeof s);
+  rmmc_resource_describe(r, record, &s);
+  ck_assert_uint_eq(check_reported(&s, 0, failure_rows, N(failure_rows), retries), s.n);
+  ck_assert_uint_eq(*seen_value(&s, "retries"), 3);
+  rmmc_resource_release(r);
+  ck_assert_int_eq(rmmc_stack_create("host", -1, &host), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_failure_callback_adaptor_create(host, never, NULL, &r), RMMC_SUCCESS);
+  memset(&s, 0, sizeof s);
+  rmmc_resource_describe(r, record, &s);
+  ck_assert_uint_eq(check_reported(&s, 0, failure_rows, N(failure_rows), NULL), s.n);
+  ck_assert_ptr_null(seen_value(&s, "retries"));
+  rmmc_resource_release(r);
+  rmmc_resource_release(host);
+
+  /* limit only with a capacity; the VM figures only once a reservation
+   * was made (an expandable pool above makes one). */
+  static const char *const limit[] = {"limit", NULL};
+  ck_assert_int_eq(rmmc_stack_create("sim", -1, &r), RMMC_SUCCESS);
+  memset(&s, 0, sizeof s);
+  rmmc_resource_describe(r, record, &s);
+  ck_assert_uint_eq(check_reported(&s, 0, sim_rows, N(sim_rows), NULL), s.n);
+  rmmc_resource_release(r);
+  ck_assert_int_eq(rmmc_stack_create("pool(expandable=true) > sim(capacity=64MiB)", -1, &r),
+                   RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 1000, 256, NULL, &p), RMMC_SUCCESS);
+  memset(&s, 0, sizeof s);
+  rmmc_resource_describe(rmmc_resource_upstream(r), record, &s);
+  size_t at = check_reported(&s, 0, sim_rows, N(sim_rows), limit);
+  ck_assert_uint_eq(check_reported(&s, at, sim_vm_rows, N(sim_vm_rows), NULL), s.n);
+  ck_assert_uint_eq(*seen_value(&s, "limit"), 64 << 20);
+  ck_assert_uint_gt(*seen_value(&s, "address_reserved"), 0);
+  ck_assert_uint_gt(*seen_value(&s, "mapped_ranges"), 0);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, p, 1000, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("figures_tables");
   TCase *tc = tcase_create("host");
@@ -456,6 +598,8 @@ int main(void) {
   tcase_add_test(tc, test_figures_statistics_table_makes_the_struct);
   tcase_add_test(tc, test_figures_statistics_describe_reports_the_table);
   tcase_add_test(tc, test_figures_fixed_size_describe_reports_the_table);
+  tcase_add_test(tc, test_figures_adaptors_in_c_report_as_released);
+  tcase_add_test(tc, test_figures_header_tables_drive_describe);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }

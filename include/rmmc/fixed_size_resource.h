@@ -71,7 +71,6 @@
 #ifndef RMMC_FIXED_SIZE_RESOURCE_H
 #define RMMC_FIXED_SIZE_RESOURCE_H
 
-#include "rmmc/figures.h"
 #include "rmmc/options.h"
 #include "rmmc/resource.h"
 
