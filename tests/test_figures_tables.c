@@ -589,6 +589,60 @@ START_TEST(test_figures_header_tables_drive_describe) {
 }
 END_TEST
 
+static const drow_t binning_head_rows[] = {RMMC_BINNING_HEAD_FIGURES(DROW)};
+static const drow_t binning_bin_rows[] = {RMMC_BINNING_BIN_FIGURES(DROW)};
+static const drow_t binning_rows[] = {RMMC_BINNING_FIGURES(DROW)};
+
+START_TEST(test_figures_binning_describe_reports_the_tables) {
+  static const char *const head[] = {"C bins"};
+  static const char *const bin[] = {"B reserved", "B in_use", "C chunks", "C free_blocks"};
+  static const char *const rest[] = {"B reserved", "B in_use", "B cached", "B upstream_in_use",
+                                     "C upstream_allocations"};
+  check_table(binning_head_rows, N(binning_head_rows), head, N(head));
+  check_table(binning_bin_rows, N(binning_bin_rows), bin, N(bin));
+  check_table(binning_rows, N(binning_rows), rest, N(rest));
+  rmmc_resource_t *r = NULL;
+  ck_assert_int_eq(rmmc_stack_create("binning(min=512, max=64KiB, chunk=1MiB) > host", -1, &r),
+                   RMMC_SUCCESS);
+  void *small = NULL, *large = NULL;
+  ck_assert_int_eq(rmmc_resource_allocate(r, 1000, 256, NULL, &small), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_allocate(r, 1 << 20, 256, NULL, &large), RMMC_SUCCESS);
+  seen_t s = {0};
+  rmmc_resource_describe(r, record, &s);
+  size_t at = check_reported(&s, 0, binning_head_rows, N(binning_head_rows), NULL);
+  uint64_t nbins = s.value[0], bin_in_use = 0;
+  ck_assert_uint_gt(nbins, 1);
+  size_t last = 0;
+  for (uint64_t j = 0; j < nbins; j++) {
+    size_t bytes = 0;
+    ck_assert_uint_lt(at, s.n);
+    ck_assert_int_eq(sscanf(s.key[at], "bin_%zu_", &bytes), 1);
+    ck_assert_uint_gt(bytes, last); /* smallest first */
+    last = bytes;
+    for (size_t i = 0; i < N(binning_bin_rows); i++, at++) {
+      char want[64];
+      snprintf(want, sizeof want, "bin_%zu_%s", bytes, binning_bin_rows[i].name);
+      ck_assert_uint_lt(at, s.n);
+      ck_assert_str_eq(s.key[at], want);
+      ck_assert_int_eq(s.kind[at], binning_bin_rows[i].kind);
+      if (i == 1) bin_in_use += s.value[at];
+    }
+  }
+  at = check_reported(&s, at, binning_rows, N(binning_rows), NULL);
+  static const char *const summed[] = {"event_records", "event_waits", "device_syncs",
+                                       "stream_syncs"};
+  ck_assert_uint_eq(s.n, at + N(summed));
+  for (size_t k = 0; k < N(summed); k++) ck_assert_str_eq(s.key[at + k], summed[k]);
+  ck_assert_uint_eq(bin_in_use, 1024);
+  ck_assert_uint_eq(*seen_value(&s, "upstream_in_use"), 1 << 20);
+  ck_assert_uint_eq(*seen_value(&s, "upstream_allocations"), 1);
+  ck_assert_uint_eq(*seen_value(&s, "in_use"), 1024 + (1 << 20));
+  ck_assert_int_eq(rmmc_resource_deallocate(r, small, 1000, 256, NULL), RMMC_SUCCESS);
+  ck_assert_int_eq(rmmc_resource_deallocate(r, large, 1 << 20, 256, NULL), RMMC_SUCCESS);
+  rmmc_resource_release(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("figures_tables");
   TCase *tc = tcase_create("host");
@@ -600,6 +654,7 @@ int main(void) {
   tcase_add_test(tc, test_figures_fixed_size_describe_reports_the_table);
   tcase_add_test(tc, test_figures_adaptors_in_c_report_as_released);
   tcase_add_test(tc, test_figures_header_tables_drive_describe);
+  tcase_add_test(tc, test_figures_binning_describe_reports_the_tables);
   suite_add_tcase(s, tc);
   return rmmc_test_run(s, false);
 }
