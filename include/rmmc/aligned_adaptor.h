@@ -18,9 +18,7 @@
  * does not hold, or one freed with other bytes or alignment than it was
  * allocated with, is RMMC_ERROR_UNKNOWN_POINTER and changes nothing.
  *
- * Figures (rmmc_resource_describe): "alignment", "threshold" (bytes),
- * "outstanding" (over-allocated blocks live now), "overhead" (bytes they
- * take beyond what was asked). Thread-safe.
+ * Figures (rmmc_resource_describe): RMMC_ALIGNED_FIGURES. Thread-safe.
  */
 #ifndef RMMC_ALIGNED_ADAPTOR_H
 #define RMMC_ALIGNED_ADAPTOR_H
@@ -33,6 +31,13 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* What describe reports, in order (rmmc/figures.h: the rows). */
+#define RMMC_ALIGNED_FIGURES(X)                                                     \
+  X(BYTES, alignment, DESCRIBE, "the option alignment")                             \
+  X(BYTES, threshold, DESCRIBE, "the option threshold")                             \
+  X(COUNT, outstanding, DESCRIBE, "over-allocated blocks live now")                 \
+  X(BYTES, overhead, DESCRIBE, "bytes they take beyond what was asked")
 
 /* The aligned options, once, in struct order: each row gives the field's
  * C type, name, default (the _INIT value), range for the create (min, max;

@@ -38,12 +38,11 @@
  * mode"), which the pool refuses.
  *
  * release_cached releases every bin's wholly free chunks, then forwards to
- * the upstream once. describe: bins, reserved (all bins) and in_use (all
- * bins plus what the upstream serves directly), cached (the bins' bytes not
- * in use), upstream_in_use, upstream_allocations,
- * event_records, event_waits, device_syncs and stream_syncs (summed over
- * the bins), and per bin "bin_<bytes>_reserved", "bin_<bytes>_in_use",
- * "bin_<bytes>_chunks", "bin_<bytes>_free_blocks" (e.g. bin_4096_in_use).
+ * the upstream once. describe: the rows of RMMC_BINNING_HEAD_FIGURES, then
+ * per bin, smallest first, those of RMMC_BINNING_BIN_FIGURES keyed
+ * "bin_<bytes>_<name>" (e.g. bin_4096_in_use), then those of
+ * RMMC_BINNING_FIGURES, then event_records, event_waits, device_syncs and
+ * stream_syncs summed over the bins.
  */
 #ifndef RMMC_BINNING_RESOURCE_H
 #define RMMC_BINNING_RESOURCE_H
@@ -54,6 +53,20 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* What describe reports, in the order above (rmmc/figures.h: the rows). */
+#define RMMC_BINNING_HEAD_FIGURES(X) X(COUNT, bins, DESCRIBE, "bins")
+#define RMMC_BINNING_BIN_FIGURES(X)                                                                \
+  X(BYTES, reserved, DESCRIBE, "bytes the bin took from the upstream")                             \
+  X(BYTES, in_use, DESCRIBE, "bytes of the bin's blocks handed out")                               \
+  X(COUNT, chunks, DESCRIBE, "the bin's chunks")                                                   \
+  X(COUNT, free_blocks, DESCRIBE, "the bin's free blocks")
+#define RMMC_BINNING_FIGURES(X)                                                                    \
+  X(BYTES, reserved, DESCRIBE, "all bins'")                                                        \
+  X(BYTES, in_use, DESCRIBE, "all bins' plus what the upstream serves directly")                   \
+  X(BYTES, cached, DESCRIBE, "the bins' bytes not in use")                                         \
+  X(BYTES, upstream_in_use, DESCRIBE, "bytes the upstream serves directly, not yet freed")         \
+  X(COUNT, upstream_allocations, DESCRIBE, "allocations the upstream served directly, ever")
 
 /* The most bins one binning resource has. */
 #define RMMC_BINNING_MAX_BINS 64

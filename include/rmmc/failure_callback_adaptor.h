@@ -18,9 +18,7 @@
  * appended: whatever the callback did in between does not overwrite it.
  *
  * Deallocate, release_cached and the rest pass straight to the upstream.
- * Figures (rmmc_resource_describe): "callbacks" (times the callback was
- * asked), "recovered" (allocations that succeeded on a retry), "gave_up"
- * (allocations that failed after it declined), "on_failure" (text).
+ * Figures (rmmc_resource_describe): RMMC_FAILURE_CALLBACK_FIGURES.
  *
  * Thread safety: the adaptor is thread-safe and takes no lock; the callback
  * may be called from several threads at once and must be thread-safe
@@ -37,6 +35,14 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* What describe reports, in order (rmmc/figures.h: the rows). */
+#define RMMC_FAILURE_CALLBACK_FIGURES(X)                                                \
+  X(TEXT, on_failure, DESCRIBE, "\"user callback\" or \"release_cached\" (built-in)") \
+  X(COUNT, retries, DESCRIBE_IF_SET, "the built-in form's retries (at least 1)")        \
+  X(COUNT, callbacks, DESCRIBE, "times the callback was asked")                         \
+  X(COUNT, recovered, DESCRIBE, "allocations that succeeded on a retry")                \
+  X(COUNT, gave_up, DESCRIBE, "allocations that failed after it declined")
 
 /* Asked after the upstream ran out of memory for a request of `bytes`
  * bytes; returns true to retry the allocation, false to give up. */

@@ -25,6 +25,23 @@
  * doc says what the figure means. The expansions here make the struct's
  * members and its _INIT initializer; the library makes describe from the
  * same rows, so a figure's key, kind and place are written only in its row.
+ *
+ * Keyed rows. A struct released before its describe keys were chosen
+ * (rmmc_statistics_t: current_bytes is reported as in_use) has rows with
+ * two more columns,
+ *
+ *   X(kind, type, name, key, where, doc)
+ *
+ * type is the member's type (it need not be the kind's: a current figure
+ * may be signed; describe reports it as 0 below 0), name the member's name
+ * and key the key describe reports; where and doc are as above (a
+ * DESCRIBE row's type is that of its value, uint64_t). The _KEYED
+ * expansions make the struct and its initializer from them.
+ *
+ * A resource without a figures struct writes its describe as a table of
+ * DESCRIBE and DESCRIBE_IF_SET rows (RMMC_FIXED_SIZE_FIGURES): the same
+ * rows, in the same order, with nothing to make here; its header documents
+ * each figure in its row.
  */
 #ifndef RMMC_FIGURES_H
 #define RMMC_FIGURES_H
@@ -50,5 +67,14 @@
 #define RMMC_FIGURE_ZERO_STRUCT , 0
 #define RMMC_FIGURE_ZERO_DESCRIBE
 #define RMMC_FIGURE_ZERO_DESCRIBE_IF_SET
+
+/* The same for keyed rows. */
+#define RMMC_FIGURE_KEYED_FIELD(kind, type, name, key, where, doc) \
+  RMMC_FIGURE_KEYED_FIELD_##where(type, name)
+#define RMMC_FIGURE_KEYED_FIELD_BOTH(type, name) type name;
+#define RMMC_FIGURE_KEYED_FIELD_STRUCT(type, name) type name;
+#define RMMC_FIGURE_KEYED_FIELD_DESCRIBE(type, name)
+#define RMMC_FIGURE_KEYED_FIELD_DESCRIBE_IF_SET(type, name)
+#define RMMC_FIGURE_KEYED_ZERO(kind, type, name, key, where, doc) RMMC_FIGURE_ZERO_##where
 
 #endif /* RMMC_FIGURES_H */

@@ -64,11 +64,9 @@
  * is one load. describe's "graph_routed": bytes handed out that way and
  * not yet freed.
  *
- * describe: block_size, blocks_per_chunk, reserved (bytes taken from the
- * upstream), in_use (blocks handed out x block size), cached (free blocks x
- * block size), peak, chunks, blocks,
- * free_blocks, largest_free, graph_routed (above), streams, event_records,
- * event_waits, device_syncs, stream_syncs.
+ * describe: the rows of RMMC_FIXED_SIZE_FIGURES, then the figures of the
+ * streams (streams, event_records, event_waits, device_syncs, stream_syncs,
+ * event_queries, event_syncs).
  */
 #ifndef RMMC_FIXED_SIZE_RESOURCE_H
 #define RMMC_FIXED_SIZE_RESOURCE_H
@@ -79,6 +77,20 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* What describe reports, in order (rmmc/figures.h: the rows). */
+#define RMMC_FIXED_SIZE_FIGURES(X)                                                                 \
+  X(BYTES, block_size, DESCRIBE, "bytes per block (the option, rounded up)")                       \
+  X(COUNT, blocks_per_chunk, DESCRIBE, "blocks per chunk taken from the upstream")                 \
+  X(BYTES, reserved, DESCRIBE, "bytes taken from the upstream")                                    \
+  X(BYTES, in_use, DESCRIBE, "blocks handed out x block size")                                     \
+  X(BYTES, cached, DESCRIBE, "free blocks x block size")                                           \
+  X(BYTES, peak, DESCRIBE, "the highest in_use")                                                   \
+  X(COUNT, chunks, DESCRIBE, "chunks taken from the upstream")                                     \
+  X(COUNT, blocks, DESCRIBE, "blocks of those chunks")                                             \
+  X(COUNT, free_blocks, DESCRIBE, "blocks free")                                                   \
+  X(BYTES, largest_free, DESCRIBE, "block_size while a block is free, else 0")                     \
+  X(BYTES, graph_routed, DESCRIBE, "bytes handed out from the pool below (above), not yet freed")
 
 /* The most a block is aligned to (a page). */
 #define RMMC_FIXED_SIZE_MAX_BLOCK_ALIGNMENT ((size_t)4096)

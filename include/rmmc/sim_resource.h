@@ -31,11 +31,7 @@
  * needs no GPU. Percentages in specs (max=80%) stacked on sim resolve
  * against the host's memory, not the capacity.
  *
- * Figures (rmmc_resource_describe): "reserved" and "in_use" (rounded bytes
- * live now), "peak" (their highest value), "limit" (the capacity, if set),
- * "outstanding" (live ranges), "span" (address space used so far),
- * "granularity" and "probes" (hash-table slots visited so far: the work
- * its bookkeeping did, a few per call whatever the number of ranges kept).
+ * Figures (rmmc_resource_describe): RMMC_SIM_FIGURES.
  * deallocate checks the pointer and size against what it
  * handed out: RMMC_ERROR_UNKNOWN_POINTER otherwise, changing nothing.
  * Thread-safe (one mutex).
@@ -44,8 +40,7 @@
  * larger), as a GPU's. Reservations take address space only; a mapped
  * range counts in "in_use"/"reserved" and against the capacity, so a pool
  * with expandable=true over sim reports what it would map on a device.
- * Figures "address_reserved" and "mapped_ranges" appear once a reservation
- * was made.
+ * The figures of RMMC_SIM_VM_FIGURES follow once a reservation was made.
  */
 #ifndef RMMC_SIM_RESOURCE_H
 #define RMMC_SIM_RESOURCE_H
@@ -56,6 +51,22 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* What describe reports, in order (rmmc/figures.h: the rows). */
+#define RMMC_SIM_FIGURES(X)                                                                        \
+  X(BYTES, reserved, DESCRIBE, "rounded bytes live now")                                           \
+  X(BYTES, in_use, DESCRIBE, "as reserved")                                                        \
+  X(BYTES, peak, DESCRIBE, "the highest in_use")                                                   \
+  X(BYTES, limit, DESCRIBE_IF_SET, "the capacity, if set")                                         \
+  X(COUNT, outstanding, DESCRIBE, "live ranges")                                                   \
+  X(BYTES, span, DESCRIBE, "address space used so far")                                            \
+  X(BYTES, granularity, DESCRIBE, "sizes are rounded to this (the option alignment)")              \
+  X(COUNT, probes, DESCRIBE, "hash-table slots visited so far: the work its bookkeeping did, a "   \
+                             "few per call whatever the number of ranges kept")
+/* Then, once a reservation was made (above): */
+#define RMMC_SIM_VM_FIGURES(X)                                                                     \
+  X(BYTES, address_reserved, DESCRIBE, "address space reserved now")                               \
+  X(COUNT, mapped_ranges, DESCRIBE, "ranges mapped now")
 
 /* The sim options, once, in struct order: each row gives the field's
  * C type, name, default (the _INIT value), range for the create (min, max;

@@ -18,9 +18,7 @@
  * frees memory allocated before it began sees its current figures go below
  * zero (as in RMM), which is why they are signed. Popped or not, the
  * outermost scope always ends up with the figures of the whole adaptor;
- * describe() reports those (in_use, peak, total, outstanding,
- * peak_outstanding, allocations, deallocations, scopes, slow_path) at any
- * time.
+ * describe() reports those at any time (RMMC_STATISTICS_FIGURES below).
  *
  * Scopes that overlap without nesting. Threads that each measure a phase
  * of their own end their scopes in any order: push_scope() hands out an
@@ -61,26 +59,37 @@
 
 #include <stdint.h>
 
+#include "rmmc/figures.h"
 #include "rmmc/resource.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Figures of one scope. The caller sets `size` (RMMC_STATISTICS_INIT);
- * rmmc fills the fields that fit in it, so fields can be appended. */
+/* The statistics figures (keyed rows of rmmc/figures.h): the members of
+ * rmmc_statistics_t, a scope's figures, in order, and what describe()
+ * reports, the whole adaptor's, under each row's key, in row order. */
+#define RMMC_STATISTICS_FIGURES(X)                                                                 \
+  X(BYTES, int64_t, current_bytes, in_use, BOTH, "bytes allocated and not yet freed")              \
+  X(BYTES, int64_t, peak_bytes, peak, BOTH, "the highest current_bytes reached")                   \
+  X(BYTES, uint64_t, total_bytes, total, BOTH, "bytes ever allocated")                             \
+  X(COUNT, int64_t, current_count, outstanding, BOTH, "allocations not yet freed")                 \
+  X(COUNT, int64_t, peak_count, peak_outstanding, BOTH, "the highest current_count reached")       \
+  X(COUNT, uint64_t, total_count, allocations, BOTH, "allocations ever made (successful ones)")    \
+  X(COUNT, uint64_t, deallocations, deallocations, BOTH, "deallocations (successful ones)")        \
+  X(COUNT, uint64_t, scopes, scopes, DESCRIBE, "scopes pushed and not popped")                     \
+  X(COUNT, uint64_t, slow_path, slow_path, DESCRIBE, "1 once the adaptor took the slow path")
+
+/* Figures of one scope: the BOTH rows above. The caller sets `size`
+ * (RMMC_STATISTICS_INIT); rmmc fills the fields that fit in it, so fields
+ * can be appended. */
 typedef struct rmmc_statistics {
-  size_t size;             /* sizeof(rmmc_statistics_t), set by the caller */
-  int64_t current_bytes;   /* bytes allocated and not yet freed */
-  int64_t peak_bytes;      /* the highest current_bytes reached */
-  uint64_t total_bytes;    /* bytes ever allocated */
-  int64_t current_count;   /* allocations not yet freed */
-  int64_t peak_count;      /* the highest current_count reached */
-  uint64_t total_count;    /* allocations ever made (successful ones) */
-  uint64_t deallocations;  /* deallocations (successful ones) */
+  size_t size; /* sizeof(rmmc_statistics_t), set by the caller */
+  RMMC_STATISTICS_FIGURES(RMMC_FIGURE_KEYED_FIELD)
 } rmmc_statistics_t;
 
-#define RMMC_STATISTICS_INIT {sizeof(rmmc_statistics_t), 0, 0, 0, 0, 0, 0, 0}
+#define RMMC_STATISTICS_INIT \
+  {sizeof(rmmc_statistics_t) RMMC_STATISTICS_FIGURES(RMMC_FIGURE_KEYED_ZERO)}
 
 /* Creates a statistics adaptor over `upstream` (retained); one reference in
  * *out. RMMC_ERROR_INVALID_ARGUMENT for a NULL upstream or out;

@@ -117,10 +117,11 @@ static rmmc_status_t aligned_deallocate(rmmc_resource_t *r, void *ptr, size_t by
 
 static void aligned_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   aligned_adaptor_t *g = (aligned_adaptor_t *)r;
-  rmmc__emit_bytes(emit, ctx, "alignment", g->alignment);
-  rmmc__emit_bytes(emit, ctx, "threshold", g->threshold);
-  rmmc__emit_count(emit, ctx, RMMC__FIG(OUTSTANDING), rmmc__atomic_load_u64(&g->outstanding));
-  rmmc__emit_bytes(emit, ctx, "overhead", rmmc__atomic_load_u64(&g->overhead));
+  struct {
+    RMMC_ALIGNED_FIGURES(RMMC__FIGURE_VALUE)
+  } v = {g->alignment, g->threshold, rmmc__atomic_load_u64(&g->outstanding),
+         rmmc__atomic_load_u64(&g->overhead)};
+  RMMC_ALIGNED_FIGURES(RMMC__FIGURE_EMIT)
 }
 
 static void aligned_destroy(rmmc_resource_t *r) {

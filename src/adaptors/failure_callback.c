@@ -59,11 +59,12 @@ static rmmc_status_t failure_allocate(rmmc_resource_t *r, size_t bytes, size_t a
 
 static void failure_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   failure_adaptor_t *f = (failure_adaptor_t *)r;
-  rmmc__emit_text(emit, ctx, "on_failure", f->cb != NULL ? "user callback" : "release_cached");
-  if (f->cb == NULL) rmmc__emit_count(emit, ctx, "retries", f->retries);
-  rmmc__emit_count(emit, ctx, "callbacks", rmmc__atomic_load_u64(&f->callbacks));
-  rmmc__emit_count(emit, ctx, "recovered", rmmc__atomic_load_u64(&f->recovered));
-  rmmc__emit_count(emit, ctx, "gave_up", rmmc__atomic_load_u64(&f->gave_up));
+  struct {
+    RMMC_FAILURE_CALLBACK_FIGURES(RMMC__FIGURE_VALUE)
+  } v = {f->cb != NULL ? "user callback" : "release_cached", f->cb == NULL ? f->retries : 0,
+         rmmc__atomic_load_u64(&f->callbacks), rmmc__atomic_load_u64(&f->recovered),
+         rmmc__atomic_load_u64(&f->gave_up)};
+  RMMC_FAILURE_CALLBACK_FIGURES(RMMC__FIGURE_EMIT)
 }
 
 static const rmmc_resource_ops_t failure_ops = {

@@ -92,10 +92,17 @@ static rmmc_status_t limiting_vm_unmap(rmmc_resource_t *r, void *ptr, size_t byt
   return st;
 }
 
+/* What describe reports, in order (rmmc/figures.h: the rows). */
+#define LIMITING_FIGURES(X)                                       \
+  X(BYTES, limit, DESCRIBE, "the most bytes outstanding at once") \
+  X(BYTES, in_use, DESCRIBE, "bytes outstanding through it")
+
 static void limiting_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   limiting_t *l = (limiting_t *)r;
-  rmmc__emit_bytes(emit, ctx, "limit", l->limit);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), __atomic_load_n(&l->used, __ATOMIC_RELAXED));
+  struct {
+    LIMITING_FIGURES(RMMC__FIGURE_VALUE)
+  } v = {l->limit, __atomic_load_n(&l->used, __ATOMIC_RELAXED)};
+  LIMITING_FIGURES(RMMC__FIGURE_EMIT)
 }
 
 static const rmmc_resource_ops_t limiting_ops = {

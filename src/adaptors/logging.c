@@ -203,14 +203,21 @@ static rmmc_status_t logging_deallocate(rmmc_resource_t *r, void *ptr, size_t by
   return rmmc__forward_deallocate(&l->a, ptr, bytes, alignment, stream);
 }
 
+/* What describe reports, in order (rmmc/figures.h: the rows). */
+#define LOGGING_FIGURES(X)                       \
+  X(TEXT, path, DESCRIBE, "the log's path")      \
+  X(COUNT, events, DESCRIBE, "lines logged")     \
+  X(COUNT, write_errors, DESCRIBE, "writes and flushes of the log that failed")
+
 static void logging_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   logging_t *l = (logging_t *)r;
+  struct {
+    LOGGING_FIGURES(RMMC__FIGURE_VALUE)
+  } v = {.path = l->name};
   pthread_mutex_lock(&l->lock);
-  uint64_t events = l->events, errors = l->errors_total;
+  v.events = l->events, v.write_errors = l->errors_total;
   pthread_mutex_unlock(&l->lock);
-  rmmc__emit_text(emit, ctx, "path", l->name);
-  rmmc__emit_count(emit, ctx, "events", events);
-  rmmc__emit_count(emit, ctx, "write_errors", errors);
+  LOGGING_FIGURES(RMMC__FIGURE_EMIT)
 }
 
 /* Drains and flushes; reports the failures not reported yet. Lock held. */

@@ -528,15 +528,17 @@ static void statistics_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ct
   pthread_mutex_unlock(&s->lock);
   counters_t zero = {0, 0, 0, 0};
   rmmc_statistics_t f = figures(&c, &zero, max_b, max_c);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), f.current_bytes > 0 ? (uint64_t)f.current_bytes : 0);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(PEAK), f.peak_bytes > 0 ? (uint64_t)f.peak_bytes : 0);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(TOTAL), f.total_bytes);
-  rmmc__emit_count(emit, ctx, RMMC__FIG(OUTSTANDING), f.current_count > 0 ? (uint64_t)f.current_count : 0);
-  rmmc__emit_count(emit, ctx, "peak_outstanding", f.peak_count > 0 ? (uint64_t)f.peak_count : 0);
-  rmmc__emit_count(emit, ctx, RMMC__FIG(ALLOCATIONS), f.total_count);
-  rmmc__emit_count(emit, ctx, "deallocations", f.deallocations);
-  rmmc__emit_count(emit, ctx, "scopes", (uint64_t)depth);
-  rmmc__emit_count(emit, ctx, "slow_path", switched ? 1 : 0);
+  /* The whole adaptor's current figures go below 0 only when memory not
+   * allocated here was freed through it: those report 0. */
+#define VALUE_BOTH(name) v.name = f.name > 0 ? (uint64_t)f.name : 0;
+#define VALUE_DESCRIBE(name)
+#define VALUE(kind, type, name, key, where, doc) VALUE_##where(name)
+  struct {
+    RMMC_STATISTICS_FIGURES(RMMC__FIGURE_KEYED_VALUE)
+  } v = {.scopes = (uint64_t)depth, .slow_path = switched ? 1 : 0};
+  RMMC_STATISTICS_FIGURES(VALUE)
+  RMMC_STATISTICS_FIGURES(RMMC__FIGURE_KEYED_EMIT)
+#undef VALUE
 }
 
 static void statistics_destroy(rmmc_resource_t *r) {

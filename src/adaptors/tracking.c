@@ -358,11 +358,18 @@ RMMC_API uint64_t rmmc_tracking_adaptor_get_error_count(const rmmc_resource_t *r
   return __atomic_load_n(&((const tracking_t *)r)->errors, __ATOMIC_RELAXED);
 }
 
+/* What describe reports, in order (rmmc/figures.h: the rows). */
+#define TRACKING_FIGURES(X)                                          \
+  X(BYTES, in_use, DESCRIBE, "bytes outstanding (sizes as given)") \
+  X(COUNT, outstanding, DESCRIBE, "allocations outstanding")       \
+  X(COUNT, errors, DESCRIBE, "deallocations refused (rmmc_tracking_adaptor_get_error_count)")
+
 static void tracking_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   tracking_t *t = (tracking_t *)r;
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), sum_shards(t, true));
-  rmmc__emit_count(emit, ctx, RMMC__FIG(OUTSTANDING), sum_shards(t, false));
-  rmmc__emit_count(emit, ctx, "errors", __atomic_load_n(&t->errors, __ATOMIC_RELAXED));
+  struct {
+    TRACKING_FIGURES(RMMC__FIGURE_VALUE)
+  } v = {sum_shards(t, true), sum_shards(t, false), __atomic_load_n(&t->errors, __ATOMIC_RELAXED)};
+  TRACKING_FIGURES(RMMC__FIGURE_EMIT)
 }
 
 /* Frees the bookkeeping (records of allocations still outstanding too: the

@@ -50,4 +50,32 @@ static inline rmmc__figure_t rmmc__figure_of(const char *key) {
   return RMMC__FIG_COUNT;
 }
 
+/* describe from a figures table (rmmc/figures.h). RMMC__FIGURE_VALUE makes
+ * a struct with one member per row (BYTES and COUNT: uint64_t; TEXT: const
+ * char *); with that struct as `v` and describe's `emit` and `ctx` in
+ * scope, TABLE(RMMC__FIGURE_EMIT) reports its rows, in order: BOTH and
+ * DESCRIBE rows always, DESCRIBE_IF_SET rows while not 0 (TEXT: not NULL
+ * or empty), STRUCT rows never. The _KEYED forms take keyed rows (the
+ * member is named `name`, the key is `key`). */
+#define RMMC__FIGURE_VALUE_TYPE_BYTES uint64_t
+#define RMMC__FIGURE_VALUE_TYPE_COUNT uint64_t
+#define RMMC__FIGURE_VALUE_TYPE_TEXT const char *
+#define RMMC__FIGURE_VALUE(kind, name, where, doc) RMMC__FIGURE_VALUE_TYPE_##kind name;
+#define RMMC__FIGURE_KEYED_VALUE(kind, type, name, key, where, doc) \
+  RMMC__FIGURE_VALUE_TYPE_##kind name;
+#define RMMC__FIGURE_EMIT(kind, name, where, doc) RMMC__FIGURE_EMIT_##where(kind, #name, v.name)
+#define RMMC__FIGURE_KEYED_EMIT(kind, type, name, key, where, doc) \
+  RMMC__FIGURE_EMIT_##where(kind, #key, v.name)
+#define RMMC__FIGURE_EMIT_BOTH(kind, key, x) RMMC__FIGURE_EMIT_##kind(key, x)
+#define RMMC__FIGURE_EMIT_DESCRIBE(kind, key, x) RMMC__FIGURE_EMIT_##kind(key, x)
+#define RMMC__FIGURE_EMIT_DESCRIBE_IF_SET(kind, key, x) \
+  if (RMMC__FIGURE_IS_SET_##kind(x)) RMMC__FIGURE_EMIT_##kind(key, x)
+#define RMMC__FIGURE_EMIT_STRUCT(kind, key, x)
+#define RMMC__FIGURE_EMIT_BYTES(key, x) rmmc__emit_bytes(emit, ctx, key, x);
+#define RMMC__FIGURE_EMIT_COUNT(key, x) rmmc__emit_count(emit, ctx, key, x);
+#define RMMC__FIGURE_EMIT_TEXT(key, x) rmmc__emit_text(emit, ctx, key, x);
+#define RMMC__FIGURE_IS_SET_BYTES(x) ((x) != 0)
+#define RMMC__FIGURE_IS_SET_COUNT(x) ((x) != 0)
+#define RMMC__FIGURE_IS_SET_TEXT(x) ((x) != NULL && (x)[0] != '\0')
+
 #endif /* RMMC_INTERNAL_FIGURES_H */

@@ -108,56 +108,56 @@ static rmmc_status_t binning_release_cached(rmmc_resource_t *r) {
   return rmmc_resource_release_cached(b->base.upstream);
 }
 
-/* The figures binning reports per bin, read from the bin's describe, and
- * the stream counters it sums over its bins. */
+/* The figures binning reports per bin (and cached), read from the bin's
+ * describe under the same keys, and the stream counters it sums over its
+ * bins. */
 static const char *const summed_keys[] = {"event_records", "event_waits", "device_syncs",
                                           "stream_syncs"};
 #define NSUMMED (sizeof summed_keys / sizeof summed_keys[0])
 
 typedef struct bin_figures {
-  uint64_t reserved, in_use, cached, chunks, free_blocks;
+  RMMC_BINNING_BIN_FIGURES(RMMC__FIGURE_VALUE)
+  uint64_t cached;
   uint64_t summed[NSUMMED];
 } bin_figures_t;
 
 static void collect_cb(void *ctx, const rmmc_field_t *f) {
   bin_figures_t *g = ctx;
-  if (strcmp(f->key, RMMC__FIG(RESERVED)) == 0) g->reserved = f->value;
-  else if (strcmp(f->key, RMMC__FIG(IN_USE)) == 0) g->in_use = f->value;
-  else if (strcmp(f->key, RMMC__FIG(CACHED)) == 0) g->cached = f->value;
-  else if (strcmp(f->key, "chunks") == 0) g->chunks = f->value;
-  else if (strcmp(f->key, "free_blocks") == 0) g->free_blocks = f->value;
+#define READ_BIN(kind, name, where, doc) \
+  if (strcmp(f->key, #name) == 0) g->name = f->value;
+  RMMC_BINNING_BIN_FIGURES(READ_BIN)
+#undef READ_BIN
+  if (strcmp(f->key, RMMC__FIG(CACHED)) == 0) g->cached = f->value;
   for (size_t k = 0; k < NSUMMED; k++)
     if (strcmp(f->key, summed_keys[k]) == 0) g->summed[k] += f->value;
 }
 
 static void binning_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   binning_t *b = (binning_t *)r;
-  uint64_t reserved = 0, in_use = 0, cached = 0, up_in_use = rmmc__atomic_load_u64(&b->up_in_use);
+  struct {
+    RMMC_BINNING_HEAD_FIGURES(RMMC__FIGURE_VALUE)
+    RMMC_BINNING_FIGURES(RMMC__FIGURE_VALUE)
+  } v = {.bins = b->n, .upstream_in_use = rmmc__atomic_load_u64(&b->up_in_use)};
   uint64_t summed[NSUMMED] = {0};
   char key[64];
-  rmmc__emit_count(emit, ctx, "bins", b->n);
+  RMMC_BINNING_HEAD_FIGURES(RMMC__FIGURE_EMIT)
   for (size_t i = 0; i < b->n; i++) {
     bin_figures_t g;
     memset(&g, 0, sizeof g);
     rmmc_resource_describe(b->bin[i], collect_cb, &g);
-    reserved += g.reserved;
-    in_use += g.in_use;
-    cached += g.cached;
+    v.reserved += g.reserved;
+    v.in_use += g.in_use;
+    v.cached += g.cached;
     for (size_t k = 0; k < NSUMMED; k++) summed[k] += g.summed[k];
-    snprintf(key, sizeof key, "bin_%zu_reserved", b->size[i]);
-    rmmc__emit_bytes(emit, ctx, key, g.reserved);
-    snprintf(key, sizeof key, "bin_%zu_in_use", b->size[i]);
-    rmmc__emit_bytes(emit, ctx, key, g.in_use);
-    snprintf(key, sizeof key, "bin_%zu_chunks", b->size[i]);
-    rmmc__emit_count(emit, ctx, key, g.chunks);
-    snprintf(key, sizeof key, "bin_%zu_free_blocks", b->size[i]);
-    rmmc__emit_count(emit, ctx, key, g.free_blocks);
+#define EMIT_BIN(kind, name, where, doc)                   \
+  snprintf(key, sizeof key, "bin_%zu_" #name, b->size[i]); \
+  RMMC__FIGURE_EMIT_##kind(key, g.name)
+    RMMC_BINNING_BIN_FIGURES(EMIT_BIN)
+#undef EMIT_BIN
   }
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(RESERVED), reserved);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), in_use + up_in_use);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(CACHED), cached); /* its bins' (reserved counts only theirs) */
-  rmmc__emit_bytes(emit, ctx, "upstream_in_use", up_in_use);
-  rmmc__emit_count(emit, ctx, "upstream_allocations", rmmc__atomic_load_u64(&b->up_count));
+  v.in_use += v.upstream_in_use;
+  v.upstream_allocations = rmmc__atomic_load_u64(&b->up_count);
+  RMMC_BINNING_FIGURES(RMMC__FIGURE_EMIT) /* cached: its bins' (reserved counts only theirs) */
   for (size_t k = 0; k < NSUMMED; k++) rmmc__emit_count(emit, ctx, summed_keys[k], summed[k]);
 }
 

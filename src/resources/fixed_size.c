@@ -509,21 +509,17 @@ static rmmc_status_t fs_release_cached(rmmc_resource_t *r) {
 
 static void fs_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   fixed_size_t *fs = (fixed_size_t *)r;
+  struct {
+    RMMC_FIXED_SIZE_FIGURES(RMMC__FIGURE_VALUE)
+  } v = {.block_size = fs->block, .blocks_per_chunk = fs->per_chunk};
   rmmc__lock(&fs->lock);
-  uint64_t reserved = fs->reserved, in_use = fs->in_use, peak = fs->peak;
-  uint64_t nchunks = fs->nchunks, nfree = fs->free_blocks, routed = fs->routed_bytes;
+  v.reserved = fs->reserved, v.in_use = fs->in_use, v.peak = fs->peak, v.chunks = fs->nchunks;
+  v.free_blocks = fs->free_blocks, v.graph_routed = fs->routed_bytes;
   rmmc__unlock(&fs->lock);
-  rmmc__emit_bytes(emit, ctx, "block_size", fs->block);
-  rmmc__emit_count(emit, ctx, "blocks_per_chunk", fs->per_chunk);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(RESERVED), reserved);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), in_use);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(CACHED), nfree * fs->block); /* reserved counts chunk padding too */
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(PEAK), peak);
-  rmmc__emit_count(emit, ctx, "chunks", nchunks);
-  rmmc__emit_count(emit, ctx, "blocks", nchunks * fs->per_chunk);
-  rmmc__emit_count(emit, ctx, "free_blocks", nfree);
-  rmmc__emit_bytes(emit, ctx, "largest_free", nfree ? fs->block : 0);
-  rmmc__emit_bytes(emit, ctx, "graph_routed", routed);
+  v.cached = v.free_blocks * fs->block; /* reserved counts chunk padding too */
+  v.blocks = v.chunks * fs->per_chunk;
+  v.largest_free = v.free_blocks ? fs->block : 0;
+  RMMC_FIXED_SIZE_FIGURES(RMMC__FIGURE_EMIT)
   rmmc__stream_set_describe(&fs->streams, emit, ctx);
 }
 

@@ -354,22 +354,18 @@ static rmmc_status_t sim_vm_unmap(rmmc_resource_t *r, void *ptr, size_t bytes) {
 
 static void sim_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   sim_resource_t *s = (sim_resource_t *)r;
+  struct {
+    RMMC_SIM_FIGURES(RMMC__FIGURE_VALUE)
+    RMMC_SIM_VM_FIGURES(RMMC__FIGURE_VALUE)
+  } v = {.limit = s->capacity, .granularity = s->granularity};
   pthread_mutex_lock(&s->lock);
-  uint64_t in_use = s->in_use, peak = s->peak, live = s->live.count;
-  uint64_t span = s->bump - SIM_BASE, address = s->address_reserved, maps = s->maps.count;
-  uint64_t probes = s->probes;
+  v.reserved = v.in_use = s->in_use, v.peak = s->peak, v.outstanding = s->live.count;
+  v.span = s->bump - SIM_BASE, v.probes = s->probes;
+  v.address_reserved = s->address_reserved, v.mapped_ranges = s->maps.count;
   pthread_mutex_unlock(&s->lock);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(RESERVED), in_use);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(IN_USE), in_use);
-  rmmc__emit_bytes(emit, ctx, RMMC__FIG(PEAK), peak);
-  if (s->capacity != 0) rmmc__emit_bytes(emit, ctx, "limit", s->capacity);
-  rmmc__emit_count(emit, ctx, RMMC__FIG(OUTSTANDING), live);
-  rmmc__emit_bytes(emit, ctx, "span", span);
-  rmmc__emit_bytes(emit, ctx, "granularity", s->granularity);
-  rmmc__emit_count(emit, ctx, "probes", probes);
-  if (address > 0) {
-    rmmc__emit_bytes(emit, ctx, "address_reserved", address);
-    rmmc__emit_count(emit, ctx, "mapped_ranges", maps);
+  RMMC_SIM_FIGURES(RMMC__FIGURE_EMIT)
+  if (v.address_reserved > 0) {
+    RMMC_SIM_VM_FIGURES(RMMC__FIGURE_EMIT)
   }
 }
 

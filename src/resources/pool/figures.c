@@ -73,28 +73,13 @@ static void gather(pool_t *p, values_t *v) {
   rmmc__pool_unlock_all(p);
 }
 
-/* describe's rows: each row's key is its name; STRUCT rows come with the
- * streams' figures (rmmc__stream_set_describe). */
-#define EMIT_BYTES(name) rmmc__emit_bytes(emit, ctx, #name, v.name);
-#define EMIT_COUNT(name) rmmc__emit_count(emit, ctx, #name, v.name);
-#define EMIT_TEXT(name) rmmc__emit_text(emit, ctx, #name, v.name);
-#define IS_SET_BYTES(x) ((x) != 0)
-#define IS_SET_COUNT(x) ((x) != 0)
-#define IS_SET_TEXT(x) ((x) != NULL && (x)[0] != '\0')
-#define EMIT_WHERE_BOTH(kind, name) EMIT_##kind(name)
-#define EMIT_WHERE_DESCRIBE(kind, name) EMIT_##kind(name)
-#define EMIT_WHERE_DESCRIBE_IF_SET(kind, name) \
-  if (IS_SET_##kind(v.name)) {                 \
-    EMIT_##kind(name)                          \
-  }
-#define EMIT_WHERE_STRUCT(kind, name)
-#define EMIT_ROW(kind, name, where, doc) EMIT_WHERE_##where(kind, name)
-
+/* describe's rows (base/figures.h): each row's key is its name; STRUCT
+ * rows come with the streams' figures (rmmc__stream_set_describe). */
 void rmmc__pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   pool_t *p = (pool_t *)r;
   values_t v;
   gather(p, &v);
-  RMMC_POOL_FIGURES(EMIT_ROW)
+  RMMC_POOL_FIGURES(RMMC__FIGURE_EMIT)
   rmmc__stream_set_describe(&p->streams, emit, ctx);
   p->be->describe(p, emit, ctx);
   if (p->sleep != NULL) p->sleep->describe(p, emit, ctx);
