@@ -1,11 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool's thread cache (internal; tcache.c): each thread caches, in
- * TL_WAYS ways keyed by (pool id, stream key), the heap of the stream it
- * found and the stream's owner, so a call finds its heap with no lock and
- * no call; a miss makes or finds the heap under the shared lock. A cached
- * heap may have been retired since: whoever locks it checks that its owner
- * is still the cached one, and finds the thread's heap again if not.
+ * The pool's thread cache (internal; tcache.c): TL_WAYS ways keyed by (pool
+ * id, stream key), each the thread's heap of the stream and its owner. A
+ * cached heap may have been retired since: whoever locks it checks that its
+ * owner is still the cached one, and finds the thread's heap again if not.
  */
 #ifndef RMMC_POOL_TCACHE_H
 #define RMMC_POOL_TCACHE_H

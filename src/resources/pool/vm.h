@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/*
- * What the virtual-memory backend's files share (internal): vm.c places,
+/* What the virtual-memory backend's files share (internal): vm.c places,
  * grows and trims; vm_map.c has the mappings, vm_check.c the end, figures
- * and invariants. All under the shared lock.
- */
+ * and invariants. All under the shared lock. */
 #ifndef RMMC_POOL_VM_H
 #define RMMC_POOL_VM_H
 
