@@ -269,12 +269,7 @@ bool rmmc__pool_is_arena(const rmmc_resource_t *r);
 rmmc_status_t rmmc__pool_no_host_memory(void);
 /* Merges b (free, unindexed) and indexes the result. */
 void rmmc__pool_put_free(pool_t *p, pool_block_t *b);
-/* Cuts [a, a + n) out of b (free, unindexed; a the first `align`-aligned
- * address in it); the pieces before and after stay free. Needs 2 spare
- * structs. Returns the piece, unindexed. */
 pool_block_t *rmmc__pool_carve(pool_t *p, pool_block_t *b, size_t n, size_t align);
-/* Records o's event on `stream` (the current call's, o's own), covering its
- * frees so far; declined on a capturing stream. */
 void rmmc__pool_cover(pool_t *p, pool_owner_t *o, cudaStream_t stream);
 
 /* A block struct from the shared heap's spare list (make_room keeps enough
@@ -314,15 +309,8 @@ bool rmmc__pool_settled(pool_t *p, pool_block_t *b, bool ask);
  * first (the caller runs the trim: the shared heap calls no backend); or
  * refuse. */
 typedef enum { POOL_ADMIT_YES, POOL_ADMIT_TRIM, POOL_ADMIT_NO } pool_admit_t;
-/* May the pool grow by `add` bytes for a request of `need`? Within the
- * budget only (`within`): whether it fits as things are (YES or NO).
- * Otherwise TRIM with *goal when the budget, gc_threshold or the maximum
- * ask for memory back first; the caller trims to *goal, then asks
- * rmmc__pool_admit_max; or YES, or NO (message set) when the maximum
- * refuses. */
 pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add,
                               size_t need, bool within, size_t *goal);
-/* YES if growing by `add` keeps within the maximum, else NO (message set). */
 pool_admit_t rmmc__pool_admit_max(pool_t *p, size_t add);
 /* The out-of-memory error with the pool's figures. */
 rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const char *why);

@@ -30,8 +30,6 @@ rmmc_status_t rmmc__pool_heap_find(pool_t *p, cudaStream_t stream, const void *k
  * thread's heap of the stream again (h is not locked). */
 rmmc_status_t rmmc__pool_heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
                                     pool_owner_t **o);
-/* o's stream has no heap any more (shared lock held): one of this thread's
- * stripe (tcache.c says when). */
 rmmc_status_t rmmc__pool_owner_rejoin(pool_t *p, pool_owner_t *o);
 
 static inline unsigned tl_way(uint64_t pool, const void *key) {

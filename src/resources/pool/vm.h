@@ -9,7 +9,6 @@
 
 bool rmmc__pool_seg_insert(pool_region_t *r, uintptr_t addr, size_t size);
 void rmmc__pool_seg_remove(pool_region_t *r, size_t i);
-/* Unmaps [a, a + n) after telling the memory hooks it goes. */
 rmmc_status_t rmmc__pool_vm_unmap_announced(pool_t *p, uintptr_t a, size_t n);
 /* Maps [a, a + n) of r as one segment, granted to every peer; on a
  * refusal nothing of it stays mapped or listed. */
