@@ -8,8 +8,6 @@ static rmmc_status_t not_a_pool(const char *what, const rmmc_resource_t *r) {
                         r == NULL ? "NULL" : r->ops->name);
 }
 
-/* ---- figures ---- */
-
 /* Every figure of RMMC_POOL_FIGURES as a value (TEXT: a string), read
  * together under every lock by gather. */
 #define VALUE_TYPE_BYTES size_t
@@ -143,18 +141,14 @@ static bool check_heap(pool_t *p, pool_sheap_t *h, char *msg, size_t len) {
               (void *)b->addr);
         CHECK(prev == NULL || prev->state != B_FREE || b == h->hot || prev == h->hot,
               "adjacent free blocks at %p", (void *)b->addr);
-        free_bytes += pool_bsize(b);
-        nfree += b->where == W_INDEX;
+        free_bytes += pool_bsize(b), nfree += b->where == W_INDEX;
       } else if (b->state == B_USED) {
         rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&h->used, (void *)b->addr);
         CHECK(e != NULL && e->value == b, "used block %p is not in its heap's map", (void *)b->addr);
-        used += pool_bsize(b);
-        nused++;
-        in_span++;
+        used += pool_bsize(b), nused++, in_span++;
       } else {
         CHECK(b->state == B_FOREIGN, "block %p of a span has state %d", (void *)b->addr, b->state);
-        foreign++;
-        in_span++;
+        foreign++, in_span++;
       }
       at += pool_bsize(b);
     }
@@ -204,19 +198,16 @@ bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len) {
               "free blocks at %p (owner %p tag %llu) and %p (owner %p tag %llu) should have merged",
               (void *)prev->addr, (void *)prev->owner, (unsigned long long)prev->tag,
               (void *)b->addr, (void *)b->owner, (unsigned long long)b->tag);
-        nfree++;
-        free_bytes += pool_bsize(b);
+        nfree++, free_bytes += pool_bsize(b);
       } else if (b->state == B_USED) {
         rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, (void *)b->addr);
         CHECK(e != NULL && e->value == b, "used block %p is not in the map", (void *)b->addr);
-        committed += pool_bsize(b);
-        nused++;
+        committed += pool_bsize(b), nused++;
       } else if (b->state == B_SPAN) {
         rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->spans, (void *)b->addr);
         CHECK(e != NULL && ((pool_region_t *)e->value)->parent == b, "span %p is not in the map",
               (void *)b->addr);
-        committed += pool_bsize(b);
-        spans++;
+        committed += pool_bsize(b), spans++;
       } else {
         CHECK(b->state == B_UNMAPPED && p->be == &rmmc__pool_vm, "block %p has state %d",
               (void *)b->addr, b->state);
@@ -288,7 +279,6 @@ RMMC_API rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool) {
   return ok ? RMMC_SUCCESS : rmmc_set_error(RMMC_ERROR_INTERNAL, "pool invariant broken: %s", msg);
 }
 
-/* Expensive checks (debug_checks=2): every invariant after every call. */
 #if RMMC_DEBUG_CHECKS >= 2
 rmmc_status_t rmmc__pool_expensive_check(pool_t *p, rmmc_status_t st, const char *where) {
   char msg[512];

@@ -22,13 +22,11 @@ static void describe_block(pool_t *p, const pool_block_t *b, const pool_region_t
     out->upstream = (rmmc_range_t){(void *)region->base, region->size};
     return;
   }
-  /* Every page under a used block is mapped: the segments overlapping it
-   * are adjacent. */
-  uintptr_t a0 = b->addr, a1 = b->addr + b->requested;
+  /* Every page under a used block is mapped: the segments overlapping it are adjacent. */
+  uintptr_t a1 = b->addr + b->requested, first = 0, end = 0;
   size_t n = 0;
-  uintptr_t first = 0, end = 0;
-  for (size_t i = pool_seg_search(region, a0, true); i < region->nsegs && region->segs[i].addr < a1;
-       i++, n++) {
+  for (size_t i = pool_seg_search(region, b->addr, true);
+       i < region->nsegs && region->segs[i].addr < a1; i++, n++) {
     const pool_seg_t *s = &region->segs[i];
     if (n == 0) first = s->addr;
     end = s->addr + s->size;
