@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The pool's cheap checks (check.h) and the report of a broken one. */
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -40,11 +39,7 @@ _Noreturn void rmmc__pool_check_failed(const pool_t *p, const pool_block_t *b, c
   __builtin_trap(); /* not reached */
 }
 
-#define FAIL(text)                                                                                 \
-  do {                                                                                             \
-    *what = (text);                                                                                \
-    return false;                                                                                  \
-  } while (0)
+#define FAIL(text) return (*what = (text), false)
 
 bool rmmc__pool_block_ok(const pool_block_t *b, int state, const char **what) {
   const pool_region_t *r = b->region;
@@ -101,10 +96,8 @@ bool rmmc__pool_span_back_ok(const pool_t *p, const pool_region_t *sp, const cha
   if (f == NULL || f->addr != sp->base || pool_bsize(f) != sp->size || f->prev != NULL ||
       f->next != NULL || f->state != B_FREE || f->where == W_OUT)
     FAIL("a span going back is one free block, in its heap's index");
-  if (b == NULL || !rmmc__pool_block_ok(b, B_SPAN, what)) {
-    if (b == NULL) *what = "a span going back has its block in the shared heap";
-    return false;
-  }
+  if (b == NULL) FAIL("a span going back has its block in the shared heap");
+  if (!rmmc__pool_block_ok(b, B_SPAN, what)) return false;
   if (b->addr != sp->base || pool_bsize(b) != sp->size || sp->size != p->small_chunk ||
       sp->base % p->small_chunk != 0)
     FAIL("a span going back is its shared-heap block, one span in size and alignment");

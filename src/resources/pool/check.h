@@ -1,13 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Cheap checks (debug_checks >= 1; check.c): local invariants the slow
- * paths assert as they go. Each looks only at what the step in hand
- * touches, a few loads on a path that already takes a lock; none is on the
- * fast paths. A failed check is a bug or memory corruption: going on would
- * hand out the same memory twice or lose it, so the pool reports it
- * (RMMC_ERROR_INTERNAL, and stderr) and aborts. At debug_checks=0 every
- * check compiles to nothing; debug_checks=2 (figures.c) walks every
- * invariant after every call.
+ * paths assert as they go, a few loads each on a path that already takes a
+ * lock, none on the fast paths. A failed check is a bug or memory
+ * corruption: going on would hand out the same memory twice or lose it, so
+ * the pool reports it (RMMC_ERROR_INTERNAL, and stderr) and aborts.
+ * debug_checks=0 compiles them to nothing.
  */
 #ifndef RMMC_POOL_CHECK_H
 #define RMMC_POOL_CHECK_H
@@ -21,8 +19,8 @@
 _Noreturn void rmmc__pool_check_failed(const pool_t *p, const pool_block_t *b, const char *what,
                                        const char *file, int line);
 
-/* The local invariants, each false (with *what set) when broken. */
-/* b has `state`, is granule-aligned and sized, lies in its region, and its
+/* The local invariants, each false (with *what set) when broken. b has
+ * `state`, is granule-aligned and sized, lies in its region, and its
  * neighbours touch it (prev->addr + prev->size == addr, and they link back). */
 bool rmmc__pool_block_ok(const pool_block_t *b, int state, const char **what);
 /* A growth's block for owner o: free, in no index, clean or o's, >= need
@@ -43,10 +41,7 @@ bool rmmc__pool_span_back_ok(const pool_t *p, const pool_region_t *sp, const cha
  * in scope): unless `cond`, writes the message and returns false. */
 #define POOL_WALK_CHECK(cond, ...)                                                                 \
   do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      snprintf(msg, len, __VA_ARGS__);                                                             \
-      return false;                                                                                \
-    }                                                                                              \
+    if (!(cond)) return (snprintf(msg, len, __VA_ARGS__), false);                                  \
   } while (0)
 
 #if RMMC_DEBUG_CHECKS >= 1

@@ -1,32 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool core's parts (internal): what the files of the stream-ordering
- * core share. pool_internal.h has the layout of memory and the locks, which
- * the backends share too; this header has what only the core uses.
- *
- * The core is read as one-job files, each short enough for one sitting, each
- * its own translation unit. What one file calls in another is named
- * rmmc__pool_* and declared once below, by the file that defines it; what
- * the hot paths share across files is static inline here. A program that
- * links the pool statically takes the core's objects together
- * (tests/test_layers.py counts them as one).
- *
- *   pool.c          the resource's slots; allocate and free, small (stream
- *                   heaps) and large (shared heap), the fast paths first
- *   tcache.c        thread numbers and the thread-local heap cache (its
- *                   lookup inline in tcache.h)
- *   policy.c        stream ordering: epochs, covering, the search over
- *                   other streams' frees, and the slow path as named steps
- *   stream_heaps.c  stream heaps and the spans the shared heap lends them
- *   lend.c          get_block: a request the fast paths missed, in named
- *                   steps; out of memory: other heaps' free blocks, lent
- *   graphs.c        CUDA graph pools
- *   figures.c       describe, rmmc_pool_resource_figures, invariant checks
- *   lifetime.c      options resolved, the backend chosen, create,
- *                   release_cached, destroy
- * The backends' side: shared_heap.c (the shared heap's blocks, merging, the
- * growth budget), chunks.c and vm.c (the growth backends), query.c, sleep.c,
- * spec.c (the stack-spec entry).
+ * The pool core's parts (internal): what only the files of the
+ * stream-ordering core share; pool_internal.h has what the backends share
+ * too. The core is pool.c, tcache.c, policy.c, stream_heaps.c, lend.c,
+ * graphs.c, figures.c and lifetime.c (docs/design.md, "Where things live"),
+ * each its own translation unit: what one calls in another is rmmc__pool_*
+ * and declared below, by file; what the hot paths share is static inline
+ * here. A static link takes them together (tests/test_layers.py counts them
+ * as one).
  */
 #ifndef RMMC_POOL_CORE_H
 #define RMMC_POOL_CORE_H
@@ -42,11 +23,7 @@
 #include "rmmc/registry.h"
 #include "tcache.h"
 
-#if defined(__GNUC__) || defined(__clang__)
-#define POOL_NOINLINE __attribute__((noinline))
-#else
-#define POOL_NOINLINE
-#endif
+#define POOL_NOINLINE __attribute__((noinline)) /* GNU C, as the pool's aligned(64) */
 
 extern const rmmc_resource_ops_t rmmc__pool_ops, rmmc__pool_arena_ops; /* pool.c */
 
@@ -55,18 +32,14 @@ static inline bool is_pool(const rmmc_resource_t *r) {
   return r != NULL && (r->ops == &rmmc__pool_ops || r->ops == &rmmc__pool_arena_ops);
 }
 
-/* Which steps of the shared heap's slow path a pass takes: the first runs
- * the steps before the last resort; get_block then lends from other
- * streams' heaps (no lock held), and only then runs the last resort. */
+/* Which steps of the shared heap's slow path a pass takes: get_block lends
+ * from other streams' heaps (no lock held) before the last resort. */
 typedef enum { SLOW_BEFORE_LAST, SLOW_LAST } slow_steps_t;
 
-/* A request the fast paths could not serve, built once by get_block
- * (lend.c) past a small request's own heap and handed to each step after
- * that: o is the stream's owner, h the thread's heap of the stream for a
- * small request (NULL for a large one); n bytes (whole granules) at
- * `align`, `bytes` as the caller asked; take at take_align: what the
- * shared heap gives it (a span for a small request, n at `align` for a
- * large one); steps: the pass get_block runs. */
+/* A request the fast paths missed, built once by get_block (lend.c) and
+ * handed to each step: h the thread's heap of o's stream (NULL: a large
+ * request); n bytes (whole granules) at `align`, `bytes` as asked; take at
+ * take_align: what the shared heap gives it (a span, or n at `align`). */
 typedef struct pool_request {
   pool_t *p;
   pool_sheap_t *h;
@@ -77,9 +50,7 @@ typedef struct pool_request {
   slow_steps_t steps;
 } pool_request_t;
 
-/* ---- the parts' functions, by file (the core's own; pool_internal.h has
- * those the backends call too: rmmc__pool_in, rmmc__pool_count_route,
- * rmmc__pool_lock_all, rmmc__pool_unlock_all, ...) ---- */
+/* ---- the parts' functions, by file (pool_internal.h: the backends' too) ---- */
 
 /* pool.c */
 rmmc_status_t rmmc__pool_small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
@@ -122,8 +93,7 @@ rmmc_status_t rmmc__pool_graph_allocate(pool_t *p, pool_owner_t *g, cudaStream_t
 /* figures.c */
 void rmmc__pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx);
 bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len);
-/* Expensive checks (debug_checks=2): every invariant after every call. */
-#if RMMC_DEBUG_CHECKS >= 2
+#if RMMC_DEBUG_CHECKS >= 2 /* every invariant after every call */
 rmmc_status_t rmmc__pool_expensive_check(pool_t *p, rmmc_status_t st, const char *where);
 #define POOL_EXPENSIVE(p, st, where) rmmc__pool_expensive_check(p, st, where)
 #else
@@ -136,11 +106,10 @@ void rmmc__pool_destroy(rmmc_resource_t *r);
 /* ---- inline helpers the parts share (hot paths among them) ---- */
 
 /* Counts a free of `bytes` into the shared heap on o's stream (shared
- * lock). True when o's frees are now due an event (enough wait, or another
- * stream asked, and other streams use the pool): the counts start again
- * and the caller records o's event on o's stream, after dropping the
- * shared lock where it can (a record is a driver call, 0.3 us and more,
- * and the runtime serializes it across threads). */
+ * lock). True when o's frees are now due an event (another stream asked,
+ * or enough wait while other streams use the pool): the caller records it
+ * after dropping the shared lock where it can (a record is a driver call,
+ * 0.3 us and more, serialized across threads). */
 static inline bool cover_claim(const pool_t *p, pool_owner_t *o, size_t bytes) {
   o->uncovered++;
   o->uncovered_bytes += bytes;
@@ -277,14 +246,11 @@ static inline rmmc_status_t shared_gate(pool_t *p, pool_owner_t *o, size_t bytes
 }
 
 /* A new highest figure of bytes handed out or lent (the budget's basis). */
-static inline void new_peak(pool_t *p) {
-  p->committed_peak = p->committed;
-}
+static inline void new_peak(pool_t *p) { p->committed_peak = p->committed; }
 
-/* Carves n bytes at `align` out of free block b (unindexed) and hands them
- * out as a large block, of graph pool g or (NULL) of the shared heap, in
- * *out; shared lock held. The shared heap's and the graph pools'
- * allocations end here. */
+/* Carves n bytes at `align` out of free block b (unindexed; shared lock)
+ * and hands them out in *out as a large block of graph pool g or (NULL) of
+ * the shared heap: where every large allocation ends. */
 static inline rmmc_status_t large_hand_out(pool_t *p, pool_block_t *b, size_t n, size_t align,
                                            size_t bytes, pool_owner_t *g, void **out) {
   b = rmmc__pool_carve(p, b, n, align);

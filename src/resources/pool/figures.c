@@ -8,8 +8,6 @@ static rmmc_status_t not_a_pool(const char *what, const rmmc_resource_t *r) {
                         r == NULL ? "NULL" : r->ops->name);
 }
 
-/* ---- figures ---- */
-
 /* Every figure of RMMC_POOL_FIGURES as a value (TEXT: a string), read
  * together under every lock by gather. */
 #define VALUE_TYPE_BYTES size_t
@@ -22,13 +20,23 @@ typedef struct values {
 } values_t;
 #undef VALUE_MEMBER
 
-static void add_totals(pool_t *p, values_t *v) {
+/* A row's part, by its `where`, in gather and the struct's copy (describe
+ * takes base/figures.h's): read from the streams' figures (S), copied into
+ * rmmc_pool_figures_t (C). */
+#define ROLE_BOTH(S, C) C
+#define ROLE_DESCRIBE(S, C)
+#define ROLE_DESCRIBE_IF_SET(S, C)
+#define ROLE_STRUCT(S, C) S C
+#define READ_ROW(kind, name, where, doc)                                                           \
+  ROLE_##where(v->name = rmmc__stream_set_##name(&p->streams);, )
+#define SAME(name) v->name = p->name;
+
+static void gather(pool_t *p, values_t *v) {
+  *v = (values_t){0};
+  rmmc__pool_lock_all(p);
   for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
-    for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext) {
-      v->in_use += x->in_use;
-      v->cached += heap_cached_bytes(x);
-      v->spans += x->nspans;
-    }
+    for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext)
+      v->in_use += x->in_use, v->cached += heap_cached_bytes(x), v->spans += x->nspans;
     v->pending += q->idx->bytes;
     size_t l = rmmc__tlsf_largest(q->idx);
     if (l > v->largest_free) v->largest_free = l;
@@ -36,40 +44,21 @@ static void add_totals(pool_t *p, values_t *v) {
   size_t l = rmmc__tlsf_largest(&p->clean);
   if (l > v->largest_free) v->largest_free = l;
   v->in_use += p->committed - p->span_bytes;
-}
-
-/* Reads every figure under every lock. */
-static void gather(pool_t *p, values_t *v) {
-  *v = (values_t){0};
-  rmmc__pool_lock_all(p);
-  add_totals(p, v);
   v->reserved = pool_held(p);
   v->free = v->reserved > v->in_use ? v->reserved - v->in_use : 0;
   v->peak = p->committed_peak;
-  v->reserved_peak = p->reserved_peak;
   v->maximum_size = p->maximum_size != SIZE_MAX ? p->maximum_size : 0; /* 0: none, not reported */
-  v->small_max = p->small_max; /* the settings of the stream heaps */
-  v->small_chunk = p->small_chunk;
-  v->cache_size = p->cache_size;
   v->regions = p->nregions;
+  v->heaps = p->nheaps;
+  SAME(reserved_peak) SAME(small_max) SAME(small_chunk) SAME(cache_size)
+  SAME(heaps_retired) SAME(grows) SAME(shrinks) SAME(adoptions)
   for (pool_owner_t *g = p->graphs; g != NULL; g = g->next)
     v->graph_pools++, v->graph_bytes += g->used_bytes + g->idx->bytes;
-  v->heaps = p->nheaps;
-  v->heaps_retired = p->heaps_retired;
-  v->grows = p->grows;
-  v->shrinks = p->shrinks;
-  v->adoptions = p->adoptions;
   snprintf(v->band, sizeof v->band, "%.1f", p->band); /* rmmc__pool_admit's band */
   v->release_band = v->band;
   if (p->peers != 0) rmmc__pool_peers_text(p->peers, v->peers_text, sizeof v->peers_text);
   v->peers = v->peers_text;
-#define READ_STREAMS_BOTH(name)
-#define READ_STREAMS_DESCRIBE(name)
-#define READ_STREAMS_DESCRIBE_IF_SET(name)
-#define READ_STREAMS_STRUCT(name) v->name = rmmc__stream_set_##name(&p->streams);
-#define READ_STREAMS(kind, name, where, doc) READ_STREAMS_##where(name)
-  RMMC_POOL_FIGURES(READ_STREAMS)
-#undef READ_STREAMS
+  RMMC_POOL_FIGURES(READ_ROW)
   rmmc__pool_unlock_all(p);
 }
 
@@ -83,9 +72,8 @@ void rmmc__pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__stream_set_describe(&p->streams, emit, ctx);
   p->be->describe(p, emit, ctx);
   if (p->sleep != NULL) p->sleep->describe(p, emit, ctx);
-  /* One line per stream. */
   rmmc__pool_lock_all(p);
-  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) {
+  for (pool_owner_t *q = p->owners; q != NULL; q = q->next) { /* one line per stream */
     size_t in_use = 0, cached = 0, nheaps = 0;
     for (pool_sheap_t *x = q->heap; x != NULL; x = x->onext)
       in_use += x->in_use, cached += heap_cached_bytes(x), nheaps++;
@@ -99,12 +87,7 @@ void rmmc__pool_describe(rmmc_resource_t *r, rmmc_field_cb emit, void *ctx) {
   rmmc__pool_unlock_all(p);
 }
 
-/* The members of rmmc_pool_figures_t, from the rows that have one. */
-#define COPY_WHERE_BOTH(name) f.name = v.name;
-#define COPY_WHERE_STRUCT(name) f.name = v.name;
-#define COPY_WHERE_DESCRIBE(name)
-#define COPY_WHERE_DESCRIBE_IF_SET(name)
-#define COPY_ROW(kind, name, where, doc) COPY_WHERE_##where(name)
+#define COPY_ROW(kind, name, where, doc) ROLE_##where(, f.name = v.name;)
 
 RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
                                                   rmmc_pool_figures_t *figures) {
@@ -112,9 +95,8 @@ RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
   if (figures == NULL || figures->size < sizeof(size_t))
     return rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                           "pool_resource_figures: figures must be set with RMMC_POOL_FIGURES_INIT");
-  pool_t *p = (pool_t *)pool;
   values_t v;
-  gather(p, &v);
+  gather((pool_t *)pool, &v);
   rmmc_pool_figures_t f = RMMC_POOL_FIGURES_INIT;
   RMMC_POOL_FIGURES(COPY_ROW)
   size_t n = figures->size < sizeof f ? figures->size : sizeof f;
@@ -126,6 +108,12 @@ RMMC_API rmmc_status_t rmmc_pool_resource_figures(rmmc_resource_t *pool,
 /* ---- invariants ---- */
 
 #define CHECK POOL_WALK_CHECK
+/* b, after prev, begins at `at` in r (a region or a span), granule-aligned and sized. */
+#define CHECK_TILE(b, prev, at, r, what)                                                           \
+  CHECK(b->addr == at && b->prev == prev && b->region == r, what " %p: blocks do not tile it",     \
+        (void *)r->base);                                                                          \
+  CHECK(pool_bsize(b) > 0 && pool_bsize(b) % POOL_GRANULE == 0 && b->addr % POOL_GRANULE == 0,     \
+        "block %p has size %zu", (void *)b->addr, pool_bsize(b))
 
 static bool check_heap(pool_t *p, pool_sheap_t *h, char *msg, size_t len) {
   size_t free_bytes = 0, nfree = 0, used = 0, nused = 0, idle = 0, foreign = 0;
@@ -133,31 +121,25 @@ static bool check_heap(pool_t *p, pool_sheap_t *h, char *msg, size_t len) {
     CHECK(sp->heap == h && sp->parent != NULL && sp->parent->state == B_SPAN &&
               sp->parent->addr == sp->base && pool_bsize(sp->parent) == sp->size,
           "span %p does not match its shared block", (void *)sp->base);
-    CHECK(sp->base % p->small_chunk == 0, "span %p is not aligned to %zu", (void *)sp->base, p->small_chunk);
+    CHECK(sp->base % p->small_chunk == 0, "span %p is not aligned to %zu", (void *)sp->base,
+          p->small_chunk);
     uintptr_t at = sp->base;
     size_t in_span = 0;
     for (pool_block_t *b = sp->first, *prev = NULL; b != NULL; prev = b, b = b->next) {
-      CHECK(b->addr == at && b->prev == prev && b->region == sp, "span %p: blocks do not tile it",
-            (void *)sp->base);
-      CHECK(pool_bsize(b) > 0 && pool_bsize(b) % POOL_GRANULE == 0 && b->addr % POOL_GRANULE == 0,
-            "block %p has size %zu", (void *)b->addr, pool_bsize(b));
+      CHECK_TILE(b, prev, at, sp, "span");
       if (b->state == B_FREE) {
         CHECK(b->where == W_INDEX || (b->where == W_HOT && h->hot == b), "free block %p is lost",
               (void *)b->addr);
         CHECK(prev == NULL || prev->state != B_FREE || b == h->hot || prev == h->hot,
               "adjacent free blocks at %p", (void *)b->addr);
-        free_bytes += pool_bsize(b);
-        nfree += b->where == W_INDEX;
+        free_bytes += pool_bsize(b), nfree += b->where == W_INDEX;
       } else if (b->state == B_USED) {
         rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&h->used, (void *)b->addr);
         CHECK(e != NULL && e->value == b, "used block %p is not in its heap's map", (void *)b->addr);
-        used += pool_bsize(b);
-        nused++;
-        in_span++;
+        used += pool_bsize(b), nused++, in_span++;
       } else {
         CHECK(b->state == B_FOREIGN, "block %p of a span has state %d", (void *)b->addr, b->state);
-        foreign++;
-        in_span++;
+        foreign++, in_span++;
       }
       at += pool_bsize(b);
     }
@@ -196,10 +178,7 @@ bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len) {
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
     uintptr_t at = r->base;
     for (pool_block_t *b = r->first, *prev = NULL; b != NULL; prev = b, b = b->next) {
-      CHECK(b->addr == at && b->prev == prev && b->region == r,
-            "region %p: blocks do not tile it", (void *)r->base);
-      CHECK(pool_bsize(b) > 0 && pool_bsize(b) % POOL_GRANULE == 0 && b->addr % POOL_GRANULE == 0,
-            "block %p has size %zu", (void *)b->addr, pool_bsize(b));
+      CHECK_TILE(b, prev, at, r, "region");
       if (b->state == B_FREE) {
         CHECK(b->where == W_INDEX, "free block %p is in no index", (void *)b->addr);
         CHECK(prev == NULL || prev->state != B_FREE ||
@@ -210,19 +189,16 @@ bool rmmc__pool_check_locked(pool_t *p, char *msg, size_t len) {
               "free blocks at %p (owner %p tag %llu) and %p (owner %p tag %llu) should have merged",
               (void *)prev->addr, (void *)prev->owner, (unsigned long long)prev->tag,
               (void *)b->addr, (void *)b->owner, (unsigned long long)b->tag);
-        nfree++;
-        free_bytes += pool_bsize(b);
+        nfree++, free_bytes += pool_bsize(b);
       } else if (b->state == B_USED) {
         rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, (void *)b->addr);
         CHECK(e != NULL && e->value == b, "used block %p is not in the map", (void *)b->addr);
-        committed += pool_bsize(b);
-        nused++;
+        committed += pool_bsize(b), nused++;
       } else if (b->state == B_SPAN) {
         rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->spans, (void *)b->addr);
         CHECK(e != NULL && ((pool_region_t *)e->value)->parent == b, "span %p is not in the map",
               (void *)b->addr);
-        committed += pool_bsize(b);
-        spans++;
+        committed += pool_bsize(b), spans++;
       } else {
         CHECK(b->state == B_UNMAPPED && p->be == &rmmc__pool_vm, "block %p has state %d",
               (void *)b->addr, b->state);
@@ -294,7 +270,6 @@ RMMC_API rmmc_status_t rmmc_pool_resource_check(rmmc_resource_t *pool) {
   return ok ? RMMC_SUCCESS : rmmc_set_error(RMMC_ERROR_INTERNAL, "pool invariant broken: %s", msg);
 }
 
-/* Expensive checks (debug_checks=2): every invariant after every call. */
 #if RMMC_DEBUG_CHECKS >= 2
 rmmc_status_t rmmc__pool_expensive_check(pool_t *p, rmmc_status_t st, const char *where) {
   char msg[512];

@@ -1,32 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool's parts (internal): the types the stream-ordering core
- * (pool.c) shares with its two growth backends, chunks (chunks.c) and
- * virtual memory (vm.c), and the few core operations the backends
- * call. include/rmmc/pool_resource.h has the contract and the policies.
+ * The pool's parts (internal): the types the stream-ordering core shares
+ * with its growth backends, chunks (chunks.c) and virtual memory (vm.c),
+ * and the core operations the backends call. include/rmmc/pool_resource.h
+ * has the contract and the policies; docs/design.md ("A request through
+ * the pool", "The pool") the two levels, stream heaps over a shared heap.
  *
- * Memory. The pool holds regions of address space: chunks taken from the
- * upstream, or reservations backed page by page. Blocks tile each region
- * in address order (prev/next). A block is free, used (handed out), a span
- * (lent to a stream heap, which carves small blocks from it) or, in a
- * reservation, unmapped (address space with no memory behind it).
- *
- * Two levels. The shared heap (one lock, `lock`) holds every region and
- * the free blocks between large ones, indexed by TLSF. Each stream the pool
- * has seen has stream heaps (each its own lock) that own spans of the
- * shared heap and serve requests up to small_max from them with an index of
- * their own: the common case, a small block allocated and freed on one
- * stream, takes no shared lock. A stream has one heap per stripe its
- * threads use (a thread's stripe is its number modulo `stream_heaps`), so
- * threads sharing a stream do not share a lock; they share the stream's
- * owner (its shared free blocks and epochs), and a block one of them frees
- * goes straight back to the heap it came from.
- * Lock order: a stream heap's lock, then the shared one; the shared lock
- * never waits for a heap lock (it only try-locks them, to reclaim spans).
- *
- * Stream order (stream_events.h, "Epochs"). A free block of the shared
- * heap carries an owner (the stream it was freed on; NULL: "clean") and a
- * tag, the owner's epoch its reuse by others waits for. Pages and chunks
+ * Blocks tile each region (a chunk, or a reservation backed page by page)
+ * in address order (prev/next); a block is free, used, a span (lent to a
+ * stream heap, which carves small blocks from it) or, in a reservation,
+ * unmapped. Lock order: a stream heap's lock, then the shared one; the
+ * shared lock never waits for a heap lock (it only try-locks them, to
+ * reclaim spans). A free block of the shared heap carries an owner (the
+ * stream it was freed on; NULL: "clean") and a tag, the owner's epoch its
+ * reuse by others waits for (stream_events.h, "Epochs"). Pages and chunks
  * go back to the driver only when no work is pending on them.
  */
 #ifndef RMMC_POOL_INTERNAL_H
@@ -72,8 +59,8 @@ enum { POOL_SLEEP_ALL = 0, POOL_SLEEP_FREE, POOL_SLEEP_LIVE }; /* pool_backend_t
 typedef struct pool_seg {
   uintptr_t addr;
   size_t size;
-  uint8_t off; /* SEG_ON, or paused (sleep.c): SEG_OFF (unmapped; resume maps it
-                * again) or SEG_WOKEN (mapped by a wake still in progress) */
+  uint8_t off;  /* SEG_ON, or paused (sleep.c): SEG_OFF (unmapped) or SEG_WOKEN (mapped
+                 * by a wake still in progress) */
   uint8_t live; /* a discard pause's mark: a live block lies on it (sleep.c) */
 } pool_seg_t;
 
@@ -92,17 +79,13 @@ struct pool_region {
   size_t nsegs, capsegs;
 };
 
-/* A stream, or a graph pool, as an owner of free blocks in the shared
- * heap. A graph pool (slot NULL) owns every block allocated while
- * allocations were routed to it: they never merge with other memory and go
+/* A stream, or a graph pool (slot NULL), as an owner of free blocks in the
+ * shared heap. A graph pool's blocks never merge with other memory and go
  * back to the shared heap only when the pool is released. */
 struct pool_owner {
   rmmc__stream_slot_t *slot;     /* NULL: a graph pool */
   pool_sheap_t *heap;            /* its heaps, one per stripe in use (atomic head) */
-  /* its free blocks in the shared heap: 10 KiB, so a stream has one
-   * exactly while it is listed (given just before it joins, freed when it
-   * leaves: rmmc__pool_owner_ready, _unlist) */
-  rmmc__tlsf_t *idx;
+  rmmc__tlsf_t *idx; /* its shared free blocks: 10 KiB, so only while listed (owner_ready) */
   pool_block_t *qhead;           /* the same, listed */
   uint64_t seen_done;            /* its finished epoch at the last consolidation */
   size_t uncovered_bytes;        /* freed in the shared heap since its last record */
@@ -116,17 +99,15 @@ struct pool_owner {
   unsigned long long capture;    /* the CUDA capture id bound, 0: none */
   uint64_t pending_thread;       /* the thread whose next capture binds */
   size_t used_bytes;             /* its blocks handed out */
-  /* streams: in the pool's list of owners (p->owners, shared lock) while it
-   * has a heap or free blocks in the shared heap (pending); next (above) and
-   * prev. The ownership rule: it joins when it gets a heap (heap_new: heaps
-   * are retired first, then it is given its index and listed) and leaves
-   * when it has neither (heap_retire, consolidate); a call in the shared
-   * heap on its stream that finds it without a heap gives it one first
-   * (rmmc__pool_owner_rejoin), so no call ever works on an owner without an index */
+  /* streams: listed in p->owners (next, prev; shared lock) while it has a
+   * heap or shared free blocks. It joins when it gets a heap (heap_new) and
+   * leaves when it has neither (heap_retire, consolidate); a shared-heap
+   * call that finds it without a heap gives it one first (owner_rejoin), so
+   * no call works on an owner without an index. */
   pool_owner_t *prev;
   bool listed;
-  /* streams: in p->pending from its first free block in the shared heap
-   * until a consolidation finds it has none left (shared lock) */
+  /* streams: in p->pending from its first shared free block until a
+   * consolidation finds none left (shared lock) */
   pool_owner_t *pnext, *pprev;
   bool pending;
 };
@@ -167,26 +148,20 @@ struct pool_sheap {
 
 /* How a growth (the backend's grow) may go, flags. */
 enum {
-  /* As far as the maximum, after the trim the budget asks for. */
-  POOL_GROW_ANY = 0,
-  /* Not past the budget (rmmc__pool_admit): out of memory instead. */
-  POOL_GROW_WITHIN = 1u << 0,
-  /* The request alone, not rounded up to min_growth (the initial size). */
-  POOL_GROW_EXACT = 1u << 1,
+  POOL_GROW_ANY = 0,          /* as far as the maximum, after the trim the budget asks for */
+  POOL_GROW_WITHIN = 1u << 0, /* not past the budget (rmmc__pool_admit): out of memory instead */
+  POOL_GROW_EXACT = 1u << 1,  /* the request alone, not rounded up to min_growth (initial size) */
 };
 
 typedef struct pool_backend {
   const char *name;
-  /* Under the shared lock: adds at least `need` bytes of free memory that
-   * owner o's stream may use at once, as one free block (owner o or clean,
-   * merged, not indexed) of at least `need` bytes in *out; `align` is the
-   * alignment the caller will carve at. RMMC_ERROR_OUT_OF_MEMORY when the
-   * upstream or the maximum refuses; with POOL_GROW_WITHIN in `how`, also
-   * when the growth would take reserved past the budget (rmmc__pool_admit;
-   * otherwise the backend runs the trim the budget asks for, its own). A
-   * growth is rounded up to min_growth (where the backend has room) unless
-   * `how` has POOL_GROW_EXACT. o may be NULL (the initial growth: the block
-   * must be clean). */
+  /* Under the shared lock: adds free memory owner o's stream may use at
+   * once, as one free block (o's or clean, merged, not indexed) of at least
+   * `need` bytes in *out, to be carved at `align`; rounded up to min_growth
+   * (where the backend has room) unless POOL_GROW_EXACT. OUT_OF_MEMORY when
+   * the upstream or the maximum refuses, or with POOL_GROW_WITHIN when the
+   * budget would (rmmc__pool_admit; else the backend runs the trim the
+   * budget asks for). o NULL: the initial growth (a clean block). */
   rmmc_status_t (*grow)(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                         size_t align, unsigned how, pool_block_t **out);
   /* Under the shared lock: gives back free memory no stream has pending
@@ -294,12 +269,7 @@ bool rmmc__pool_is_arena(const rmmc_resource_t *r);
 rmmc_status_t rmmc__pool_no_host_memory(void);
 /* Merges b (free, unindexed) and indexes the result. */
 void rmmc__pool_put_free(pool_t *p, pool_block_t *b);
-/* Cuts [a, a + n) out of b (free, unindexed; a the first `align`-aligned
- * address in it); the pieces before and after stay free. Needs 2 spare
- * structs. Returns the piece, unindexed. */
 pool_block_t *rmmc__pool_carve(pool_t *p, pool_block_t *b, size_t n, size_t align);
-/* Records o's event on `stream` (the current call's, o's own), covering its
- * frees so far; declined on a capturing stream. */
 void rmmc__pool_cover(pool_t *p, pool_owner_t *o, cudaStream_t stream);
 
 /* A block struct from the shared heap's spare list (make_room keeps enough
@@ -339,15 +309,8 @@ bool rmmc__pool_settled(pool_t *p, pool_block_t *b, bool ask);
  * first (the caller runs the trim: the shared heap calls no backend); or
  * refuse. */
 typedef enum { POOL_ADMIT_YES, POOL_ADMIT_TRIM, POOL_ADMIT_NO } pool_admit_t;
-/* May the pool grow by `add` bytes for a request of `need`? Within the
- * budget only (`within`): whether it fits as things are (YES or NO).
- * Otherwise TRIM with *goal when the budget, gc_threshold or the maximum
- * ask for memory back first; the caller trims to *goal, then asks
- * rmmc__pool_admit_max; or YES, or NO (message set) when the maximum
- * refuses. */
 pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add,
                               size_t need, bool within, size_t *goal);
-/* YES if growing by `add` keeps within the maximum, else NO (message set). */
 pool_admit_t rmmc__pool_admit_max(pool_t *p, size_t add);
 /* The out-of-memory error with the pool's figures. */
 rmmc_status_t rmmc__pool_oom(pool_t *p, size_t bytes, cudaStream_t stream, const char *why);
@@ -391,18 +354,16 @@ typedef struct pool_sleep_head {
 
 /* ---- queries, memory hooks and peer access (query.c) ---- */
 
-/* The pool's slots of these names. */
 rmmc_status_t rmmc__pool_get_allocation(rmmc_resource_t *r, const void *ptr,
                                         rmmc_allocation_t *out);
 rmmc_status_t rmmc__pool_set_memory_hooks(rmmc_resource_t *r, const rmmc_memory_hooks_t *hooks);
 rmmc_status_t rmmc__pool_enable_peer_access(rmmc_resource_t *r, int peer_device);
-/* The pool's peers as text ("1,3"; "" for none) for describe. */
+/* The pool's peers as text ("1,3"; "" for none). */
 void rmmc__pool_peers_text(uint64_t peers, char *buf, size_t len);
 
-/* The backends call these under the shared lock (or in fini): after a range
- * was taken from the upstream (a chunk, one mapping) and before it goes
- * back. Growth and trimming only: never on an allocate or free that the
- * pool serves from memory it holds. */
+/* The backends call these under the shared lock (or in fini) after a range
+ * (a chunk, one mapping) came from the upstream and before it goes back:
+ * growth and trimming only, never on a call served from memory held. */
 static inline void pool_hook_acquire(pool_t *p, uintptr_t a, size_t n) {
   if (RMMC_UNLIKELY(p->hooks.on_acquire != NULL)) p->hooks.on_acquire((void *)a, n, p->hooks.user);
 }

@@ -22,13 +22,11 @@ static void describe_block(pool_t *p, const pool_block_t *b, const pool_region_t
     out->upstream = (rmmc_range_t){(void *)region->base, region->size};
     return;
   }
-  /* Every page under a used block is mapped: the segments overlapping it
-   * are adjacent. */
-  uintptr_t a0 = b->addr, a1 = b->addr + b->requested;
+  /* Every page under a used block is mapped: the segments overlapping it are adjacent. */
+  uintptr_t a1 = b->addr + b->requested, first = 0, end = 0;
   size_t n = 0;
-  uintptr_t first = 0, end = 0;
-  for (size_t i = pool_seg_search(region, a0, true); i < region->nsegs && region->segs[i].addr < a1;
-       i++, n++) {
+  for (size_t i = pool_seg_search(region, b->addr, true);
+       i < region->nsegs && region->segs[i].addr < a1; i++, n++) {
     const pool_seg_t *s = &region->segs[i];
     if (n == 0) first = s->addr;
     end = s->addr + s->size;
@@ -39,30 +37,28 @@ static void describe_block(pool_t *p, const pool_block_t *b, const pool_region_t
   out->upstream = (rmmc_range_t){(void *)first, end - first};
 }
 
-/* The block of `first`'s list holding address a: FOUND (out filled) if a
- * used block holds it below its requested end, MISSING otherwise. */
-static int find_in_blocks(pool_t *p, pool_block_t *first, const pool_region_t *region,
-                          uintptr_t a, rmmc_allocation_t *out) {
-  for (pool_block_t *b = first; b != NULL && b->addr <= a; b = b->next) {
-    if (a >= pool_bend(b)) continue;
-    if (b->state != B_USED || a >= b->addr + b->requested) return MISSING;
-    describe_block(p, b, region, out);
-    return FOUND;
+/* The used block holding address a, of `region` (see describe_block): by
+ * its first byte in map `used`, else by walking the blocks from `first`.
+ * FOUND (out filled) if a used block holds a below its requested end,
+ * MISSING otherwise. */
+static int find_in(pool_t *p, rmmc__ptrmap_t *used, pool_block_t *first,
+                   const pool_region_t *region, uintptr_t a, rmmc_allocation_t *out) {
+  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(used, (void *)a);
+  pool_block_t *b = e != NULL ? e->value : NULL;
+  for (pool_block_t *x = first; b == NULL && x != NULL && x->addr <= a; x = x->next) {
+    if (a >= pool_bend(x)) continue;
+    if (x->state != B_USED || a >= x->addr + x->requested) return MISSING;
+    b = x;
   }
-  return MISSING;
+  if (b == NULL) return MISSING;
+  describe_block(p, b, region, out);
+  return FOUND;
 }
 
-/* A large block (shared lock held): by its first byte through the map, else
- * by walking the blocks of the region holding a. */
+/* A large block (shared lock held), in the region holding a. */
 static int find_large(pool_t *p, uintptr_t a, rmmc_allocation_t *out) {
-  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, (void *)a);
-  if (e != NULL) {
-    pool_block_t *b = e->value;
-    describe_block(p, b, b->region, out);
-    return FOUND;
-  }
   for (pool_region_t *r = p->regions; r != NULL; r = r->next)
-    if (a >= r->base && a - r->base < r->size) return find_in_blocks(p, r->first, r, a, out);
+    if (a >= r->base && a - r->base < r->size) return find_in(p, &p->used, r->first, r, a, out);
   return MISSING;
 }
 
@@ -76,25 +72,15 @@ static int find_small(pool_t *p, uintptr_t a, rmmc_allocation_t *out) {
   rmmc__lock(&p->lock);
   rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->spans, (void *)base);
   pool_sheap_t *h = e != NULL ? ((pool_region_t *)e->value)->heap : NULL;
-  int found = MISSING;
-  if (h == NULL) found = find_large(p, a, out);
+  int found = h == NULL ? find_large(p, a, out) : RETRY;
   rmmc__unlock(&p->lock);
   if (h == NULL) return found;
   rmmc__lock(&h->lock);
   rmmc__lock(&p->lock);
   e = rmmc__ptrmap_find(&p->spans, (void *)base);
   pool_region_t *sp = e != NULL ? e->value : NULL;
-  if (sp == NULL || sp->heap != h) {
-    found = RETRY;
-  } else {
-    rmmc__ptrmap_entry_t *u = rmmc__ptrmap_find(&h->used, (void *)a);
-    if (u != NULL) {
-      describe_block(p, u->value, sp->parent->region, out);
-      found = FOUND;
-    } else {
-      found = find_in_blocks(p, sp->first, sp->parent->region, a, out);
-    }
-  }
+  if (sp != NULL && sp->heap == h)
+    found = find_in(p, &h->used, sp->first, sp->parent->region, a, out);
   rmmc__unlock(&p->lock);
   rmmc__unlock(&h->lock);
   return found;

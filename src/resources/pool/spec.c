@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/*
- * The pool's entry in the stack-spec table, made from the rows of
+/* The pool's entry in the stack-spec table, made from the rows of
  * RMMC_POOL_OPTIONS. A separate object from the core, so a program that
- * makes pools by hand links no spec code.
- */
+ * makes pools by hand links no spec code. */
 #include "base/spec.h"
 #include "rmmc/pool_resource.h"
 

@@ -1,11 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool's thread cache (internal; tcache.c): each thread caches, in
- * TL_WAYS ways keyed by (pool id, stream key), the heap of the stream it
- * found and the stream's owner, so a call finds its heap with no lock and
- * no call; a miss makes or finds the heap under the shared lock. A cached
- * heap may have been retired since: whoever locks it checks that its owner
- * is still the cached one, and finds the thread's heap again if not.
+ * The pool's thread cache (internal; tcache.c): TL_WAYS ways keyed by (pool
+ * id, stream key), each the thread's heap of the stream and its owner. A
+ * cached heap may have been retired since: whoever locks it checks that its
+ * owner is still the cached one, and finds the thread's heap again if not.
  */
 #ifndef RMMC_POOL_TCACHE_H
 #define RMMC_POOL_TCACHE_H
@@ -32,8 +30,6 @@ rmmc_status_t rmmc__pool_heap_find(pool_t *p, cudaStream_t stream, const void *k
  * thread's heap of the stream again (h is not locked). */
 rmmc_status_t rmmc__pool_heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
                                     pool_owner_t **o);
-/* o's stream has no heap any more (shared lock held): one of this thread's
- * stripe (tcache.c says when). */
 rmmc_status_t rmmc__pool_owner_rejoin(pool_t *p, pool_owner_t *o);
 
 static inline unsigned tl_way(uint64_t pool, const void *key) {

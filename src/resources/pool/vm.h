@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/*
- * What the virtual-memory backend's files share (internal): vm.c places,
+/* What the virtual-memory backend's files share (internal): vm.c places,
  * grows and trims; vm_map.c has the mappings, vm_check.c the end, figures
- * and invariants. All under the shared lock.
- */
+ * and invariants. All under the shared lock. */
 #ifndef RMMC_POOL_VM_H
 #define RMMC_POOL_VM_H
 
@@ -11,7 +9,6 @@
 
 bool rmmc__pool_seg_insert(pool_region_t *r, uintptr_t addr, size_t size);
 void rmmc__pool_seg_remove(pool_region_t *r, size_t i);
-/* Unmaps [a, a + n) after telling the memory hooks it goes. */
 rmmc_status_t rmmc__pool_vm_unmap_announced(pool_t *p, uintptr_t a, size_t n);
 /* Maps [a, a + n) of r as one segment, granted to every peer; on a
  * refusal nothing of it stays mapped or listed. */
