@@ -196,18 +196,47 @@ static rmmc_status_t copy_ranges(pool_t *p, struct pool_sleep *s, bool to_host,
   return st;
 }
 
-static rmmc_status_t sleep_new(pool_t *p);
-
-/* Another process's import maps the old pages, which the driver keeps
- * until it closes them, and never sees the new ones: every export of the
- * pool's blocks is revoked, so importers see their handles stale. */
-static void revoke_exports(pool_t *p) {
-  if (rmmc__exports_live() > 0) rmmc__exports_forget_owner(&p->base.base);
+static void sleep_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
+  rmmc_pool_sleep_state_t f = RMMC_POOL_SLEEP_STATE_INIT;
+  if (rmmc_pool_sleep_state(&p->base.base, &f) != RMMC_SUCCESS) return;
+  rmmc__emit_text(emit, ctx, "sleep",
+                  !f.paused ? "awake" : f.mode == RMMC_POOL_PAUSE_BACKUP ? "backup" : "discard");
+  rmmc__emit_bytes(emit, ctx, "paused_bytes", f.unmapped);
+  rmmc__emit_bytes(emit, ctx, "backed_up", f.backed_up);
+  rmmc__emit_bytes(emit, ctx, "backup_host", f.host_bytes);
+  rmmc__emit_count(emit, ctx, "pauses", f.pauses);
+  rmmc__emit_count(emit, ctx, "resumes", f.resumes);
 }
 
-static void gate(pool_t *p, int paused) {
-  __atomic_store_n(&p->paused, paused, __ATOMIC_RELAXED);
-  rmmc__pool_count_route(p, paused ? 1 : -1);
+static void sleep_drop(pool_t *p, bool destroying) {
+  struct pool_sleep *s = (struct pool_sleep *)p->sleep;
+  rmmc__lock(&p->lock);
+  if (destroying || !p->paused) {
+    if (copies_done(s) != RMMC_SUCCESS) s->copying = false; /* the stream failed: nothing runs */
+    host_free(p, s);
+  }
+  rmmc__unlock(&p->lock);
+  if (!destroying) return;
+  if (s->copied != NULL) (void)cudaEventDestroy(s->copied);
+  free(s->ranges);
+  free(s);
+  p->sleep = NULL;
+}
+
+static rmmc_status_t sleep_new(pool_t *p) {
+  struct pool_sleep *s = calloc(1, sizeof *s);
+  if (s == NULL) return rmmc__pool_no_host_memory();
+  s->head.drop = sleep_drop;
+  s->head.describe = sleep_describe;
+  p->sleep = &s->head;
+  return RMMC_SUCCESS;
+}
+
+/* Paused in `mode`, or awake (0). */
+static void gate(pool_t *p, struct pool_sleep *s, rmmc_pool_pause_mode_t mode) {
+  s->mode = mode;
+  __atomic_store_n(&p->paused, mode != 0, __ATOMIC_RELAXED);
+  rmmc__pool_count_route(p, mode != 0 ? 1 : -1);
 }
 
 static pool_t *sleep_pool(rmmc_resource_t *stack, const char *what, rmmc_status_t *st) {
@@ -256,8 +285,8 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
    * goes: the pool cannot tell which streams use a live block, so the
    * device is synchronized (refused during a known graph capture). This
    * also finishes every free's pending work. */
-  if (p->cuda && (st = rmmc__stream_set_sync(&p->streams)) != RMMC_SUCCESS) return st;
-  if (!p->cuda) (void)rmmc__stream_set_sync(&p->streams); /* host: epochs only */
+  st = rmmc__stream_set_sync(&p->streams); /* host: epochs only, its status ignored */
+  if (p->cuda && st != RMMC_SUCCESS) return st;
   rmmc__pool_lock_all(p);
   if (p->paused) {
     st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_pause: the pool is paused already");
@@ -283,9 +312,8 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
     mark_live(p, s);
     forget_backup(s);
   }
-  gate(p, 1);
+  gate(p, s, mode);
   rmmc__pool_heaps_cool(p);
-  s->mode = mode;
   size_t gone = 0, live_gone = 0;
   char b[32];
   st = p->be->sleep(p, mode == RMMC_POOL_PAUSE_BACKUP ? POOL_SLEEP_ALL : POOL_SLEEP_FREE, &gone);
@@ -309,8 +337,7 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
     snprintf(detail, sizeof detail, "%s", rmmc_last_error_message());
     rmmc__error_restore(&why);
     if (back == RMMC_SUCCESS) {
-      gate(p, 0);
-      s->mode = 0;
+      gate(p, s, 0);
       forget_backup(s);
       rmmc__append_error(" (pool_pause: the pool is awake as before: what was unmapped is "
                          "mapped again%s)",
@@ -324,7 +351,10 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
                                                       : " (no live block's page had gone)");
   }
   s->pauses++;
-  revoke_exports(p);
+  /* Another process's import maps the old pages, which the driver keeps
+   * until it closes them, and never sees the new ones: every export of the
+   * pool's blocks is revoked, so importers see their handles stale. */
+  if (rmmc__exports_live() > 0) rmmc__exports_forget_owner(&p->base.base);
 unlock:
   rmmc__pool_unlock_all(p);
   return st;
@@ -360,8 +390,7 @@ RMMC_API rmmc_status_t rmmc_pool_resume(rmmc_resource_t *stack, cudaStream_t str
                              "mappings could not be unmapped again and stay held)");
     goto unlock;
   }
-  gate(p, 0);
-  s->mode = 0;
+  gate(p, s, 0);
   s->resumes++;
 unlock:
   rmmc__pool_unlock_all(p);
@@ -394,41 +423,5 @@ RMMC_API rmmc_status_t rmmc_pool_sleep_state(rmmc_resource_t *stack,
   size_t n = out->size < sizeof f ? out->size : sizeof f;
   memcpy(out, &f, n);
   out->size = n;
-  return RMMC_SUCCESS;
-}
-
-static void sleep_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
-  rmmc_pool_sleep_state_t f = RMMC_POOL_SLEEP_STATE_INIT;
-  if (rmmc_pool_sleep_state(&p->base.base, &f) != RMMC_SUCCESS) return;
-  rmmc__emit_text(emit, ctx, "sleep",
-                  !f.paused ? "awake" : f.mode == RMMC_POOL_PAUSE_BACKUP ? "backup" : "discard");
-  rmmc__emit_bytes(emit, ctx, "paused_bytes", f.unmapped);
-  rmmc__emit_bytes(emit, ctx, "backed_up", f.backed_up);
-  rmmc__emit_bytes(emit, ctx, "backup_host", f.host_bytes);
-  rmmc__emit_count(emit, ctx, "pauses", f.pauses);
-  rmmc__emit_count(emit, ctx, "resumes", f.resumes);
-}
-
-static void sleep_drop(pool_t *p, bool destroying) {
-  struct pool_sleep *s = (struct pool_sleep *)p->sleep;
-  rmmc__lock(&p->lock);
-  if (destroying || !p->paused) {
-    if (copies_done(s) != RMMC_SUCCESS) s->copying = false; /* the stream failed: nothing runs */
-    host_free(p, s);
-  }
-  rmmc__unlock(&p->lock);
-  if (!destroying) return;
-  if (s->copied != NULL) (void)cudaEventDestroy(s->copied);
-  free(s->ranges);
-  free(s);
-  p->sleep = NULL;
-}
-
-static rmmc_status_t sleep_new(pool_t *p) {
-  struct pool_sleep *s = calloc(1, sizeof *s);
-  if (s == NULL) return rmmc__pool_no_host_memory();
-  s->head.drop = sleep_drop;
-  s->head.describe = sleep_describe;
-  p->sleep = &s->head;
   return RMMC_SUCCESS;
 }

@@ -144,7 +144,7 @@ static rmmc_status_t reserve_region(pool_t *p, size_t need, size_t align) {
   pool_region_t *r = rmmc__pool_add_region(p, (uintptr_t)base, bytes, B_UNMAPPED);
   if (r == NULL) {
     (void)rmmc_resource_vm_unreserve(p->base.upstream, base, bytes);
-    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+    return rmmc__pool_no_host_memory();
   }
   hole_add(p, r->first);
   POOL_CHECK(p, r->first, rmmc__pool_hole_ok, r->first);
@@ -198,8 +198,7 @@ static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_b
 static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
   pool_region_t *r = pl.u->region;
   uintptr_t a = pl.m0;
-  if (!rmmc__pool_room(p))
-    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  if (!rmmc__pool_room(p)) return rmmc__pool_no_host_memory();
   rmmc_status_t st = RMMC_SUCCESS;
   size_t seg = segment_of(p, pl.m1 - pl.m0);
   while (a < pl.m1) {
@@ -397,8 +396,7 @@ static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block
   uintptr_t s0 = r->segs[i].addr, s1 = s0 + r->segs[i].size;
   POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE);
   POOL_ASSERT(p, b, b->where == W_OUT && b->region == r && s0 >= b->addr && s1 <= pool_bend(b));
-  if (!rmmc__pool_room(p))
-    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  if (!rmmc__pool_room(p)) return rmmc__pool_no_host_memory();
   /* Paused (release_cached): a mapping that is off has no memory to give
    * back and was announced gone; it leaves the books. */
   bool off = r->segs[i].off != SEG_ON;
@@ -448,7 +446,7 @@ static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
        r = r->next) {
     if (r->nsegs == 0) continue;
     trim_cand_t *c = malloc(r->nsegs * sizeof *c);
-    if (c == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+    if (c == NULL) return rmmc__pool_no_host_memory();
     size_t n = 0;
     for (pool_block_t *b = r->first; b != NULL; b = b->next) {
       if (b->state != B_FREE || b->where != W_INDEX) continue;
