@@ -1,11 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool's chunk backend: regions are chunks taken from the upstream with
- * rmmc_resource_allocate, for upstreams without virtual memory (cuda_async,
- * managed, pinned, a user's resource) or expandable=false. A growth takes
- * one chunk of at least min_growth bytes in granularity steps, halving
- * towards the request when the upstream refuses; trimming gives back chunks
- * that are wholly free and whose last frees have finished.
+ * The pool's chunk backend (docs/design.md, "Growth backends"): regions are
+ * chunks taken with rmmc_resource_allocate, at least min_growth bytes in
+ * granularity steps, halving towards the request when the upstream
+ * refuses; trimming gives back wholly free chunks whose frees finished.
  */
 #include <stdio.h>
 

@@ -1,15 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Sleep mode: rmmc_pool_pause and rmmc_pool_resume (pool_resource.h has
- * the contract and its failure cases; docs/design.md, "Sleep mode", the
- * reasons). A pause keeps the pool's books exactly as they are and takes
- * the memory from under them: the backend unmaps every mapping and marks
- * it off, resume maps each one again at its address, so every pointer
- * handed out is valid again after it. The backup buffer is kept for the
- * next pause; a resume's copies read it until they finish, so whatever
- * writes or frees it first waits for them (an event). Allocation is
- * refused while paused through allocate's one slow-path gate
- * (graphs_routing counts the pause), so the hot path pays nothing.
+ * Sleep mode: rmmc_pool_pause and rmmc_pool_resume (pool_resource.h has the
+ * contract, docs/design.md, "Sleep mode", the reasons). The books stay, the
+ * backend unmaps every mapping and resume maps each again at its address.
+ * The backup buffer is kept for the next pause; a resume's copies read it
+ * until they finish, so whatever writes or frees it first waits for them
+ * (an event). Allocation is refused while paused through allocate's one
+ * slow-path gate (graphs_routing counts the pause): the hot path pays nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +15,7 @@
 #include "base/exports.h"
 #include "pool_internal.h"
 
-/* Live ranges closer than this are backed up as one (a gap copied costs
- * less than a call). */
+/* Live ranges closer than this are backed up as one (design.md). */
 #define SLEEP_GAP ((size_t)64 << 10)
 
 typedef struct sleep_range {
@@ -94,8 +90,8 @@ static bool collect_live(pool_t *p, struct pool_sleep *s) {
   return true;
 }
 
-/* Marks each mapping that a live range (collect_live's, in the same order
- * of regions and addresses) touches: a discard pause gives those back last. */
+/* Marks each mapping a live range (collect_live's, in the same order)
+ * touches: a discard pause gives those back last. */
 static void mark_live(pool_t *p, const struct pool_sleep *s) {
   size_t k = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
@@ -151,9 +147,9 @@ static rmmc_status_t host_room(pool_t *p, struct pool_sleep *s, size_t bytes) {
   return RMMC_SUCCESS;
 }
 
-/* Copies the backup out (to_host) or back on `stream`; back: only what
- * lies on mappings now held (release_cached may have dropped some while
- * paused), and the event marks the copies' end. Out: waits for them. */
+/* Copies the backup out (to_host: waits for the copies) or back on
+ * `stream` (only onto mappings now held: release_cached may drop some while
+ * paused; the event marks the copies' end). */
 static rmmc_status_t copy_ranges(pool_t *p, struct pool_sleep *s, bool to_host,
                                  cudaStream_t stream) {
   rmmc_status_t st = RMMC_SUCCESS;
@@ -281,10 +277,8 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
     return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
                           "pool_pause: the pool's upstream is sim, whose addresses have no memory "
                           "behind them to back up; pause it with RMMC_POOL_PAUSE_DISCARD");
-  /* Every stream's work on the pool's memory must finish before a page
-   * goes: the pool cannot tell which streams use a live block, so the
-   * device is synchronized (refused during a known graph capture). This
-   * also finishes every free's pending work. */
+  /* Every stream's work on the pool's memory finishes before a page goes
+   * (design.md, "Sleep mode"), every free's pending work too. */
   st = rmmc__stream_set_sync(&p->streams); /* host: epochs only, its status ignored */
   if (p->cuda && st != RMMC_SUCCESS) return st;
   rmmc__pool_lock_all(p);
@@ -295,23 +289,15 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
   if (p->sleep == NULL && (st = sleep_new(p)) != RMMC_SUCCESS) goto unlock;
   struct pool_sleep *s = (struct pool_sleep *)p->sleep;
   if ((st = copies_done(s)) != RMMC_SUCCESS) goto unlock;
-  /* The live blocks: copied out (backup), or marking the mappings under
-   * them, which a discard pause gives back last. */
-  if (!collect_live(p, s)) {
-    forget_backup(s);
+  /* The live blocks: copied out (backup), or marking their mappings. */
+  if (!collect_live(p, s))
     st = rmmc__pool_no_host_memory();
-    goto unlock;
-  }
-  if (mode == RMMC_POOL_PAUSE_BACKUP) {
-    if ((st = host_room(p, s, s->backed_up)) != RMMC_SUCCESS ||
-        (st = copy_ranges(p, s, true, stream)) != RMMC_SUCCESS) {
-      forget_backup(s);
-      goto unlock;
-    }
-  } else {
+  else if (mode == RMMC_POOL_PAUSE_BACKUP && (st = host_room(p, s, s->backed_up)) == RMMC_SUCCESS)
+    st = copy_ranges(p, s, true, stream);
+  else if (mode == RMMC_POOL_PAUSE_DISCARD)
     mark_live(p, s);
-    forget_backup(s);
-  }
+  if (st != RMMC_SUCCESS || mode == RMMC_POOL_PAUSE_DISCARD) forget_backup(s);
+  if (st != RMMC_SUCCESS) goto unlock;
   gate(p, s, mode);
   rmmc__pool_heaps_cool(p);
   size_t gone = 0, live_gone = 0;

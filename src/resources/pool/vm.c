@@ -1,20 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's virtual-memory backend (docs/design.md, "Growth backends"): a
- * region is an address-space reservation of the upstream, and memory is
- * mapped into it as the pool grows. Unmapped address space is a block of
- * state B_UNMAPPED (a "hole"); every other block lies on mapped memory.
- *
- * Growth maps exactly the shortfall, in the upstream's pages, at the hole
- * that needs least mapped for the block, counting the free memory beside
- * it that the requesting stream may use at once (the lowest address on a
- * tie): freed memory is reused before new memory is mapped, and a growing
- * block extends the free block beside it in place. Trimming unmaps whole
- * segments inside finished free blocks, those freed longest ago first.
- *
- * Peers: every device in the pool's peer set is granted each segment as it
- * is mapped, before anything else sees it; a segment that cannot be
- * granted to all of them goes back with the rest of its growth.
+ * region is an address-space reservation of the upstream, mapped into as
+ * the pool grows; unmapped space is a block of state B_UNMAPPED (a hole),
+ * every other block lies on mapped memory. Growth maps the shortfall, in
+ * pages, at the hole needing least mapped, counting the free blocks beside
+ * it that the stream may use (lowest address on a tie), so a growing block
+ * extends its free neighbour in place. Trimming unmaps whole segments
+ * inside finished free blocks, those freed longest ago first. Each segment
+ * is granted to every peer as it is mapped, before anything else sees it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,14 +69,12 @@ static bool holds(const pool_block_t *b, size_t need, size_t align) {
   return a >= b->addr && a <= pool_bend(b) && pool_bend(b) - a >= need;
 }
 
-/* What hole u needs mapped for a block of `need` bytes at an `align`-aligned
- * address, using the free blocks beside it that o may use; false if the
- * block cannot be placed there. A usable neighbour that holds the block
- * alone is a place that maps nothing (beside): the caller's search missed
- * it because it became usable since (its stream's work became known
- * finished through another thread's record or synchronization, which run
- * without the shared lock), or because that search rounds alignment up.
- * The place maps at least `min` bytes where the hole has them. */
+/* What hole u needs mapped for `need` bytes at an `align`-aligned address,
+ * with the free blocks beside it that o may use (false: no room), at least
+ * `min` bytes where the hole has them. A usable neighbour that holds the
+ * block alone maps nothing (beside): it became usable after the caller's
+ * search (other threads learn of finished work without the shared lock),
+ * or that search rounds alignment up. */
 static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, size_t align,
                      size_t min, place_t *out) {
   pool_block_t *left = usable_free(p, u->prev, o) ? u->prev : NULL;
@@ -104,8 +96,7 @@ static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, s
   uintptr_t m1 = rmmc__align_up(e, p->page);
   if (m0 < u->addr) m0 = u->addr;
   /* From the right: the block ends where the free block after the hole
-   * does, so only the hole's top needs memory (cheaper when that block is
-   * the larger neighbour). */
+   * does, so only the hole's top is mapped (cheaper beside a large one). */
   if (right != NULL) {
     uintptr_t rs = (pool_bend(right) - need) & ~(uintptr_t)(align - 1);
     if (rs >= lo) {
@@ -151,10 +142,9 @@ static rmmc_status_t reserve_region(pool_t *p, size_t need, size_t align) {
   return RMMC_SUCCESS;
 }
 
-/* The most bytes one mapping of a growth of g bytes covers: a mapping
- * costs about the same whatever its size (design.md, "Why 32 MiB
- * mappings"), so with the default page a growth maps in at most
- * VM_SEGMENTS_PER_GROWTH segments; an explicit page= is the most, as given. */
+/* The most bytes one mapping of a growth of g bytes covers (design.md,
+ * "Why 32 MiB mappings"): with the default page a growth maps in at most
+ * VM_SEGMENTS_PER_GROWTH segments; an explicit page= is the most. */
 static size_t segment_of(const pool_t *p, size_t g) {
   if (!p->segment_scales) return p->segment;
   size_t s = rmmc__align_up(g / VM_SEGMENTS_PER_GROWTH, p->page);
@@ -212,8 +202,7 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
   if (st != RMMC_SUCCESS) {
     /* Take back what this growth mapped, highest first (the hole's struct
      * keeps the part below each cut). A piece the upstream refuses to unmap
-     * stays mapped, as free memory: counting it keeps reserved honest, and
-     * no later growth maps it again. */
+     * stays, as free memory, so reserved stays honest. */
     rmmc__error_state_t why;
     rmmc__error_save(&why);
     size_t i = pool_seg_lower_bound(r, pl.m0), j = i;
@@ -239,9 +228,8 @@ static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
                                      uintptr_t keep_hi);
 
 /* The free block beside a hole that holds the request alone (place_at),
- * out of its index as a growth's block is, and clean if it was another
- * stream's (usable: that stream's work before its frees is finished). No
- * growth happened: the count the caller makes for one is taken back. */
+ * out of its index as a growth's block is, clean if another stream's
+ * (usable: that work is finished). No growth: the caller's count is undone. */
 static rmmc_status_t take_beside(pool_t *p, pool_owner_t *o, pool_block_t *b, pool_block_t **out) {
   rmmc__pool_unlink_free(p, b);
   if (b->owner != NULL && b->owner != o) {
@@ -253,9 +241,8 @@ static rmmc_status_t take_beside(pool_t *p, pool_owner_t *o, pool_block_t *b, po
   return RMMC_SUCCESS;
 }
 
-/* Where a growth goes: the hole needing least mapped (at least `min`
- * where the hole has room), else a new reservation (refused within the
- * budget once the pool has one). */
+/* Where a growth goes: the best hole, else a new reservation (refused
+ * within the budget once the pool has one). */
 static rmmc_status_t place(pool_t *p, pool_owner_t *o, size_t need, size_t align, size_t min,
                            bool within, place_t *pl) {
   if (best_place(p, o, need, align, min, pl)) return RMMC_SUCCESS;
@@ -279,10 +266,9 @@ static kept_t kept_of(const pool_block_t *u) {
   return (kept_t){u, u->prev, u->next, u->addr, pool_bsize(u)};
 }
 
-/* The trim kept the place (cheap: debug_checks >= 1). It touches no block
- * overlapping [u->prev, u->next], and the holes it makes merge only with
- * holes beside them, never u's neighbours (free or used, not holes: holes
- * always merge). */
+/* The trim kept the place: it touches no block overlapping [u->prev,
+ * u->next], and its holes never merge with u's neighbours (not holes:
+ * holes always merge). */
 static bool place_kept(const kept_t *k) {
   const pool_block_t *u = k->u;
   return u->state == B_UNMAPPED && u->prev == k->prev && u->next == k->next &&
@@ -298,12 +284,11 @@ static rmmc_status_t trim_keeping_hole(pool_t *p, size_t goal, const pool_block_
                          u->next != NULL ? pool_bend(u->next) : pool_bend(u));
 }
 
-/* The upstream refused to map [m0, m1) of hole u (the device is full):
- * gives back as much finished free memory elsewhere as the growth maps and
- * maps again, before the last resort synchronizes (design.md, "A refused
- * growth"). The trim keeps the hole and its neighbours, so the hole still
- * has a place that maps no more. OUT_OF_MEMORY (the upstream's message)
- * when nothing could go back or the upstream refuses again. */
+/* The upstream refused to map pl (the device is full): gives back as much
+ * finished free memory elsewhere and maps again, before the last resort
+ * synchronizes (design.md, "A refused growth"). The trim keeps the hole, so it
+ * still has a place that maps no more. OUT_OF_MEMORY when nothing went
+ * back or the upstream refuses again. */
 static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
                                            size_t need, size_t align, size_t min, place_t pl,
                                            pool_block_t **out) {
@@ -339,24 +324,18 @@ static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream,
     kept_t k = kept_of(pl.u);
     p->budget_trims++;
     (void)trim_keeping_hole(p, goal, pl.u);
-#if RMMC_DEBUG_CHECKS >= 1
-    if (!place_kept(&k))
+    if (RMMC_DEBUG_CHECKS >= 1 && !place_kept(&k))
       return rmmc_set_error(RMMC_ERROR_INTERNAL,
                             "pool: the budget's trim changed the hole at %p it had to keep, or "
                             "its neighbours (a bug)",
                             (void *)k.addr);
-#else
-    (void)k;
-#endif
     a = rmmc__pool_admit_max(p, pl.m1 - pl.m0);
   }
   if (a != POOL_ADMIT_YES)
     return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
                   : RMMC_ERROR_OUT_OF_MEMORY;
   if (p->shrinks != shrinks) { /* trimming moved things: place again, admit again */
-    /* The hole and its neighbours are as they were and a neighbour only
-     * becomes more usable, so the hole still has a place, one that maps no
-     * more, or none at all (beside). */
+    /* design.md, "A growth's place survives its trim". */
     if (!best_place(p, o, need, align, min, &pl))
       return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no place after trimming (a bug)");
     if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
@@ -373,9 +352,9 @@ static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream,
 
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                              size_t align, unsigned how, pool_block_t **out) {
-  /* An allocation that passed allocate's lock-free gate just before a
-   * pause would merge with free blocks whose mappings the pause turned off.
-   * The pause sets `paused` under every lock, so this read is exact. */
+  /* An allocation that passed allocate's gate just before a pause would
+   * merge with free blocks whose mappings are off. The pause sets `paused`
+   * under every lock, so this read is exact. */
   if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED)))
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
                           "pool: cannot grow by %zu bytes: the pool is paused (rmmc_pool_pause) "
@@ -397,8 +376,7 @@ static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block
   POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE);
   POOL_ASSERT(p, b, b->where == W_OUT && b->region == r && s0 >= b->addr && s1 <= pool_bend(b));
   if (!rmmc__pool_room(p)) return rmmc__pool_no_host_memory();
-  /* Paused (release_cached): a mapping that is off has no memory to give
-   * back and was announced gone; it leaves the books. */
+  /* Paused (release_cached): one that is off was announced gone already. */
   bool off = r->segs[i].off != SEG_ON;
   rmmc_status_t st = off ? RMMC_SUCCESS : rmmc__pool_vm_unmap_announced(p, s0, r->segs[i].size);
   if (st != RMMC_SUCCESS) return st;
@@ -421,12 +399,10 @@ static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block
   return RMMC_SUCCESS;
 }
 
-/* Unmaps segments lying wholly inside free blocks whose frees have
- * finished until reserved <= goal, those of the blocks freed longest ago
- * first (memory a steady state still uses was freed recently). One pass
- * collects them; a block whose segment goes is cut there, its front piece
- * keeping the struct, so a lower segment of the same block is found again
- * through the front (the candidates of one block go highest first). */
+/* Unmaps segments wholly inside finished free blocks until reserved <=
+ * goal, of the blocks freed longest ago first (a steady state reuses what
+ * it freed recently). A block cut at its segment keeps the struct for the
+ * front, so its candidates go highest first. */
 typedef struct trim_cand {
   pool_block_t *b;
   uintptr_t seg; /* the segment's address */
@@ -467,8 +443,7 @@ static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
         break;
       }
       if (rest != NULL) rmmc__pool_link_free(p, rest);
-      /* b now ends before the segment: indexed again by unmap_seg, or it
-       * became the hole (the segment began it) and no lower one is in it. */
+      /* b ends before the segment (indexed again), or became the hole. */
     }
     free(c);
   }

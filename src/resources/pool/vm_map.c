@@ -54,9 +54,9 @@ rmmc_status_t rmmc__pool_vm_unmap_announced(pool_t *p, uintptr_t a, size_t n) {
   return st;
 }
 
-/* Maps [a, a + n) (listed as a segment of r, unless r is NULL) and grants
- * it to every peer. On failure it is unlisted and unmapped again, unless
- * the upstream refuses that too: *stays then (mapped, not every peer's). */
+/* Maps [a, a + n) (listed as a segment of r unless r is NULL) and grants
+ * it to every peer; on failure unlisted and unmapped, or *stays when the
+ * upstream refuses that too. */
 static rmmc_status_t map_granted(pool_t *p, pool_region_t *r, uintptr_t a, size_t n, bool *stays) {
   *stays = false;
   rmmc_status_t st = vm_call(p, a, n, -1, true);
@@ -87,9 +87,7 @@ rmmc_status_t rmmc__pool_vm_map_segment(pool_t *p, pool_region_t *r, uintptr_t a
 /* ---- peers ---- */
 
 /* Grants device d every segment held, in order; on a refusal takes back
- * what it granted, so the pool is as it was. A take-back the upstream
- * refuses too leaves that segment reachable from d, and the message says
- * so. Shared lock held. */
+ * what it granted (the message counts what it could not). Shared lock. */
 rmmc_status_t rmmc__pool_vm_grant(pool_t *p, int d) {
   pool_region_t *r;
   size_t i = 0;
