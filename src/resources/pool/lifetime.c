@@ -257,11 +257,8 @@ rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_optio
       rmmc__pool_put_free(p, b);
     }
   }
-  if (st != RMMC_SUCCESS) goto destroy;
-  *out = &p->base.base;
-  return RMMC_SUCCESS;
-destroy:
-  rmmc__pool_destroy(&p->base.base);
+  if (st == RMMC_SUCCESS) *out = &p->base.base;
+  else rmmc__pool_destroy(&p->base.base);
   return st;
 }
 

@@ -51,6 +51,93 @@ static pool_block_t *hole_merge(pool_t *p, pool_block_t *u) {
   return u;
 }
 
+/* ---- trimming ---- */
+
+/* Unmaps segment i of r, which lies inside free block b (unindexed);
+ * returns the free block after it (unindexed, owner kept) or NULL. The
+ * pieces before it are indexed again. */
+static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block_t *b,
+                               pool_block_t **rest) {
+  uintptr_t s0 = r->segs[i].addr, s1 = s0 + r->segs[i].size;
+  POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE);
+  POOL_ASSERT(p, b, b->where == W_OUT && b->region == r && s0 >= b->addr && s1 <= pool_bend(b));
+  if (!rmmc__pool_room(p)) return rmmc__pool_no_host_memory();
+  /* Paused (release_cached): one that is off was announced gone already. */
+  bool off = r->segs[i].off != SEG_ON;
+  rmmc_status_t st = off ? RMMC_SUCCESS : rmmc__pool_vm_unmap_announced(p, s0, r->segs[i].size);
+  if (st != RMMC_SUCCESS) return st;
+  POOL_SUB(p, p->reserved, r->segs[i].size);
+  if (off) POOL_SUB(p, p->off_bytes, r->segs[i].size);
+  else p->page_unmaps++;
+  p->shrinks++;
+  rmmc__pool_seg_remove(r, i);
+  pool_block_t *mid = b;
+  if (s0 > b->addr) {
+    mid = rmmc__pool_split(p, b, s0);
+    rmmc__pool_link_free(p, b);
+  }
+  *rest = s1 < pool_bend(mid) ? rmmc__pool_split(p, mid, s1) : NULL;
+  mid->state = B_UNMAPPED;
+  mid->tag = 0;
+  hole_add(p, mid);
+  mid = hole_merge(p, mid);
+  POOL_CHECK(p, mid, rmmc__pool_hole_ok, mid);
+  return RMMC_SUCCESS;
+}
+
+/* Unmaps segments wholly inside finished free blocks until reserved <=
+ * goal, of the blocks freed longest ago first (a steady state reuses what
+ * it freed recently). A block cut at its segment keeps the struct for the
+ * front, so its candidates go highest first. */
+typedef struct trim_cand {
+  pool_block_t *b;
+  uintptr_t seg; /* the segment's address */
+  uint64_t freed;
+} trim_cand_t;
+
+static int older_first(const void *x, const void *y) {
+  const trim_cand_t *a = x, *b = y;
+  if (a->freed != b->freed) return a->freed < b->freed ? -1 : 1;
+  return a->seg > b->seg ? -1 : a->seg < b->seg; /* within a block: highest first */
+}
+
+static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
+                                     uintptr_t keep_hi) {
+  rmmc_status_t st = RMMC_SUCCESS;
+  for (pool_region_t *r = p->regions; r != NULL && p->reserved > goal && st == RMMC_SUCCESS;
+       r = r->next) {
+    if (r->nsegs == 0) continue;
+    trim_cand_t *c = malloc(r->nsegs * sizeof *c);
+    if (c == NULL) return rmmc__pool_no_host_memory();
+    size_t n = 0;
+    for (pool_block_t *b = r->first; b != NULL; b = b->next) {
+      if (b->state != B_FREE || b->where != W_INDEX) continue;
+      if (b->addr < keep_hi && pool_bend(b) > keep_lo) continue;
+      size_t i = pool_seg_lower_bound(r, b->addr), j = i;
+      while (j < r->nsegs && r->segs[j].addr + r->segs[j].size <= pool_bend(b)) j++;
+      if (j == i || !rmmc__pool_settled(p, b, true)) continue;
+      for (; i < j; i++) c[n++] = (trim_cand_t){b, r->segs[i].addr, b->freed};
+    }
+    qsort(c, n, sizeof *c, older_first);
+    for (size_t k = 0; k < n && p->reserved > goal; k++) {
+      pool_block_t *b = c[k].b, *rest = NULL;
+      size_t i = pool_seg_lower_bound(r, c[k].seg);
+      rmmc__pool_unlink_free(p, b);
+      st = unmap_seg(p, r, i, b, &rest);
+      if (st != RMMC_SUCCESS) {
+        rmmc__pool_link_free(p, b);
+        break;
+      }
+      if (rest != NULL) rmmc__pool_link_free(p, rest);
+      /* b ends before the segment (indexed again), or became the hole. */
+    }
+    free(c);
+  }
+  return st;
+}
+
+static rmmc_status_t vm_trim(pool_t *p, size_t goal) { return vm_trim_keeping(p, goal, 0, 0); }
+
 /* ---- growth ---- */
 
 static inline bool usable_free(pool_t *p, pool_block_t *n, pool_owner_t *o) {
@@ -154,7 +241,7 @@ static size_t segment_of(const pool_t *p, size_t g) {
 
 /* Accounts [m0, m1) of hole u as mapped and turns it into a clean free
  * block merged with the usable free blocks beside it. */
-static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
+static pool_block_t *carve_mapped(pool_t *p, pool_owner_t *o, place_t pl) {
   p->reserved += pl.m1 - pl.m0;
   if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
   pool_block_t *x = pl.u;
@@ -180,8 +267,7 @@ static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_b
     pool_absorb(x, n, side);
     rmmc__pool_drop_block(p, n);
   }
-  *out = x;
-  return RMMC_SUCCESS;
+  return x;
 }
 
 /* Maps [m0, m1) of hole u, in segments, and carves it (carve_mapped). */
@@ -214,18 +300,15 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
         rmmc__pool_seg_remove(r, j);
         continue;
       }
-      pool_block_t *x;
-      if (rmmc__pool_room(p) && carve_mapped(p, o, (place_t){pl.u, k0, k0 + n, NULL}, &x) == RMMC_SUCCESS)
-        rmmc__pool_put_free(p, x);
+      if (rmmc__pool_room(p))
+        rmmc__pool_put_free(p, carve_mapped(p, o, (place_t){pl.u, k0, k0 + n, NULL}));
     }
     rmmc__error_restore(&why);
     return st;
   }
-  return carve_mapped(p, o, pl, out);
+  *out = carve_mapped(p, o, pl);
+  return RMMC_SUCCESS;
 }
-
-static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
-                                     uintptr_t keep_hi);
 
 /* The free block beside a hole that holds the request alone (place_at),
  * out of its index as a growth's block is, clean if another stream's
@@ -364,93 +447,6 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
   if (st == RMMC_SUCCESS) POOL_CHECK(p, *out, rmmc__pool_grown_ok, *out, o, need, true);
   return st;
 }
-
-/* ---- trimming ---- */
-
-/* Unmaps segment i of r, which lies inside free block b (unindexed);
- * returns the free block after it (unindexed, owner kept) or NULL. The
- * pieces before it are indexed again. */
-static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block_t *b,
-                               pool_block_t **rest) {
-  uintptr_t s0 = r->segs[i].addr, s1 = s0 + r->segs[i].size;
-  POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE);
-  POOL_ASSERT(p, b, b->where == W_OUT && b->region == r && s0 >= b->addr && s1 <= pool_bend(b));
-  if (!rmmc__pool_room(p)) return rmmc__pool_no_host_memory();
-  /* Paused (release_cached): one that is off was announced gone already. */
-  bool off = r->segs[i].off != SEG_ON;
-  rmmc_status_t st = off ? RMMC_SUCCESS : rmmc__pool_vm_unmap_announced(p, s0, r->segs[i].size);
-  if (st != RMMC_SUCCESS) return st;
-  POOL_SUB(p, p->reserved, r->segs[i].size);
-  if (off) POOL_SUB(p, p->off_bytes, r->segs[i].size);
-  else p->page_unmaps++;
-  p->shrinks++;
-  rmmc__pool_seg_remove(r, i);
-  pool_block_t *mid = b;
-  if (s0 > b->addr) {
-    mid = rmmc__pool_split(p, b, s0);
-    rmmc__pool_link_free(p, b);
-  }
-  *rest = s1 < pool_bend(mid) ? rmmc__pool_split(p, mid, s1) : NULL;
-  mid->state = B_UNMAPPED;
-  mid->tag = 0;
-  hole_add(p, mid);
-  mid = hole_merge(p, mid);
-  POOL_CHECK(p, mid, rmmc__pool_hole_ok, mid);
-  return RMMC_SUCCESS;
-}
-
-/* Unmaps segments wholly inside finished free blocks until reserved <=
- * goal, of the blocks freed longest ago first (a steady state reuses what
- * it freed recently). A block cut at its segment keeps the struct for the
- * front, so its candidates go highest first. */
-typedef struct trim_cand {
-  pool_block_t *b;
-  uintptr_t seg; /* the segment's address */
-  uint64_t freed;
-} trim_cand_t;
-
-static int older_first(const void *x, const void *y) {
-  const trim_cand_t *a = x, *b = y;
-  if (a->freed != b->freed) return a->freed < b->freed ? -1 : 1;
-  return a->seg > b->seg ? -1 : a->seg < b->seg; /* within a block: highest first */
-}
-
-static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
-                                     uintptr_t keep_hi) {
-  rmmc_status_t st = RMMC_SUCCESS;
-  for (pool_region_t *r = p->regions; r != NULL && p->reserved > goal && st == RMMC_SUCCESS;
-       r = r->next) {
-    if (r->nsegs == 0) continue;
-    trim_cand_t *c = malloc(r->nsegs * sizeof *c);
-    if (c == NULL) return rmmc__pool_no_host_memory();
-    size_t n = 0;
-    for (pool_block_t *b = r->first; b != NULL; b = b->next) {
-      if (b->state != B_FREE || b->where != W_INDEX) continue;
-      if (b->addr < keep_hi && pool_bend(b) > keep_lo) continue;
-      size_t i = pool_seg_lower_bound(r, b->addr), j = i;
-      while (j < r->nsegs && r->segs[j].addr + r->segs[j].size <= pool_bend(b)) j++;
-      if (j == i || !rmmc__pool_settled(p, b, true)) continue;
-      for (; i < j; i++) c[n++] = (trim_cand_t){b, r->segs[i].addr, b->freed};
-    }
-    qsort(c, n, sizeof *c, older_first);
-    for (size_t k = 0; k < n && p->reserved > goal; k++) {
-      pool_block_t *b = c[k].b, *rest = NULL;
-      size_t i = pool_seg_lower_bound(r, c[k].seg);
-      rmmc__pool_unlink_free(p, b);
-      st = unmap_seg(p, r, i, b, &rest);
-      if (st != RMMC_SUCCESS) {
-        rmmc__pool_link_free(p, b);
-        break;
-      }
-      if (rest != NULL) rmmc__pool_link_free(p, rest);
-      /* b ends before the segment (indexed again), or became the hole. */
-    }
-    free(c);
-  }
-  return st;
-}
-
-static rmmc_status_t vm_trim(pool_t *p, size_t goal) { return vm_trim_keeping(p, goal, 0, 0); }
 
 /* ---- the end (every mapping unmapped and unreserved), figures, invariants ---- */
 
