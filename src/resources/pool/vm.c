@@ -198,7 +198,7 @@ static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, s
   return true;
 }
 
-/* The hole needing least mapped; NULL if none can hold the block. */
+/* The hole needing least mapped; false if none can hold the block. */
 static bool best_place(pool_t *p, pool_owner_t *o, size_t need, size_t align, size_t min,
                        place_t *best) {
   bool found = false;
@@ -369,9 +369,9 @@ static rmmc_status_t trim_keeping_hole(pool_t *p, size_t goal, const pool_block_
 
 /* The upstream refused to map pl (the device is full): gives back as much
  * finished free memory elsewhere and maps again, before the last resort
- * synchronizes (design.md, "A refused growth"). The trim keeps the hole, so it
- * still has a place that maps no more. OUT_OF_MEMORY when nothing went
- * back or the upstream refuses again. */
+ * synchronizes (design.md, "A refused growth"). The trim keeps the hole,
+ * so it still has a place that maps no more. OUT_OF_MEMORY when nothing
+ * went back or the upstream refuses again. */
 static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
                                            size_t need, size_t align, size_t min, place_t pl,
                                            pool_block_t **out) {
