@@ -1,11 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool's chunk backend: regions are chunks taken from the upstream with
- * rmmc_resource_allocate, for upstreams without virtual memory (cuda_async,
- * managed, pinned, a user's resource) or expandable=false. A growth takes
- * one chunk of at least min_growth bytes in granularity steps, halving
- * towards the request when the upstream refuses; trimming gives back chunks
- * that are wholly free and whose last frees have finished.
+ * The pool's chunk backend (docs/design.md, "Growth backends"): regions are
+ * chunks taken with rmmc_resource_allocate, at least min_growth bytes in
+ * granularity steps, halving towards the request when the upstream
+ * refuses; trimming gives back wholly free chunks whose frees finished.
  */
 #include <stdio.h>
 
@@ -26,8 +24,8 @@ static bool chunks_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t
   return a == POOL_ADMIT_YES;
 }
 
-static rmmc_status_t chunks_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
-                                    size_t align, unsigned how, pool_block_t **out) {
+static rmmc_status_t chunks_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
+                                 size_t align, unsigned how, pool_block_t **out) {
   bool within = how & POOL_GROW_WITHIN;
   size_t min = how & POOL_GROW_EXACT ? 0 : p->min_growth;
   size_t pad = align > POOL_GRANULE ? align - POOL_GRANULE : 0;
@@ -53,7 +51,7 @@ static rmmc_status_t chunks_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t str
   pool_region_t *r = rmmc__pool_add_region(p, (uintptr_t)ptr, g, B_FREE);
   if (r == NULL) {
     (void)rmmc__pool_upstream_deallocate(p, ptr, g);
-    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+    return rmmc__pool_no_host_memory();
   }
   p->reserved += g;
   if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
@@ -66,15 +64,9 @@ static rmmc_status_t chunks_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t str
     b->tag = rmmc__stream_slot_tag(o->slot);
     (void)rmmc__stream_slot_try_record(&p->streams, o->slot, stream);
   }
+  POOL_CHECK(p, b, rmmc__pool_grown_ok, b, o, need, false);
   *out = b;
   return RMMC_SUCCESS;
-}
-
-static rmmc_status_t chunks_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
-                                 size_t align, unsigned how, pool_block_t **out) {
-  rmmc_status_t st = chunks_grow_at(p, o, stream, need, align, how, out);
-  if (st == RMMC_SUCCESS) POOL_CHECK(p, *out, rmmc__pool_grown_ok, *out, o, need, false);
-  return st;
 }
 
 static rmmc_status_t chunks_trim(pool_t *p, size_t goal) {

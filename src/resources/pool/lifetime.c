@@ -7,11 +7,10 @@
 
 static uint64_t next_pool_id;
 
-/* Locks every live heap, then the shared heap (describe, check): heap
- * locks come first, so the heaps are listed under the shared lock, locked,
- * and the list is checked again under the shared lock until no heap was
- * made, retired or reused meanwhile (heaps_gen). One such pass at a time
- * (snap_lock, held until unlock_all): the list is kept in the heaps' snext. */
+/* Locks every live heap, then the shared heap: heap locks come first, so
+ * the heaps are listed, locked, and listed again under the shared lock
+ * until none was made, retired or reused meanwhile (heaps_gen). One pass
+ * at a time (snap_lock, held until unlock_all) owns the heaps' snext. */
 void rmmc__pool_lock_all(pool_t *p) {
   pthread_mutex_lock(&p->snap_lock);
   for (;;) {
@@ -103,10 +102,9 @@ void rmmc__pool_destroy(rmmc_resource_t *r) {
   free(p);
 }
 
-/* Checks the options and resolves them into p. Their ranges are the
- * table's (RMMC_POOL_OPTIONS, checked as the create takes them); these are
- * the rules no range says: powers of two, one option against another, and
- * the values that mean "off" or "default" outside a range. */
+/* Checks the options and resolves them into p: the rules no range of
+ * RMMC_POOL_OPTIONS says (powers of two, one option against another, the
+ * values meaning "off" or "default" outside a range). */
 static rmmc_status_t apply_options(pool_t *p, const rmmc_pool_options_t *o) {
   const char *bad = NULL;
   if (!rmmc__is_pow2(o->growth_granularity))
@@ -259,11 +257,8 @@ rmmc_status_t rmmc__pool_create(rmmc_resource_t *upstream, const rmmc_pool_optio
       rmmc__pool_put_free(p, b);
     }
   }
-  if (st != RMMC_SUCCESS) goto destroy;
-  *out = &p->base.base;
-  return RMMC_SUCCESS;
-destroy:
-  rmmc__pool_destroy(&p->base.base);
+  if (st == RMMC_SUCCESS) *out = &p->base.base;
+  else rmmc__pool_destroy(&p->base.base);
   return st;
 }
 

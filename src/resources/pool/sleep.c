@@ -1,15 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Sleep mode: rmmc_pool_pause and rmmc_pool_resume (pool_resource.h has
- * the contract and its failure cases; docs/design.md, "Sleep mode", the
- * reasons). A pause keeps the pool's books exactly as they are and takes
- * the memory from under them: the backend unmaps every mapping and marks
- * it off, resume maps each one again at its address, so every pointer
- * handed out is valid again after it. The backup buffer is kept for the
- * next pause; a resume's copies read it until they finish, so whatever
- * writes or frees it first waits for them (an event). Allocation is
- * refused while paused through allocate's one slow-path gate
- * (graphs_routing counts the pause), so the hot path pays nothing.
+ * Sleep mode: rmmc_pool_pause and rmmc_pool_resume (pool_resource.h has the
+ * contract, docs/design.md, "Sleep mode", the reasons). The books stay, the
+ * backend unmaps every mapping and resume maps each again at its address.
+ * The backup buffer is kept for the next pause; a resume's copies read it
+ * until they finish, so whatever writes or frees it first waits for them
+ * (an event). Allocation is refused while paused through allocate's one
+ * slow-path gate (graphs_routing counts the pause): the hot path pays nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +15,7 @@
 #include "base/exports.h"
 #include "pool_internal.h"
 
-/* Live ranges closer than this are backed up as one (a gap copied costs
- * less than a call). */
+/* Live ranges closer than this are backed up as one (design.md). */
 #define SLEEP_GAP ((size_t)64 << 10)
 
 typedef struct sleep_range {
@@ -94,8 +90,8 @@ static bool collect_live(pool_t *p, struct pool_sleep *s) {
   return true;
 }
 
-/* Marks each mapping that a live range (collect_live's, in the same order
- * of regions and addresses) touches: a discard pause gives those back last. */
+/* Marks each mapping a live range (collect_live's, in the same order)
+ * touches: a discard pause gives those back last. */
 static void mark_live(pool_t *p, const struct pool_sleep *s) {
   size_t k = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
@@ -151,9 +147,9 @@ static rmmc_status_t host_room(pool_t *p, struct pool_sleep *s, size_t bytes) {
   return RMMC_SUCCESS;
 }
 
-/* Copies the backup out (to_host) or back on `stream`; back: only what
- * lies on mappings now held (release_cached may have dropped some while
- * paused), and the event marks the copies' end. Out: waits for them. */
+/* Copies the backup out (to_host: waits for the copies) or back on
+ * `stream` (only onto mappings now held: release_cached may drop some while
+ * paused; the event marks the copies' end). */
 static rmmc_status_t copy_ranges(pool_t *p, struct pool_sleep *s, bool to_host,
                                  cudaStream_t stream) {
   rmmc_status_t st = RMMC_SUCCESS;
@@ -196,18 +192,47 @@ static rmmc_status_t copy_ranges(pool_t *p, struct pool_sleep *s, bool to_host,
   return st;
 }
 
-static rmmc_status_t sleep_new(pool_t *p);
-
-/* Another process's import maps the old pages, which the driver keeps
- * until it closes them, and never sees the new ones: every export of the
- * pool's blocks is revoked, so importers see their handles stale. */
-static void revoke_exports(pool_t *p) {
-  if (rmmc__exports_live() > 0) rmmc__exports_forget_owner(&p->base.base);
+static void sleep_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
+  rmmc_pool_sleep_state_t f = RMMC_POOL_SLEEP_STATE_INIT;
+  if (rmmc_pool_sleep_state(&p->base.base, &f) != RMMC_SUCCESS) return;
+  rmmc__emit_text(emit, ctx, "sleep",
+                  !f.paused ? "awake" : f.mode == RMMC_POOL_PAUSE_BACKUP ? "backup" : "discard");
+  rmmc__emit_bytes(emit, ctx, "paused_bytes", f.unmapped);
+  rmmc__emit_bytes(emit, ctx, "backed_up", f.backed_up);
+  rmmc__emit_bytes(emit, ctx, "backup_host", f.host_bytes);
+  rmmc__emit_count(emit, ctx, "pauses", f.pauses);
+  rmmc__emit_count(emit, ctx, "resumes", f.resumes);
 }
 
-static void gate(pool_t *p, int paused) {
-  __atomic_store_n(&p->paused, paused, __ATOMIC_RELAXED);
-  rmmc__pool_count_route(p, paused ? 1 : -1);
+static void sleep_drop(pool_t *p, bool destroying) {
+  struct pool_sleep *s = (struct pool_sleep *)p->sleep;
+  rmmc__lock(&p->lock);
+  if (destroying || !p->paused) {
+    if (copies_done(s) != RMMC_SUCCESS) s->copying = false; /* the stream failed: nothing runs */
+    host_free(p, s);
+  }
+  rmmc__unlock(&p->lock);
+  if (!destroying) return;
+  if (s->copied != NULL) (void)cudaEventDestroy(s->copied);
+  free(s->ranges);
+  free(s);
+  p->sleep = NULL;
+}
+
+static rmmc_status_t sleep_new(pool_t *p) {
+  struct pool_sleep *s = calloc(1, sizeof *s);
+  if (s == NULL) return rmmc__pool_no_host_memory();
+  s->head.drop = sleep_drop;
+  s->head.describe = sleep_describe;
+  p->sleep = &s->head;
+  return RMMC_SUCCESS;
+}
+
+/* Paused in `mode`, or awake (0). */
+static void gate(pool_t *p, struct pool_sleep *s, rmmc_pool_pause_mode_t mode) {
+  s->mode = mode;
+  __atomic_store_n(&p->paused, mode != 0, __ATOMIC_RELAXED);
+  rmmc__pool_count_route(p, mode != 0 ? 1 : -1);
 }
 
 static pool_t *sleep_pool(rmmc_resource_t *stack, const char *what, rmmc_status_t *st) {
@@ -252,12 +277,10 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
     return rmmc_set_error(RMMC_ERROR_NOT_SUPPORTED,
                           "pool_pause: the pool's upstream is sim, whose addresses have no memory "
                           "behind them to back up; pause it with RMMC_POOL_PAUSE_DISCARD");
-  /* Every stream's work on the pool's memory must finish before a page
-   * goes: the pool cannot tell which streams use a live block, so the
-   * device is synchronized (refused during a known graph capture). This
-   * also finishes every free's pending work. */
-  if (p->cuda && (st = rmmc__stream_set_sync(&p->streams)) != RMMC_SUCCESS) return st;
-  if (!p->cuda) (void)rmmc__stream_set_sync(&p->streams); /* host: epochs only */
+  /* Every stream's work on the pool's memory finishes before a page goes
+   * (design.md, "Sleep mode"), every free's pending work too. */
+  st = rmmc__stream_set_sync(&p->streams); /* host: epochs only, its status ignored */
+  if (p->cuda && st != RMMC_SUCCESS) return st;
   rmmc__pool_lock_all(p);
   if (p->paused) {
     st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT, "pool_pause: the pool is paused already");
@@ -266,26 +289,17 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
   if (p->sleep == NULL && (st = sleep_new(p)) != RMMC_SUCCESS) goto unlock;
   struct pool_sleep *s = (struct pool_sleep *)p->sleep;
   if ((st = copies_done(s)) != RMMC_SUCCESS) goto unlock;
-  /* The live blocks: copied out (backup), or marking the mappings under
-   * them, which a discard pause gives back last. */
-  if (!collect_live(p, s)) {
-    forget_backup(s);
+  /* The live blocks: copied out (backup), or marking their mappings. */
+  if (!collect_live(p, s))
     st = rmmc__pool_no_host_memory();
-    goto unlock;
-  }
-  if (mode == RMMC_POOL_PAUSE_BACKUP) {
-    if ((st = host_room(p, s, s->backed_up)) != RMMC_SUCCESS ||
-        (st = copy_ranges(p, s, true, stream)) != RMMC_SUCCESS) {
-      forget_backup(s);
-      goto unlock;
-    }
-  } else {
+  else if (mode == RMMC_POOL_PAUSE_BACKUP && (st = host_room(p, s, s->backed_up)) == RMMC_SUCCESS)
+    st = copy_ranges(p, s, true, stream);
+  else if (mode == RMMC_POOL_PAUSE_DISCARD)
     mark_live(p, s);
-    forget_backup(s);
-  }
-  gate(p, 1);
+  if (st != RMMC_SUCCESS || mode == RMMC_POOL_PAUSE_DISCARD) forget_backup(s);
+  if (st != RMMC_SUCCESS) goto unlock;
+  gate(p, s, mode);
   rmmc__pool_heaps_cool(p);
-  s->mode = mode;
   size_t gone = 0, live_gone = 0;
   char b[32];
   st = p->be->sleep(p, mode == RMMC_POOL_PAUSE_BACKUP ? POOL_SLEEP_ALL : POOL_SLEEP_FREE, &gone);
@@ -309,8 +323,7 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
     snprintf(detail, sizeof detail, "%s", rmmc_last_error_message());
     rmmc__error_restore(&why);
     if (back == RMMC_SUCCESS) {
-      gate(p, 0);
-      s->mode = 0;
+      gate(p, s, 0);
       forget_backup(s);
       rmmc__append_error(" (pool_pause: the pool is awake as before: what was unmapped is "
                          "mapped again%s)",
@@ -324,7 +337,10 @@ RMMC_API rmmc_status_t rmmc_pool_pause(rmmc_resource_t *stack, rmmc_pool_pause_m
                                                       : " (no live block's page had gone)");
   }
   s->pauses++;
-  revoke_exports(p);
+  /* Another process's import maps the old pages, which the driver keeps
+   * until it closes them, and never sees the new ones: every export of the
+   * pool's blocks is revoked, so importers see their handles stale. */
+  if (rmmc__exports_live() > 0) rmmc__exports_forget_owner(&p->base.base);
 unlock:
   rmmc__pool_unlock_all(p);
   return st;
@@ -360,8 +376,7 @@ RMMC_API rmmc_status_t rmmc_pool_resume(rmmc_resource_t *stack, cudaStream_t str
                              "mappings could not be unmapped again and stay held)");
     goto unlock;
   }
-  gate(p, 0);
-  s->mode = 0;
+  gate(p, s, 0);
   s->resumes++;
 unlock:
   rmmc__pool_unlock_all(p);
@@ -394,41 +409,5 @@ RMMC_API rmmc_status_t rmmc_pool_sleep_state(rmmc_resource_t *stack,
   size_t n = out->size < sizeof f ? out->size : sizeof f;
   memcpy(out, &f, n);
   out->size = n;
-  return RMMC_SUCCESS;
-}
-
-static void sleep_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
-  rmmc_pool_sleep_state_t f = RMMC_POOL_SLEEP_STATE_INIT;
-  if (rmmc_pool_sleep_state(&p->base.base, &f) != RMMC_SUCCESS) return;
-  rmmc__emit_text(emit, ctx, "sleep",
-                  !f.paused ? "awake" : f.mode == RMMC_POOL_PAUSE_BACKUP ? "backup" : "discard");
-  rmmc__emit_bytes(emit, ctx, "paused_bytes", f.unmapped);
-  rmmc__emit_bytes(emit, ctx, "backed_up", f.backed_up);
-  rmmc__emit_bytes(emit, ctx, "backup_host", f.host_bytes);
-  rmmc__emit_count(emit, ctx, "pauses", f.pauses);
-  rmmc__emit_count(emit, ctx, "resumes", f.resumes);
-}
-
-static void sleep_drop(pool_t *p, bool destroying) {
-  struct pool_sleep *s = (struct pool_sleep *)p->sleep;
-  rmmc__lock(&p->lock);
-  if (destroying || !p->paused) {
-    if (copies_done(s) != RMMC_SUCCESS) s->copying = false; /* the stream failed: nothing runs */
-    host_free(p, s);
-  }
-  rmmc__unlock(&p->lock);
-  if (!destroying) return;
-  if (s->copied != NULL) (void)cudaEventDestroy(s->copied);
-  free(s->ranges);
-  free(s);
-  p->sleep = NULL;
-}
-
-static rmmc_status_t sleep_new(pool_t *p) {
-  struct pool_sleep *s = calloc(1, sizeof *s);
-  if (s == NULL) return rmmc__pool_no_host_memory();
-  s->head.drop = sleep_drop;
-  s->head.describe = sleep_describe;
-  p->sleep = &s->head;
   return RMMC_SUCCESS;
 }

@@ -1,20 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's virtual-memory backend (docs/design.md, "Growth backends"): a
- * region is an address-space reservation of the upstream, and memory is
- * mapped into it as the pool grows. Unmapped address space is a block of
- * state B_UNMAPPED (a "hole"); every other block lies on mapped memory.
- *
- * Growth maps exactly the shortfall, in the upstream's pages, at the hole
- * that needs least mapped for the block, counting the free memory beside
- * it that the requesting stream may use at once (the lowest address on a
- * tie): freed memory is reused before new memory is mapped, and a growing
- * block extends the free block beside it in place. Trimming unmaps whole
- * segments inside finished free blocks, those freed longest ago first.
- *
- * Peers: every device in the pool's peer set is granted each segment as it
- * is mapped, before anything else sees it; a segment that cannot be
- * granted to all of them goes back with the rest of its growth.
+ * region is an address-space reservation of the upstream, mapped into as
+ * the pool grows; unmapped space is a block of state B_UNMAPPED (a hole),
+ * every other block lies on mapped memory. Growth maps the shortfall, in
+ * pages, at the hole needing least mapped, counting the free blocks beside
+ * it that the stream may use (lowest address on a tie), so a growing block
+ * extends its free neighbour in place. Trimming unmaps whole segments
+ * inside finished free blocks, those freed longest ago first. Each segment
+ * is granted to every peer as it is mapped, before anything else sees it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +51,93 @@ static pool_block_t *hole_merge(pool_t *p, pool_block_t *u) {
   return u;
 }
 
+/* ---- trimming ---- */
+
+/* Unmaps segment i of r, which lies inside free block b (unindexed);
+ * returns the free block after it (unindexed, owner kept) or NULL. The
+ * pieces before it are indexed again. */
+static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block_t *b,
+                               pool_block_t **rest) {
+  uintptr_t s0 = r->segs[i].addr, s1 = s0 + r->segs[i].size;
+  POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE);
+  POOL_ASSERT(p, b, b->where == W_OUT && b->region == r && s0 >= b->addr && s1 <= pool_bend(b));
+  if (!rmmc__pool_room(p)) return rmmc__pool_no_host_memory();
+  /* Paused (release_cached): one that is off was announced gone already. */
+  bool off = r->segs[i].off != SEG_ON;
+  rmmc_status_t st = off ? RMMC_SUCCESS : rmmc__pool_vm_unmap_announced(p, s0, r->segs[i].size);
+  if (st != RMMC_SUCCESS) return st;
+  POOL_SUB(p, p->reserved, r->segs[i].size);
+  if (off) POOL_SUB(p, p->off_bytes, r->segs[i].size);
+  else p->page_unmaps++;
+  p->shrinks++;
+  rmmc__pool_seg_remove(r, i);
+  pool_block_t *mid = b;
+  if (s0 > b->addr) {
+    mid = rmmc__pool_split(p, b, s0);
+    rmmc__pool_link_free(p, b);
+  }
+  *rest = s1 < pool_bend(mid) ? rmmc__pool_split(p, mid, s1) : NULL;
+  mid->state = B_UNMAPPED;
+  mid->tag = 0;
+  hole_add(p, mid);
+  mid = hole_merge(p, mid);
+  POOL_CHECK(p, mid, rmmc__pool_hole_ok, mid);
+  return RMMC_SUCCESS;
+}
+
+/* Unmaps segments wholly inside finished free blocks until reserved <=
+ * goal, of the blocks freed longest ago first (a steady state reuses what
+ * it freed recently). A block cut at its segment keeps the struct for the
+ * front, so its candidates go highest first. */
+typedef struct trim_cand {
+  pool_block_t *b;
+  uintptr_t seg; /* the segment's address */
+  uint64_t freed;
+} trim_cand_t;
+
+static int older_first(const void *x, const void *y) {
+  const trim_cand_t *a = x, *b = y;
+  if (a->freed != b->freed) return a->freed < b->freed ? -1 : 1;
+  return a->seg > b->seg ? -1 : a->seg < b->seg; /* within a block: highest first */
+}
+
+static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
+                                     uintptr_t keep_hi) {
+  rmmc_status_t st = RMMC_SUCCESS;
+  for (pool_region_t *r = p->regions; r != NULL && p->reserved > goal && st == RMMC_SUCCESS;
+       r = r->next) {
+    if (r->nsegs == 0) continue;
+    trim_cand_t *c = malloc(r->nsegs * sizeof *c);
+    if (c == NULL) return rmmc__pool_no_host_memory();
+    size_t n = 0;
+    for (pool_block_t *b = r->first; b != NULL; b = b->next) {
+      if (b->state != B_FREE || b->where != W_INDEX) continue;
+      if (b->addr < keep_hi && pool_bend(b) > keep_lo) continue;
+      size_t i = pool_seg_lower_bound(r, b->addr), j = i;
+      while (j < r->nsegs && r->segs[j].addr + r->segs[j].size <= pool_bend(b)) j++;
+      if (j == i || !rmmc__pool_settled(p, b, true)) continue;
+      for (; i < j; i++) c[n++] = (trim_cand_t){b, r->segs[i].addr, b->freed};
+    }
+    qsort(c, n, sizeof *c, older_first);
+    for (size_t k = 0; k < n && p->reserved > goal; k++) {
+      pool_block_t *b = c[k].b, *rest = NULL;
+      size_t i = pool_seg_lower_bound(r, c[k].seg);
+      rmmc__pool_unlink_free(p, b);
+      st = unmap_seg(p, r, i, b, &rest);
+      if (st != RMMC_SUCCESS) {
+        rmmc__pool_link_free(p, b);
+        break;
+      }
+      if (rest != NULL) rmmc__pool_link_free(p, rest);
+      /* b ends before the segment (indexed again), or became the hole. */
+    }
+    free(c);
+  }
+  return st;
+}
+
+static rmmc_status_t vm_trim(pool_t *p, size_t goal) { return vm_trim_keeping(p, goal, 0, 0); }
+
 /* ---- growth ---- */
 
 static inline bool usable_free(pool_t *p, pool_block_t *n, pool_owner_t *o) {
@@ -75,14 +156,12 @@ static bool holds(const pool_block_t *b, size_t need, size_t align) {
   return a >= b->addr && a <= pool_bend(b) && pool_bend(b) - a >= need;
 }
 
-/* What hole u needs mapped for a block of `need` bytes at an `align`-aligned
- * address, using the free blocks beside it that o may use; false if the
- * block cannot be placed there. A usable neighbour that holds the block
- * alone is a place that maps nothing (beside): the caller's search missed
- * it because it became usable since (its stream's work became known
- * finished through another thread's record or synchronization, which run
- * without the shared lock), or because that search rounds alignment up.
- * The place maps at least `min` bytes where the hole has them. */
+/* What hole u needs mapped for `need` bytes at an `align`-aligned address,
+ * with the free blocks beside it that o may use (false: no room), at least
+ * `min` bytes where the hole has them. A usable neighbour that holds the
+ * block alone maps nothing (beside): it became usable after the caller's
+ * search (other threads learn of finished work without the shared lock),
+ * or that search rounds alignment up. */
 static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, size_t align,
                      size_t min, place_t *out) {
   pool_block_t *left = usable_free(p, u->prev, o) ? u->prev : NULL;
@@ -104,8 +183,7 @@ static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, s
   uintptr_t m1 = rmmc__align_up(e, p->page);
   if (m0 < u->addr) m0 = u->addr;
   /* From the right: the block ends where the free block after the hole
-   * does, so only the hole's top needs memory (cheaper when that block is
-   * the larger neighbour). */
+   * does, so only the hole's top is mapped (cheaper beside a large one). */
   if (right != NULL) {
     uintptr_t rs = (pool_bend(right) - need) & ~(uintptr_t)(align - 1);
     if (rs >= lo) {
@@ -120,7 +198,7 @@ static bool place_at(pool_t *p, pool_block_t *u, pool_owner_t *o, size_t need, s
   return true;
 }
 
-/* The hole needing least mapped; NULL if none can hold the block. */
+/* The hole needing least mapped; false if none can hold the block. */
 static bool best_place(pool_t *p, pool_owner_t *o, size_t need, size_t align, size_t min,
                        place_t *best) {
   bool found = false;
@@ -144,17 +222,16 @@ static rmmc_status_t reserve_region(pool_t *p, size_t need, size_t align) {
   pool_region_t *r = rmmc__pool_add_region(p, (uintptr_t)base, bytes, B_UNMAPPED);
   if (r == NULL) {
     (void)rmmc_resource_vm_unreserve(p->base.upstream, base, bytes);
-    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+    return rmmc__pool_no_host_memory();
   }
   hole_add(p, r->first);
   POOL_CHECK(p, r->first, rmmc__pool_hole_ok, r->first);
   return RMMC_SUCCESS;
 }
 
-/* The most bytes one mapping of a growth of g bytes covers: a mapping
- * costs about the same whatever its size (design.md, "Why 32 MiB
- * mappings"), so with the default page a growth maps in at most
- * VM_SEGMENTS_PER_GROWTH segments; an explicit page= is the most, as given. */
+/* The most bytes one mapping of a growth of g bytes covers (design.md,
+ * "Why 32 MiB mappings"): with the default page a growth maps in at most
+ * VM_SEGMENTS_PER_GROWTH segments; an explicit page= is the most. */
 static size_t segment_of(const pool_t *p, size_t g) {
   if (!p->segment_scales) return p->segment;
   size_t s = rmmc__align_up(g / VM_SEGMENTS_PER_GROWTH, p->page);
@@ -164,7 +241,7 @@ static size_t segment_of(const pool_t *p, size_t g) {
 
 /* Accounts [m0, m1) of hole u as mapped and turns it into a clean free
  * block merged with the usable free blocks beside it. */
-static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
+static pool_block_t *carve_mapped(pool_t *p, pool_owner_t *o, place_t pl) {
   p->reserved += pl.m1 - pl.m0;
   if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
   pool_block_t *x = pl.u;
@@ -190,16 +267,14 @@ static rmmc_status_t carve_mapped(pool_t *p, pool_owner_t *o, place_t pl, pool_b
     pool_absorb(x, n, side);
     rmmc__pool_drop_block(p, n);
   }
-  *out = x;
-  return RMMC_SUCCESS;
+  return x;
 }
 
 /* Maps [m0, m1) of hole u, in segments, and carves it (carve_mapped). */
 static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_block_t **out) {
   pool_region_t *r = pl.u->region;
   uintptr_t a = pl.m0;
-  if (!rmmc__pool_room(p))
-    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  if (!rmmc__pool_room(p)) return rmmc__pool_no_host_memory();
   rmmc_status_t st = RMMC_SUCCESS;
   size_t seg = segment_of(p, pl.m1 - pl.m0);
   while (a < pl.m1) {
@@ -213,8 +288,7 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
   if (st != RMMC_SUCCESS) {
     /* Take back what this growth mapped, highest first (the hole's struct
      * keeps the part below each cut). A piece the upstream refuses to unmap
-     * stays mapped, as free memory: counting it keeps reserved honest, and
-     * no later growth maps it again. */
+     * stays, as free memory, so reserved stays honest. */
     rmmc__error_state_t why;
     rmmc__error_save(&why);
     size_t i = pool_seg_lower_bound(r, pl.m0), j = i;
@@ -226,23 +300,19 @@ static rmmc_status_t map_place(pool_t *p, pool_owner_t *o, place_t pl, pool_bloc
         rmmc__pool_seg_remove(r, j);
         continue;
       }
-      pool_block_t *x;
-      if (rmmc__pool_room(p) && carve_mapped(p, o, (place_t){pl.u, k0, k0 + n, NULL}, &x) == RMMC_SUCCESS)
-        rmmc__pool_put_free(p, x);
+      if (rmmc__pool_room(p))
+        rmmc__pool_put_free(p, carve_mapped(p, o, (place_t){pl.u, k0, k0 + n, NULL}));
     }
     rmmc__error_restore(&why);
     return st;
   }
-  return carve_mapped(p, o, pl, out);
+  *out = carve_mapped(p, o, pl);
+  return RMMC_SUCCESS;
 }
 
-static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
-                                     uintptr_t keep_hi);
-
 /* The free block beside a hole that holds the request alone (place_at),
- * out of its index as a growth's block is, and clean if it was another
- * stream's (usable: that stream's work before its frees is finished). No
- * growth happened: the count the caller makes for one is taken back. */
+ * out of its index as a growth's block is, clean if another stream's
+ * (usable: that work is finished). No growth: the caller's count is undone. */
 static rmmc_status_t take_beside(pool_t *p, pool_owner_t *o, pool_block_t *b, pool_block_t **out) {
   rmmc__pool_unlink_free(p, b);
   if (b->owner != NULL && b->owner != o) {
@@ -254,9 +324,8 @@ static rmmc_status_t take_beside(pool_t *p, pool_owner_t *o, pool_block_t *b, po
   return RMMC_SUCCESS;
 }
 
-/* Where a growth goes: the hole needing least mapped (at least `min`
- * where the hole has room), else a new reservation (refused within the
- * budget once the pool has one). */
+/* Where a growth goes: the best hole, else a new reservation (refused
+ * within the budget once the pool has one). */
 static rmmc_status_t place(pool_t *p, pool_owner_t *o, size_t need, size_t align, size_t min,
                            bool within, place_t *pl) {
   if (best_place(p, o, need, align, min, pl)) return RMMC_SUCCESS;
@@ -280,10 +349,9 @@ static kept_t kept_of(const pool_block_t *u) {
   return (kept_t){u, u->prev, u->next, u->addr, pool_bsize(u)};
 }
 
-/* The trim kept the place (cheap: debug_checks >= 1). It touches no block
- * overlapping [u->prev, u->next], and the holes it makes merge only with
- * holes beside them, never u's neighbours (free or used, not holes: holes
- * always merge). */
+/* The trim kept the place: it touches no block overlapping [u->prev,
+ * u->next], and its holes never merge with u's neighbours (not holes:
+ * holes always merge). */
 static bool place_kept(const kept_t *k) {
   const pool_block_t *u = k->u;
   return u->state == B_UNMAPPED && u->prev == k->prev && u->next == k->next &&
@@ -299,12 +367,11 @@ static rmmc_status_t trim_keeping_hole(pool_t *p, size_t goal, const pool_block_
                          u->next != NULL ? pool_bend(u->next) : pool_bend(u));
 }
 
-/* The upstream refused to map [m0, m1) of hole u (the device is full):
- * gives back as much finished free memory elsewhere as the growth maps and
- * maps again, before the last resort synchronizes (design.md, "A refused
- * growth"). The trim keeps the hole and its neighbours, so the hole still
- * has a place that maps no more. OUT_OF_MEMORY (the upstream's message)
- * when nothing could go back or the upstream refuses again. */
+/* The upstream refused to map pl (the device is full): gives back as much
+ * finished free memory elsewhere and maps again, before the last resort
+ * synchronizes (design.md, "A refused growth"). The trim keeps the hole,
+ * so it still has a place that maps no more. OUT_OF_MEMORY when nothing
+ * went back or the upstream refuses again. */
 static rmmc_status_t map_after_giving_back(pool_t *p, pool_owner_t *o, cudaStream_t stream,
                                            size_t need, size_t align, size_t min, place_t pl,
                                            pool_block_t **out) {
@@ -340,24 +407,18 @@ static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream,
     kept_t k = kept_of(pl.u);
     p->budget_trims++;
     (void)trim_keeping_hole(p, goal, pl.u);
-#if RMMC_DEBUG_CHECKS >= 1
-    if (!place_kept(&k))
+    if (RMMC_DEBUG_CHECKS >= 1 && !place_kept(&k))
       return rmmc_set_error(RMMC_ERROR_INTERNAL,
                             "pool: the budget's trim changed the hole at %p it had to keep, or "
                             "its neighbours (a bug)",
                             (void *)k.addr);
-#else
-    (void)k;
-#endif
     a = rmmc__pool_admit_max(p, pl.m1 - pl.m0);
   }
   if (a != POOL_ADMIT_YES)
     return within ? rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: over its budget")
                   : RMMC_ERROR_OUT_OF_MEMORY;
   if (p->shrinks != shrinks) { /* trimming moved things: place again, admit again */
-    /* The hole and its neighbours are as they were and a neighbour only
-     * becomes more usable, so the hole still has a place, one that maps no
-     * more, or none at all (beside). */
+    /* design.md, "A growth's place survives its trim". */
     if (!best_place(p, o, need, align, min, &pl))
       return rmmc_set_error(RMMC_ERROR_INTERNAL, "pool: no place after trimming (a bug)");
     if (pl.beside != NULL) return take_beside(p, o, pl.beside, out);
@@ -374,9 +435,9 @@ static rmmc_status_t vm_grow_at(pool_t *p, pool_owner_t *o, cudaStream_t stream,
 
 static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t need,
                              size_t align, unsigned how, pool_block_t **out) {
-  /* An allocation that passed allocate's lock-free gate just before a
-   * pause would merge with free blocks whose mappings the pause turned off.
-   * The pause sets `paused` under every lock, so this read is exact. */
+  /* An allocation that passed allocate's gate just before a pause would
+   * merge with free blocks whose mappings are off. The pause sets `paused`
+   * under every lock, so this read is exact. */
   if (RMMC_UNLIKELY(__atomic_load_n(&p->paused, __ATOMIC_RELAXED)))
     return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
                           "pool: cannot grow by %zu bytes: the pool is paused (rmmc_pool_pause) "
@@ -387,97 +448,73 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
   return st;
 }
 
-/* ---- trimming ---- */
+/* ---- the end (every mapping unmapped and unreserved), figures, invariants ---- */
 
-/* Unmaps segment i of r, which lies inside free block b (unindexed);
- * returns the free block after it (unindexed, owner kept) or NULL. The
- * pieces before it are indexed again. */
-static rmmc_status_t unmap_seg(pool_t *p, pool_region_t *r, size_t i, pool_block_t *b,
-                               pool_block_t **rest) {
-  uintptr_t s0 = r->segs[i].addr, s1 = s0 + r->segs[i].size;
-  POOL_CHECK(p, b, rmmc__pool_block_ok, b, B_FREE);
-  POOL_ASSERT(p, b, b->where == W_OUT && b->region == r && s0 >= b->addr && s1 <= pool_bend(b));
-  if (!rmmc__pool_room(p))
-    return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
-  /* Paused (release_cached): a mapping that is off has no memory to give
-   * back and was announced gone; it leaves the books. */
-  bool off = r->segs[i].off != SEG_ON;
-  rmmc_status_t st = off ? RMMC_SUCCESS : rmmc__pool_vm_unmap_announced(p, s0, r->segs[i].size);
-  if (st != RMMC_SUCCESS) return st;
-  POOL_SUB(p, p->reserved, r->segs[i].size);
-  if (off) POOL_SUB(p, p->off_bytes, r->segs[i].size);
-  else p->page_unmaps++;
-  p->shrinks++;
-  rmmc__pool_seg_remove(r, i);
-  pool_block_t *mid = b;
-  if (s0 > b->addr) {
-    mid = rmmc__pool_split(p, b, s0);
-    rmmc__pool_link_free(p, b);
+void rmmc__pool_vm_fini(pool_t *p) {
+  while (p->regions != NULL) {
+    pool_region_t *r = p->regions;
+    for (size_t i = 0; i < r->nsegs; i++) {
+      if (r->segs[i].off != SEG_ON) continue; /* paused: gone already, announced */
+      pool_hook_release(p, r->segs[i].addr, r->segs[i].size);
+      (void)rmmc_resource_vm_unmap(p->base.upstream, (void *)r->segs[i].addr, r->segs[i].size);
+    }
+    (void)rmmc_resource_vm_unreserve(p->base.upstream, (void *)r->base, r->size);
+    rmmc__pool_remove_region(p, r);
   }
-  *rest = s1 < pool_bend(mid) ? rmmc__pool_split(p, mid, s1) : NULL;
-  mid->state = B_UNMAPPED;
-  mid->tag = 0;
-  hole_add(p, mid);
-  mid = hole_merge(p, mid);
-  POOL_CHECK(p, mid, rmmc__pool_hole_ok, mid);
-  return RMMC_SUCCESS;
 }
 
-/* Unmaps segments lying wholly inside free blocks whose frees have
- * finished until reserved <= goal, those of the blocks freed longest ago
- * first (memory a steady state still uses was freed recently). One pass
- * collects them; a block whose segment goes is cut there, its front piece
- * keeping the struct, so a lower segment of the same block is found again
- * through the front (the candidates of one block go highest first). */
-typedef struct trim_cand {
-  pool_block_t *b;
-  uintptr_t seg; /* the segment's address */
-  uint64_t freed;
-} trim_cand_t;
-
-static int older_first(const void *x, const void *y) {
-  const trim_cand_t *a = x, *b = y;
-  if (a->freed != b->freed) return a->freed < b->freed ? -1 : 1;
-  return a->seg > b->seg ? -1 : a->seg < b->seg; /* within a block: highest first */
+void rmmc__pool_vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
+  size_t segs = 0, space = 0;
+  rmmc__lock(&p->lock);
+  for (pool_region_t *r = p->regions; r != NULL; r = r->next) segs += r->nsegs, space += r->size;
+  uint64_t maps = p->page_maps, unmaps = p->page_unmaps, refusals = p->refusal_trims,
+           budget = p->budget_trims;
+  rmmc__unlock(&p->lock);
+  rmmc__emit_text(emit, ctx, "backend", "virtual memory");
+  rmmc__emit_bytes(emit, ctx, "page", p->page);
+  rmmc__emit_bytes(emit, ctx, "address_space", space);
+  rmmc__emit_count(emit, ctx, "mappings", segs);
+  rmmc__emit_count(emit, ctx, "page_maps", maps);
+  rmmc__emit_count(emit, ctx, "page_unmaps", unmaps);
+  rmmc__emit_count(emit, ctx, "budget_trims", budget);
+  rmmc__emit_count(emit, ctx, "refusal_trims", refusals);
 }
 
-static rmmc_status_t vm_trim_keeping(pool_t *p, size_t goal, uintptr_t keep_lo,
-                                     uintptr_t keep_hi) {
-  rmmc_status_t st = RMMC_SUCCESS;
-  for (pool_region_t *r = p->regions; r != NULL && p->reserved > goal && st == RMMC_SUCCESS;
-       r = r->next) {
-    if (r->nsegs == 0) continue;
-    trim_cand_t *c = malloc(r->nsegs * sizeof *c);
-    if (c == NULL) return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
-    size_t n = 0;
+bool rmmc__pool_vm_check(pool_t *p, char *msg, size_t len) {
+  size_t mapped = 0, holes = 0, off = 0;
+  for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
+    for (size_t i = 0; i < r->nsegs; i++) {
+      const pool_seg_t *s = &r->segs[i];
+      POOL_WALK_CHECK(s->addr >= r->base && s->addr + s->size <= r->base + r->size &&
+                          s->addr % p->page == 0 && s->size % p->page == 0 &&
+                          (i == 0 || r->segs[i - 1].addr + r->segs[i - 1].size <= s->addr),
+                      "mapping %p + %zu is out of place", (void *)s->addr, s->size);
+      mapped += s->size;
+      POOL_WALK_CHECK(s->off == SEG_ON || (s->off == SEG_OFF && p->paused),
+                      "mapping %p + %zu is %s while the pool is %s", (void *)s->addr, s->size,
+                      s->off == SEG_OFF ? "off" : "half woken", p->paused ? "paused" : "awake");
+      if (s->off == SEG_OFF) off += s->size;
+    }
     for (pool_block_t *b = r->first; b != NULL; b = b->next) {
-      if (b->state != B_FREE || b->where != W_INDEX) continue;
-      if (b->addr < keep_hi && pool_bend(b) > keep_lo) continue;
-      size_t i = pool_seg_lower_bound(r, b->addr), j = i;
-      while (j < r->nsegs && r->segs[j].addr + r->segs[j].size <= pool_bend(b)) j++;
-      if (j == i || !rmmc__pool_settled(p, b, true)) continue;
-      for (; i < j; i++) c[n++] = (trim_cand_t){b, r->segs[i].addr, b->freed};
+      bool unmapped = b->state == B_UNMAPPED;
+      holes += unmapped;
+      POOL_WALK_CHECK(pool_segs_cover(r, b->addr, pool_bend(b), !unmapped, false),
+                      "block %p + %zu (state %d) is %s", (void *)b->addr, pool_bsize(b), b->state,
+                      unmapped ? "mapped" : "not wholly mapped");
+      POOL_WALK_CHECK(!unmapped || b->next == NULL || b->next->state != B_UNMAPPED,
+                      "holes at %p and %p should have merged", (void *)b->addr,
+                      (void *)b->next->addr);
     }
-    qsort(c, n, sizeof *c, older_first);
-    for (size_t k = 0; k < n && p->reserved > goal; k++) {
-      pool_block_t *b = c[k].b, *rest = NULL;
-      size_t i = pool_seg_lower_bound(r, c[k].seg);
-      rmmc__pool_unlink_free(p, b);
-      st = unmap_seg(p, r, i, b, &rest);
-      if (st != RMMC_SUCCESS) {
-        rmmc__pool_link_free(p, b);
-        break;
-      }
-      if (rest != NULL) rmmc__pool_link_free(p, rest);
-      /* b now ends before the segment: indexed again by unmap_seg, or it
-       * became the hole (the segment began it) and no lower one is in it. */
-    }
-    free(c);
   }
-  return st;
+  size_t listed = 0;
+  for (pool_block_t *u = p->holes; u != NULL; u = u->qnext) listed++;
+  POOL_WALK_CHECK(off == p->off_bytes, "%zu bytes of mappings are off, the pool counts %zu", off,
+                  p->off_bytes);
+  POOL_WALK_CHECK(mapped == p->reserved && listed == holes,
+                  "reserved %zu, mappings add up to %zu; %zu holes, %zu listed", p->reserved,
+                  mapped, holes, listed);
+  return true;
 }
-
-static rmmc_status_t vm_trim(pool_t *p, size_t goal) { return vm_trim_keeping(p, goal, 0, 0); }
 
 const pool_backend_t rmmc__pool_vm = {
     .name = "virtual memory",

@@ -54,15 +54,14 @@ rmmc_status_t rmmc__pool_vm_unmap_announced(pool_t *p, uintptr_t a, size_t n) {
   return st;
 }
 
-/* Maps [a, a + n) (listed as a segment of r, unless r is NULL) and grants
- * it to every peer. On failure it is unlisted and unmapped again, unless
- * the upstream refuses that too: *stays then (mapped, not every peer's). */
+/* Maps [a, a + n) (listed as a segment of r unless r is NULL) and grants
+ * it to every peer; on failure unlisted and unmapped, or *stays when the
+ * upstream refuses that too. */
 static rmmc_status_t map_granted(pool_t *p, pool_region_t *r, uintptr_t a, size_t n, bool *stays) {
   *stays = false;
   rmmc_status_t st = vm_call(p, a, n, -1, true);
   if (st != RMMC_SUCCESS) return st;
-  if (r != NULL && !rmmc__pool_seg_insert(r, a, n))
-    st = rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY, "pool: no host memory for bookkeeping");
+  if (r != NULL && !rmmc__pool_seg_insert(r, a, n)) st = rmmc__pool_no_host_memory();
   for (uint64_t m = p->peers; m != 0 && st == RMMC_SUCCESS; m &= m - 1)
     st = vm_call(p, a, n, __builtin_ctzll(m), true);
   if (st != RMMC_SUCCESS) {
@@ -88,9 +87,7 @@ rmmc_status_t rmmc__pool_vm_map_segment(pool_t *p, pool_region_t *r, uintptr_t a
 /* ---- peers ---- */
 
 /* Grants device d every segment held, in order; on a refusal takes back
- * what it granted, so the pool is as it was. A take-back the upstream
- * refuses too leaves that segment reachable from d, and the message says
- * so. Shared lock held. */
+ * what it granted (the message counts what it could not). Shared lock. */
 rmmc_status_t rmmc__pool_vm_grant(pool_t *p, int d) {
   pool_region_t *r;
   size_t i = 0;
@@ -123,6 +120,16 @@ take_back: {
 
 /* ---- sleep mode (sleep.c) ---- */
 
+/* Unmaps mapping s, announced, and marks it off. */
+static rmmc_status_t seg_off(pool_t *p, pool_seg_t *s) {
+  rmmc_status_t st = rmmc__pool_vm_unmap_announced(p, s->addr, s->size);
+  if (st != RMMC_SUCCESS) return st;
+  s->off = SEG_OFF;
+  p->off_bytes += s->size;
+  p->page_unmaps++;
+  return RMMC_SUCCESS;
+}
+
 /* pool_backend_t.sleep, lowest first. POOL_SLEEP_LIVE stops at a refusal
  * met before any of its mappings went: the pause can then still go back
  * with every live block intact. */
@@ -135,16 +142,10 @@ rmmc_status_t rmmc__pool_vm_sleep(pool_t *p, int which, size_t *gone) {
       pool_seg_t *s = &r->segs[i];
       if (s->off != SEG_ON || (which != POOL_SLEEP_ALL && s->live != (which == POOL_SLEEP_LIVE)))
         continue;
-      rmmc_status_t st = rmmc__pool_vm_unmap_announced(p, s->addr, s->size);
-      if (st != RMMC_SUCCESS) {
-        if (refused++ == 0) first = st, rmmc__error_save(&why);
-        if (which == POOL_SLEEP_LIVE && *gone == 0) goto done;
-        continue;
-      }
-      s->off = SEG_OFF;
-      p->off_bytes += s->size;
-      p->page_unmaps++;
-      *gone += s->size;
+      rmmc_status_t st = seg_off(p, s);
+      if (st == RMMC_SUCCESS) *gone += s->size;
+      else if (refused++ == 0) first = st, rmmc__error_save(&why);
+      if (st != RMMC_SUCCESS && which == POOL_SLEEP_LIVE && *gone == 0) goto done;
     }
 done:
   if (first != RMMC_SUCCESS) {
@@ -177,16 +178,8 @@ rmmc_status_t rmmc__pool_vm_wake(pool_t *p) {
     for (size_t i = 0; i < r->nsegs; i++) {
       pool_seg_t *s = &r->segs[i];
       if (s->off != SEG_WOKEN) continue;
-      if (st == RMMC_SUCCESS) {
-        s->off = SEG_ON;
-      } else if (rmmc__pool_vm_unmap_announced(p, s->addr, s->size) == RMMC_SUCCESS) {
-        s->off = SEG_OFF;
-        p->off_bytes += s->size;
-        p->page_unmaps++;
-      } else {
-        s->off = SEG_ON;
-        kept++;
-      }
+      if (st == RMMC_SUCCESS) s->off = SEG_ON;
+      else if (seg_off(p, s) != RMMC_SUCCESS) s->off = SEG_ON, kept++;
     }
   if (st != RMMC_SUCCESS) {
     rmmc__error_restore(&why);
