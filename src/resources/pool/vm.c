@@ -450,7 +450,7 @@ static rmmc_status_t vm_grow(pool_t *p, pool_owner_t *o, cudaStream_t stream, si
 
 /* ---- the end (every mapping unmapped and unreserved), figures, invariants ---- */
 
-void rmmc__pool_vm_fini(pool_t *p) {
+static void vm_fini(pool_t *p) {
   while (p->regions != NULL) {
     pool_region_t *r = p->regions;
     for (size_t i = 0; i < r->nsegs; i++) {
@@ -463,7 +463,7 @@ void rmmc__pool_vm_fini(pool_t *p) {
   }
 }
 
-void rmmc__pool_vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
+static void vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
   size_t segs = 0, space = 0;
   rmmc__lock(&p->lock);
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) segs += r->nsegs, space += r->size;
@@ -480,7 +480,7 @@ void rmmc__pool_vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx) {
   rmmc__emit_count(emit, ctx, "refusal_trims", refusals);
 }
 
-bool rmmc__pool_vm_check(pool_t *p, char *msg, size_t len) {
+static bool vm_check(pool_t *p, char *msg, size_t len) {
   size_t mapped = 0, holes = 0, off = 0;
   for (pool_region_t *r = p->regions; r != NULL; r = r->next) {
     for (size_t i = 0; i < r->nsegs; i++) {
@@ -520,9 +520,9 @@ const pool_backend_t rmmc__pool_vm = {
     .name = "virtual memory",
     .grow = vm_grow,
     .trim = vm_trim,
-    .fini = rmmc__pool_vm_fini,
-    .describe = rmmc__pool_vm_describe,
-    .check = rmmc__pool_vm_check,
+    .fini = vm_fini,
+    .describe = vm_describe,
+    .check = vm_check,
     .grant = rmmc__pool_vm_grant,
     .sleep = rmmc__pool_vm_sleep,
     .wake = rmmc__pool_vm_wake,

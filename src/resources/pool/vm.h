@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* What the virtual-memory backend's files share (internal): vm.c places,
- * grows and trims; vm_map.c has the mappings, vm_check.c the end, figures
- * and invariants. All under the shared lock. */
+ * grows and trims, and has the end, figures and invariants; vm_map.c has
+ * the mappings. All under the shared lock. */
 #ifndef RMMC_POOL_VM_H
 #define RMMC_POOL_VM_H
 
@@ -14,12 +14,9 @@ rmmc_status_t rmmc__pool_vm_unmap_announced(pool_t *p, uintptr_t a, size_t n);
  * refusal nothing of it stays mapped or listed. */
 rmmc_status_t rmmc__pool_vm_map_segment(pool_t *p, pool_region_t *r, uintptr_t a, size_t n);
 
-/* The backend's slots (pool_backend_t) that vm_map.c and vm_check.c define. */
+/* The backend's slots (pool_backend_t) that vm_map.c defines. */
 rmmc_status_t rmmc__pool_vm_grant(pool_t *p, int d);
 rmmc_status_t rmmc__pool_vm_sleep(pool_t *p, int which, size_t *gone);
 rmmc_status_t rmmc__pool_vm_wake(pool_t *p);
-void rmmc__pool_vm_fini(pool_t *p);
-void rmmc__pool_vm_describe(pool_t *p, rmmc_field_cb emit, void *ctx);
-bool rmmc__pool_vm_check(pool_t *p, char *msg, size_t len);
 
 #endif /* RMMC_POOL_VM_H */
