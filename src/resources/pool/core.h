@@ -82,9 +82,6 @@ typedef struct pool_request {
  * rmmc__pool_lock_all, rmmc__pool_unlock_all, ...) ---- */
 
 /* pool.c */
-rmmc_status_t rmmc__pool_small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                        cudaStream_t stream, size_t n, size_t align, size_t bytes,
-                                        void **out);
 void rmmc__pool_heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
 /* policy.c */
 void rmmc__pool_cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream);
@@ -106,8 +103,6 @@ rmmc_status_t rmmc__pool_span_take(const pool_request_t *r);
 extern void (*rmmc__pool_before_retry)(pool_t *p);
 #endif
 pool_sheap_t *rmmc__pool_heaps_snapshot(pool_t *p);
-rmmc_status_t rmmc__pool_small_again(pool_t *p, cudaStream_t stream, size_t n, size_t align,
-                                     size_t bytes, void **out);
 /* Entered with the fast path's lock held (h's for a small request, the
  * shared lock for a large one), which it drops. */
 rmmc_status_t rmmc__pool_get_block(pool_t *p, pool_sheap_t *h, pool_owner_t *o,

@@ -106,15 +106,6 @@ static rmmc_status_t pool_out_of_memory(pool_t *p, const lend_seen_t *seen, rmmc
   return st;
 }
 
-/* The heap this thread cached was retired: its heap of the stream again. */
-POOL_NOINLINE rmmc_status_t rmmc__pool_small_again(pool_t *p, cudaStream_t stream, size_t n,
-                                               size_t align, size_t bytes, void **out) {
-  pool_sheap_t *h;
-  pool_owner_t *o;
-  rmmc_status_t st = rmmc__pool_heap_stale(p, stream, &h, &o);
-  return st == RMMC_SUCCESS ? rmmc__pool_small_allocate(p, h, o, stream, n, align, bytes, out) : st;
-}
-
 /* ---- get_block ----
  *
  * The fast paths (pool.c) serve a small request from its heap's hot block
@@ -238,7 +229,8 @@ static POOL_NOINLINE rmmc_status_t request_steps(pool_request_t *r, rmmc_status_
     rmmc__lock(&h->lock);
     while (h->owner != r->o) { /* h was retired meanwhile: the stream's heap now */
       rmmc__unlock(&h->lock);
-      if ((st = rmmc__pool_heap_stale(r->p, r->stream, &r->h, &r->o)) != RMMC_SUCCESS) return st;
+      st = rmmc__pool_heap_find(r->p, r->stream, rmmc__stream_key_fast(r->stream), &r->h, &r->o);
+      if (st != RMMC_SUCCESS) return st;
       h = r->h;
       rmmc__lock(&h->lock);
     }

@@ -87,8 +87,3 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_owner_rejoin(pool_t *p, pool_owner_t *o) 
   pool_sheap_t *h;
   return rmmc__pool_heap_new(p, o, o->slot, thread_stripe(p), &h);
 }
-
-POOL_NOINLINE rmmc_status_t rmmc__pool_heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
-                                                  pool_owner_t **o) {
-  return rmmc__pool_heap_find(p, stream, rmmc__stream_key_fast(stream), h, o);
-}
