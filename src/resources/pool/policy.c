@@ -207,21 +207,20 @@ static rmmc_status_t slow_take(pool_block_t *b, pool_t *p, pool_block_t **out) {
   return RMMC_SUCCESS;
 }
 
-/* A block a backend's growth made. */
-static rmmc_status_t slow_grown(pool_block_t *b, pool_t *p, pool_block_t **out) {
-  p->grows++;
-  *out = b;
-  return RMMC_SUCCESS;
+/* The backend grows for r (`how`: POOL_GROW_*), the growth counted. */
+static rmmc_status_t slow_grow(const pool_request_t *r, unsigned how, pool_block_t **out) {
+  pool_t *p = r->p;
+  rmmc_status_t st = p->be->grow(p, r->o, r->stream, r->take, r->take_align, how, out);
+  if (st == RMMC_SUCCESS) p->grows++;
+  return st;
 }
 
 /* Grows, but not past the peak reserved (trimming to the budget first). */
 static rmmc_status_t grow_within_peak(const pool_request_t *r, pool_block_t **out) {
-  pool_t *p = r->p;
-  pool_block_t *b;
-  p->hold_peak = true;
-  rmmc_status_t st = p->be->grow(p, r->o, r->stream, r->take, r->take_align, POOL_GROW_ANY, &b);
-  p->hold_peak = false;
-  return st == RMMC_SUCCESS ? slow_grown(b, p, out) : st;
+  r->p->hold_peak = true;
+  rmmc_status_t st = slow_grow(r, POOL_GROW_ANY, out);
+  r->p->hold_peak = false;
+  return st;
 }
 
 /* Step 4's growth. On a busy GPU most frees wait behind work the host ran
@@ -235,36 +234,30 @@ static rmmc_status_t grow_past_budget(const pool_request_t *r, bool capturing,
                                       pool_block_t **out) {
   pool_t *p = r->p;
   pool_owner_t *o = r->o;
-  cudaStream_t stream = r->stream;
-  size_t need = r->take, align = r->take_align;
   pool_block_t *b;
   rmmc_status_t st;
-  if (p->sync_before_peak && !capturing && p->free_bytes >= need && unfinished_frees(p)) {
+  if (p->sync_before_peak && !capturing && p->free_bytes >= r->take && unfinished_frees(p)) {
     st = grow_within_peak(r, out);
     if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
     /* o's own frees first: the only stream this call may record on. */
-    rmmc__pool_cover(p, o, stream);
+    rmmc__pool_cover(p, o, r->stream);
     for (;;) {
       bool settled = false;
       for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext)
         if (q->slot != NULL && rmmc__stream_slot_finish_mark(&p->streams, q->slot)) settled = true;
       if (!settled) break;
       rmmc__pool_consolidate(p, false);
-      if ((b = find_usable(p, o, need, align)) != NULL) return slow_take(b, p, out);
+      if ((b = find_usable(p, o, r->take, r->take_align)) != NULL) return slow_take(b, p, out);
       st = grow_within_peak(r, out);
       if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
     }
   }
-  st = p->be->grow(p, o, stream, need, align, POOL_GROW_ANY, &b);
-  return st == RMMC_SUCCESS ? slow_grown(b, p, out) : st;
+  return slow_grow(r, POOL_GROW_ANY, out);
 }
 
 /* Step 5. The message of the step that failed last says why. */
 static rmmc_status_t last_resort(const pool_request_t *r, bool capturing, pool_block_t **out) {
   pool_t *p = r->p;
-  pool_owner_t *o = r->o;
-  cudaStream_t stream = r->stream;
-  size_t need = r->take, align = r->take_align;
   char why[256];
   snprintf(why, sizeof why, "%s", rmmc_last_error_message());
   /* Every stream's memory, everything cached below. */
@@ -275,21 +268,20 @@ static rmmc_status_t last_resort(const pool_request_t *r, bool capturing, pool_b
   }
   (void)rmmc__pool_reclaim_spans(p, r->h, SIZE_MAX);
   rmmc__pool_consolidate(p, false);
-  pool_block_t *b = find_usable(p, o, need, align);
+  pool_block_t *b = find_usable(p, r->o, r->take, r->take_align);
   if (b != NULL) {
     p->last_resort = false;
     return slow_take(b, p, out);
   }
   (void)p->be->trim(p, 0);
   (void)rmmc_resource_release_cached(p->base.upstream);
-  rmmc_status_t st = p->be->grow(p, o, stream, need, align, POOL_GROW_ANY, &b);
+  rmmc_status_t st = slow_grow(r, POOL_GROW_ANY, out);
   p->last_resort = false;
-  if (st == RMMC_SUCCESS) return slow_grown(b, p, out);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
   /* The out-of-memory rule (internal.h) applied here, under the pool's own
    * lock; get_block lends once more, then tells the wrapper not to apply
    * it again (pool_out_of_memory). */
-  st = rmmc__pool_oom(p, r->bytes, stream, why);
+  st = rmmc__pool_oom(p, r->bytes, r->stream, why);
   rmmc__append_error(RMMC__RETRIED_NOTE, p->base.base.ops->name);
   return st;
 }
@@ -310,8 +302,7 @@ static rmmc_status_t shared_slow_steps(const pool_request_t *r, pool_block_t **o
   /* 1. */
   if ((b = reuse_without_wait(r, fit, &covered, &from)) != NULL) return slow_take(b, p, out);
   /* 2. */
-  rmmc_status_t st = p->be->grow(p, r->o, r->stream, need, align, POOL_GROW_WITHIN, &b);
-  if (st == RMMC_SUCCESS) return slow_grown(b, p, out);
+  rmmc_status_t st = slow_grow(r, POOL_GROW_WITHIN, out);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
   /* 3. */
   if ((b = reuse_after_wait(r, capturing, covered, from)) != NULL) return slow_take(b, p, out);
