@@ -62,9 +62,9 @@ static bool heap_lend(const pool_request_t *r, pool_sheap_t *x, bool capturing, 
   return true;
 }
 
-/* Other heaps lend a block for r (no lock held): true with *out set, or
- * false with the thread's error state as it was and *seen telling what the
- * heaps hold. */
+/* Other heaps lend a block for r (no lock held): true with *out set and the
+ * call's error state as at its start, or false with the thread's error
+ * state as it was and *seen telling what the heaps hold. */
 static POOL_NOINLINE bool heaps_lend(const pool_request_t *r, lend_seen_t *seen, void **out) {
   pool_t *p = r->p;
   *seen = (lend_seen_t){0};
@@ -81,6 +81,7 @@ static POOL_NOINLINE bool heaps_lend(const pool_request_t *r, lend_seen_t *seen,
   }
   pthread_mutex_unlock(&p->snap_lock);
   rmmc__error_restore(&saved);
+  if (lent) (void)rmmc__error_restore_call_start();
   return lent;
 }
 
@@ -185,12 +186,6 @@ unlock:
 void (*rmmc__pool_before_retry)(pool_t *p);
 #endif
 
-/* Lent (steps 3 and 5): the call's error state as it was at its start. */
-static rmmc_status_t lent(void) {
-  (void)rmmc__error_restore_call_start();
-  return RMMC_SUCCESS;
-}
-
 /* Steps 2-5 of request r; st: step 1's status (RMMC_SUCCESS: h had no
  * block, or r is large). Entered with the fast path's lock held. */
 static POOL_NOINLINE rmmc_status_t request_steps(pool_request_t *r, rmmc_status_t st, void **out) {
@@ -200,7 +195,7 @@ static POOL_NOINLINE rmmc_status_t request_steps(pool_request_t *r, rmmc_status_
   st = h != NULL ? heap_finish(r, st, NULL, out) : shared_steps(r, out);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
   /* 3. */
-  if (heaps_lend(r, &seen, out)) return lent();
+  if (heaps_lend(r, &seen, out)) return RMMC_SUCCESS;
   /* 4. */
   r->steps = SLOW_LAST;
   if (h == NULL) {
@@ -222,7 +217,7 @@ static POOL_NOINLINE rmmc_status_t request_steps(pool_request_t *r, rmmc_status_
     st = heap_finish(r, st, b, out);
   }
   /* 5. */
-  if (st == RMMC_ERROR_OUT_OF_MEMORY && heaps_lend(r, &seen, out)) return lent();
+  if (st == RMMC_ERROR_OUT_OF_MEMORY && heaps_lend(r, &seen, out)) return RMMC_SUCCESS;
   return pool_out_of_memory(r->p, &seen, st);
 }
 

@@ -38,26 +38,23 @@ static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owne
                                            cudaStream_t stream, size_t n, size_t align,
                                            size_t bytes, void **out) {
   size_t need = n + (align - POOL_GRANULE);
-  rmmc_status_t st = RMMC_SUCCESS;
   rmmc__lock(&h->lock);
   if (RMMC_UNLIKELY(h->owner != o)) {
     rmmc__unlock(&h->lock);
     return small_again(p, stream, n, align, bytes, out);
   }
   pool_block_t *b = h->hot;
-  if (RMMC_LIKELY(b != NULL && pool_bsize(b) == need && align == POOL_GRANULE)) {
-    if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&h->used, (void *)b->addr, b, bytes))) {
-      st = rmmc__pool_no_host_memory();
-      goto unlock;
-    }
+  if (RMMC_UNLIKELY(b == NULL || pool_bsize(b) != need || align != POOL_GRANULE))
+    return rmmc__pool_get_block(p, h, o, stream, n, align, bytes, out); /* drops h's lock */
+  rmmc_status_t st = RMMC_SUCCESS;
+  if (RMMC_LIKELY(rmmc__ptrmap_insert(&h->used, (void *)b->addr, b, bytes))) {
     h->hot = NULL;
     b->where = W_OUT;
-  } else { /* get_block takes it from here and drops h's lock */
-    return rmmc__pool_get_block(p, h, o, stream, n, align, bytes, out);
+    heap_hand_out(h, b, bytes);
+    *out = (void *)b->addr;
+  } else {
+    st = rmmc__pool_no_host_memory();
   }
-  heap_hand_out(h, b, bytes);
-  *out = (void *)b->addr;
-unlock:
   rmmc__unlock(&h->lock);
   return st;
 }

@@ -74,15 +74,13 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_heap_find(pool_t *p, cudaStream_t stream,
   return RMMC_SUCCESS;
 }
 
-/* A call in the shared heap on o's stream (shared lock held) finds o
- * without a heap when every heap of o was retired since this thread cached
- * one. o may then be unlisted (no index), or listed only for free blocks a
- * consolidation in this very call may relabel and unlist it for: so it
- * gets a heap of this thread's stripe first, as on its first call (the
- * thread's cache still names the old heap; its next small call sees that
- * heap retired and finds the new one). With a heap o stays listed, with
- * its index, to the call's end: consolidate unlists only streams without a
- * heap, and heaps are retired only as another is made (heap_new). */
+/* A call in the shared heap (shared lock held) finds o without a heap when
+ * every heap of o was retired since this thread cached one: o may then be
+ * unlisted (no index), or listed only for free blocks a consolidation in
+ * this call may unlist it for. So it gets a heap of this thread's stripe
+ * first, which keeps it listed, with its index, to the call's end
+ * (consolidate unlists only streams without a heap; heaps are retired only
+ * as another is made). */
 POOL_NOINLINE rmmc_status_t rmmc__pool_owner_rejoin(pool_t *p, pool_owner_t *o) {
   pool_sheap_t *h;
   return rmmc__pool_heap_new(p, o, o->slot, thread_stripe(p), &h);
