@@ -90,7 +90,6 @@ rmmc_status_t rmmc__pool_shared_slow(const pool_request_t *r, pool_block_t **out
 /* stream_heaps.c */
 rmmc_status_t rmmc__pool_heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot,
                                   unsigned stripe, pool_sheap_t **out);
-pool_sheap_t *rmmc__pool_heap_of_stripe(pool_owner_t *o, unsigned stripe);
 size_t rmmc__pool_heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cudaStream_t stream,
                                     bool in_call);
 size_t rmmc__pool_reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need);

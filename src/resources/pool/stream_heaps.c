@@ -36,13 +36,6 @@ static inline void heaps_touch(pool_t *p, pool_sheap_t *h) {
   }
 }
 
-/* Stripe `stripe`'s heap of o (shared lock held). */
-pool_sheap_t *rmmc__pool_heap_of_stripe(pool_owner_t *o, unsigned stripe) {
-  pool_sheap_t *h = o->heap;
-  while (h != NULL && h->stripe != stripe) h = h->onext;
-  return h;
-}
-
 /* Retires x (both locks held; x holds no block): its spans go back to the
  * shared heap, it leaves its stream's list and the pool's, and waits on the
  * spare list for reuse. Its stream leaves the list of owners once it has

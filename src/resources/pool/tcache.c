@@ -49,6 +49,13 @@ static void tl_free(void *c) { /* the thread exits */
 
 static void tl_init(void) { tl_key_ok = pthread_key_create(&tl_key, tl_free) == 0; }
 
+/* Stripe `stripe`'s heap of o (shared lock held). */
+static pool_sheap_t *heap_of_stripe(pool_owner_t *o, unsigned stripe) {
+  pool_sheap_t *h = o->heap;
+  while (h != NULL && h->stripe != stripe) h = h->onext;
+  return h;
+}
+
 POOL_NOINLINE rmmc_status_t rmmc__pool_heap_find(pool_t *p, cudaStream_t stream, const void *key,
                                                  pool_sheap_t **out, pool_owner_t **owner) {
   rmmc__stream_slot_t *slot;
@@ -57,7 +64,7 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_heap_find(pool_t *p, cudaStream_t stream,
   pool_owner_t *o = rmmc__stream_slot_user(slot);
   unsigned stripe = thread_stripe(p);
   rmmc__lock(&p->lock);
-  pool_sheap_t *h = rmmc__pool_heap_of_stripe(o, stripe);
+  pool_sheap_t *h = heap_of_stripe(o, stripe);
   if (h == NULL) st = rmmc__pool_heap_new(p, o, slot, stripe, &h);
   rmmc__unlock(&p->lock);
   if (st != RMMC_SUCCESS) return st;
