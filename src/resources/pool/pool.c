@@ -3,15 +3,8 @@
  * The pool resource: its slots and the allocate and free paths, the fast
  * paths first, then the slow paths in the order a call takes them
  * (docs/design.md, "A request through the pool"; pool_internal.h has the
- * layout and the locks, core.h the core's files).
- *
- * Shared free blocks and their owners. A block freed on stream S sits in
- * S's index (owner S, tag: S's epoch) or, once no stream's work is pending
- * on it, in the clean index. Blocks of one owner merge (the tag is the
- * later one); a clean block merges with any and takes the other's owner
- * and tag; a block whose epoch is known finished counts as clean. Blocks
- * are relabeled clean lazily, when touched or by consolidation before the
- * pool grows.
+ * layout and the locks, core.h the core's files; shared_heap.c how shared
+ * free blocks merge).
  */
 #include "core.h"
 
@@ -189,11 +182,9 @@ static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes) {
   rmmc__lock(&p->lock); /* release_cached may drop mappings meanwhile (TSan) */
   size_t off = p->off_bytes;
   rmmc__unlock(&p->lock);
-  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
-                        "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) "
-                        "and holds no memory until rmmc_pool_resume (%s of its pages are given "
-                        "back)",
-                        bytes, rmmc__format_bytes(off, b, sizeof b));
+  rmmc_status_t st = rmmc__pool_paused_refusal(bytes);
+  rmmc__append_error(" (%s of its pages are given back)", rmmc__format_bytes(off, b, sizeof b));
+  return st;
 }
 
 /* The heap this thread cached was retired: its heap of the stream again. */

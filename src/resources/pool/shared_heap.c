@@ -156,12 +156,17 @@ bool rmmc__pool_usable(pool_t *p, pool_block_t *b, const pool_owner_t *o) {
   return b->owner == NULL || b->owner == o || rmmc__pool_settled(p, b, false);
 }
 
+/* A block freed on stream S sits in S's index (owner S, tag: S's epoch) or,
+ * once no stream's work is pending on it, in the clean index. Blocks of one
+ * owner merge (the tag is the later one); a clean block merges with any and
+ * takes the other's owner and tag; a block whose epoch is known finished
+ * counts as clean (relabeled lazily: when touched, or by consolidation
+ * before the pool grows); a graph pool's blocks merge only with each other.
+ * Absorbing a finished block can bring one of b's own stream next to b:
+ * each side goes on until nothing more merges. */
 RMMC_HOT
 pool_block_t *rmmc__pool_merge(pool_t *p, pool_block_t *b) {
   if (b->owner != NULL && pool_owner_done(b->owner, b->tag)) b->owner = NULL;
-  /* Absorbing a finished block of another stream can bring a block of b's
-   * own stream next to b: each side goes on until nothing more merges. A
-   * graph pool's blocks merge only with each other. */
   for (int side = 0; side < 2;) {
     pool_block_t *n = side == 0 ? b->prev : b->next;
     pool_owner_t *no = pool_shared_free(n) ? n->owner : NULL;
