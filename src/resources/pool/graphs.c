@@ -133,17 +133,23 @@ void rmmc__pool_count_route(pool_t *p, int delta) {
   __atomic_add_fetch(&rmmc__graph_routes, delta, __ATOMIC_RELAXED);
 }
 
+/* Counts g's routing begun (+1) or ended (-1), routed by capture also as
+ * a capture rmmc knows of (shared lock held). */
+static void graph_count(pool_t *p, const pool_owner_t *g, int delta) {
+  if (g->route_key == NULL) {
+    p->graphs_by_capture += delta;
+    __atomic_add_fetch(&rmmc__captures_underway, delta, __ATOMIC_RELAXED);
+  }
+  rmmc__pool_count_route(p, delta);
+}
+
 /* g stops being routed to (shared lock held). */
 static void graph_unroute(pool_t *p, pool_owner_t *g) {
-  if (g->route_key == NULL) {
-    p->graphs_by_capture--;
-    __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
-  }
+  graph_count(p, g, -1);
   g->begun = 0;
   g->route_key = NULL;
   g->capture = 0;
   g->pending_thread = 0;
-  rmmc__pool_count_route(p, -1);
 }
 
 RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id0, uint64_t id1,
@@ -178,11 +184,7 @@ RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id
   g->capture = 0;
   g->route_key = by_stream ? rmmc__stream_key(stream) : NULL;
   g->pending_thread = by_stream ? 0 : rmmc__thread_id();
-  if (!by_stream) {
-    p->graphs_by_capture++;
-    __atomic_add_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
-  }
-  rmmc__pool_count_route(p, 1);
+  graph_count(p, g, 1);
 unlock:
   rmmc__unlock(&p->lock);
   return st;
