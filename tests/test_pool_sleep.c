@@ -234,7 +234,15 @@ START_TEST(test_pool_sleep_backup_restores_at_the_same_addresses) {
     ck_assert_int_eq(rmmc_resource_allocate(f.pool, n, 256, STREAM(k), &p),
                      RMMC_ERROR_OUT_OF_MEMORY);
     ck_assert_ptr_null(p);
-    ck_assert_ptr_nonnull(strstr(rmmc_last_error_message(), "paused"));
+    char want[160];
+    snprintf(want, sizeof want,
+             "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) and holds no "
+             "memory until rmmc_pool_resume (",
+             n);
+    const char *msg = rmmc_last_error_message();
+    ck_assert_msg(strncmp(msg, want, strlen(want)) == 0, "%s", msg);
+    const char *off = msg + strlen(want), *end = strstr(off, " of its pages are given back)");
+    ck_assert_msg(end != NULL && strchr(off, ')') > end, "%s", msg); /* "(<size> of ...)" */
   }
   ck_assert_uint_eq(vmspy_counts(f.vm).maps, c1.maps); /* nothing mapped for them */
   /* Resume: the same mappings, announced, the data back. */

@@ -53,9 +53,6 @@ typedef struct pool_request {
 /* ---- the parts' functions, by file (pool_internal.h: the backends' too) ---- */
 
 /* pool.c */
-rmmc_status_t rmmc__pool_small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                        cudaStream_t stream, size_t n, size_t align, size_t bytes,
-                                        void **out);
 void rmmc__pool_heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
 /* policy.c */
 void rmmc__pool_cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream);
@@ -64,7 +61,6 @@ rmmc_status_t rmmc__pool_shared_slow(const pool_request_t *r, pool_block_t **out
 /* stream_heaps.c */
 rmmc_status_t rmmc__pool_heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_t *slot,
                                   unsigned stripe, pool_sheap_t **out);
-pool_sheap_t *rmmc__pool_heap_of_stripe(pool_owner_t *o, unsigned stripe);
 size_t rmmc__pool_heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cudaStream_t stream,
                                     bool in_call);
 size_t rmmc__pool_reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need);
@@ -77,8 +73,6 @@ rmmc_status_t rmmc__pool_span_take(const pool_request_t *r);
 extern void (*rmmc__pool_before_retry)(pool_t *p);
 #endif
 pool_sheap_t *rmmc__pool_heaps_snapshot(pool_t *p);
-rmmc_status_t rmmc__pool_small_again(pool_t *p, cudaStream_t stream, size_t n, size_t align,
-                                     size_t bytes, void **out);
 /* Entered with the fast path's lock held (h's for a small request, the
  * shared lock for a large one), which it drops. */
 rmmc_status_t rmmc__pool_get_block(pool_t *p, pool_sheap_t *h, pool_owner_t *o,

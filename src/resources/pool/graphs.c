@@ -1,16 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool core's CUDA graph pools (rmmc_pool_graph_begin in
- * include/rmmc/pool_resource.h). A graph pool is a pool_owner_t without a
- * stream: allocations routed to it (by stream, or by the CUDA capture the
- * calling thread begins next) take its free blocks first, then clean memory (no stream's work pending:
- * nothing may make a capture wait), then growth; its blocks go back to it
- * when freed, whoever frees them, and merge only with each other, so no
- * work outside the graph ever gets memory a replay of it may write. A
- * released pool's free blocks return to the shared heap after a device
- * synchronization (refused while a capture rmmc knows of is underway: then
- * at the next release, release_cached or last resort); blocks still out
- * return as ordinary frees.
+ * include/rmmc/pool_resource.h; docs/design.md, "Capture safety and graph
+ * pools"): a graph pool is a pool_owner_t without a stream. Its
+ * allocations take its free blocks, then clean memory (nothing may make a
+ * capture wait), then growth.
  */
 #include "core.h"
 
@@ -139,17 +133,23 @@ void rmmc__pool_count_route(pool_t *p, int delta) {
   __atomic_add_fetch(&rmmc__graph_routes, delta, __ATOMIC_RELAXED);
 }
 
+/* Counts g's routing begun (+1) or ended (-1), routed by capture also as
+ * a capture rmmc knows of (shared lock held). */
+static void graph_count(pool_t *p, const pool_owner_t *g, int delta) {
+  if (g->route_key == NULL) {
+    p->graphs_by_capture += delta;
+    __atomic_add_fetch(&rmmc__captures_underway, delta, __ATOMIC_RELAXED);
+  }
+  rmmc__pool_count_route(p, delta);
+}
+
 /* g stops being routed to (shared lock held). */
 static void graph_unroute(pool_t *p, pool_owner_t *g) {
-  if (g->route_key == NULL) {
-    p->graphs_by_capture--;
-    __atomic_sub_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
-  }
+  graph_count(p, g, -1);
   g->begun = 0;
   g->route_key = NULL;
   g->capture = 0;
   g->pending_thread = 0;
-  rmmc__pool_count_route(p, -1);
 }
 
 RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id0, uint64_t id1,
@@ -184,11 +184,7 @@ RMMC_API rmmc_status_t rmmc_pool_graph_begin(rmmc_resource_t *stack, uint64_t id
   g->capture = 0;
   g->route_key = by_stream ? rmmc__stream_key(stream) : NULL;
   g->pending_thread = by_stream ? 0 : rmmc__thread_id();
-  if (!by_stream) {
-    p->graphs_by_capture++;
-    __atomic_add_fetch(&rmmc__captures_underway, 1, __ATOMIC_RELAXED);
-  }
-  rmmc__pool_count_route(p, 1);
+  graph_count(p, g, 1);
 unlock:
   rmmc__unlock(&p->lock);
   return st;
@@ -200,12 +196,11 @@ RMMC_API rmmc_status_t rmmc_pool_graph_end(rmmc_resource_t *stack, uint64_t id0,
   rmmc_status_t st = RMMC_SUCCESS;
   rmmc__lock(&p->lock);
   pool_owner_t *g = graph_find(p, id0, id1);
-  if (g == NULL || g->begun == 0)
+  if (g != NULL && g->begun > 0) graph_unroute(p, g);
+  else
     st = rmmc_set_error(RMMC_ERROR_INVALID_ARGUMENT,
                         "pool_graph_end: graph pool (%llu, %llu) is not being routed to",
                         (unsigned long long)id0, (unsigned long long)id1);
-  else
-    graph_unroute(p, g);
   rmmc__unlock(&p->lock);
   return st;
 }

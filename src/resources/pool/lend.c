@@ -1,26 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool core's request path past the fast paths (core.h): get_block,
- * which takes a request the fast paths missed through named steps in
- * order; among them the last help before out of memory, other stream
- * heaps' free blocks lent, and the out-of-memory message that says what
- * stayed free.
+ * The pool core's request path past the fast paths (core.h): get_block
+ * takes a request the fast paths missed through named steps in order
+ * (docs/design.md, "A request through the pool", step 5), among them the
+ * last help before out of memory: other stream heaps' free blocks lent.
  */
 #include "core.h"
 
-/* ---- out of memory: free blocks of other streams' heaps ----
+/* ---- lending: free blocks of other streams' heaps ----
  *
- * A stream heap's free blocks sit in spans that hold live blocks too, so
- * no other stream can take them by giving back idle spans: stream A fills
- * the pool with 512 KiB blocks and frees every other one, and stream B's
- * 512 KiB finds half the pool free and none of it in the shared heap.
- * When the shared heap's steps have failed, a request
- * that fits in a span is served from another heap's free block (the block
- * stays that heap's; B's free of it is a foreign free), as RMM's
- * get_block takes another stream's blocks: at once if that stream's work
- * before its frees into the span is known finished (or B's own stream's),
- * else behind a GPU-side wait on that stream's event when one covers them;
- * only after the last resort's synchronization, everything. */
+ * A heap's free blocks sit in spans that hold live blocks too, so giving
+ * back idle spans frees none of them: stream A fills the pool with 512 KiB
+ * blocks and frees every other one, and B's 512 KiB finds half the pool
+ * free and none of it in the shared heap. So, as RMM's get_block takes
+ * another stream's blocks, a request that fits in a span is served from
+ * another heap's free block, which stays that heap's (B's free of it is a
+ * foreign free). */
 
 typedef struct lend_seen {
   size_t free_bytes, largest; /* free in the heaps it looked at */
@@ -67,9 +62,9 @@ static bool heap_lend(const pool_request_t *r, pool_sheap_t *x, bool capturing, 
   return true;
 }
 
-/* Other heaps lend a block for r (no lock held): true with *out set, or
- * false with the thread's error state as it was and *seen telling what the
- * heaps hold. */
+/* Other heaps lend a block for r (no lock held): true with *out set and the
+ * call's error state as at its start, or false with the thread's error
+ * state as it was and *seen telling what the heaps hold. */
 static POOL_NOINLINE bool heaps_lend(const pool_request_t *r, lend_seen_t *seen, void **out) {
   pool_t *p = r->p;
   *seen = (lend_seen_t){0};
@@ -86,6 +81,7 @@ static POOL_NOINLINE bool heaps_lend(const pool_request_t *r, lend_seen_t *seen,
   }
   pthread_mutex_unlock(&p->snap_lock);
   rmmc__error_restore(&saved);
+  if (lent) (void)rmmc__error_restore_call_start();
   return lent;
 }
 
@@ -106,37 +102,16 @@ static rmmc_status_t pool_out_of_memory(pool_t *p, const lend_seen_t *seen, rmmc
   return st;
 }
 
-/* The heap this thread cached was retired: its heap of the stream again. */
-POOL_NOINLINE rmmc_status_t rmmc__pool_small_again(pool_t *p, cudaStream_t stream, size_t n,
-                                               size_t align, size_t bytes, void **out) {
-  pool_sheap_t *h;
-  pool_owner_t *o;
-  rmmc_status_t st = rmmc__pool_heap_stale(p, stream, &h, &o);
-  return st == RMMC_SUCCESS ? rmmc__pool_small_allocate(p, h, o, stream, n, align, bytes, out) : st;
-}
-
 /* ---- get_block ----
  *
- * The fast paths (pool.c) serve a small request from its heap's hot block
- * and a large one from the shared heap's best fit that its stream may use
- * at once. When theirs misses, get_block takes over with the fast path's
- * lock still held, builds the request once (past step 1, the common path,
- * which needs none) and takes it through these steps in order,
- * each a function of the request (none calls back into get_block; a heap
- * retired while its lock was dropped, found so in step 4, is replaced in
- * the request by the stream's heap now):
- *   1. own heap (small; h locked): h's index, then blocks other streams
- *      freed into h's spans once their work is done (own_heap);
- *   2. shared heap (small: a span; large: the request itself; shared lock
- *      held), its slow path's steps before the last resort (policy.c):
- *      other streams' free memory without waiting, growth within the
- *      budget, other streams' memory behind GPU-side waits, growth past
- *      the budget;
- *   3. lend (no lock held): another heap's free block;
- *   4. release and retry: steps 1 and 2 again, now with the shared heap's
- *      last resort (synchronize, give everything cached back, grow);
- *   5. lend again, now that every stream's work is known finished; else
- *      out of memory. */
+ * Its steps (none calls back into get_block; a heap retired while its lock
+ * was dropped is replaced in the request by the stream's heap now):
+ *   1. own heap (small; h locked): h's index, then foreign frees done;
+ *   2. shared heap (shared lock): a span (small) or the request (large),
+ *      by the slow path's steps before the last resort (policy.c);
+ *   3. lend (no lock held);
+ *   4. release and retry: steps 1 and 2 with the last resort;
+ *   5. lend again; else out of memory. */
 
 /* Step 1 (h locked): h's own free blocks, on the caller's values (the
  * common path past the hot block, which builds no request). *out: the
@@ -211,12 +186,6 @@ unlock:
 void (*rmmc__pool_before_retry)(pool_t *p);
 #endif
 
-/* Lent (steps 3 and 5): the call's error state as it was at its start. */
-static rmmc_status_t lent(void) {
-  (void)rmmc__error_restore_call_start();
-  return RMMC_SUCCESS;
-}
-
 /* Steps 2-5 of request r; st: step 1's status (RMMC_SUCCESS: h had no
  * block, or r is large). Entered with the fast path's lock held. */
 static POOL_NOINLINE rmmc_status_t request_steps(pool_request_t *r, rmmc_status_t st, void **out) {
@@ -226,7 +195,7 @@ static POOL_NOINLINE rmmc_status_t request_steps(pool_request_t *r, rmmc_status_
   st = h != NULL ? heap_finish(r, st, NULL, out) : shared_steps(r, out);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
   /* 3. */
-  if (heaps_lend(r, &seen, out)) return lent();
+  if (heaps_lend(r, &seen, out)) return RMMC_SUCCESS;
   /* 4. */
   r->steps = SLOW_LAST;
   if (h == NULL) {
@@ -238,7 +207,8 @@ static POOL_NOINLINE rmmc_status_t request_steps(pool_request_t *r, rmmc_status_
     rmmc__lock(&h->lock);
     while (h->owner != r->o) { /* h was retired meanwhile: the stream's heap now */
       rmmc__unlock(&h->lock);
-      if ((st = rmmc__pool_heap_stale(r->p, r->stream, &r->h, &r->o)) != RMMC_SUCCESS) return st;
+      st = rmmc__pool_heap_find(r->p, r->stream, rmmc__stream_key_fast(r->stream), &r->h, &r->o);
+      if (st != RMMC_SUCCESS) return st;
       h = r->h;
       rmmc__lock(&h->lock);
     }
@@ -247,7 +217,7 @@ static POOL_NOINLINE rmmc_status_t request_steps(pool_request_t *r, rmmc_status_
     st = heap_finish(r, st, b, out);
   }
   /* 5. */
-  if (st == RMMC_ERROR_OUT_OF_MEMORY && heaps_lend(r, &seen, out)) return lent();
+  if (st == RMMC_ERROR_OUT_OF_MEMORY && heaps_lend(r, &seen, out)) return RMMC_SUCCESS;
   return pool_out_of_memory(r->p, &seen, st);
 }
 

@@ -1,13 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool core's stream-ordering policy (core.h): streams' epochs and
- * events (covering frees), coalescing other streams' finished frees, the
- * search over frees another stream may take behind a GPU-side wait, and
- * the shared heap's slow path as a list of named steps.
+ * The pool core's stream-ordering policy (core.h): covering frees,
+ * coalescing other streams' finished frees, the search over frees another
+ * stream may take behind a GPU-side wait, the shared heap's slow path.
  */
 #include "core.h"
-
-/* ---- streams' epochs ---- */
 
 /* Covers o's frees now, from outside the shared lock: its counts start
  * again under the lock, the record (on `stream`, o's) follows outside. */
@@ -19,34 +16,40 @@ void rmmc__pool_cover_now(pool_t *p, pool_owner_t *o, cudaStream_t stream) {
   (void)rmmc__stream_slot_try_record(&p->streams, o->slot, stream);
 }
 
-/* Relabels clean q's shared free blocks whose epoch is known finished and
- * merges them. A free is tagged past the epoch finished at the time, so
- * while q's finished epoch stays where the last pass saw it there is
- * nothing to do. */
-static void consolidate_owner(pool_t *p, pool_owner_t *q) {
-  uint64_t done = __atomic_load_n(&q->slot->epoch_done, __ATOMIC_ACQUIRE);
-  if (q->qhead == NULL || done == q->seen_done) return;
-  q->seen_done = done;
-  pool_block_t *settled = NULL;
+/* Moves q's shared free blocks of epochs up to `upto` to owner `to` with
+ * tag `tag` (to NULL: clean, the tag kept) and merges them anew. */
+static void relabel(pool_t *p, pool_owner_t *q, uint64_t upto, pool_owner_t *to, uint64_t tag) {
+  pool_block_t *moved = NULL;
   for (pool_block_t *b = q->qhead, *next; b != NULL; b = next) {
     next = b->qnext;
     POOL_ASSERT(p, b, b->state == B_FREE && b->where == W_INDEX && b->owner == q);
-    if (b->tag > done) continue;
+    if (b->tag > upto) continue;
     rmmc__pool_unlink_free(p, b);
-    b->owner = NULL;
-    b->qnext = settled;
-    settled = b;
+    b->owner = to;
+    if (to != NULL) b->tag = tag;
+    b->qnext = moved;
+    moved = b;
   }
-  for (pool_block_t *b = settled, *next; b != NULL; b = next) {
+  for (pool_block_t *b = moved, *next; b != NULL; b = next) {
     next = b->qnext;
     rmmc__pool_put_free(p, b);
   }
 }
 
+/* Relabels clean q's shared free blocks whose epoch is known finished and
+ * merges them; nothing to do while q's finished epoch stays where the last
+ * pass saw it (a free is tagged past the epoch finished at the time). */
+static void consolidate_owner(pool_t *p, pool_owner_t *q) {
+  uint64_t done = __atomic_load_n(&q->slot->epoch_done, __ATOMIC_ACQUIRE);
+  if (q->qhead == NULL || done == q->seen_done) return;
+  q->seen_done = done;
+  relabel(p, q, done, NULL, 0);
+}
+
 /* Every stream's finished frees coalesce (asking CUDA once per stream with
- * recorded, unfinished frees when `ask`): before the pool grows. A stream
- * left with neither a heap nor free blocks leaves the list of owners here
- * (only here and in heap_retire: no other pass over the list unlinks). */
+ * recorded, unfinished frees when `ask`). A stream left with neither a heap
+ * nor free blocks leaves the list of owners here (and only in heap_retire
+ * otherwise: no other pass over the list unlinks). */
 void rmmc__pool_consolidate(pool_t *p, bool ask) {
   for (pool_owner_t *q = p->pending, *next; q != NULL; q = next) {
     next = q->pnext;
@@ -63,14 +66,11 @@ void rmmc__pool_consolidate(pool_t *p, bool ask) {
   }
 }
 
-/* ---- the shared heap's search ---- */
-
-/* Other streams' blocks that would serve a request of `need` bytes. A
- * stream whose fitting block an event covers is asked (one query) whether
- * that work has finished: then its finished frees coalesce and *settled is
- * set (search again). Otherwise the best such block is returned (o's
- * stream may take it after waiting on that event), *from its owner.
- * Streams whose fitting block no event covers yet are asked to record. */
+/* Other streams' blocks of `need` bytes. A stream whose fitting block an
+ * event covers is asked (one query) whether that work has finished: then
+ * its frees coalesce and *settled is set (search again); else the best such
+ * block is returned, *from its owner, for a GPU-side wait. Streams whose
+ * fitting block no event covers yet are asked to record. */
 static pool_block_t *find_covered(pool_t *p, pool_owner_t *o, size_t need, pool_owner_t **from,
                                   bool *settled) {
   *settled = false;
@@ -79,13 +79,12 @@ static pool_block_t *find_covered(pool_t *p, pool_owner_t *o, size_t need, pool_
     rmmc__tlsf_node_t *x = rmmc__tlsf_find(q->idx, need);
     if (x == NULL) continue;
     uint64_t tag = pool_block_of(x)->tag;
-    /* Host memory: no work behind a stream, so covering another stream's
-     * frees costs nothing (as span_give_back does). Done once streams come
-     * and go (heaps were retired): a stream that never comes back would
-     * keep its frees, and the clean memory beside them, for good (over
-     * event_interval=64, 30,000 streams held 2 MiB each). Before, each
-     * stream covers its own, as on a GPU: covering for them changes
-     * placement (the 4-stream transformer log over sim, 1.047x -> 1.057x). */
+    /* Host memory: covering another stream's frees costs nothing, and is
+     * done once heaps were retired: a stream that never comes back would
+     * keep its frees and the clean memory beside them (at event_interval=64,
+     * 30,000 streams held 2 MiB each). Before, each stream covers its own,
+     * as on a GPU (covering for them cost the 4-stream transformer log over
+     * sim 1.047x -> 1.057x). */
     if (!rmmc__stream_slot_covered(q->slot, tag) &&
         (p->cuda || p->heaps_retired == 0 ||
          !rmmc__stream_slot_try_record(&p->streams, q->slot, NULL))) {
@@ -107,15 +106,12 @@ static pool_block_t *find_covered(pool_t *p, pool_owner_t *o, size_t need, pool_
   return best;
 }
 
-/* Other streams' frees that their events cover but that have not finished
- * yet: o's stream waits on the GPU for one such stream's last event (no
- * host stall), its covered blocks become o's own (tagged with o's next
- * epoch: another stream may take them once o's work up to now is done,
- * which includes the wait) and merge with o's and clean neighbours, one
- * stream at a time until a block of `need` bytes is free. Memory that
- * several streams freed side by side so joins into one block without a
- * synchronization. Returns that block (unindexed not yet: find_usable's),
- * or NULL when no stream's covered frees make one. */
+/* Adoption: o's stream waits on the GPU for another stream's last event,
+ * whose covered frees become o's (tagged with o's next epoch, which
+ * includes the wait) and merge with o's and clean neighbours, one stream
+ * at a time until a block of r->take fits, so memory freed side by side on
+ * several streams joins without a synchronization. Returns that block
+ * (still indexed) or NULL. */
 static pool_block_t *adopt_covered(const pool_request_t *r) {
   pool_t *p = r->p;
   pool_owner_t *o = r->o;
@@ -127,20 +123,7 @@ static pool_block_t *adopt_covered(const pool_request_t *r) {
     while (b != NULL && b->tag > rec) b = b->qnext;
     if (b == NULL) continue;
     if (rmmc__stream_slot_wait(&p->streams, q->slot, r->stream) != RMMC_SUCCESS) return NULL;
-    pool_block_t *moved = NULL;
-    for (pool_block_t *next; b != NULL; b = next) {
-      next = b->qnext;
-      if (b->tag > rec) continue;
-      rmmc__pool_unlink_free(p, b);
-      b->owner = o;
-      b->tag = mine;
-      b->qnext = moved;
-      moved = b;
-    }
-    for (pool_block_t *next; moved != NULL; moved = next) {
-      next = moved->qnext;
-      rmmc__pool_put_free(p, moved);
-    }
+    relabel(p, q, rec, o, mine);
     p->adoptions++;
     if ((b = find_usable(p, o, r->take, r->take_align)) != NULL) return b;
   }
@@ -149,23 +132,15 @@ static pool_block_t *adopt_covered(const pool_request_t *r) {
 
 /* ---- the shared heap's slow path ----
  *
- * No free block of r->take bytes that r's stream may use at once: the
- * escalation of pool_resource.h's header comment, cheapest first, as RMM's
- * stream_ordered_memory_resource::get_block says it (same stream; another
- * stream without a sync; sync and merge; grow), with growth within the
- * budget before any GPU-side wait:
- *   1. reuse without waiting: o's own and clean blocks, after other
- *      streams' frees known finished coalesce; other heaps' idle spans;
- *   2. grow within the budget;
- *   3. reuse behind GPU-side waits: a covered free of another stream, then
- *      every stream asked once, then other streams' covered frees adopted;
- *   4. grow past the budget, trimming to it first;
- *   5. the last resort (only in get_block's second pass, SLOW_LAST):
- *      synchronize and merge everything, give everything cached back, grow.
- * Each step returns a block (take: still indexed; grown: fresh from a
- * backend) or NULL; get_block lends from other stream heaps between steps
- * 4 and 5 (lend.c). Each takes the request: `need` and `align` below are
- * its take and take_align. */
+ * No free block of r->take bytes (at r->take_align) that r's stream may use
+ * at once: the steps cheapest first, in RMM's get_block order, with growth
+ * within the budget before any GPU-side wait (docs/design.md, "A request
+ * through the pool", step 5.2):
+ *   1. reuse without waiting;  2. grow within the budget;
+ *   3. reuse behind GPU-side waits;  4. grow past the budget, trimming first;
+ *   5. the last resort (get_block's second pass, SLOW_LAST): synchronize,
+ *      merge everything, give everything cached back, grow.
+ * Each returns a block (taken: still indexed; grown: fresh) or NULL. */
 
 /* Step 1. *covered and *from: the best block another stream freed under an
  * event, for step 3. */
@@ -176,39 +151,35 @@ static pool_block_t *reuse_without_wait(const pool_request_t *r, size_t fit,
   size_t need = r->take, align = r->take_align;
   pool_block_t *b;
   bool settled;
-  /* Other streams' frees known finished, then those that fit, asked. */
-  rmmc__pool_consolidate(p, false);
-  if ((b = find_usable(p, o, need, align)) != NULL) return b;
-  *covered = find_covered(p, o, fit, from, &settled);
-  if (settled && (b = find_usable(p, o, need, align)) != NULL) return b;
-  /* Idle spans of other stream heaps come back before the pool grows. */
-  if (rmmc__pool_reclaim_spans(p, r->h, align <= p->small_chunk ? need : SIZE_MAX) == 0) return NULL;
-  rmmc__pool_consolidate(p, false);
-  if ((b = find_usable(p, o, need, align)) != NULL) return b;
-  *covered = find_covered(p, o, fit, from, &settled);
-  if (settled && (b = find_usable(p, o, need, align)) != NULL) return b;
+  /* Other streams' frees known finished, then those that fit, asked; then
+   * again with other heaps' idle spans back, before the pool grows. */
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1 && rmmc__pool_reclaim_spans(p, r->h, align <= p->small_chunk ? need : SIZE_MAX) == 0)
+      return NULL;
+    rmmc__pool_consolidate(p, false);
+    if ((b = find_usable(p, o, need, align)) != NULL) return b;
+    *covered = find_covered(p, o, fit, from, &settled);
+    if (settled && (b = find_usable(p, o, need, align)) != NULL) return b;
+  }
   return NULL;
 }
 
-/* Step 3: never while o's stream is being captured (a wait would join the
- * capture) except for the query of every stream. */
+/* Step 3: only the query of every stream while o's stream is captured (a
+ * wait would join the capture). */
 static pool_block_t *reuse_after_wait(const pool_request_t *r, bool capturing,
                                       pool_block_t *covered, pool_owner_t *from) {
   pool_t *p = r->p;
   pool_block_t *b;
-  /* Another stream's memory behind a GPU-side wait. */
   if (!capturing && covered != NULL &&
       rmmc__stream_slot_wait(&p->streams, from->slot, r->stream) == RMMC_SUCCESS)
     return covered;
   rmmc__pool_consolidate(p, true);
   if ((b = find_usable(p, r->o, r->take, r->take_align)) != NULL) return b;
-  /* Other streams' covered frees, joined behind GPU-side waits. */
   return capturing ? NULL : adopt_covered(r);
 }
 
-/* Step 4's trimming: gives back what the budget, gc_threshold and the
- * maximum ask (the backend's trim); false (message set) when the maximum
- * still refuses. */
+/* Step 4's trim to what the budget, gc_threshold and the maximum ask;
+ * false (message set) when the maximum still refuses. */
 static bool trim_to_budget(const pool_request_t *r) {
   pool_t *p = r->p;
   size_t goal;
@@ -221,8 +192,7 @@ static bool trim_to_budget(const pool_request_t *r) {
   return a == POOL_ADMIT_YES;
 }
 
-/* Is some stream's recorded work not yet known finished (its frees can be
- * neither reused by other streams nor given back)? */
+/* Has some stream recorded work not yet known finished? */
 static bool unfinished_frees(const pool_t *p) {
   for (const pool_owner_t *q = p->pending; q != NULL; q = q->pnext)
     if (q->slot != NULL && !rmmc__stream_slot_known_idle(q->slot)) return true;
@@ -237,69 +207,57 @@ static rmmc_status_t slow_take(pool_block_t *b, pool_t *p, pool_block_t **out) {
   return RMMC_SUCCESS;
 }
 
-/* A block a backend's growth made. */
-static rmmc_status_t slow_grown(pool_block_t *b, pool_t *p, pool_block_t **out) {
-  p->grows++;
-  *out = b;
-  return RMMC_SUCCESS;
+/* The backend grows for r (`how`: POOL_GROW_*), the growth counted. */
+static rmmc_status_t slow_grow(const pool_request_t *r, unsigned how, pool_block_t **out) {
+  pool_t *p = r->p;
+  rmmc_status_t st = p->be->grow(p, r->o, r->stream, r->take, r->take_align, how, out);
+  if (st == RMMC_SUCCESS) p->grows++;
+  return st;
 }
 
 /* Grows, but not past the peak reserved (trimming to the budget first). */
 static rmmc_status_t grow_within_peak(const pool_request_t *r, pool_block_t **out) {
-  pool_t *p = r->p;
-  pool_block_t *b;
-  p->hold_peak = true;
-  rmmc_status_t st = p->be->grow(p, r->o, r->stream, r->take, r->take_align, POOL_GROW_ANY, &b);
-  p->hold_peak = false;
-  return st == RMMC_SUCCESS ? slow_grown(b, p, out) : st;
+  r->p->hold_peak = true;
+  rmmc_status_t st = slow_grow(r, POOL_GROW_ANY, out);
+  r->p->hold_peak = false;
+  return st;
 }
 
-/* Step 4's growth. On a busy GPU most frees wait behind work the host has
- * run ahead of, so they can neither go to another stream nor go back, and
- * the pool would grow to a new high-water mark while holding them (FSDP2's
- * ranks: docs/design.md, "Growth and giving back"). So it first grows only as far as its peak
- * reserved; when that is not enough, the host waits, one mark at a time
- * (stream_events.h: the oldest point of each pending stream not yet known
- * finished, the nearest, so the shortest wait; the caller's own frees
- * recorded now), and after each wait the frees behind it merge and may go
- * back, and the pool tries again within its peak; only when every stream
- * is known finished does it grow past. A stall (event_syncs), taken only
- * before a new high-water mark. */
+/* Step 4's growth. On a busy GPU most frees wait behind work the host ran
+ * ahead of, and the pool would grow to a new high-water mark holding them
+ * (docs/design.md, "Growth and giving back"). So with sync_before_peak it
+ * grows only to its peak reserved; past that the host waits one mark at a
+ * time (stream_events.h: the nearest, so the shortest wait), the frees
+ * behind it merge and may go back, and it tries again; only when every
+ * stream is known finished does it grow past (a stall: event_syncs). */
 static rmmc_status_t grow_past_budget(const pool_request_t *r, bool capturing,
                                       pool_block_t **out) {
   pool_t *p = r->p;
   pool_owner_t *o = r->o;
-  cudaStream_t stream = r->stream;
-  size_t need = r->take, align = r->take_align;
   pool_block_t *b;
   rmmc_status_t st;
-  if (p->sync_before_peak && !capturing && p->free_bytes >= need && unfinished_frees(p)) {
+  if (p->sync_before_peak && !capturing && p->free_bytes >= r->take && unfinished_frees(p)) {
     st = grow_within_peak(r, out);
     if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
-    /* o's own frees (those adopted from other streams too) under o's event
-     * first: the only stream this call may record on. */
-    rmmc__pool_cover(p, o, stream);
+    /* o's own frees first: the only stream this call may record on. */
+    rmmc__pool_cover(p, o, r->stream);
     for (;;) {
       bool settled = false;
       for (pool_owner_t *q = p->pending; q != NULL; q = q->pnext)
         if (q->slot != NULL && rmmc__stream_slot_finish_mark(&p->streams, q->slot)) settled = true;
       if (!settled) break;
       rmmc__pool_consolidate(p, false);
-      if ((b = find_usable(p, o, need, align)) != NULL) return slow_take(b, p, out);
+      if ((b = find_usable(p, o, r->take, r->take_align)) != NULL) return slow_take(b, p, out);
       st = grow_within_peak(r, out);
       if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
     }
   }
-  st = p->be->grow(p, o, stream, need, align, POOL_GROW_ANY, &b);
-  return st == RMMC_SUCCESS ? slow_grown(b, p, out) : st;
+  return slow_grow(r, POOL_GROW_ANY, out);
 }
 
 /* Step 5. The message of the step that failed last says why. */
 static rmmc_status_t last_resort(const pool_request_t *r, bool capturing, pool_block_t **out) {
   pool_t *p = r->p;
-  pool_owner_t *o = r->o;
-  cudaStream_t stream = r->stream;
-  size_t need = r->take, align = r->take_align;
   char why[256];
   snprintf(why, sizeof why, "%s", rmmc_last_error_message());
   /* Every stream's memory, everything cached below. */
@@ -310,31 +268,26 @@ static rmmc_status_t last_resort(const pool_request_t *r, bool capturing, pool_b
   }
   (void)rmmc__pool_reclaim_spans(p, r->h, SIZE_MAX);
   rmmc__pool_consolidate(p, false);
-  pool_block_t *b = find_usable(p, o, need, align);
-  rmmc_status_t st = RMMC_SUCCESS;
-  if (b == NULL) {
-    (void)p->be->trim(p, 0);
-    (void)rmmc_resource_release_cached(p->base.upstream);
-    st = p->be->grow(p, o, stream, need, align, POOL_GROW_ANY, &b);
-    if (st == RMMC_SUCCESS) {
-      p->last_resort = false;
-      return slow_grown(b, p, out);
-    }
+  pool_block_t *b = find_usable(p, r->o, r->take, r->take_align);
+  if (b != NULL) {
+    p->last_resort = false;
+    return slow_take(b, p, out);
   }
+  (void)p->be->trim(p, 0);
+  (void)rmmc_resource_release_cached(p->base.upstream);
+  rmmc_status_t st = slow_grow(r, POOL_GROW_ANY, out);
   p->last_resort = false;
-  if (b != NULL) return slow_take(b, p, out);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
   /* The out-of-memory rule (internal.h) applied here, under the pool's own
-   * lock; get_block lends from other heaps once more, then tells the
-   * resource.c wrapper not to apply it again (pool_out_of_memory). */
-  st = rmmc__pool_oom(p, r->bytes, stream, why);
+   * lock; get_block lends once more, then tells the wrapper not to apply
+   * it again (pool_out_of_memory). */
+  st = rmmc__pool_oom(p, r->bytes, r->stream, why);
   rmmc__append_error(RMMC__RETRIED_NOTE, p->base.base.ops->name);
   return st;
 }
 
-/* Under the shared lock: the steps above, those of r's pass. On success
- * *out is a free block of at least r->take bytes, unindexed, that r's
- * stream may use at once. */
+/* Under the shared lock: the steps of r's pass; *out a block of r->take
+ * at r->take_align, unindexed, that r's stream may use at once. */
 static rmmc_status_t shared_slow_steps(const pool_request_t *r, pool_block_t **out) {
   pool_t *p = r->p;
   size_t need = r->take, align = r->take_align;
@@ -349,8 +302,7 @@ static rmmc_status_t shared_slow_steps(const pool_request_t *r, pool_block_t **o
   /* 1. */
   if ((b = reuse_without_wait(r, fit, &covered, &from)) != NULL) return slow_take(b, p, out);
   /* 2. */
-  rmmc_status_t st = p->be->grow(p, r->o, r->stream, need, align, POOL_GROW_WITHIN, &b);
-  if (st == RMMC_SUCCESS) return slow_grown(b, p, out);
+  rmmc_status_t st = slow_grow(r, POOL_GROW_WITHIN, out);
   if (st != RMMC_ERROR_OUT_OF_MEMORY) return st;
   /* 3. */
   if ((b = reuse_after_wait(r, capturing, covered, from)) != NULL) return slow_take(b, p, out);
@@ -360,9 +312,8 @@ static rmmc_status_t shared_slow_steps(const pool_request_t *r, pool_block_t **o
   return grow_past_budget(r, capturing, out);
 }
 
-/* The slow path's steps may fail on the way (over the budget, a growth the
- * upstream refused) before one succeeds: a success leaves the thread's
- * error state as it was before the call. */
+/* A success leaves the thread's error state as it was before the call
+ * (steps may fail on the way before one succeeds). */
 POOL_NOINLINE rmmc_status_t rmmc__pool_shared_slow(const pool_request_t *r, pool_block_t **out) {
   rmmc_status_t st = shared_slow_steps(r, out);
   if (st == RMMC_SUCCESS) (void)rmmc__error_restore_call_start();

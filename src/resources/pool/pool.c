@@ -1,92 +1,57 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool resource: the stream-ordering core (include/rmmc/pool_resource.h
- * has the contract and the policies, pool_internal.h the layout of memory
- * and the locks, core.h the core's files; growth and giving back live in
- * the backends, chunks.c and vm.c). This file: the resource's slots and the
- * allocate and free paths, the fast paths first, then the slow paths in
- * the order a call takes them. The thread cache that finds a call's heap
- * is tcache.c's (the lookup inline in tcache.h).
- *
- * Hot paths. A call finds its stream's heap through a small thread-local
- * cache keyed by (pool id, stream). A small request takes the heap's lock,
- * then the heap's hot block (exact size) or an O(1) index search, carves,
- * and inserts one entry into the heap's pointer map; a small free takes the
- * lock, finds and removes the entry, merges with free neighbours and
- * becomes the new hot block. A large request does the same in the shared
- * heap under its lock, with the search over the clean blocks and the
- * stream's own. Everything else (a new span, other streams' memory, growth)
- * is out of line.
- *
- * Shared free blocks and their owners. A free block freed on stream S
- * sits in S's index (owner S, tag: S's epoch) or, once no stream's work is
- * pending on it, in the clean index. Merging (rmmc__pool_merge): blocks of
- * the same owner merge (the tag is the later one), a clean block merges
- * with any and takes the other's owner and tag; blocks whose epoch is known
- * finished count as clean. Blocks are relabeled clean lazily, when touched
- * or in a consolidation pass before the pool grows.
+ * The pool resource: its slots and the allocate and free paths, the fast
+ * paths first, then the slow paths in the order a call takes them
+ * (docs/design.md, "A request through the pool"; pool_internal.h has the
+ * layout and the locks, core.h the core's files; shared_heap.c how shared
+ * free blocks merge).
  */
 #include "core.h"
 
-/* ---- the fast paths: the resource's slots, allocate and free ---- */
-
-static rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
-                                      cudaStream_t stream, void **out);
-static rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t bytes, cudaStream_t stream);
-static inline rmmc_status_t heap_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                          size_t bytes, size_t alignment, cudaStream_t stream,
-                                          void **out);
-static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                           cudaStream_t stream, size_t n, size_t align,
-                                           size_t bytes, void **out);
-static inline rmmc_status_t heap_deallocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                            void *ptr, size_t bytes, cudaStream_t stream);
-static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_entry_t *e,
-                                       void *ptr, size_t bytes, cudaStream_t stream);
-/* The slow paths they fall back to, after them. */
+/* The slow paths, after the fast paths. */
 static POOL_NOINLINE rmmc_status_t allocate_uncached(pool_t *p, const void *key, size_t bytes,
                                                      size_t alignment, cudaStream_t stream,
                                                      void **out);
 static POOL_NOINLINE rmmc_status_t deallocate_uncached(pool_t *p, const void *key, void *ptr,
                                                        size_t bytes, cudaStream_t stream);
 static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes);
+static POOL_NOINLINE rmmc_status_t small_again(pool_t *p, cudaStream_t stream, size_t n,
+                                               size_t align, size_t bytes, void **out);
 static POOL_NOINLINE rmmc_status_t large_allocate(pool_t *p, pool_owner_t *o, cudaStream_t stream,
                                                   size_t n, size_t align, size_t bytes, void **out);
-static inline bool power_of_two_count(uint64_t *n);
-static POOL_NOINLINE void heap_emptied(pool_t *p, pool_sheap_t *h, cudaStream_t stream);
+static POOL_NOINLINE rmmc_status_t wrong_size(const void *ptr, size_t had, size_t bytes);
 static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *ptr, size_t bytes,
                                              cudaStream_t stream);
-static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t *e, void *ptr,
-                                size_t bytes, bool *cover);
 
-RMMC_HOT
-static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
-                                   cudaStream_t stream, void **out) {
-  pool_t *p = (pool_t *)r;
-  return POOL_EXPENSIVE(p, pool_allocate_in(p, bytes, alignment, stream, out), "allocate");
+/* ---- the fast paths ---- */
+
+/* A small request in h, the calling thread's heap of o's stream (h may
+ * have been retired since it was cached: h's lock tells). */
+static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                           cudaStream_t stream, size_t n, size_t align,
+                                           size_t bytes, void **out) {
+  size_t need = n + (align - POOL_GRANULE);
+  rmmc__lock(&h->lock);
+  if (RMMC_UNLIKELY(h->owner != o)) {
+    rmmc__unlock(&h->lock);
+    return small_again(p, stream, n, align, bytes, out);
+  }
+  pool_block_t *b = h->hot;
+  if (RMMC_UNLIKELY(b == NULL || pool_bsize(b) != need || align != POOL_GRANULE))
+    return rmmc__pool_get_block(p, h, o, stream, n, align, bytes, out); /* drops h's lock */
+  rmmc_status_t st = RMMC_SUCCESS;
+  if (RMMC_LIKELY(rmmc__ptrmap_insert(&h->used, (void *)b->addr, b, bytes))) {
+    h->hot = NULL;
+    b->where = W_OUT;
+    heap_hand_out(h, b, bytes);
+    *out = (void *)b->addr;
+  } else {
+    st = rmmc__pool_no_host_memory();
+  }
+  rmmc__unlock(&h->lock);
+  return st;
 }
 
-RMMC_HOT
-static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
-                                     size_t alignment, cudaStream_t stream) {
-  (void)alignment;
-  pool_t *p = (pool_t *)r;
-  return POOL_EXPENSIVE(p, pool_deallocate_in(p, ptr, bytes, stream), "deallocate");
-}
-
-/* The calling thread's heap of the stream from its cache (tcache.h); a
- * miss goes out of line whole, so that the fast path holds the heap and
- * the owner in registers. */
-static inline rmmc_status_t pool_allocate_in(pool_t *p, size_t bytes, size_t alignment,
-                                             cudaStream_t stream, void **out) {
-  const void *key = rmmc__stream_key_fast(stream);
-  tl_entry_t *e = heap_cached(p, key);
-  if (RMMC_UNLIKELY(e == NULL)) return allocate_uncached(p, key, bytes, alignment, stream, out);
-  return heap_allocate(p, e->heap, e->owner, bytes, alignment, stream, out);
-}
-
-/* An allocation in h, the calling thread's heap of o's stream (h may have
- * been retired since it was cached: h's lock tells). */
 static inline rmmc_status_t heap_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
                                           size_t bytes, size_t alignment, cudaStream_t stream,
                                           void **out) {
@@ -101,68 +66,33 @@ static inline rmmc_status_t heap_allocate(pool_t *p, pool_sheap_t *h, pool_owner
   return large_allocate(p, o, stream, n, alignment, bytes, out);
 }
 
-static inline rmmc_status_t small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                           cudaStream_t stream, size_t n, size_t align,
-                                           size_t bytes, void **out) {
-  size_t need = n + (align - POOL_GRANULE);
-  rmmc_status_t st = RMMC_SUCCESS;
-  rmmc__lock(&h->lock);
-  if (RMMC_UNLIKELY(h->owner != o)) {
-    rmmc__unlock(&h->lock);
-    return rmmc__pool_small_again(p, stream, n, align, bytes, out);
-  }
-  pool_block_t *b = h->hot;
-  if (RMMC_LIKELY(b != NULL && pool_bsize(b) == need && align == POOL_GRANULE)) {
-    if (RMMC_UNLIKELY(!rmmc__ptrmap_insert(&h->used, (void *)b->addr, b, bytes))) {
-      st = rmmc__pool_no_host_memory();
-      goto unlock;
-    }
-    h->hot = NULL;
-    b->where = W_OUT;
-  } else { /* get_block takes it from here and drops h's lock */
-    return rmmc__pool_get_block(p, h, o, stream, n, align, bytes, out);
-  }
-  heap_hand_out(h, b, bytes);
-  *out = (void *)b->addr;
-unlock:
-  rmmc__unlock(&h->lock);
-  return st;
-}
-
-/* As pool_allocate_in. */
-static inline rmmc_status_t pool_deallocate_in(pool_t *p, void *ptr, size_t bytes,
-                                               cudaStream_t stream) {
+/* The calling thread's heap of the stream from its cache (tcache.h); a
+ * miss goes out of line whole, so that the fast path holds the heap and
+ * the owner in registers. */
+RMMC_HOT
+static rmmc_status_t pool_allocate(rmmc_resource_t *r, size_t bytes, size_t alignment,
+                                   cudaStream_t stream, void **out) {
+  pool_t *p = (pool_t *)r;
   const void *key = rmmc__stream_key_fast(stream);
   tl_entry_t *e = heap_cached(p, key);
-  if (RMMC_UNLIKELY(e == NULL)) return deallocate_uncached(p, key, ptr, bytes, stream);
-  return heap_deallocate(p, e->heap, e->owner, ptr, bytes, stream);
+  return POOL_EXPENSIVE(p,
+                        RMMC_UNLIKELY(e == NULL)
+                            ? allocate_uncached(p, key, bytes, alignment, stream, out)
+                            : heap_allocate(p, e->heap, e->owner, bytes, alignment, stream, out),
+                        "allocate");
 }
 
-/* A free into h, as heap_allocate. */
-static inline rmmc_status_t heap_deallocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                            void *ptr, size_t bytes, cudaStream_t stream) {
-  rmmc_status_t st;
-  if (RMMC_LIKELY(bytes <= p->small_max)) {
-    rmmc__lock(&h->lock);
-    rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&h->used, ptr);
-    if (RMMC_LIKELY(e != NULL && h->owner == o)) {
-      st = small_free(p, h, e, ptr, bytes, stream);
-      rmmc__unlock(&h->lock);
-      return st;
-    }
-    rmmc__unlock(&h->lock);
-  }
-  return free_slow(p, o, ptr, bytes, stream);
+/* Counts 1, 2, 4, 8, ...: true at each power of two. */
+static inline bool power_of_two_count(uint64_t *n) {
+  uint64_t c = ++*n;
+  return (c & (c - 1)) == 0;
 }
 
 /* Frees the small block of h's map entry e on h's own stream (h locked). */
 static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_entry_t *e,
                                        void *ptr, size_t bytes, cudaStream_t stream) {
   pool_block_t *b = e->value;
-  if (RMMC_UNLIKELY(b->requested != bytes))
-    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
-                          "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
-                          b->requested, bytes);
+  if (RMMC_UNLIKELY(b->requested != bytes)) return wrong_size(ptr, b->requested, bytes);
   rmmc__ptrmap_remove(&h->used, e);
   h->in_use -= pool_bsize(b);
   pool_region_t *sp = b->region;
@@ -181,10 +111,46 @@ static inline rmmc_status_t small_free(pool_t *p, pool_sheap_t *h, rmmc__ptrmap_
   b->where = W_HOT;
   if (--sp->nused == 0) {
     if (++h->nidle * p->small_chunk > p->cache_size) rmmc__pool_heap_trim(p, h, stream);
+    /* Device memory: the stream's event covers its frees when its heap
+     * empties for the 1st, 2nd, 4th, ... time, so that the spans of a
+     * stream that never comes back serve others once a query finds the
+     * work done (design.md, "Streams that come and go"); a stream that
+     * keeps working pays log2 of its emptyings. */
     else if (p->cuda && h->in_use == 0 && power_of_two_count(&h->empties))
-      heap_emptied(p, h, stream);
+      (void)rmmc__stream_slot_try_record(&p->streams, h->owner->slot, stream);
   }
   return RMMC_SUCCESS;
+}
+
+/* A free into h, as small_allocate. */
+static inline rmmc_status_t heap_deallocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
+                                            void *ptr, size_t bytes, cudaStream_t stream) {
+  rmmc_status_t st;
+  if (RMMC_LIKELY(bytes <= p->small_max)) {
+    rmmc__lock(&h->lock);
+    rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&h->used, ptr);
+    if (RMMC_LIKELY(e != NULL && h->owner == o)) {
+      st = small_free(p, h, e, ptr, bytes, stream);
+      rmmc__unlock(&h->lock);
+      return st;
+    }
+    rmmc__unlock(&h->lock);
+  }
+  return free_slow(p, o, ptr, bytes, stream);
+}
+
+RMMC_HOT
+static rmmc_status_t pool_deallocate(rmmc_resource_t *r, void *ptr, size_t bytes,
+                                     size_t alignment, cudaStream_t stream) {
+  (void)alignment;
+  pool_t *p = (pool_t *)r;
+  const void *key = rmmc__stream_key_fast(stream);
+  tl_entry_t *e = heap_cached(p, key);
+  return POOL_EXPENSIVE(p,
+                        RMMC_UNLIKELY(e == NULL)
+                            ? deallocate_uncached(p, key, ptr, bytes, stream)
+                            : heap_deallocate(p, e->heap, e->owner, ptr, bytes, stream),
+                        "deallocate");
 }
 
 /* ---- the slow paths ---- */
@@ -216,11 +182,18 @@ static POOL_NOINLINE rmmc_status_t paused_error(pool_t *p, size_t bytes) {
   rmmc__lock(&p->lock); /* release_cached may drop mappings meanwhile (TSan) */
   size_t off = p->off_bytes;
   rmmc__unlock(&p->lock);
-  return rmmc_set_error(RMMC_ERROR_OUT_OF_MEMORY,
-                        "pool: cannot allocate %zu bytes: the pool is paused (rmmc_pool_pause) "
-                        "and holds no memory until rmmc_pool_resume (%s of its pages are given "
-                        "back)",
-                        bytes, rmmc__format_bytes(off, b, sizeof b));
+  rmmc_status_t st = rmmc__pool_paused_refusal(bytes);
+  rmmc__append_error(" (%s of its pages are given back)", rmmc__format_bytes(off, b, sizeof b));
+  return st;
+}
+
+/* The heap this thread cached was retired: its heap of the stream again. */
+static POOL_NOINLINE rmmc_status_t small_again(pool_t *p, cudaStream_t stream, size_t n,
+                                               size_t align, size_t bytes, void **out) {
+  pool_sheap_t *h;
+  pool_owner_t *o;
+  rmmc_status_t st = rmmc__pool_heap_find(p, stream, rmmc__stream_key_fast(stream), &h, &o);
+  return st == RMMC_SUCCESS ? small_allocate(p, h, o, stream, n, align, bytes, out) : st;
 }
 
 /* Large blocks: the shared heap's best fit that the stream may use at
@@ -251,82 +224,15 @@ POOL_NOINLINE void rmmc__pool_heap_trim(pool_t *p, pool_sheap_t *h, cudaStream_t
   rmmc__unlock(&p->lock);
 }
 
-/* Device memory: h's stream has just freed its last block, for the 1st,
- * 2nd, 4th, 8th, ... time: its event covers those frees (h locked, in a
- * call on h's stream). A stream made per request or per task frees its
- * last block once or a few times and never comes back: when its heap is
- * retired (or its idle spans taken back), the spans it freed into can then
- * serve other streams once a query finds the work done, where an
- * uncovered span waited for a device synchronization (a heap's small
- * frees record nothing: no other stream can reach them while the heap
- * holds them). A stream that keeps working pays log2 of its emptyings:
- * nothing in a steady state. */
-static inline bool power_of_two_count(uint64_t *n) {
-  uint64_t c = ++*n;
-  return (c & (c - 1)) == 0;
+static POOL_NOINLINE rmmc_status_t wrong_size(const void *ptr, size_t had, size_t bytes) {
+  return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+                        "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
+                        had, bytes);
 }
 
-static POOL_NOINLINE void heap_emptied(pool_t *p, pool_sheap_t *h, cudaStream_t stream) {
-  (void)rmmc__stream_slot_try_record(&p->streams, h->owner->slot, stream);
-}
-
-/* A free that h's map does not hold: a large block, a block of another
- * stream's heap (a foreign free), or bad input. No lock held. */
-RMMC_HOT
-static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *ptr, size_t bytes,
-                                             cudaStream_t stream) {
-  rmmc__lock(&p->lock);
-  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, ptr);
-  if (e != NULL) {
-    rmmc_status_t st =
-        RMMC_UNLIKELY(o->heap == NULL) ? rmmc__pool_owner_rejoin(p, o) : RMMC_SUCCESS;
-    if (st != RMMC_SUCCESS) {
-      rmmc__unlock(&p->lock);
-      return st;
-    }
-    bool cover = false;
-    st = large_free(p, o, e, ptr, bytes, &cover);
-    rmmc__unlock(&p->lock);
-    if (cover) (void)rmmc__stream_slot_try_record(&p->streams, o->slot, stream);
-    return st;
-  }
-  e = p->small_chunk > 0 ? rmmc__ptrmap_find(&p->spans, (void *)((uintptr_t)ptr & ~(p->small_chunk - 1))) : NULL;
-  pool_sheap_t *a = e != NULL ? ((pool_region_t *)e->value)->heap : NULL;
-  rmmc__unlock(&p->lock);
-  if (a == NULL)
-    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
-                          "pool: %p was not allocated by this pool, or was freed already", ptr);
-  rmmc_status_t st = RMMC_SUCCESS;
-  bool foreign = false;
-  uint64_t tag = 0;
-  rmmc__lock(&a->lock);
-  e = rmmc__ptrmap_find(&a->used, ptr);
-  if (e == NULL) {
-    st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
+static rmmc_status_t not_ours(const void *ptr) {
+  return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
                         "pool: %p was not allocated by this pool, or was freed already", ptr);
-  } else if (a->owner == o) { /* this stream's: another thread's heap of it */
-    st = small_free(p, a, e, ptr, bytes, stream);
-  } else {
-    pool_block_t *b = e->value;
-    if (b->requested != bytes) {
-      st = rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
-                          "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
-                          b->requested, bytes);
-    } else { /* reusable by a's stream once o's work up to now is done */
-      rmmc__ptrmap_remove(&a->used, e);
-      a->in_use -= pool_bsize(b);
-      b->state = B_FOREIGN;
-      b->owner = o;
-      b->tag = tag = rmmc__stream_slot_tag(o->slot);
-      b->qnext = a->foreign;
-      a->foreign = b;
-      a->nforeign++;
-      foreign = true;
-    }
-  }
-  rmmc__unlock(&a->lock);
-  if (foreign && !rmmc__stream_slot_covered(o->slot, tag)) rmmc__pool_cover_now(p, o, stream);
-  return st;
 }
 
 /* Frees the large block of map entry e on o's stream (shared lock held).
@@ -335,10 +241,7 @@ static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *p
 static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t *e, void *ptr,
                                 size_t bytes, bool *cover) {
   pool_block_t *b = e->value;
-  if (RMMC_UNLIKELY(b->requested != bytes))
-    return rmmc_set_error(RMMC_ERROR_UNKNOWN_POINTER,
-                          "pool: %p was allocated with %zu bytes, not %zu; nothing was freed", ptr,
-                          b->requested, bytes);
+  if (RMMC_UNLIKELY(b->requested != bytes)) return wrong_size(ptr, b->requested, bytes);
   rmmc__ptrmap_remove(&p->used, e);
   size_t size = pool_bsize(b);
   p->committed -= size;
@@ -361,21 +264,64 @@ static rmmc_status_t large_free(pool_t *p, pool_owner_t *o, rmmc__ptrmap_entry_t
   return RMMC_SUCCESS;
 }
 
+/* A free that h's map does not hold: a large block, a block of another
+ * stream's heap (a foreign free), or bad input. No lock held. */
+RMMC_HOT
+static POOL_NOINLINE rmmc_status_t free_slow(pool_t *p, pool_owner_t *o, void *ptr, size_t bytes,
+                                             cudaStream_t stream) {
+  rmmc__lock(&p->lock);
+  rmmc__ptrmap_entry_t *e = rmmc__ptrmap_find(&p->used, ptr);
+  if (e != NULL) {
+    rmmc_status_t st =
+        RMMC_UNLIKELY(o->heap == NULL) ? rmmc__pool_owner_rejoin(p, o) : RMMC_SUCCESS;
+    bool cover = false;
+    if (st == RMMC_SUCCESS) st = large_free(p, o, e, ptr, bytes, &cover);
+    rmmc__unlock(&p->lock);
+    if (cover) (void)rmmc__stream_slot_try_record(&p->streams, o->slot, stream);
+    return st;
+  }
+  e = p->small_chunk > 0
+          ? rmmc__ptrmap_find(&p->spans, (void *)((uintptr_t)ptr & ~(p->small_chunk - 1)))
+          : NULL;
+  pool_sheap_t *a = e != NULL ? ((pool_region_t *)e->value)->heap : NULL;
+  rmmc__unlock(&p->lock);
+  if (a == NULL) return not_ours(ptr);
+  rmmc_status_t st = RMMC_SUCCESS;
+  bool foreign = false;
+  uint64_t tag = 0;
+  rmmc__lock(&a->lock);
+  e = rmmc__ptrmap_find(&a->used, ptr);
+  pool_block_t *b = e != NULL ? e->value : NULL;
+  if (b == NULL) {
+    st = not_ours(ptr);
+  } else if (a->owner == o) { /* this stream's: another thread's heap of it */
+    st = small_free(p, a, e, ptr, bytes, stream);
+  } else if (b->requested != bytes) {
+    st = wrong_size(ptr, b->requested, bytes);
+  } else { /* reusable by a's stream once o's work up to now is done */
+    rmmc__ptrmap_remove(&a->used, e);
+    a->in_use -= pool_bsize(b);
+    b->state = B_FOREIGN;
+    b->owner = o;
+    b->tag = tag = rmmc__stream_slot_tag(o->slot);
+    b->qnext = a->foreign;
+    a->foreign = b;
+    a->nforeign++;
+    foreign = true;
+  }
+  rmmc__unlock(&a->lock);
+  if (foreign && !rmmc__stream_slot_covered(o->slot, tag)) rmmc__pool_cover_now(p, o, stream);
+  return st;
+}
+
 #define POOL_OPS(NAME)                                                                         \
   {                                                                                            \
     .version = RMMC_RESOURCE_OPS_VERSION, .name = NAME, .allocate = pool_allocate,             \
-    .deallocate = pool_deallocate, .release_cached = rmmc__pool_release_cached,                      \
-    .describe = rmmc__pool_describe, .destroy = rmmc__pool_destroy, .upstream = rmmc__adaptor_upstream,    \
-    .get_allocation = rmmc__pool_get_allocation,                                               \
+    .deallocate = pool_deallocate, .release_cached = rmmc__pool_release_cached,                \
+    .describe = rmmc__pool_describe, .destroy = rmmc__pool_destroy,                            \
+    .upstream = rmmc__adaptor_upstream, .get_allocation = rmmc__pool_get_allocation,           \
     .set_memory_hooks = rmmc__pool_set_memory_hooks,                                           \
     .enable_peer_access = rmmc__pool_enable_peer_access,                                       \
   }
-const rmmc_resource_ops_t rmmc__pool_ops = POOL_OPS("pool"), rmmc__pool_arena_ops = POOL_OPS("arena");
-
-/* The small path for the other files (lend.c): the same body, which
- * pool.c's own callers inline. */
-rmmc_status_t rmmc__pool_small_allocate(pool_t *p, pool_sheap_t *h, pool_owner_t *o,
-                                        cudaStream_t stream, size_t n, size_t align, size_t bytes,
-                                        void **out) {
-  return small_allocate(p, h, o, stream, n, align, bytes, out);
-}
+const rmmc_resource_ops_t rmmc__pool_ops = POOL_OPS("pool"),
+                          rmmc__pool_arena_ops = POOL_OPS("arena");

@@ -272,9 +272,6 @@ void rmmc__pool_put_free(pool_t *p, pool_block_t *b);
 pool_block_t *rmmc__pool_carve(pool_t *p, pool_block_t *b, size_t n, size_t align);
 void rmmc__pool_cover(pool_t *p, pool_owner_t *o, cudaStream_t stream);
 
-/* A block struct from the shared heap's spare list (make_room keeps enough
- * for one call's work). */
-pool_block_t *rmmc__pool_new_block(pool_t *p);
 /* Tops the spare list up to a call's worth; false without host memory. */
 bool rmmc__pool_room(pool_t *p);
 void rmmc__pool_drop_block(pool_t *p, pool_block_t *b);

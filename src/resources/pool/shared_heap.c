@@ -1,12 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pool's shared heap (internal; pool_internal.h): block structs, the
- * free blocks of the shared heap with their owners (indexing, merging,
- * carving), the growth budget, and the upstream calls and errors the core
- * and the backends share. It calls neither: the core (pool.c) and the
- * backends (chunks.c, vm.c) call it. The budget answers "trim to this goal
- * first" (POOL_ADMIT_TRIM) and its caller runs the trim: a backend its own
- * (vm_grow keeping the hole it grows into), the core p->be->trim.
+ * shared free blocks with their owners (indexing, merging, carving), the
+ * growth budget, and the upstream calls and errors the core and the
+ * backends share. It calls neither of them: the budget answers "trim to
+ * this goal first" (POOL_ADMIT_TRIM) and its caller runs the trim.
  */
 #include <math.h>
 #include <stdio.h>
@@ -43,7 +41,6 @@ void rmmc__pool_meta_fini(pool_meta_t *m) {
   memset(m, 0, sizeof *m);
 }
 
-pool_block_t *rmmc__pool_new_block(pool_t *p) { return pool_meta_take(&p->meta); }
 bool rmmc__pool_room(pool_t *p) { return pool_meta_room(&p->meta); }
 void rmmc__pool_drop_block(pool_t *p, pool_block_t *b) { pool_meta_put(&p->meta, b); }
 
@@ -61,10 +58,9 @@ static inline rmmc__tlsf_t *index_of(pool_t *p, const pool_owner_t *o) {
   return o != NULL ? o->idx : &p->clean;
 }
 
-/* A stream joins the pool's list of owners (p->owners) when it gets a heap
- * or a free block in the shared heap; the slow path's passes over streams
- * go through that list, so streams that left nothing behind cost them
- * nothing. It leaves in heap retirement and consolidate. */
+/* A stream is on the list of owners (p->owners) while it has a heap or a
+ * shared free block, so streams that left nothing behind cost the slow
+ * path's passes nothing; it leaves in heap retirement and consolidate. */
 bool rmmc__pool_owner_ready(pool_t *p, pool_owner_t *o) {
   (void)p;
   if (RMMC_LIKELY(o->idx != NULL)) return true;
@@ -98,11 +94,9 @@ void rmmc__pool_owner_unlist(pool_t *p, pool_owner_t *o) {
  * leave under its feet. */
 static void pending_add(pool_t *p, pool_owner_t *o) {
   o->pending = true;
-  /* In the order streams came (latest first), as the slow path's passes
-   * over streams went before they kept this list: which stream's frees a
-   * short stream adopts first changes placement (1 point on the 4-stream
-   * transformer log over sim). The list is short (streams with shared
-   * free blocks); past 64 places the order is left approximate. */
+  /* In the order streams came (latest first): which stream's frees a short
+   * stream adopts first changes placement (1 point on the 4-stream
+   * transformer log over sim). Past 64 places the order is approximate. */
   pool_owner_t *at = p->pending, *before = NULL;
   for (int steps = 0; at != NULL && at->slot->id > o->slot->id && steps < 64; steps++)
     before = at, at = at->pnext;
@@ -162,12 +156,17 @@ bool rmmc__pool_usable(pool_t *p, pool_block_t *b, const pool_owner_t *o) {
   return b->owner == NULL || b->owner == o || rmmc__pool_settled(p, b, false);
 }
 
+/* A block freed on stream S sits in S's index (owner S, tag: S's epoch) or,
+ * once no stream's work is pending on it, in the clean index. Blocks of one
+ * owner merge (the tag is the later one); a clean block merges with any and
+ * takes the other's owner and tag; a block whose epoch is known finished
+ * counts as clean (relabeled lazily: when touched, or by consolidation
+ * before the pool grows); a graph pool's blocks merge only with each other.
+ * Absorbing a finished block can bring one of b's own stream next to b:
+ * each side goes on until nothing more merges. */
 RMMC_HOT
 pool_block_t *rmmc__pool_merge(pool_t *p, pool_block_t *b) {
   if (b->owner != NULL && pool_owner_done(b->owner, b->tag)) b->owner = NULL;
-  /* Absorbing a finished block of another stream can bring a block of b's
-   * own stream next to b: each side goes on until nothing more merges. A
-   * graph pool's blocks merge only with each other. */
   for (int side = 0; side < 2;) {
     pool_block_t *n = side == 0 ? b->prev : b->next;
     pool_owner_t *no = pool_shared_free(n) ? n->owner : NULL;
@@ -230,13 +229,11 @@ static size_t budget_for(const pool_t *p, size_t need) {
   return b >= (double)SIZE_MAX ? SIZE_MAX : (size_t)b;
 }
 
-/* May the pool grow by `add` bytes for a request of `need`? Within the
- * budget only (`within`): YES if it fits as things are, else NO (no
- * message). Otherwise TRIM with *goal when the budget, gc_threshold or the
- * maximum ask for memory back first (o's own frees covered first, so that
- * they can go back once finished): the caller trims to *goal with its
- * backend's trim, then asks rmmc__pool_admit_max. It calls no backend
- * itself. */
+/* May the pool grow by `add` bytes for a request of `need`? `within`: YES
+ * if it fits the budget as things are, else NO (no message). Otherwise TRIM
+ * with *goal when the budget, gc_threshold or the maximum ask for memory
+ * back first (o's own frees covered first, so they can go back once
+ * finished): the caller trims to *goal, then asks rmmc__pool_admit_max. */
 pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, size_t add,
                               size_t need, bool within, size_t *goal_out) {
   size_t b = p->release_before_grow ? budget_for(p, need) : SIZE_MAX;
@@ -247,16 +244,11 @@ pool_admit_t rmmc__pool_admit(pool_t *p, pool_owner_t *o, cudaStream_t stream, s
   if (after > p->maximum_size) goal = p->maximum_size;
   if (after > p->gc_limit && p->gc_limit < goal) goal = p->gc_limit;
   if (after > b && b < goal) goal = b;
-  /* Hysteresis: while the peak rises (a cold start) a growth past the
-   * budget gives back first. In a steady state (the peak does not rise) it
-   * may go past the budget by up to band x slack before anything goes back
-   * (and then back down to the budget), so a round that needs a little more
-   * than the last does not give back and take again. A give-back here all
-   * the same means the rounds need more than the band: it widens by half a
-   * slack for the next, up to band_max, as glibc raises its trim threshold
-   * after a free shows the last one too low (FSDP2 on 4 GPUs gave back and
-   * took again 2 pages a step at 3 x; docs/design.md, "Growth and giving back"). The
-   * maximum and gc_threshold have no band: past them it gives back. */
+  /* Hysteresis (docs/design.md, "Growth and giving back"): while the peak
+   * rises a growth past the budget gives back first; in a steady state it
+   * may pass the budget by up to band x slack first, and a give-back all
+   * the same widens the band by half a slack, up to band_max (as glibc
+   * raises its trim threshold). The maximum and gc_threshold have no band. */
   if (goal == b && p->committed + need <= p->committed_peak) {
     if ((double)after <= (1.0 + p->band * p->slack) * (double)p->committed_peak) goal = SIZE_MAX;
     else
@@ -286,7 +278,6 @@ pool_admit_t rmmc__pool_admit_max(pool_t *p, size_t add) {
   }
   return POOL_ADMIT_YES;
 }
-
 
 /* ---- errors and upstream calls ---- */
 

@@ -1,11 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pool core's stream heaps (core.h): each stream has a heap per stripe
- * of threads, which owns spans the shared heap lends it and serves small
- * requests from them under its own lock. Here: the pool's list of live
- * heaps, making, reusing and retiring heaps, taking and giving back spans,
- * and frees from other streams (foreign). A small request past the hot
- * block is get_block's (lend.c).
+ * The pool core's stream heaps (core.h; docs/design.md, "Stream heaps"):
+ * the pool's list of live heaps, making, reusing and retiring heaps, taking
+ * and giving back spans, and frees from other streams (foreign).
  */
 #include "core.h"
 
@@ -39,13 +36,6 @@ static inline void heaps_touch(pool_t *p, pool_sheap_t *h) {
   }
 }
 
-/* Stripe `stripe`'s heap of o (shared lock held). */
-pool_sheap_t *rmmc__pool_heap_of_stripe(pool_owner_t *o, unsigned stripe) {
-  pool_sheap_t *h = o->heap;
-  while (h != NULL && h->stripe != stripe) h = h->onext;
-  return h;
-}
-
 /* Retires x (both locks held; x holds no block): its spans go back to the
  * shared heap, it leaves its stream's list and the pool's, and waits on the
  * spare list for reuse. Its stream leaves the list of owners once it has
@@ -69,9 +59,8 @@ static void heap_retire(pool_t *p, pool_sheap_t *x) {
 
 /* Past POOL_HEAPS_KEPT live heaps, each new heap retires up to two idle
  * ones, looking at no more than four from the old end of the list (one
- * found busy moves to the front, so the next look starts with others):
- * the number of heaps, and every pass over them, stays bounded however many
- * streams come and go, and a busy pool pays nothing. */
+ * found busy moves to the front): the number of heaps stays bounded however
+ * many streams come and go, and a busy pool pays nothing. */
 enum { POOL_HEAPS_KEPT = 256 };
 
 static void heaps_retire_idle(pool_t *p) {
@@ -141,6 +130,14 @@ rmmc_status_t rmmc__pool_heap_new(pool_t *p, pool_owner_t *o, rmmc__stream_slot_
   return RMMC_SUCCESS;
 }
 
+/* x's hot block merges with its neighbours and is indexed (x locked). */
+static void heap_cool(pool_sheap_t *x) {
+  pool_block_t *b = x->hot;
+  x->hot = NULL;
+  b->where = W_OUT;
+  heap_link(x, heap_merge(x, b));
+}
+
 static void span_list_remove(pool_sheap_t *h, pool_region_t *sp) {
   if (sp->prev != NULL) sp->prev->next = sp->next;
   else h->spans = sp->next;
@@ -152,12 +149,7 @@ static void span_list_remove(pool_sheap_t *h, pool_region_t *sp) {
  * then count towards covering), else NULL. */
 static void span_give_back(pool_t *p, pool_sheap_t *x, pool_region_t *sp, cudaStream_t stream,
                            bool in_call) {
-  pool_block_t *hot = x->hot;
-  if (hot != NULL && hot->region == sp) { /* the hot block merges into the whole span */
-    x->hot = NULL;
-    hot->where = W_OUT;
-    heap_link(x, heap_merge(x, hot));
-  }
+  if (x->hot != NULL && x->hot->region == sp) heap_cool(x); /* it merges into the whole span */
   POOL_CHECK(p, sp->parent, rmmc__pool_span_back_ok, p, sp);
   pool_block_t *f = sp->first;
   heap_unlink(x, f);
@@ -170,9 +162,8 @@ static void span_give_back(pool_t *p, pool_sheap_t *x, pool_region_t *sp, cudaSt
   b->state = B_FREE;
   b->owner = sp->tag != 0 ? x->owner : NULL;
   b->tag = sp->tag;
-  /* Host memory: streams are keys with no work behind them, so covering
-   * another stream's frees costs nothing (device memory waits for x's next
-   * call, which the want flag asks for, or a synchronization). */
+  /* Host memory: covering another stream's frees costs nothing; device
+   * memory waits for x's next call (the want flag) or a synchronization. */
   if (!in_call && !p->cuda && b->owner != NULL &&
       !rmmc__stream_slot_known_done(x->owner->slot, b->tag))
     (void)rmmc__stream_slot_try_record(&p->streams, x->owner->slot, NULL);
@@ -199,17 +190,15 @@ size_t rmmc__pool_heap_release_idle(pool_t *p, pool_sheap_t *x, size_t keep, cud
   return n;
 }
 
-/* Under the shared lock: every other heap that is not busy gives back its
- * wholly free spans (try-locks only, so it never waits on a heap). */
-/* For a request of `need` bytes (aligned at most to a span): up to a span,
- * the first heap (latest span taker first) that gives back a span is
- * enough, since a whole span, aligned to its size, fits any such request;
- * above, every heap gives back, so that spans side by side can merge. */
+/* Under the shared lock: other heaps not busy (try-locks only) give back
+ * their wholly free spans. For `need` up to a span the first heap that
+ * gives one back is enough (a whole span, aligned to its size, fits any
+ * such request); above, every heap does, so that spans side by side can
+ * merge. */
 size_t rmmc__pool_reclaim_spans(pool_t *p, pool_sheap_t *skip, size_t need) {
   size_t n = 0;
   for (pool_sheap_t *x = p->heaps; x != NULL; x = x->hnext) {
-    /* nidle and nforeign change under x's lock only: read them there (a
-     * peek without it is a data race, which the TSan pass reported). */
+    /* nidle and nforeign are read under x's lock only (TSan). */
     if (x == skip || !rmmc__lock_try(&x->lock)) continue;
     if (x->nforeign > 0) (void)rmmc__pool_retire_foreign(p, x, NULL, false); /* finished ones */
     n += rmmc__pool_heap_release_idle(p, x, 0, NULL, false);
@@ -312,13 +301,8 @@ size_t rmmc__pool_retire_foreign(pool_t *p, pool_sheap_t *h, cudaStream_t stream
 }
 
 void rmmc__pool_heaps_cool(pool_t *p) {
-  for (pool_sheap_t *x = p->snap_first; x != NULL; x = x->snext) {
-    pool_block_t *b = x->hot;
-    if (b == NULL) continue;
-    x->hot = NULL;
-    b->where = W_OUT;
-    heap_link(x, heap_merge(x, b));
-  }
+  for (pool_sheap_t *x = p->snap_first; x != NULL; x = x->snext)
+    if (x->hot != NULL) heap_cool(x);
 }
 
 rmmc_status_t rmmc__pool_paused_refusal(size_t bytes) {

@@ -49,6 +49,13 @@ static void tl_free(void *c) { /* the thread exits */
 
 static void tl_init(void) { tl_key_ok = pthread_key_create(&tl_key, tl_free) == 0; }
 
+/* Stripe `stripe`'s heap of o (shared lock held). */
+static pool_sheap_t *heap_of_stripe(pool_owner_t *o, unsigned stripe) {
+  pool_sheap_t *h = o->heap;
+  while (h != NULL && h->stripe != stripe) h = h->onext;
+  return h;
+}
+
 POOL_NOINLINE rmmc_status_t rmmc__pool_heap_find(pool_t *p, cudaStream_t stream, const void *key,
                                                  pool_sheap_t **out, pool_owner_t **owner) {
   rmmc__stream_slot_t *slot;
@@ -57,7 +64,7 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_heap_find(pool_t *p, cudaStream_t stream,
   pool_owner_t *o = rmmc__stream_slot_user(slot);
   unsigned stripe = thread_stripe(p);
   rmmc__lock(&p->lock);
-  pool_sheap_t *h = rmmc__pool_heap_of_stripe(o, stripe);
+  pool_sheap_t *h = heap_of_stripe(o, stripe);
   if (h == NULL) st = rmmc__pool_heap_new(p, o, slot, stripe, &h);
   rmmc__unlock(&p->lock);
   if (st != RMMC_SUCCESS) return st;
@@ -74,21 +81,14 @@ POOL_NOINLINE rmmc_status_t rmmc__pool_heap_find(pool_t *p, cudaStream_t stream,
   return RMMC_SUCCESS;
 }
 
-/* A call in the shared heap on o's stream (shared lock held) finds o
- * without a heap when every heap of o was retired since this thread cached
- * one. o may then be unlisted (no index), or listed only for free blocks a
- * consolidation in this very call may relabel and unlist it for: so it
- * gets a heap of this thread's stripe first, as on its first call (the
- * thread's cache still names the old heap; its next small call sees that
- * heap retired and finds the new one). With a heap o stays listed, with
- * its index, to the call's end: consolidate unlists only streams without a
- * heap, and heaps are retired only as another is made (heap_new). */
+/* A call in the shared heap (shared lock held) finds o without a heap when
+ * every heap of o was retired since this thread cached one: o may then be
+ * unlisted (no index), or listed only for free blocks a consolidation in
+ * this call may unlist it for. So it gets a heap of this thread's stripe
+ * first, which keeps it listed, with its index, to the call's end
+ * (consolidate unlists only streams without a heap; heaps are retired only
+ * as another is made). */
 POOL_NOINLINE rmmc_status_t rmmc__pool_owner_rejoin(pool_t *p, pool_owner_t *o) {
   pool_sheap_t *h;
   return rmmc__pool_heap_new(p, o, o->slot, thread_stripe(p), &h);
-}
-
-POOL_NOINLINE rmmc_status_t rmmc__pool_heap_stale(pool_t *p, cudaStream_t stream, pool_sheap_t **h,
-                                                  pool_owner_t **o) {
-  return rmmc__pool_heap_find(p, stream, rmmc__stream_key_fast(stream), h, o);
 }
